@@ -1,0 +1,431 @@
+"""The typed IR of an HLO module: shapes, instructions, computations, modules.
+
+Everything here is an immutable value. Attributes the cost analysis needs are decoded on first
+use (and cached) from the raw attribute text the parser keeps; everything else stays raw text so
+that parsing a 30 MB dump does not pay for decoding metadata nobody reads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterator, Mapping
+
+# Bytes per element, as XLA's ShapeUtil::ByteSizeOfPrimitiveType counts them. Sub-byte types
+# (s4, u4, s2, u2, s1, u1, f4e2m1fn, ...) occupy one byte each in an unpacked layout.
+ELEMENT_BYTES: Mapping[str, int] = {
+    "pred": 1,
+    "s1": 1, "s2": 1, "s4": 1, "s8": 1, "s16": 2, "s32": 4, "s64": 8,
+    "u1": 1, "u2": 1, "u4": 1, "u8": 1, "u16": 2, "u32": 4, "u64": 8,
+    "f4e2m1fn": 1, "f8e3m4": 1, "f8e4m3": 1, "f8e4m3fn": 1, "f8e4m3b11fnuz": 1,
+    "f8e4m3fnuz": 1, "f8e5m2": 1, "f8e5m2fnuz": 1, "f8e8m0fnu": 1,
+    "bf16": 2, "f16": 2, "f32": 4, "f64": 8,
+    "c64": 8, "c128": 16,
+}
+NON_ARRAY_TYPES = frozenset({"tuple", "token", "opaque"})
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """`{minor_to_major[:tiling/memory-space/...]}`; `details` keeps the text after the colon."""
+
+    minor_to_major: tuple[int, ...]
+    details: str = ""
+
+    @property
+    def memory_space(self) -> int:
+        marker = self.details.find("S(")
+        if marker < 0:
+            return 0
+        return int(self.details[marker + 2 : self.details.index(")", marker)])
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """An array (`f32[8,<=16]{1,0}`), a tuple (`(f32[2], s32[])`), `token[]` or `opaque[]`."""
+
+    element_type: str
+    dims: tuple[int, ...] = ()
+    dynamic: tuple[bool, ...] = ()  # True where the dimension was written `<=N` (N is the bound)
+    layout: Layout | None = None
+    tuple_shapes: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type == "tuple"
+
+    @property
+    def is_array(self) -> bool:
+        return self.element_type not in NON_ARRAY_TYPES
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(self.dynamic)
+
+    @property
+    def num_elements(self) -> int:
+        """Elements of an array (1 for a scalar); 0 for tuples, tokens and opaque."""
+        if not self.is_array:
+            return 0
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    def leaves(self) -> Iterator[Shape]:
+        """The array/token/opaque leaves of a (possibly nested) tuple, depth first."""
+        if self.is_tuple:
+            for s in self.tuple_shapes:
+                yield from s.leaves()
+        else:
+            yield self
+
+    def leaves_with_index(self, prefix: tuple[int, ...] = ()) -> Iterator[tuple[tuple[int, ...], Shape]]:
+        if self.is_tuple:
+            for i, s in enumerate(self.tuple_shapes):
+                yield from s.leaves_with_index(prefix + (i,))
+        else:
+            yield prefix, self
+
+    def byte_size(self, pointer_size: int = 8) -> int:
+        """XLA's ShapeUtil::ByteSizeOf: a tuple is its pointer table, not its leaves."""
+        if self.is_tuple:
+            return pointer_size * len(self.tuple_shapes)
+        if self.element_type == "token":
+            return 0
+        if self.element_type == "opaque":
+            return pointer_size
+        size = self.num_elements * ELEMENT_BYTES[self.element_type]
+        if self.is_dynamic:
+            size += 4 * self.rank  # the dimension-size metadata XLA appends
+        return size
+
+    def leaf_byte_size(self, pointer_size: int = 8) -> int:
+        """Sum of the byte sizes of all leaves (what jaxlib 0.10.2 charges for tuple outputs)."""
+        return sum(s.byte_size(pointer_size) for s in self.leaves())
+
+    def __str__(self) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        dims = ",".join(("<=" if dyn else "") + str(d) for d, dyn in zip(self.dims, self.dynamic or (False,) * self.rank))
+        text = f"{self.element_type}[{dims}]"
+        if self.layout is not None:
+            text += "{" + ",".join(map(str, self.layout.minor_to_major))
+            text += (":" + self.layout.details if self.layout.details else "") + "}"
+        return text
+
+
+# Roles under which an instruction calls a computation. The accounting executes the callee of
+# CONTROL roles as its own computation; APPLIED roles (reducers, comparators, scatter combiners)
+# are costed by the calling instruction's rule, the way XLA's HloCostAnalysis does.
+class CallRole:
+    WHILE_BODY = "while_body"
+    WHILE_CONDITION = "while_condition"
+    FUSION = "fusion"
+    CALL = "call"
+    BRANCH = "branch"
+    ASYNC = "async"
+    TO_APPLY = "to_apply"
+    CUSTOM_CALL = "custom_call"  # custom-call's called_computations=
+    CONTROL = frozenset({WHILE_BODY, WHILE_CONDITION, FUSION, CALL, BRANCH, ASYNC})
+    APPLIED = frozenset({TO_APPLY, CUSTOM_CALL})
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    role: str  # one of CallRole
+    computation: str  # the callee's name
+    index: int = 0  # position among the instruction's callees of that role (branch number)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLocation:
+    file: str
+    line: int
+    function: str = ""
+    column: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Instruction:
+    """One HLO instruction. `attributes` maps each attribute name to its raw value text, exactly
+    as written (e.g. `"{1}"` for `lhs_contracting_dims={1}`); the properties below decode the
+    ones the analysis needs."""
+
+    name: str
+    opcode: str
+    shape: Shape
+    operands: tuple[str, ...]  # operand instruction names, in order, without '%'
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    calls: tuple[CallSite, ...] = ()
+    is_root: bool = False
+    line: int = 0  # 1-based line of the instruction in the parsed text
+    column: int = 0  # 1-based column where the instruction starts
+    computation: str = ""  # the enclosing computation's name
+    # Operand shapes written inline in the text (`add(f32[2] %a, f32[2] %b)`); None where the text
+    # omitted them. The analysis should use Computation.operand_shapes, which resolves by name.
+    inline_operand_shapes: tuple[Shape | None, ...] | None = None
+
+    # ---- decoded attributes (lazy) --------------------------------------------------------
+    def attr(self, key: str, default: str | None = None) -> str | None:
+        return self.attributes.get(key, default)
+
+    def int_list(self, key: str) -> tuple[int, ...] | None:
+        """`{1,2}` or `{}` -> tuple of ints; None when the attribute is absent."""
+        from hloparse import attributes
+
+        raw = self.attributes.get(key)
+        return None if raw is None else attributes.parse_int_list(raw)
+
+    @cached_property
+    def metadata(self) -> Mapping[str, str]:
+        from hloparse import attributes
+
+        raw = self.attributes.get("metadata")
+        return {} if raw is None else attributes.parse_metadata(raw)
+
+    @property
+    def op_name(self) -> str:
+        return self.metadata.get("op_name", "")
+
+    @cached_property
+    def backend_config(self) -> Any:
+        """The JSON of `backend_config`, decoded; a plain string if it is not JSON; None if absent."""
+        from hloparse import attributes
+
+        raw = self.attributes.get("backend_config")
+        if raw is None:
+            return None
+        text = attributes.unquote(raw)
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    @cached_property
+    def dot_dimension_numbers(self) -> DotDimensionNumbers | None:
+        if self.opcode not in ("dot", "scaled-dot", "ragged-dot", "sparse-dot") and "lhs_contracting_dims" not in self.attributes:
+            return None
+        return DotDimensionNumbers(
+            lhs_batch=self.int_list("lhs_batch_dims") or (),
+            rhs_batch=self.int_list("rhs_batch_dims") or (),
+            lhs_contracting=self.int_list("lhs_contracting_dims") or (),
+            rhs_contracting=self.int_list("rhs_contracting_dims") or (),
+        )
+
+    @cached_property
+    def window(self) -> tuple[WindowDim, ...] | None:
+        from hloparse import attributes
+
+        raw = self.attributes.get("window")
+        return None if raw is None else attributes.parse_window(raw)
+
+    @cached_property
+    def conv_dim_labels(self) -> ConvDimLabels | None:
+        from hloparse import attributes
+
+        raw = self.attributes.get("dim_labels")
+        return None if raw is None else attributes.parse_dim_labels(raw)
+
+    @cached_property
+    def slice_spec(self) -> tuple[tuple[int, int, int], ...] | None:
+        """`slice={[0:4:1], [2:8]}` -> ((start, limit, stride), ...)."""
+        from hloparse import attributes
+
+        raw = self.attributes.get("slice")
+        return None if raw is None else attributes.parse_slice(raw)
+
+    @property
+    def dimensions(self) -> tuple[int, ...] | None:
+        return self.int_list("dimensions")
+
+    @property
+    def feature_group_count(self) -> int:
+        return int(self.attributes.get("feature_group_count", "1"))
+
+    @property
+    def batch_group_count(self) -> int:
+        return int(self.attributes.get("batch_group_count", "1"))
+
+    @property
+    def fusion_kind(self) -> str | None:
+        return self.attributes.get("kind")
+
+    @property
+    def custom_call_target(self) -> str | None:
+        from hloparse import attributes
+
+        raw = self.attributes.get("custom_call_target")
+        return None if raw is None else attributes.unquote(raw)
+
+    @property
+    def comparison_direction(self) -> str | None:
+        return self.attributes.get("direction")
+
+    def called(self, role: str) -> tuple[str, ...]:
+        """Names of the computations this instruction calls under `role`, in order."""
+        return tuple(c.computation for c in self.calls if c.role == role)
+
+
+@dataclass(frozen=True, slots=True)
+class DotDimensionNumbers:
+    lhs_batch: tuple[int, ...]
+    rhs_batch: tuple[int, ...]
+    lhs_contracting: tuple[int, ...]
+    rhs_contracting: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDim:
+    size: int = 1
+    stride: int = 1
+    pad_low: int = 0
+    pad_high: int = 0
+    lhs_dilation: int = 1  # XLA's base dilation
+    rhs_dilation: int = 1  # XLA's window dilation
+    reversal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConvDimLabels:
+    """`b01f_01io->b01f` decoded to dimension numbers (indices into each shape)."""
+
+    input_batch: int
+    input_feature: int
+    input_spatial: tuple[int, ...]
+    kernel_input_feature: int
+    kernel_output_feature: int
+    kernel_spatial: tuple[int, ...]
+    output_batch: int
+    output_feature: int
+    output_spatial: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Computation:
+    name: str
+    instructions: tuple[Instruction, ...]  # in text order
+    is_entry: bool = False
+    execution_thread: str | None = None
+    line: int = 0
+    is_fusion_body: bool = False  # set by the module: some fusion instruction calls it
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Instruction]:
+        return {i.name: i for i in self.instructions}
+
+    @cached_property
+    def root(self) -> Instruction:
+        for i in self.instructions:
+            if i.is_root:
+                return i
+        return self.instructions[-1]
+
+    @cached_property
+    def parameters(self) -> tuple[Instruction, ...]:
+        """Parameter instructions ordered by their parameter number."""
+        params = [i for i in self.instructions if i.opcode == "parameter"]
+        return tuple(sorted(params, key=parameter_number))
+
+    def operand_shapes(self, instruction: Instruction) -> tuple[Shape, ...]:
+        return tuple(self.by_name[o].shape for o in instruction.operands)
+
+    def operand(self, instruction: Instruction, index: int) -> Instruction:
+        return self.by_name[instruction.operands[index]]
+
+    @cached_property
+    def users(self) -> Mapping[str, tuple[Instruction, ...]]:
+        """Each instruction's users (deduplicated, in text order)."""
+        result: dict[str, list[Instruction]] = {i.name: [] for i in self.instructions}
+        for inst in self.instructions:
+            for op in dict.fromkeys(inst.operands):
+                result[op].append(inst)
+        return {k: tuple(v) for k, v in result.items()}
+
+
+def parameter_number(instruction: Instruction) -> int:
+    """The N of `parameter(N)`; the parser stores it as attribute `parameter_number`."""
+    return int(instruction.attributes.get("parameter_number", "0"))
+
+
+@dataclass(frozen=True, eq=False)
+class StackFrames:
+    """The module's `FileNames` / `FunctionNames` / `FileLocations` / `StackFrames` tables
+    (1-based ids, as XLA prints them)."""
+
+    file_names: tuple[str, ...] = ()
+    function_names: tuple[str, ...] = ()
+    # (file_name_id, function_name_id, line, end_line, column, end_column)
+    file_locations: tuple[tuple[int, int, int, int, int, int], ...] = ()
+    # (file_location_id, parent_frame_id)
+    frames: tuple[tuple[int, int], ...] = ()
+
+    def location(self, frame_id: int) -> SourceLocation | None:
+        """The innermost source location of a stack frame id, or None if out of range."""
+        if not (1 <= frame_id <= len(self.frames)):
+            return None
+        loc_id, _parent = self.frames[frame_id - 1]
+        if not (1 <= loc_id <= len(self.file_locations)):
+            return None
+        file_id, func_id, line, _end_line, column, _end_col = self.file_locations[loc_id - 1]
+        file = self.file_names[file_id - 1] if 1 <= file_id <= len(self.file_names) else ""
+        func = self.function_names[func_id - 1] if 1 <= func_id <= len(self.function_names) else ""
+        return SourceLocation(file=file, line=line, function=func, column=column)
+
+
+@dataclass(frozen=True, eq=False)
+class Module:
+    name: str
+    computations: tuple[Computation, ...]  # in text order
+    entry_name: str
+    attributes: Mapping[str, str] = field(default_factory=dict)  # header attributes, raw text
+    stack_frames: StackFrames = field(default_factory=StackFrames)
+    path: str | None = None  # the file it was loaded from, if any
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Computation]:
+        return {c.name: c for c in self.computations}
+
+    @property
+    def entry(self) -> Computation:
+        return self.by_name[self.entry_name]
+
+    def computation(self, name: str) -> Computation:
+        return self.by_name[name]
+
+    @property
+    def is_scheduled(self) -> bool:
+        return self.attributes.get("is_scheduled") == "true"
+
+    def instructions(self) -> Iterator[tuple[Computation, Instruction]]:
+        for comp in self.computations:
+            for inst in comp.instructions:
+                yield comp, inst
+
+    def source_location(self, instruction: Instruction) -> SourceLocation | None:
+        """Where the instruction came from: its `stack_frame_id` through the module's stack
+        frame tables, else the older `source_file` / `source_line` metadata."""
+        md = instruction.metadata
+        frame = md.get("stack_frame_id")
+        if frame is not None:
+            loc = self.stack_frames.location(int(frame))
+            if loc is not None:
+                return loc
+        if "source_file" in md:
+            return SourceLocation(
+                file=md["source_file"],
+                line=int(md.get("source_line", "0") or 0),
+                function=md.get("source_function", ""),
+                column=int(md.get("source_column", "0") or 0),
+            )
+        return None
+
+    def call_graph(self):  # -> networkx.MultiDiGraph (imported lazily: it costs 0.14 s)
+        from hloparse.callgraph import build_call_graph
+
+        return build_call_graph(self)
