@@ -1,0 +1,78 @@
+"""What the loop- and remat-aware accounting produces; the product layer (reports, CLI, batch)
+reads only these types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from analysis.costs import Cost
+from hloparse.ir import SourceLocation
+
+PHASES = ("forward", "backward", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One instruction: what one execution costs, how often it runs, and the product."""
+
+    computation: str
+    name: str
+    opcode: str
+    executions: int  # exact when every enclosing loop's trip count is known; else a lower bound
+    executions_known: bool
+    cost: Cost  # one execution (OpCost.cost)
+    total: Cost  # cost.scaled(executions)
+    fusion: str | None  # the fusion instruction this op is fused into (outermost), if any
+    loop: str | None  # the innermost enclosing while instruction, if any
+    remat: bool  # recomputation (counts into remat_flops)
+    phase: str  # one of PHASES
+    scope: str  # the op_name name stack ("" if none)
+    source: SourceLocation | None
+    uncounted: str | None = None  # why this op's cost is unknown, if it is
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    name: str  # the while instruction
+    computation: str  # where the while instruction lives
+    body: str
+    condition: str
+    trip_count: int | None  # None: unknown
+    source: str  # "backend_config" | "pattern" | "evaluation" | "override" | "unknown"
+    bounds: tuple[int, int | None]  # (lower, upper) on the trip count; (n, n) when known
+    executions: int  # how many times the while instruction itself runs
+    body_cost: Cost  # one iteration of body + condition, nested loops included, exact
+    total: Cost  # everything this loop executes over the whole program
+    extra_over_xla: Cost  # what XLA misses for this loop (its share of exact - xla)
+    parent: str | None = None  # the enclosing loop, if nested
+    note: str = ""  # e.g. why it is unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Uncounted:
+    name: str
+    opcode: str
+    computation: str
+    reason: str
+    target: str | None = None  # custom_call_target, where there is one
+    executions: int = 1
+
+
+@dataclass(frozen=True)
+class Accounting:
+    module_name: str
+    rows: tuple[Row, ...]
+    loops: tuple[Loop, ...]
+    uncounted: tuple[Uncounted, ...]
+    total: Cost  # exact, loop-aware
+    remat_flops: int
+    phase_flops: Mapping[str, int]  # forward / backward / other
+    xla_estimate: Mapping[str, float]  # what XLA's cost_analysis() returns for this module
+    # flops - xla_estimate["flops"] by loop name; the "residual" key is what no loop explains
+    # (custom-calls XLA counts as -1, float32 rounding); the values sum to the difference.
+    reconciliation: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def model_flops(self) -> int:
+        return self.total.flops - self.remat_flops
