@@ -1,0 +1,40 @@
+"""Exact, loop- and remat-aware costs of XLA HLO modules.
+
+    from analysis import analyze, compare
+    report = analyze("examples/seed000_remat_scan.after_optimizations.hlo")
+    report.flops, report.xla_estimate["flops"], report.loops
+
+The names are resolved lazily (PEP 562) so that importing a submodule (`analysis.costs`, the
+accounting) never drags in the product layer, and `import analysis` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analysis.api import Comparison, analyze, compare
+    from analysis.report import MFU, Report
+
+__all__ = ["MFU", "Comparison", "Report", "analyze", "compare"]
+
+_HOME = {
+    "analyze": "analysis.api",
+    "compare": "analysis.api",
+    "Comparison": "analysis.api",
+    "Report": "analysis.report",
+    "MFU": "analysis.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,197 @@
+"""The Python API: `analyze(source)` -> `Report`, `compare(source)` -> `Comparison`.
+
+`source` may be HLO text, a path to an HLO text file, an `hloparse` `Module`, or a jax
+`Lowered` / `Compiled` (recognised by duck typing, so jax is never imported here unless one is
+passed in, and only `compare` asks XLA for its own numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from analysis.report import Report, ratio
+from hloparse.ir import Module
+
+COST_KEYS = ("flops", "transcendentals", "bytes accessed")
+
+
+def _is_jax_stage(source: Any, kind: str) -> bool:
+    """True for jax.stages.Lowered / Compiled (or a subclass) without importing jax."""
+    for cls in type(source).__mro__:
+        if cls.__name__ == kind and cls.__module__.startswith("jax"):
+            return True
+    return False
+
+
+def _looks_like_hlo_text(text: str) -> bool:
+    head = text.lstrip()[:200]
+    return "\n" in text or head.startswith("HloModule") or head.startswith("ENTRY") or "{" in head
+
+
+def _jax_text(source: Any) -> str:
+    """The HLO text of a jax stage: a Compiled's optimized module (what XLA costs), a Lowered's
+    module before optimizations."""
+    if _is_jax_stage(source, "Compiled"):
+        return source.as_text()
+    try:
+        return source.as_text(dialect="hlo", debug_info=True)
+    except TypeError:  # older jax without debug_info
+        return source.as_text(dialect="hlo")
+
+
+def load_module(source: Any) -> Module:
+    """Turn any accepted `source` into a parsed `Module`."""
+    import hloparse
+
+    if isinstance(source, Module):
+        return source
+    if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
+        return hloparse.parse(_jax_text(source))
+    if isinstance(source, bytes):
+        source = source.decode("utf-8")
+    if isinstance(source, os.PathLike):
+        return hloparse.load(os.fspath(source))
+    if isinstance(source, str):
+        if _looks_like_hlo_text(source):
+            return hloparse.parse(source)
+        return hloparse.load(source)
+    raise TypeError(
+        f"analyze() takes HLO text, a path, an hloparse Module or a jax Lowered/Compiled, not {type(source).__name__}"
+    )
+
+
+def num_devices(module: Module) -> int:
+    """replica_count * num_partitions from the module header (1 when absent)."""
+    n = 1
+    for key in ("replica_count", "num_partitions"):
+        try:
+            n *= max(1, int(module.attributes.get(key, "1")))
+        except ValueError:
+            pass
+    return n
+
+
+def analyze(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Report:
+    """Exact, loop- and remat-aware costs of an HLO module.
+
+    `trip_counts` maps while-instruction names (without '%') to trip counts; they override what
+    the analysis derives and fill in unknown ones (reported with source "override").
+    """
+    return _report(load_module(source), trip_counts)
+
+
+def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[str, float] | None = None) -> Report:
+    from analysis.accounting import account
+
+    accounting = account(module, trip_counts=dict(trip_counts) if trip_counts else None)
+    return Report(accounting, path=module.path, num_devices=num_devices(module), xla_reported=xla)
+
+
+# ---- XLA's own numbers ---------------------------------------------------------------------
+def xla_cost_analysis(source: Any, module: Module | None = None) -> dict[str, float]:
+    """What XLA itself says, asked through jax: `Compiled.cost_analysis()` or
+    `Lowered.cost_analysis()` for a jax stage, XLA's HloCostAnalysis of the text otherwise."""
+    if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
+        raw = source.cost_analysis()
+        if isinstance(raw, (list, tuple)):  # jax 0.4.x returned one dict per module
+            raw = raw[0] if raw else {}
+        return {k: float(v) for k, v in dict(raw or {}).items()}
+    if isinstance(source, Module) or module is not None:
+        text = _module_text(source if isinstance(source, Module) else module)
+    elif isinstance(source, bytes):
+        text = source.decode("utf-8")
+    elif isinstance(source, str) and _looks_like_hlo_text(source):
+        text = source
+    else:
+        with open(os.fspath(source), encoding="utf-8") as f:
+            text = f.read()
+    from analysis.xla_compare import xla_cost_dict
+
+    return {k: float(v) for k, v in xla_cost_dict(text).items()}
+
+
+def _module_text(module: Module) -> str:
+    if module.path is None:
+        raise ValueError("compare() needs the HLO text: pass the text or the path, not a Module parsed from a string")
+    with open(module.path, encoding="utf-8") as f:
+        return f.read()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Our exact numbers reconciled with XLA's.
+
+    `xla` is what XLA returned; `estimate` is our reproduction of it (loops once, XLA's rules);
+    `estimate_matches` says, per cost, whether the reproduction equals XLA's number; `missed`
+    is exact - XLA; `by_loop` splits the missed FLOPs by while loop ('residual': what no loop
+    explains)."""
+
+    report: Report
+    xla: Mapping[str, float]
+
+    @property
+    def estimate(self) -> dict[str, float]:
+        return self.report.xla_estimate
+
+    @property
+    def exact(self) -> dict[str, int]:
+        return self.report.total.as_dict()
+
+    @property
+    def estimate_matches(self) -> dict[str, bool]:
+        xla = self._xla_triplet()
+        return {k: self.estimate[k] == xla[k] for k in xla}
+
+    @property
+    def missed(self) -> dict[str, float]:
+        xla = self._xla_triplet()
+        return {k: self.exact[k] - xla[k] for k in xla}
+
+    @property
+    def by_loop(self) -> dict[str, int]:
+        return dict(self.report.accounting.reconciliation)
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.report.flops, self._xla_triplet()["flops"])
+
+    def _xla_triplet(self) -> dict[str, float]:
+        return {
+            "flops": float(self.xla.get("flops", 0.0)),
+            "transcendentals": float(self.xla.get("transcendentals", 0.0)),
+            "bytes_accessed": float(self.xla.get("bytes accessed", 0.0)),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.report.module_name,
+            "exact": self.exact,
+            "xla": self._xla_triplet(),
+            "estimate": self.estimate,
+            "estimate_matches": self.estimate_matches,
+            "missed": self.missed,
+            "ratio": self.ratio,
+            "by_loop": {k: int(v) for k, v in self.by_loop.items()},
+            "loops": [self.report.loop_dict(lp) for lp in self.report.loops],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    def __repr__(self) -> str:
+        x = self._xla_triplet()
+        return (
+            f"<Comparison {self.report.module_name}: exact flops {self.report.flops:,} vs XLA {x['flops']:,.0f} "
+            f"(estimate matches XLA: {self.estimate_matches['flops']})>"
+        )
+
+
+def compare(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Comparison:
+    """`analyze(source)` plus XLA's own numbers (needs jax), reconciled."""
+    module = load_module(source)
+    xla = xla_cost_analysis(source, module)
+    report = _report(module, trip_counts, {k: xla[k] for k in COST_KEYS if k in xla})
+    return Comparison(report=report, xla=xla)

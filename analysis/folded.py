@@ -1,0 +1,50 @@
+"""Folded stacks ("frame;frame;frame value" per line), the input format of Brendan Gregg's
+flamegraph.pl, inferno and speedscope.
+
+The stack of an instruction is its module, then the frames of its op_name name stack (which
+carry the Flax module path, the jax transformations and the primitive), then `[remat]` when it
+is recomputation. The value is the instruction's total over all executions (loops multiplied by
+their trip counts), so a flame graph shows where the exact FLOPs go. Lines are merged and sorted,
+so the file is the same bytes on every run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.report import NO_SCOPE, split_scope
+
+if TYPE_CHECKING:
+    from analysis.report import Report
+
+METRICS = ("flops", "transcendentals", "bytes_accessed")
+
+
+def _clean(frame: str) -> str:
+    # ';' separates frames and the last ' ' separates the value: neither may appear inside one.
+    return frame.replace(";", ",").replace(" ", "_").replace("\n", "_") or "_"
+
+
+def stack_of(module_name: str, scope: str, opcode: str, remat: bool) -> tuple[str, ...]:
+    frames = split_scope(scope)
+    if not frames:
+        frames = (NO_SCOPE, opcode)
+    stack = (module_name, *frames)
+    if remat:
+        stack += ("[remat]",)
+    return tuple(_clean(f) for f in stack)
+
+
+def folded_stacks(report: Report, metric: str = "flops") -> str:
+    """The report's `metric` as folded stacks, one line per distinct stack, zero lines omitted."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    sums: dict[tuple[str, ...], int] = {}
+    for row in report.rows:
+        value = getattr(row.total, metric)
+        if value <= 0:
+            continue
+        stack = stack_of(report.module_name or "module", row.scope, row.opcode, row.remat)
+        sums[stack] = sums.get(stack, 0) + value
+    lines = [f"{';'.join(stack)} {value}" for stack, value in sorted(sums.items())]
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,499 @@
+"""`Report`: what `analyze()` returns. It wraps the accounting's result types (`analysis.results`)
+and gives them the shapes people read: totals next to XLA's estimate, loops with their share,
+grouped tables (opcode, computation, scope, source line), a deterministic JSON object, CSV
+records, a pandas frame, notebook HTML, folded stacks and MFU.
+
+Everything exact stays a Python int. The only floats are XLA's own numbers (XLA returns floats)
+and ratios/shares, which are rounded to a fixed number of digits so that the JSON is the same
+bytes on every run.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from analysis.costs import Cost
+from analysis.results import PHASES, Accounting, Loop, Row
+
+SCHEMA = "hloflops.report/1"
+GROUP_KEYS = ("opcode", "computation", "scope", "source")
+NO_SCOPE = "(no scope)"
+NO_SOURCE = "(no source)"
+RATIO_DIGITS = 6  # ratios and shares in the JSON: enough to read, few enough to be stable
+
+
+def split_scope(scope: str) -> tuple[str, ...]:
+    """Split an op_name name stack on '/', but not inside brackets: a frame such as
+    `pjit[name=a/b]` or `transpose(jvp(Dense_0))` stays whole."""
+    if not scope:
+        return ()
+    frames: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(scope):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "/" and depth == 0:
+            frames.append(scope[start:i])
+            start = i + 1
+    frames.append(scope[start:])
+    return tuple(f for f in frames if f)
+
+
+def scope_prefix(scope: str, depth: int | None) -> str:
+    """The first `depth` frames of a scope (all of them when depth is None)."""
+    frames = split_scope(scope)
+    if not frames:
+        return NO_SCOPE
+    if depth is not None and depth > 0:
+        frames = frames[:depth]
+    return "/".join(frames)
+
+
+def source_key(row: Row) -> str:
+    if row.source is None:
+        return NO_SOURCE
+    return f"{row.source.file}:{row.source.line}"
+
+
+def group_key(row: Row, by: str, depth: int | None = None) -> str:
+    if by == "opcode":
+        return row.opcode
+    if by == "computation":
+        return row.computation
+    if by == "scope":
+        return scope_prefix(row.scope, depth)
+    if by == "source":
+        return source_key(row)
+    raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator rounded for stable output; None when the denominator is 0."""
+    if not denominator:
+        return None
+    return round(numerator / denominator, RATIO_DIGITS)
+
+
+def format_table(header: list[str], rows: list[list[str]], *, align: str = "") -> list[str]:
+    """Plain-text columns; `align` has one letter per column ('l' or 'r', default right except
+    the first column)."""
+    widths = [len(h) for h in header]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    aligns = align or ("l" + "r" * (len(header) - 1))
+
+    def line(cells: list[str]) -> str:
+        out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)]
+        return "  ".join(out).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One line of a grouped table: the rows sharing a key, summed over all their executions."""
+
+    key: str
+    total: Cost
+    remat_flops: int
+    instructions: int  # how many instructions (rows) fall in the group
+    executions: int  # sum of their execution counts
+    uncounted: int  # how many of them have an unknown cost
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.total.as_dict(),
+            "remat_flops": self.remat_flops,
+            "instructions": self.instructions,
+            "executions": self.executions,
+            "uncounted": self.uncounted,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MFU:
+    """Model and hardware FLOPs utilisation of one training/inference step.
+
+    `mfu` uses `model_flops` (the exact loop-aware total minus remat recomputation): the work the
+    model needs. `hfu` uses `hardware_flops` (the exact total, remat included): the work the
+    hardware did. Both are per-device FLOPs of the HLO module times `num_devices`, divided by
+    `step_time_s * peak_flops_per_s * num_devices`. FLOPs follow XLA's convention (2 per
+    multiply-add in dots and convolutions, 1 per element for elementwise ops)."""
+
+    mfu: float
+    hfu: float
+    model_flops: int  # per device, per step
+    hardware_flops: int  # per device, per step
+    step_time_s: float
+    peak_flops_per_s: float  # per device
+    num_devices: int
+    achieved_model_flops_per_s: float  # all devices together
+    achieved_hardware_flops_per_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "mfu_uses": "model_flops (exact loop-aware flops minus remat recomputation)",
+            "hfu_uses": "hardware_flops (exact loop-aware flops, remat included)",
+            "model_flops": self.model_flops,
+            "hardware_flops": self.hardware_flops,
+            "step_time_s": self.step_time_s,
+            "peak_flops_per_s": self.peak_flops_per_s,
+            "num_devices": self.num_devices,
+            "achieved_model_flops_per_s": self.achieved_model_flops_per_s,
+            "achieved_hardware_flops_per_s": self.achieved_hardware_flops_per_s,
+        }
+
+
+def _xla_triplet(estimate: Mapping[str, float]) -> dict[str, float]:
+    """XLA's dict uses 'bytes accessed' (with a space); the report says bytes_accessed."""
+    out = {
+        "flops": float(estimate.get("flops", 0.0)),
+        "transcendentals": float(estimate.get("transcendentals", 0.0)),
+        "bytes_accessed": float(estimate.get("bytes accessed", estimate.get("bytes_accessed", 0.0))),
+    }
+    if "optimal_seconds" in estimate:
+        out["optimal_seconds"] = float(estimate["optimal_seconds"])
+    return out
+
+
+class Report:
+    """The exact, loop- and remat-aware costs of one HLO module.
+
+    Build one with `analysis.analyze(...)`. Totals: `flops`, `transcendentals`, `bytes_accessed`
+    (ints, every loop multiplied by its trip count), `model_flops` and `remat_flops`,
+    `phase_flops` (forward / backward / other), `xla_estimate` (what XLA's `cost_analysis()`
+    says: each loop body once). Detail: `loops`, `uncounted`, `rows` (one per instruction).
+    """
+
+    def __init__(
+        self,
+        accounting: Accounting,
+        *,
+        path: str | None = None,
+        num_devices: int = 1,
+        xla_reported: Mapping[str, float] | None = None,
+    ) -> None:
+        self.accounting = accounting
+        self.path = path
+        self.num_devices = num_devices  # replica_count * num_partitions of the module header
+        # XLA's numbers as jax itself returned them (only after analysis.compare / --compare-xla)
+        self.xla_reported = dict(xla_reported) if xla_reported is not None else None
+
+    # ---- totals --------------------------------------------------------------------------
+    @property
+    def module_name(self) -> str:
+        return self.accounting.module_name
+
+    @property
+    def total(self) -> Cost:
+        return self.accounting.total
+
+    @property
+    def flops(self) -> int:
+        return self.accounting.total.flops
+
+    @property
+    def transcendentals(self) -> int:
+        return self.accounting.total.transcendentals
+
+    @property
+    def bytes_accessed(self) -> int:
+        return self.accounting.total.bytes_accessed
+
+    @property
+    def remat_flops(self) -> int:
+        return self.accounting.remat_flops
+
+    @property
+    def model_flops(self) -> int:
+        return self.accounting.model_flops
+
+    @property
+    def remat_overhead(self) -> float | None:
+        """Recomputed FLOPs as a fraction of the model FLOPs (0.25: remat adds 25 %)."""
+        return ratio(self.remat_flops, self.model_flops)
+
+    @property
+    def phase_flops(self) -> dict[str, int]:
+        return {p: int(self.accounting.phase_flops.get(p, 0)) for p in PHASES}
+
+    @property
+    def xla_estimate(self) -> dict[str, float]:
+        return _xla_triplet(self.accounting.xla_estimate)
+
+    @property
+    def ratio_to_xla(self) -> float | None:
+        """Exact FLOPs / XLA's estimate (how many times XLA undercounts)."""
+        return ratio(self.flops, self.xla_estimate["flops"])
+
+    @property
+    def loops(self) -> tuple[Loop, ...]:
+        return self.accounting.loops
+
+    @property
+    def uncounted(self):
+        return self.accounting.uncounted
+
+    @property
+    def rows(self) -> tuple[Row, ...]:
+        return self.accounting.rows
+
+    @property
+    def unknown_loops(self) -> tuple[Loop, ...]:
+        return tuple(lp for lp in self.loops if lp.trip_count is None)
+
+    @property
+    def is_exact(self) -> bool:
+        """True when every trip count is known and every op's cost is known: the totals are
+        then exact, not lower bounds."""
+        return not self.unknown_loops and not self.uncounted and all(r.executions_known for r in self.rows)
+
+    def loop_share(self, loop: Loop) -> float | None:
+        return ratio(loop.total.flops, self.flops)
+
+    # ---- grouping ------------------------------------------------------------------------
+    def group_by(self, by: str = "scope", *, depth: int | None = None) -> list[Group]:
+        """Sum the rows by opcode, computation, scope (the first `depth` frames of the op_name
+        name stack) or source line. Sorted by FLOPs, largest first, then by key."""
+        sums: dict[str, list[Any]] = {}
+        for row in self.rows:
+            key = group_key(row, by, depth)
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = [Cost(), 0, 0, 0, 0]
+            acc[0] = acc[0] + row.total
+            acc[1] += row.total.flops if row.remat else 0
+            acc[2] += 1
+            acc[3] += row.executions
+            acc[4] += 1 if row.uncounted else 0
+        groups = [Group(k, v[0], v[1], v[2], v[3], v[4]) for k, v in sums.items()]
+        groups.sort(key=lambda g: (-g.total.flops, -g.total.bytes_accessed, g.key))
+        return groups
+
+    def by_opcode(self) -> list[Group]:
+        return self.group_by("opcode")
+
+    def by_computation(self) -> list[Group]:
+        return self.group_by("computation")
+
+    def by_scope(self, depth: int | None = None) -> list[Group]:
+        return self.group_by("scope", depth=depth)
+
+    def by_source(self) -> list[Group]:
+        return self.group_by("source")
+
+    # ---- serialisation -------------------------------------------------------------------
+    def loop_dict(self, loop: Loop) -> dict[str, Any]:
+        return {
+            "name": loop.name,
+            "computation": loop.computation,
+            "body": loop.body,
+            "condition": loop.condition,
+            "trip_count": loop.trip_count,
+            "source": loop.source,
+            "bounds": [loop.bounds[0], loop.bounds[1]],
+            "executions": loop.executions,
+            "body_cost": loop.body_cost.as_dict(),
+            "total": loop.total.as_dict(),
+            "share": self.loop_share(loop),
+            "extra_over_xla": loop.extra_over_xla.as_dict(),
+            "parent": loop.parent,
+            "note": loop.note,
+        }
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat dict per instruction (the CSV and pandas layout)."""
+        records = []
+        for r in self.rows:
+            records.append(
+                {
+                    "computation": r.computation,
+                    "name": r.name,
+                    "opcode": r.opcode,
+                    "executions": r.executions,
+                    "executions_known": r.executions_known,
+                    "flops": r.total.flops,
+                    "transcendentals": r.total.transcendentals,
+                    "bytes_accessed": r.total.bytes_accessed,
+                    "flops_per_execution": r.cost.flops,
+                    "transcendentals_per_execution": r.cost.transcendentals,
+                    "bytes_accessed_per_execution": r.cost.bytes_accessed,
+                    "fusion": r.fusion,
+                    "loop": r.loop,
+                    "remat": r.remat,
+                    "phase": r.phase,
+                    "scope": r.scope,
+                    "source_file": r.source.file if r.source else None,
+                    "source_line": r.source.line if r.source else None,
+                    "source_function": r.source.function if r.source else None,
+                    "uncounted": r.uncounted,
+                }
+            )
+        return records
+
+    def to_dict(self, *, by: Iterable[str] = (), depth: int | None = None, rows: bool = False) -> dict[str, Any]:
+        """The JSON object `hloflops FILE --json` prints (same options: `by` adds `by_<key>`
+        tables next to the always-present `by_opcode`; `rows` adds one entry per instruction).
+        Plain JSON types only; exact values are ints; key order is fixed by `to_json`."""
+        out: dict[str, Any] = {
+            "schema": SCHEMA,
+            "module": self.module_name,
+            "path": self.path,
+            "flops": self.flops,
+            "transcendentals": self.transcendentals,
+            "bytes_accessed": self.bytes_accessed,
+            "model_flops": self.model_flops,
+            "remat_flops": self.remat_flops,
+            "remat_overhead": self.remat_overhead,
+            "phases": self.phase_flops,
+            "exact": self.is_exact,
+            "num_devices": self.num_devices,
+            "xla_estimate": self.xla_estimate,
+            "ratio_to_xla": self.ratio_to_xla,
+            "reconciliation": {k: int(v) for k, v in self.accounting.reconciliation.items()},
+            "loops": [self.loop_dict(lp) for lp in self.loops],
+            "uncounted": [
+                {
+                    "name": u.name,
+                    "opcode": u.opcode,
+                    "computation": u.computation,
+                    "reason": u.reason,
+                    "target": u.target,
+                    "executions": u.executions,
+                }
+                for u in self.uncounted
+            ],
+            "by_opcode": {g.key: g.as_dict() for g in self.by_opcode()},
+        }
+        for key in by:
+            if key == "opcode":
+                continue
+            table = self.group_by(key, depth=depth)
+            out[f"by_{key}"] = {g.key: g.as_dict() for g in table}
+            if key == "scope":
+                out["scope_depth"] = depth
+        if self.xla_reported is not None:
+            out["xla_reported"] = _xla_triplet(self.xla_reported)
+        if rows:
+            out["rows"] = self.to_records()
+        return out
+
+    def to_json(self, **options: Any) -> str:
+        """`to_dict(**options)` as deterministic JSON text (sorted keys, fixed indentation)."""
+        return json.dumps(self.to_dict(**options), sort_keys=True, indent=2, ensure_ascii=True) + "\n"
+
+    def to_pandas(self):
+        """One row per instruction as a pandas DataFrame (pandas is optional)."""
+        try:
+            import pandas as pd
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError("Report.to_pandas() needs pandas: python3 -m pip install pandas") from error
+        columns = list(self.to_records()[0]) if self.rows else None
+        return pd.DataFrame.from_records(self.to_records(), columns=columns)
+
+    def to_folded(self, metric: str = "flops") -> str:
+        """Folded stacks of `metric` by scope (flamegraph.pl, speedscope, inferno read them)."""
+        from analysis.folded import folded_stacks
+
+        return folded_stacks(self, metric=metric)
+
+    def write_folded(self, path: str, metric: str = "flops") -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_folded(metric))
+
+    def to_html(self, *, depth: int | None = None) -> str:
+        """A self-contained HTML page: summary, loops and an icicle chart of FLOPs by scope."""
+        from analysis.html import render_html
+
+        return render_html(self, depth=depth)
+
+    def write_html(self, path: str, *, depth: int | None = None) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_html(depth=depth))
+
+    # ---- MFU -----------------------------------------------------------------------------
+    def mfu(self, step_time_s: float, peak_flops_per_s: float, num_devices: int | None = None) -> MFU:
+        """MFU and HFU of a step that took `step_time_s` seconds on `num_devices` devices of
+        `peak_flops_per_s` each (default: the module's replica_count * num_partitions). The HLO
+        module is one device's program, so its FLOPs are per device."""
+        if step_time_s <= 0 or peak_flops_per_s <= 0:
+            raise ValueError("step_time_s and peak_flops_per_s must be positive")
+        n = self.num_devices if num_devices is None else int(num_devices)
+        if n < 1:
+            raise ValueError("num_devices must be at least 1")
+        capacity = step_time_s * peak_flops_per_s * n
+        return MFU(
+            mfu=self.model_flops * n / capacity,
+            hfu=self.flops * n / capacity,
+            model_flops=self.model_flops,
+            hardware_flops=self.flops,
+            step_time_s=float(step_time_s),
+            peak_flops_per_s=float(peak_flops_per_s),
+            num_devices=n,
+            achieved_model_flops_per_s=self.model_flops * n / step_time_s,
+            achieved_hardware_flops_per_s=self.flops * n / step_time_s,
+        )
+
+    # ---- display -------------------------------------------------------------------------
+    def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
+        """The readable text `hloflops FILE` prints."""
+        from analysis.cli import render_summary
+
+        return render_summary(self, by=by, depth=depth, top=top)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Report {self.module_name}: flops={self.flops:,} (XLA {self.xla_estimate['flops']:,.0f}), "
+            f"loops={len(self.loops)}, uncounted={len(self.uncounted)}>"
+        )
+
+    def _repr_html_(self) -> str:
+        """Notebook display: the totals, the loops and the top scopes as plain HTML tables."""
+        esc = _html.escape
+        xla = self.xla_estimate
+        parts = [f"<div class='hloflops-report'><b>{esc(self.module_name)}</b>"]
+        parts.append("<table><tr><th></th><th>exact (loop-aware)</th><th>XLA estimate</th><th>ratio</th></tr>")
+        for label, exact, key in (
+            ("flops", self.flops, "flops"),
+            ("transcendentals", self.transcendentals, "transcendentals"),
+            ("bytes accessed", self.bytes_accessed, "bytes_accessed"),
+        ):
+            r = ratio(exact, xla[key])
+            parts.append(
+                f"<tr><td>{label}</td><td>{exact:,}</td><td>{xla[key]:,.0f}</td>"
+                f"<td>{'-' if r is None else f'{r:.3f}x'}</td></tr>"
+            )
+        parts.append("</table>")
+        overhead = self.remat_overhead
+        parts.append(
+            f"<p>model flops {self.model_flops:,}; remat flops {self.remat_flops:,}"
+            f"{'' if overhead is None else f' (+{overhead:.1%})'}</p>"
+        )
+        if self.loops:
+            parts.append("<table><tr><th>loop</th><th>trip count</th><th>source</th><th>executions</th>"
+                         "<th>flops</th><th>share</th></tr>")
+            for lp in self.loops:
+                share = self.loop_share(lp)
+                parts.append(
+                    f"<tr><td>{esc(lp.name)}</td><td>{'unknown' if lp.trip_count is None else lp.trip_count}</td>"
+                    f"<td>{esc(lp.source)}</td><td>{lp.executions:,}</td><td>{lp.total.flops:,}</td>"
+                    f"<td>{'-' if share is None else f'{share:.1%}'}</td></tr>"
+                )
+            parts.append("</table>")
+        parts.append("<table><tr><th>scope (depth 3)</th><th>flops</th><th>remat flops</th></tr>")
+        for g in self.by_scope(3)[:10]:
+            parts.append(f"<tr><td>{esc(g.key)}</td><td>{g.total.flops:,}</td><td>{g.remat_flops:,}</td></tr>")
+        parts.append("</table>")
+        if self.uncounted:
+            parts.append(f"<p><b>{len(self.uncounted)} uncounted op(s)</b>: "
+                         + esc(", ".join(f"{u.name} ({u.reason})" for u in self.uncounted[:10])) + "</p>")
+        parts.append("</div>")
+        return "".join(parts)
