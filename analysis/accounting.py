@@ -1,0 +1,303 @@
+"""Loop- and remat-aware accounting: every instruction's cost times its executions.
+
+    acc = account(module)                                   # trip counts found in the HLO
+    acc = account(module, trip_counts={"while.3": 12})      # a while instruction by name
+    acc = account(module, trip_counts={"*/while": 12})      # fnmatch pattern on the op_name
+
+`trip_counts` keys are either a while instruction's name (always used, even over a count
+found in the HLO) or a pattern matched against the while's `op_name` with fnmatch (`*`, `?`,
+`[...]`); a pattern only fills in a count the analysis could not find. See analysis.tripcount.
+
+Totals:
+- Each instruction: `rules.own_cost(..., view="exact")` times the executions of its
+  computation (analysis.execution). Exact Python ints.
+- A loop with an unknown trip count counts its body at the certain lower bound (0 unless the
+  evaluation proved more) and its condition once more than that; its rows are marked
+  `executions_known=False` and the loop is listed with `trip_count=None`: the total is then
+  a lower bound, never a silent guess.
+- Conditionals follow XLA: the total takes the branch with the most flops (ties: more
+  transcendentals, more bytes, lower branch index); the other branches' rows are listed with 0
+  executions. `conditionals` reports every branch's cost and `total_lower_bound` takes the
+  smallest branch everywhere instead.
+- remat: rows the remat analysis calls real recomputation (analysis.remat); model FLOPs are
+  `total.flops - remat_flops`.
+
+Reconciliation with XLA (`xla_estimate`, which counts every loop body and condition once):
+for a while `w` in computation C, executed m times, with trip count n, body B and
+condition K, let S(c) be the cost of one execution of c with every loop inside it counted
+once (XLA's way). Then
+
+    extra(w) = m * ((n - 1) * S(B) + n * S(K))
+
+and, summing outermost loops first, the extras add up exactly to the difference between our
+total and the same total with every loop counted once (each level's extra is taken with the
+loops inside it still at one iteration; theirs is their own). `reconciliation[w] =
+extra(w).flops`; `reconciliation["residual"]` is everything else: what the exact view counts
+differently from XLA (custom-calls XLA counts as -1, ...) and XLA's float32 rounding. In a
+loop-free module without custom-calls the residual is exactly XLA's float32 rounding error
+(sum of ints minus XLA's float32 sum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from analysis import remat as remat_analysis
+from analysis.costs import ZERO, Cost, OpCost
+from analysis.execution import ExecutionCounts, execution_counts, is_executing_site
+from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
+from analysis.tripcount import TripCount, trip_count
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+RESIDUAL = "residual"
+CostFn = Callable[[Module, Computation, Instruction], OpCost]
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    index: int
+    computation: str
+    cost: Cost  # one execution of the branch, everything inside it included
+
+
+@dataclass(frozen=True, slots=True)
+class Conditional:
+    name: str
+    computation: str
+    executions: int
+    branches: tuple[Branch, ...]
+    chosen: int  # the branch the total counts (most flops, XLA's convention)
+    smallest: int  # the branch the lower bound counts
+
+
+@dataclass(frozen=True)
+class LoopAccounting(Accounting):
+    """`Accounting` plus what only loops and conditionals have."""
+
+    conditionals: tuple[Conditional, ...] = ()
+    total_lower_bound: Cost = ZERO  # smallest branch of every conditional, unknown loops at 0
+    executions_known: bool = True  # False when some trip count is unknown
+
+
+def exact_cost(module: Module, computation: Computation, instruction: Instruction) -> OpCost:
+    from analysis.rules import own_cost
+
+    return own_cost(module, computation, instruction, view="exact")
+
+
+def _rank(cost: Cost) -> tuple[int, int, int]:
+    return cost.flops, cost.transcendentals, cost.bytes_accessed
+
+
+class _Inclusive:
+    """Inclusive costs of one execution of a computation, bottom-up over the call graph."""
+
+    def __init__(self, module: Module, own: Mapping[str, Cost], trips: Mapping[str, TripCount], pick_max: bool):
+        self.module = module
+        self.own = own
+        self.trips = trips
+        self.pick_max = pick_max
+        self.exact: dict[str, Cost] = {}  # loops at their trip counts
+        self.once: dict[str, Cost] = {}  # every loop counted once (XLA's way)
+        self.choice: dict[str, int] = {}  # conditional -> chosen branch index
+
+    def compute(self, order: Iterable[str]) -> None:
+        for name in reversed(list(order)):  # callees first
+            self.exact[name], self.once[name] = self._one(name)
+
+    def _one(self, name: str) -> tuple[Cost, Cost]:
+        exact = once = self.own.get(name, ZERO)
+        for inst in self.module.by_name[name].instructions:
+            sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in self.exact]
+            if not sites:
+                continue
+            if inst.opcode == "while":
+                tc = self.trips[inst.name]
+                n = tc.value if tc.value is not None else tc.lower
+                body = inst.called(CallRole.WHILE_BODY)[0]
+                cond = inst.called(CallRole.WHILE_CONDITION)[0]
+                exact = exact + self.exact[body].scaled(n) + self.exact[cond].scaled(n + 1)
+                once = once + self.once[body] + self.once[cond]
+                continue
+            branches = [s for s in sites if s.role == CallRole.BRANCH]
+            if branches:
+                pick = max if self.pick_max else min
+                chosen = pick(branches, key=lambda s: (_rank(self.exact[s.computation]), -s.index))
+                self.choice[inst.name] = chosen.index
+                exact = exact + self.exact[chosen.computation]
+                once = once + self.once[chosen.computation]
+            for site in sites:
+                if site.role != CallRole.BRANCH:
+                    exact = exact + self.exact[site.computation]
+                    once = once + self.once[site.computation]
+        return exact, once
+
+
+def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
+            cost_fn: CostFn | None = None, xla: Mapping[str, float] | None = None) -> LoopAccounting:
+    """The loop- and remat-aware accounting of a module (see the module docstring).
+    `cost_fn` replaces `rules.own_cost(view="exact")` and `xla` replaces
+    `xla_estimate(module)` (tests use both to check the bookkeeping on its own)."""
+    cost_fn = cost_fn or exact_cost
+    if xla is None:
+        from analysis.xla_estimate import xla_estimate
+
+        xla = xla_estimate(module)
+    overrides = dict(trip_counts or {})
+    first = execution_counts(module, overrides=overrides)
+    trips = first.trip_counts
+    for comp, inst in module.instructions():  # loops no CONTROL path reaches are listed too
+        if inst.opcode == "while" and inst.name not in trips:
+            trips[inst.name] = trip_count(module, comp, inst, overrides)
+
+    op_costs: dict[tuple[str, str], OpCost] = {}
+    own: dict[str, Cost] = {}
+    for name in first.order:
+        comp = module.by_name[name]
+        total = ZERO
+        for inst in comp.instructions:
+            oc = cost_fn(module, comp, inst)
+            op_costs[(name, inst.name)] = oc
+            total = total + oc.cost
+        own[name] = total
+
+    upper = _Inclusive(module, own, trips, pick_max=True)
+    upper.compute(first.order)
+    lower = _Inclusive(module, own, trips, pick_max=False)
+    lower.compute(first.order)
+    ex = execution_counts(module, trips, branch_choice=upper.choice)
+
+    remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order])
+    remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
+    rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies)
+    loops = _loops(module, ex, upper)
+    conditionals = _conditionals(module, ex, upper, lower)
+
+    total = upper.exact[module.entry_name]
+    xla_flops = int(xla.get("flops", 0.0))
+    reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
+    reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
+    phase_flops = {p: 0 for p in PHASES}
+    remat_flops = 0
+    for row in rows:
+        phase_flops[row.phase] += row.total.flops
+        if row.remat:
+            remat_flops += row.total.flops
+    return LoopAccounting(
+        module_name=module.name,
+        rows=tuple(rows),
+        loops=tuple(loops),
+        uncounted=tuple(uncounted),
+        total=total,
+        remat_flops=remat_flops,
+        phase_flops=phase_flops,
+        xla_estimate=dict(xla),
+        reconciliation=reconciliation,
+        conditionals=tuple(conditionals),
+        total_lower_bound=lower.exact[module.entry_name],
+        executions_known=all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites),
+    )
+
+
+def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str], OpCost],
+          remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool]):
+    rows: list[Row] = []
+    uncounted: list[Uncounted] = []
+    for name in ex.order:
+        comp = module.by_name[name]
+        executions = ex.of(name)
+        known = ex.is_known(name)
+        for inst in comp.instructions:
+            oc = op_costs[(name, inst.name)]
+            op_name = inst.op_name
+            rows.append(Row(
+                computation=name,
+                name=inst.name,
+                opcode=inst.opcode,
+                executions=executions,
+                executions_known=known,
+                cost=oc.cost,
+                total=oc.cost.scaled(executions),
+                fusion=ex.fusion_of.get(name),
+                loop=ex.loop_of.get(name),
+                remat=(name, inst.name) in remat_index or remat_bodies.get(name, False),
+                phase=remat_analysis.phase(op_name),
+                scope=remat_analysis.scope(op_name),
+                source=module.source_location(inst),
+                uncounted=oc.uncounted,
+            ))
+            if oc.uncounted is not None:
+                uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,
+                                           inst.custom_call_target, executions))
+    return rows, uncounted
+
+
+def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive) -> list[Loop]:
+    loops: list[Loop] = []
+    for name in ex.order:
+        for inst in module.by_name[name].instructions:
+            if inst.opcode != "while" or inst.name not in ex.while_sites:
+                continue
+            tc = ex.trip_counts[inst.name]
+            n = tc.value if tc.value is not None else tc.lower
+            body = inst.called(CallRole.WHILE_BODY)[0]
+            cond = inst.called(CallRole.WHILE_CONDITION)[0]
+            m = ex.of(name)
+            per_execution = inc.exact[body].scaled(n) + inc.exact[cond].scaled(n + 1)
+            extra = (inc.once[body].scaled(n - 1) + inc.once[cond].scaled(n)).scaled(m)
+            loops.append(Loop(
+                name=inst.name,
+                computation=name,
+                body=body,
+                condition=cond,
+                trip_count=tc.value,
+                source=tc.source,
+                bounds=(tc.lower, tc.upper),
+                executions=m,
+                body_cost=inc.exact[body] + inc.exact[cond],
+                total=per_execution.scaled(m),
+                extra_over_xla=extra,
+                parent=ex.loop_of.get(name),
+                note=tc.note,
+            ))
+    return loops
+
+
+def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower: _Inclusive) -> list[Conditional]:
+    found: list[Conditional] = []
+    for name in ex.order:
+        for inst in module.by_name[name].instructions:
+            if inst.name not in upper.choice:
+                continue
+            branches = tuple(
+                Branch(s.index, s.computation, upper.exact[s.computation])
+                for s in inst.calls if s.role == CallRole.BRANCH
+            )
+            found.append(Conditional(inst.name, name, ex.of(name), branches,
+                                     upper.choice[inst.name], lower.choice[inst.name]))
+    return found
+
+
+# ---- views the product layer can use ---------------------------------------------------------
+
+
+def remat_by_loop(acc: Accounting) -> dict[str | None, tuple[int, int]]:
+    """Innermost enclosing loop (None: outside loops) -> (flops, remat_flops)."""
+    result: dict[str | None, tuple[int, int]] = {}
+    for row in acc.rows:
+        flops, remat_flops = result.get(row.loop, (0, 0))
+        result[row.loop] = (flops + row.total.flops, remat_flops + (row.total.flops if row.remat else 0))
+    return result
+
+
+def remat_by_scope(acc: Accounting, depth: int | None = None) -> dict[str, tuple[int, int]]:
+    """Name scope (cut to `depth` components of the model path) -> (flops, remat_flops)."""
+    result: dict[str, tuple[int, int]] = {}
+    for row in acc.rows:
+        key = remat_analysis.model_path(row.scope)
+        if depth is not None:
+            key = "/".join(key.split("/")[:depth])
+        flops, remat_flops = result.get(key, (0, 0))
+        result[key] = (flops + row.total.flops, remat_flops + (row.total.flops if row.remat else 0))
+    return result

@@ -1,0 +1,149 @@
+"""How many times every computation runs, from ENTRY through the call graph.
+
+Only CONTROL call roles execute a callee as a computation of its own (`CallRole.CONTROL`);
+reducers, comparators and other APPLIED callees are costed inside their calling instruction.
+
+    while        body: n per execution of the while, condition: n + 1 (it runs once more to exit)
+    fusion/call  1
+    async-start  1 (the -update / -done halves of the same op do not run it again)
+    conditional  the branch chosen in `branch_choice` runs once, the others 0; a conditional
+                 whose branch is not chosen runs each branch once ("if taken").
+                 Branch executions are never `known`: which branch runs is data.
+
+A computation called from several sites sums them; nested loops multiply. Every instruction of
+a computation runs once per execution of the computation. When a trip count is unknown, the
+body counts its lower bound and everything beneath it is marked not known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from analysis.tripcount import TripCount, trip_count
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+
+@dataclass(frozen=True)
+class ExecutionCounts:
+    computations: Mapping[str, int]  # computation -> executions (a lower bound where not known)
+    known: Mapping[str, bool]  # computation -> are its executions exact
+    trip_counts: Mapping[str, TripCount]  # while instruction -> its trip count
+    loop_of: Mapping[str, str | None]  # computation -> innermost enclosing while instruction
+    fusion_of: Mapping[str, str | None]  # computation -> outermost fusion instruction around it
+    while_sites: Mapping[str, str] = field(default_factory=dict)  # while instruction -> its computation
+    order: tuple[str, ...] = ()  # computations reachable from ENTRY, callers before callees
+
+    def of(self, computation: Computation | str) -> int:
+        name = computation if isinstance(computation, str) else computation.name
+        return self.computations.get(name, 0)
+
+    def is_known(self, computation: Computation | str) -> bool:
+        name = computation if isinstance(computation, str) else computation.name
+        return self.known.get(name, True)
+
+    def parent_loop(self, while_name: str) -> str | None:
+        """The loop enclosing a while instruction, if any."""
+        return self.loop_of.get(self.while_sites.get(while_name, ""))
+
+
+def is_executing_site(inst: Instruction, role: str) -> bool:
+    """Does this call site run the callee? The async-update/-done halves name the same
+    computation as their async-start but do not run it again."""
+    if role not in CallRole.CONTROL:
+        return False
+    if role == CallRole.ASYNC:
+        return not (inst.opcode.endswith("-done") or inst.opcode.endswith("-update"))
+    return True
+
+
+def control_order(module: Module) -> list[str]:
+    """Computations reachable from ENTRY through CONTROL calls, callers before callees."""
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[tuple[str, list[str]]] = []
+
+    def callees(name: str) -> list[str]:
+        comp = module.by_name.get(name)
+        if comp is None:
+            return []
+        found = []
+        for inst in comp.instructions:
+            for site in inst.calls:
+                if is_executing_site(inst, site.role) and site.computation in module.by_name:
+                    found.append(site.computation)
+        return list(dict.fromkeys(found))
+
+    root = module.entry_name
+    state[root] = 1
+    stack.append((root, callees(root)))
+    while stack:
+        name, pending = stack[-1]
+        if pending:
+            nxt = pending.pop()
+            if state.get(nxt) == 1:
+                raise ValueError(f"call graph cycle through {nxt}")
+            if nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, callees(nxt)))
+            continue
+        stack.pop()
+        state[name] = 2
+        order.append(name)
+    order.reverse()
+    return order
+
+
+def site_multiplier(inst: Instruction, role: str, index: int, trips: Mapping[str, TripCount],
+                    branch_choice: Mapping[str, int] | None) -> tuple[int, bool]:
+    """(executions of the callee per execution of the calling instruction, exact?)"""
+    if role == CallRole.WHILE_BODY or role == CallRole.WHILE_CONDITION:
+        tc = trips[inst.name]
+        n = tc.value if tc.value is not None else tc.lower
+        return (n if role == CallRole.WHILE_BODY else n + 1), tc.value is not None
+    if role == CallRole.BRANCH:
+        n_branches = sum(1 for s in inst.calls if s.role == CallRole.BRANCH)
+        if n_branches == 1:
+            return 1, True
+        if branch_choice is not None and inst.name in branch_choice:
+            return (1 if branch_choice[inst.name] == index else 0), False
+        return 1, False
+    return 1, True
+
+
+def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None = None, *,
+                     overrides: Mapping[str, int] | None = None,
+                     branch_choice: Mapping[str, int] | None = None) -> ExecutionCounts:
+    """Executions of every computation reachable from ENTRY. `trip_counts` (while name ->
+    TripCount) are computed with `overrides` where not given."""
+    trips = dict(trip_counts or {})
+    order = control_order(module)
+    counts: dict[str, int] = {name: 0 for name in order}
+    known: dict[str, bool] = {name: True for name in order}
+    loop_of: dict[str, str | None] = {}
+    fusion_of: dict[str, str | None] = {}
+    while_sites: dict[str, str] = {}
+    counts[module.entry_name] = 1
+    loop_of[module.entry_name] = None
+    fusion_of[module.entry_name] = None
+    for name in order:
+        comp = module.by_name[name]
+        for inst in comp.instructions:
+            sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in counts]
+            if not sites:
+                continue
+            if inst.opcode == "while":
+                while_sites[inst.name] = name
+                if inst.name not in trips:
+                    trips[inst.name] = trip_count(module, comp, inst, overrides)
+            for site in sites:
+                times, exact = site_multiplier(inst, site.role, site.index, trips, branch_choice)
+                callee = site.computation
+                counts[callee] += counts[name] * times
+                known[callee] = known[callee] and known[name] and exact
+                if callee not in loop_of:  # first caller in order decides the context
+                    in_loop = site.role in (CallRole.WHILE_BODY, CallRole.WHILE_CONDITION)
+                    loop_of[callee] = inst.name if in_loop else loop_of.get(name)
+                    outer_fusion = fusion_of.get(name)
+                    fusion_of[callee] = outer_fusion or (inst.name if site.role == CallRole.FUSION else None)
+    return ExecutionCounts(counts, known, trips, loop_of, fusion_of, while_sites, tuple(order))

@@ -1,0 +1,125 @@
+"""Rematerialization (recomputation) and the forward / backward / other phase of each op.
+
+Two kinds of recomputation show up in HLO:
+
+* jax's `checkpoint` / flax's `remat`: the backward pass recomputes the forward inside a
+  `rematted_computation` name scope; every fused instruction carries that in its op_name.
+* XLA's HloRematerialization pass: it clones an instruction under the name `<name>.remat`
+  (`.remat2`, ...) and keeps the original.
+
+Only real recomputation counts. XLA's CSE can merge a forward op with its recompute (they
+compute the same value when nothing keeps them apart); the one op left may carry the
+`rematted_computation` name, but nothing runs twice, so it is model FLOPs. We therefore call
+an op remat only when its forward twin is still in the module: a forward-phase op (jvp, not
+transposed) with the same opcode and the same name scope once the transformation wrappers
+(`jvp(...)`, `transpose(...)`, `checkpoint`, `rematted_computation`, `while/body`,
+`closed_call`, `jit(...)`) are stripped. For a `.remat` clone the twin is the original
+instruction of the same name without the suffix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from hloparse.ir import Computation, Instruction, Module
+
+REMAT_SCOPE = "rematted_computation"
+XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
+# Name-stack components that say how an op was produced, not which model part it belongs to.
+WRAPPER = re.compile(r"^(jit|pjit|jvp|vjp|transpose|remat\d*|checkpoint|closed_call|core_call|custom_jvp_call"
+                     r"|custom_vjp_call|rematted_computation|while|body|cond|scan|pmap|xla_pmap|shard_map"
+                     r"|named_call|call|checkpoint_name|branch_\d+_fun)(\(.*\))?$")
+
+
+def phase(op_name: str) -> str:
+    """'backward' for transposed code, 'forward' for jvp'd code, else 'other' (optimizer
+    updates, loss bookkeeping, non-differentiated programs)."""
+    if "transpose(" in op_name:
+        return "backward"
+    if "jvp(" in op_name:
+        return "forward"
+    return "other"
+
+
+def scope(op_name: str) -> str:
+    """The name stack of an op: its op_name without the final (primitive) component."""
+    head, _, _ = op_name.rpartition("/")
+    return head
+
+
+def split_components(op_name: str) -> list[str]:
+    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(op_name):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == "/" and depth == 0:
+            parts.append(op_name[start:i])
+            start = i + 1
+    parts.append(op_name[start:])
+    return parts
+
+
+def model_path(op_name: str) -> str:
+    """The op_name with every transformation wrapper removed: the part of the model an op
+    computes, the same for a forward op and its recompute."""
+    return "/".join(p for p in split_components(op_name) if p and not WRAPPER.match(p))
+
+
+def is_remat_named(inst: Instruction) -> bool:
+    return REMAT_SCOPE in inst.op_name or bool(XLA_REMAT_SUFFIX.search(inst.name))
+
+
+@dataclass(frozen=True)
+class RematIndex:
+    """Which instructions of a module are real recomputation."""
+
+    remat: frozenset[tuple[str, str]]  # (computation, instruction) pairs
+    remat_named: int  # instructions carrying a remat name (some may be merged by CSE)
+    merged: tuple[tuple[str, str], ...]  # remat-named but without a forward twin: model FLOPs
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self.remat
+
+
+def _twin_key(inst: Instruction) -> tuple[str, str]:
+    return inst.opcode, model_path(inst.op_name)
+
+
+def find_remat(module: Module, computations: Iterable[Computation] | None = None) -> RematIndex:
+    comps = list(computations) if computations is not None else list(module.computations)
+    forward: set[tuple[str, str]] = set()
+    names: set[str] = set()
+    candidates: list[tuple[Computation, Instruction]] = []
+    for comp in comps:
+        for inst in comp.instructions:
+            names.add(inst.name)
+            if is_remat_named(inst):
+                candidates.append((comp, inst))
+            elif phase(inst.op_name) == "forward":
+                forward.add(_twin_key(inst))
+    remat: set[tuple[str, str]] = set()
+    merged: list[tuple[str, str]] = []
+    for comp, inst in candidates:
+        clone_of = XLA_REMAT_SUFFIX.sub("", inst.name)
+        if clone_of != inst.name:
+            twin = clone_of in names
+        else:
+            twin = _twin_key(inst) in forward
+        (remat.add if twin else merged.append)((comp.name, inst.name))
+    return RematIndex(frozenset(remat), len(candidates), tuple(merged))
+
+
+def remat_fusion_bodies(module: Module, index: RematIndex) -> Mapping[str, bool]:
+    """Fused computations called by an XLA `.remat` clone of a fusion: everything in them is
+    recomputation too (their instructions keep their original names)."""
+    result: dict[str, bool] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion" and (comp.name, inst.name) in index and XLA_REMAT_SUFFIX.search(inst.name):
+            for callee in inst.called("fusion"):
+                result[callee] = True
+    return result
