@@ -236,8 +236,11 @@ def lax_scan():
         return jax.grad(loss, argnums=(0, 1, 2))(w, h0, xs)
 
     f32 = jnp.float32
-    args = (jax.ShapeDtypeStruct((32, 32), f32), jax.ShapeDtypeStruct((4, 32), f32),
-            jax.ShapeDtypeStruct((16, 4, 32), f32))
+    args = (
+        jax.ShapeDtypeStruct((32, 32), f32),
+        jax.ShapeDtypeStruct((4, 32), f32),
+        jax.ShapeDtypeStruct((16, 4, 32), f32),
+    )
     return train_step, args, {"facts": {"steps": 16}}
 
 
@@ -250,9 +253,11 @@ def fori_loop():
         return jax.lax.fori_loop(0, 10, lambda i, x: jnp.sin(x @ w), x)
 
     f32 = jnp.float32
-    return train_step, (jax.ShapeDtypeStruct((64, 64), f32), jax.ShapeDtypeStruct((8, 64), f32)), {
-        "facts": {"steps": 10}
-    }
+    return (
+        train_step,
+        (jax.ShapeDtypeStruct((64, 64), f32), jax.ShapeDtypeStruct((8, 64), f32)),
+        {"facts": {"steps": 10}},
+    )
 
 
 EXAMPLES: dict[str, Callable[[], tuple[Callable, tuple, dict]]] = {
@@ -359,8 +364,14 @@ def _describe(name: str) -> str:
     doc = (EXAMPLES[name].__doc__ or "").strip().splitlines()
     if name.startswith("seed000"):
         doc = (_seed000.__doc__ or "").strip().splitlines()
-        doc = [doc[0] + (" Layers as nn.remat_scan(MLP, lengths=(24, 1))." if "remat" in name
-                         else " Layers as a Python loop of 24 MLPs.")]
+        doc = [
+            doc[0]
+            + (
+                " Layers as nn.remat_scan(MLP, lengths=(24, 1))."
+                if "remat" in name
+                else " Layers as a Python loop of 24 MLPs."
+            )
+        ]
     return doc[0] if doc else ""
 
 
