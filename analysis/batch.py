@@ -1,0 +1,330 @@
+"""Batch analysis: every HLO module under some directories (XLA dump dirs included), in parallel,
+into a SQLite database, with a closing summary. `hloflops DIR ...` / `hloflops batch ...`.
+
+    summary = run_batch(["/tmp/dump"], db="runs.sqlite")
+    summary.exit_code   # 0: every file analysed; 1: some failed (each failure has its row)
+
+The parent process discovers the files, reads and hashes each one, skips those whose row already
+has the same content hash and engine version, hands the rest to workers (`analysis.batch_pool`)
+and writes each record to the database as it arrives (`analysis.batch_db`, one commit per file),
+so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from analysis.batch_db import OK, READ_ERROR, ResultsDB, export, row_from_result
+from analysis.batch_discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
+from analysis.batch_pool import Job, default_processes, run_dask, run_local
+from analysis.batch_worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version
+from analysis.progress import Progress, format_duration
+
+DEFAULT_DB = "hloflops-batch.sqlite"
+DEFAULT_TIMEOUT_S = 600.0
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    db_path: str
+    run_id: int
+    files: int  # module files found
+    analyzed: int  # sent to a worker in this run
+    cached: int  # skipped: unchanged since a previous run
+    failed: int  # rows whose status is not "ok" (this run's and cached ones)
+    status_counts: Mapping[str, int]
+    seconds: float
+    total_bytes: int
+    ignored: int  # dump side files and other stages
+    missing_stage: tuple[str, ...]
+    problems: tuple[tuple[str, str], ...]  # input paths that do not exist, directories not listed
+    rows: tuple[dict[str, Any], ...] = field(repr=False, default=())  # this run's files, from the database
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if self.failed or self.problems else EXIT_OK
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The file's bytes; OSError for anything that is not a readable regular file (a FIFO would block)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"not a regular file ({stat.filemode(st.st_mode)})")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def run_batch(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    db: str | os.PathLike[str] = DEFAULT_DB,
+    processes: int | None = None,
+    stage: str = AFTER_OPTIMIZATIONS,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    scheduler: Any = None,
+    progress: bool = True,
+    scopes: bool = False,
+    scope_depth: int | None = 3,
+    force: bool = False,
+    worker_fn: WorkerFn = analyze_file,
+    argv: Sequence[str] | None = None,
+    log=None,
+) -> BatchSummary:
+    """Analyse every module file under `paths` into the database `db`; see the module docstring.
+
+    `processes`: local worker processes (default: every core). `scheduler`: a dask.distributed
+    scheduler address (or Client) to use instead. `timeout_s`: per-file limit (None: none).
+    `scopes`: also store per-scope sums (`scope_depth` frames of the name stack). `force`:
+    re-analyse files even when their row is up to date. `worker_fn`: the per-file function
+    (tests substitute fakes; it must be importable by the workers).
+    """
+    log = log or (lambda message: print(f"hloflops batch: {message}", file=sys.stderr))
+    started = time.monotonic()
+    found: Discovery = discover(paths, stage)
+    # Largest first: the long files start early, so the pool does not wait on one at the end.
+    order = sorted(found.files, key=lambda mf: (-mf.size, str(mf.path)))
+    version = engine_version()
+    options = WorkerOptions(scopes=scopes, scope_depth=scope_depth)
+    counts = {"analyzed": 0, "cached": 0}
+    bar = Progress(len(order), found.total_bytes, enabled=progress)
+    by_path: dict[str, ModuleFile] = {}
+
+    with ResultsDB(db) as results:
+        run_id = results.begin_run(list(argv) if argv is not None else [os.fspath(p) for p in paths], version)
+
+        def record(mf: ModuleFile, digest: str | None, result: dict[str, Any]) -> None:
+            row = row_from_result(
+                result,
+                path=_key(mf.path),
+                content_hash=digest,
+                size_bytes=mf.size,
+                stage=mf.stage,
+                engine_version=version,
+                run_id=run_id,
+            )
+            results.write(row, result.get("scopes") if scopes else None)
+            bar.update(mf.size, failed=row["status"] != OK)
+
+        digests: dict[str, str] = {}
+
+        def jobs() -> Iterator[Job]:
+            for mf in order:
+                key = _key(mf.path)
+                by_path[key] = mf
+                try:
+                    data = _read_regular_file(mf.path)
+                except OSError as e:
+                    reason = e.strerror or str(e)
+                    record(mf, None, {"status": READ_ERROR, "error": f"cannot read: {reason}"})
+                    continue
+                digest = content_hash(data)
+                if not force and results.is_cached(key, digest, version):
+                    counts["cached"] += 1
+                    bar.update(mf.size, cached=True)
+                    continue
+                digests[key] = digest
+                counts["analyzed"] += 1
+                yield Job(key, data)
+
+        def on_done(job: Job, result: dict[str, Any]) -> None:
+            record(by_path[job.path], digests.pop(job.path), result)
+
+        try:
+            if scheduler is not None:
+                run_dask(jobs(), scheduler=scheduler, fn=worker_fn, options=options, on_done=on_done,
+                         timeout_s=timeout_s, log=log)
+            else:
+                run_local(jobs(), fn=worker_fn, options=options, on_done=on_done,
+                          processes=processes or default_processes(), timeout_s=timeout_s)
+        finally:
+            bar.close()
+        rows = tuple(results.module_rows(_key(mf.path) for mf in order))
+        status_counts: dict[str, int] = {}
+        for row in rows:
+            status_counts[row["status"]] = status_counts.get(row["status"], 0) + 1
+        failed = sum(n for status, n in status_counts.items() if status != OK)
+        results.end_run(run_id, files=len(order), analyzed=counts["analyzed"], cached=counts["cached"], failed=failed)
+    return BatchSummary(
+        db_path=os.fspath(db),
+        run_id=run_id,
+        files=len(order),
+        analyzed=counts["analyzed"],
+        cached=counts["cached"],
+        failed=failed,
+        status_counts=status_counts,
+        seconds=time.monotonic() - started,
+        total_bytes=found.total_bytes,
+        ignored=found.ignored,
+        missing_stage=found.missing_stage,
+        problems=found.problems,
+        rows=rows,
+    )
+
+
+def _key(path: Path) -> str:
+    # Absolute but not resolved: a symlink keeps its own name (a broken one has no target).
+    return os.path.abspath(path)
+
+
+# ---- the closing summary ---------------------------------------------------------------------
+def _display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for r in [header, *rows]:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+def format_summary(summary: BatchSummary, *, top: int = 20) -> str:
+    """The closing report: counts, the worst XLA undercounts first, then the failures."""
+    mb = summary.total_bytes / (1024 * 1024)
+    lines = [
+        f"hloflops batch: {summary.files} module files, {mb:.1f} MB: {summary.analyzed} analysed, "
+        f"{summary.cached} unchanged (cached), {summary.failed} failed, in {format_duration(summary.seconds)} "
+        f"-> {summary.db_path} (run {summary.run_id})",
+        "  status: " + ", ".join(f"{status} {n}" for status, n in sorted(summary.status_counts.items())),
+    ]
+    if summary.ignored:
+        lines.append(f"  ignored {summary.ignored} dump side files / other stages")
+    if summary.missing_stage:
+        lines.append(f"  {len(summary.missing_stage)} dump modules have no text of the selected stage, e.g. "
+                     f"{summary.missing_stage[0]}")
+    for path, why in summary.problems:
+        lines.append(f"  problem: {path}: {why}")
+    ok_rows = [r for r in summary.rows if r["status"] == OK]
+    # Worst undercount first; modules without a positive XLA number (no ratio) after the rest.
+    ok_rows.sort(key=lambda r: (r["ratio"] is None, -(r["ratio"] or 0.0), -r["flops"], r["path"]))
+    if ok_rows:
+        lines += ["", f"Worst XLA undercount first (exact FLOPs / XLA's estimate), top {min(top, len(ok_rows))}:"]
+        table = []
+        for r in ok_rows[:top]:
+            table.append(
+                [
+                    f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
+                    f"{r['flops']:,}",
+                    f"{r['xla_flops']:,.0f}" if r["xla_flops"] is not None else "-",
+                    str(r["n_loops"]),
+                    str(r["n_unknown_trip_counts"]),
+                    str(r["n_uncounted"]),
+                    f"{r['remat_flops']:,}",
+                    r["module_name"] or "",
+                    _display_path(r["path"]),
+                ]
+            )
+        header = ["ratio", "exact flops", "XLA flops", "loops", "unknown", "uncounted", "remat", "module", "path"]
+        lines += _table(header, table, right={0, 1, 2, 3, 4, 5, 6})
+    failed_rows = sorted((r for r in summary.rows if r["status"] != OK), key=lambda r: (r["status"], r["path"]))
+    if failed_rows:
+        lines += ["", f"Failed files ({len(failed_rows)}{', first ' + str(top) if len(failed_rows) > top else ''}):"]
+        for r in failed_rows[:top]:
+            lines.append(f"  {r['status']:<11}  {_display_path(r['path'])}: {r['error']}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- command line ----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hloflops batch",
+        description="Analyse every HLO module under the given directories (XLA dump dirs, *.hlo, *.txt, "
+        "gzip) into a SQLite database, in parallel, and print the worst XLA undercounts.",
+        epilog="Exit status: 0 every file analysed, 1 some files failed (each has its row and error), 2 usage.",
+    )
+    parser.add_argument("paths", nargs="*", help="directories (searched recursively) and files")
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite database to write (default: {DEFAULT_DB})")
+    parser.add_argument("-j", "--processes", type=int, default=None, help="worker processes (default: all cores)")
+    parser.add_argument(
+        "--stage",
+        default=AFTER_OPTIMIZATIONS,
+        help="which dump text per module: after_optimizations (default, any platform prefix), "
+        "before_optimizations, all, or an exact stage name / fnmatch pattern",
+    )
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help=f"per-file time limit in seconds (default {DEFAULT_TIMEOUT_S:g}; 0: none)")
+    parser.add_argument("--scheduler", default=None, help="dask.distributed scheduler address to run on instead")
+    parser.add_argument("--scopes", nargs="?", const=3, type=int, default=None, metavar="DEPTH",
+                        help="also store per-scope sums, DEPTH frames of the name stack (default 3; 0: whole stack)")
+    parser.add_argument("--force", action="store_true", help="re-analyse files even when unchanged")
+    parser.add_argument("--export", action="append", default=[], metavar="FILE",
+                        help="write the module rows to FILE (.csv, .jsonl, .parquet); repeatable")
+    parser.add_argument("--export-scopes", action="append", default=[], metavar="FILE",
+                        help="write the per-scope rows to FILE (.csv, .jsonl, .parquet)")
+    parser.add_argument("--top", type=int, default=20, help="rows in each summary table (default 20)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout")
+    return parser
+
+
+def cli_main(argv: list[str]) -> int:
+    """`hloflops [batch] PATH... [options]`; returns the exit status."""
+    argv = list(argv)
+    if argv and argv[0] == "batch":
+        argv = argv[1:]
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_OK if e.code in (0, None) else EXIT_USAGE
+    exports = [(f, "modules") for f in args.export] + [(f, "scopes") for f in args.export_scopes]
+    if not args.paths and not exports:
+        parser.print_usage(sys.stderr)
+        print("hloflops batch: error: give directories or files to analyse (or --export with --db)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.processes is not None and args.processes < 1:
+        print("hloflops batch: error: --processes must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.paths and not os.path.exists(args.db):
+        print(f"hloflops batch: error: no database {args.db} to export", file=sys.stderr)
+        return EXIT_USAGE
+    status = EXIT_OK
+    if args.paths:
+        try:
+            summary = run_batch(
+                args.paths,
+                db=args.db,
+                processes=args.processes,
+                stage=args.stage,
+                timeout_s=args.timeout or None,
+                scheduler=args.scheduler,
+                progress=not args.no_progress,
+                scopes=args.scopes is not None,
+                scope_depth=args.scopes or None,
+                force=args.force,
+                argv=["hloflops", "batch", *argv],
+            )
+        except KeyboardInterrupt:
+            print("hloflops batch: interrupted; finished files are in the database, rerun to resume",
+                  file=sys.stderr)
+            return 130
+        if not args.quiet:
+            sys.stdout.write(format_summary(summary, top=args.top))
+        status = summary.exit_code
+    for out, table in exports:
+        try:
+            with ResultsDB(args.db) as results:
+                n = export(results, out, table=table)
+        except (ValueError, RuntimeError, OSError) as e:
+            print(f"hloflops batch: error: export to {out}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"hloflops batch: wrote {n} {table} rows to {out}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(sys.argv[1:]))

@@ -1,0 +1,300 @@
+"""Running the per-file function over many files: local worker processes, or a dask cluster.
+
+Local: N worker processes, each given one file at a time over a pipe. The parent knows when each
+file started, so a file that runs past the time limit gets its worker killed (SIGKILL) and
+replaced; a worker that dies (segfault, out of memory, os._exit) is noticed through its process
+sentinel and replaced too. Either way the file gets a record and the batch goes on.
+(`concurrent.futures.ProcessPoolExecutor` cannot do this: it cannot kill one stuck task, and a
+dead worker breaks the whole pool.)
+
+Dask: the same function is submitted to an existing `dask.distributed` cluster, a bounded
+window of files at a time. The time limit is enforced on the worker by running the function in
+a thread and giving up after the limit; the parent then restarts that worker (through its
+nanny) so the runaway thread does not keep burning a core. A worker that dies shows up as
+`KilledWorker` and is recorded as a crash.
+
+Both call `on_done(job, record)` in the calling process, in completion order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from analysis.batch_db import ANALYSIS_ERROR, CRASHED, TIMEOUT
+from analysis.batch_worker import WorkerFn, WorkerOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    path: str  # what the record is about (absolute)
+    data: bytes  # the file's bytes, read and hashed by the parent
+
+
+OnDone = Callable[[Job, dict[str, Any]], None]
+
+
+def default_processes() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def timeout_record(timeout_s: float) -> dict[str, Any]:
+    return {"status": TIMEOUT, "error": f"analysis took longer than the per-file limit of {timeout_s:g} s; stopped"}
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def crash_record(exitcode: int | None) -> dict[str, Any]:
+    if exitcode is None:
+        how = "without an exit status"
+    elif exitcode < 0:
+        how = f"killed by {_signal_name(-exitcode)}"
+    else:
+        how = f"exit code {exitcode}"
+    return {"status": CRASHED, "error": f"worker process died while analysing this file ({how})"}
+
+
+# ---- local worker processes ------------------------------------------------------------------
+def _exit_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the parent dies, so a killed batch leaves no orphans."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except Exception:  # best effort: without it a worker still exits when its pipe closes
+        pass
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, fn: WorkerFn, options: WorkerOptions) -> None:
+    _exit_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        path, data = job
+        try:
+            record = fn(path, data, options)
+        except BaseException as e:  # the function is meant not to raise; keep the worker alive if it does
+            record = {"status": ANALYSIS_ERROR, "error": f"{type(e).__name__}: {e}"}
+        try:
+            conn.send(record)
+        except Exception as e:  # an unpicklable record
+            conn.send({"status": ANALYSIS_ERROR, "error": f"result could not be sent back: {type(e).__name__}: {e}"})
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    # fork starts a worker in milliseconds with the engine already imported, which matters when
+    # timeouts and crashes make us start many; elsewhere spawn is the only safe choice.
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+class _Slot:
+    """One worker process and the file it is working on."""
+
+    def __init__(self, ctx: multiprocessing.context.BaseContext, fn: WorkerFn, options: WorkerOptions) -> None:
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child_end, fn, options), daemon=True)
+        self.process.start()
+        child_end.close()
+        self.conn = parent_end
+        self.job: Job | None = None
+        self.deadline: float | None = None
+
+    def assign(self, job: Job, timeout_s: float | None) -> None:
+        self.job = job
+        self.deadline = time.monotonic() + timeout_s if timeout_s else None
+        self.conn.send((job.path, job.data))
+
+    def kill(self) -> int | None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+        return self.process.exitcode
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.process.join(1)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.conn.close()
+
+
+def run_local(
+    jobs: Iterable[Job],
+    *,
+    fn: WorkerFn,
+    options: WorkerOptions,
+    on_done: OnDone,
+    processes: int | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """Run `fn` over `jobs` in `processes` worker processes; see the module docstring."""
+    processes = processes or default_processes()
+    ctx = _mp_context()
+    pending: Iterator[Job] = iter(jobs)
+    exhausted = False
+    idle: list[_Slot] = []
+    busy: list[_Slot] = []
+    try:
+        while True:
+            while not exhausted and (idle or len(busy) < processes):
+                job = next(pending, None)
+                if job is None:
+                    exhausted = True
+                    break
+                slot = idle.pop() if idle else _Slot(ctx, fn, options)
+                try:
+                    slot.assign(job, timeout_s)
+                except OSError:  # the worker died while idle: start a fresh one for this job
+                    slot.kill()
+                    slot = _Slot(ctx, fn, options)
+                    slot.assign(job, timeout_s)
+                busy.append(slot)
+            if not busy:
+                break
+            deadlines = [s.deadline for s in busy if s.deadline is not None]
+            wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            waitables: list[Any] = [s.conn for s in busy] + [s.process.sentinel for s in busy]
+            multiprocessing.connection.wait(waitables, timeout=wait_s)
+            now = time.monotonic()
+            for slot in list(busy):
+                healthy = True
+                if slot.conn.poll():  # a record, or EOF if the worker died
+                    try:
+                        record = slot.conn.recv()
+                    except (EOFError, OSError):
+                        record, healthy = crash_record(slot.kill()), False
+                elif not slot.process.is_alive():
+                    record, healthy = crash_record(slot.kill()), False
+                elif slot.deadline is not None and now >= slot.deadline:
+                    slot.kill()
+                    record, healthy = timeout_record(timeout_s or 0), False
+                else:
+                    continue
+                busy.remove(slot)
+                job, slot.job = slot.job, None
+                if healthy:
+                    idle.append(slot)
+                assert job is not None
+                on_done(job, record)
+    finally:
+        for slot in idle:
+            slot.stop()
+        for slot in busy:
+            slot.kill()
+
+
+# ---- dask.distributed --------------------------------------------------------------------------
+def _run_with_deadline(path: str, data: bytes, timeout_s: float | None, fn: WorkerFn, options: WorkerOptions):
+    """The dask task: `fn` in a thread, abandoned after `timeout_s` (the parent restarts the worker)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["record"] = fn(path, data, options)
+        except BaseException as e:
+            box["record"] = {"status": ANALYSIS_ERROR, "error": f"{type(e).__name__}: {e}"}
+
+    thread = threading.Thread(target=target, name=f"hloflops:{os.path.basename(path)}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        record = timeout_record(timeout_s or 0)
+        try:
+            from distributed import get_worker
+
+            record["_restart_worker"] = get_worker().address
+        except Exception:
+            pass
+        return record
+    return box["record"]
+
+
+def run_dask(
+    jobs: Iterable[Job],
+    *,
+    scheduler: Any,
+    fn: WorkerFn,
+    options: WorkerOptions,
+    on_done: OnDone,
+    timeout_s: float | None = None,
+    window: int | None = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> None:
+    """Run `fn` over `jobs` on the dask cluster at `scheduler` (an address or a `Client`)."""
+    from distributed import Client, as_completed
+
+    own_client = not isinstance(scheduler, Client)
+    client = Client(scheduler, set_as_default=False) if own_client else scheduler
+    try:
+        threads = sum(client.nthreads().values()) or 1
+        # Enough queued work to keep every worker thread busy, without shipping every file's
+        # bytes to the scheduler at once.
+        window = window or 2 * threads
+        pending = iter(jobs)
+        in_flight: dict[str, Job] = {}
+        completed = as_completed(loop=client.loop)
+
+        def submit_next() -> bool:
+            job = next(pending, None)
+            if job is None:
+                return False
+            future = client.submit(_run_with_deadline, job.path, job.data, timeout_s, fn, options, pure=False)
+            in_flight[future.key] = job
+            completed.add(future)
+            return True
+
+        for _ in range(window):
+            if not submit_next():
+                break
+        for future in completed:
+            job = in_flight.pop(future.key)
+            if future.status == "finished":
+                record = future.result()
+            else:
+                error = future.exception()
+                if type(error).__name__ == "KilledWorker":
+                    record = {"status": CRASHED, "error": f"dask worker died while analysing this file ({error})"}
+                else:
+                    record = {"status": ANALYSIS_ERROR, "error": f"dask task failed: {type(error).__name__}: {error}"}
+            future.release()
+            restart = record.pop("_restart_worker", None)
+            on_done(job, record)
+            if restart:
+                try:
+                    client.restart_workers([restart])
+                except Exception as e:  # a worker without a nanny cannot be restarted
+                    log(f"could not restart dask worker {restart} after a timeout: {type(e).__name__}: {e}")
+            submit_next()
+    finally:
+        if own_client:
+            client.close()

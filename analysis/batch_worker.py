@@ -1,0 +1,175 @@
+"""What a batch worker does with one file: bytes in, one flat, picklable result record out.
+
+`analyze_file(path, data, options)` never raises: every failure becomes a record with a
+`status` (see `analysis.batch_db`) and a one-line `error`, so that one bad file cannot stop a
+batch. It runs in a local worker process or on a dask worker; it receives the file's bytes from
+the parent (which hashed them) so that remote workers need no shared filesystem.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import time
+import traceback
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from analysis.batch_db import ANALYSIS_ERROR, OK, PARSE_ERROR, READ_ERROR
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+# Files whose changes cannot change a module's numbers: the batch machinery itself and the
+# presentation layers. Every other source file of the engine is part of the engine version.
+_NOT_ENGINE = frozenset(
+    {
+        "batch.py",
+        "batch_db.py",
+        "batch_discovery.py",
+        "batch_pool.py",
+        "progress.py",
+        "cli.py",
+        "html.py",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    scopes: bool = False  # also return per-scope sums
+    scope_depth: int | None = 3  # frames of the op_name name stack per scope (None: whole stack)
+
+
+WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hloflops")
+    except Exception:  # not installed (running from a checkout)
+        return "0+unknown"
+
+
+@lru_cache(maxsize=1)
+def engine_version() -> str:
+    """`hloflops` version plus a hash of the engine's sources, so changed rules invalidate cached rows."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for package in ("hloparse", "analysis"):
+        for source in sorted((root / package).iterdir()):
+            if source.suffix not in (".py", ".lark") or source.name in _NOT_ENGINE:
+                continue
+            digest.update(f"{package}/{source.name}\0".encode())
+            digest.update(source.read_bytes())
+            digest.update(b"\0")
+    return f"{package_version()}+{digest.hexdigest()[:16]}"
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode_module_text(data: bytes) -> str:
+    """The HLO text in a file's bytes (gunzipped when they are gzip). Raises ValueError."""
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ValueError(f"bad gzip data: {e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}") from None
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(error: BaseException) -> str:
+    """The innermost frame of a traceback, to point an engine bug at its line."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" [at {Path(last.filename).name}:{last.lineno} in {last.name}]"
+
+
+def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions()) -> dict[str, Any]:
+    """Analyse one module file's bytes; see the module docstring."""
+    start = time.perf_counter()
+    base: dict[str, Any] = {"engine_version": engine_version()}
+    try:
+        text = decode_module_text(data)
+    except ValueError as e:
+        return {**base, "status": READ_ERROR, "error": str(e), "seconds": time.perf_counter() - start}
+    try:
+        import hloparse
+        from analysis.api import analyze
+    except Exception as e:  # a broken installation fails every file the same way; say why
+        message = _one_line(f"cannot import the engine: {type(e).__name__}: {e}")
+        return {**base, "status": ANALYSIS_ERROR, "error": message, "seconds": time.perf_counter() - start}
+    try:
+        module = hloparse.parse(text, path=path)
+        report = analyze(module)
+        result = report.to_dict(by=("scope",) if options.scopes else (), depth=options.scope_depth)
+    except hloparse.HloParseError as e:
+        return {**base, "status": PARSE_ERROR, "error": _one_line(str(e)), "seconds": time.perf_counter() - start}
+    except Exception as e:  # anything else (RecursionError included) is the engine's fault, not the file's
+        message = _one_line(f"{type(e).__name__}: {e}{_where(e)}")
+        return {**base, "status": ANALYSIS_ERROR, "error": message, "seconds": time.perf_counter() - start}
+    record = record_from_report_dict(result)
+    record.update(base)
+    record["seconds"] = time.perf_counter() - start
+    return record
+
+
+def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
+    """The batch record of a successful analysis, from `Report.to_dict()`."""
+    xla = report.get("xla_estimate") or {}
+    record: dict[str, Any] = {
+        "status": OK,
+        "error": None,
+        "module_name": report.get("module"),
+        "flops": report["flops"],
+        "transcendentals": report["transcendentals"],
+        "bytes_accessed": report["bytes_accessed"],
+        "model_flops": report["model_flops"],
+        "remat_flops": report["remat_flops"],
+        "xla_flops": xla.get("flops"),
+        "xla_transcendentals": xla.get("transcendentals"),
+        "xla_bytes_accessed": xla.get("bytes_accessed"),
+        "loops": [
+            {
+                "name": lp["name"],
+                "trip_count": lp["trip_count"],
+                "source": lp["source"],
+                "executions": lp["executions"],
+                "bounds": lp.get("bounds"),
+                "note": lp.get("note", ""),
+            }
+            for lp in report.get("loops", ())
+        ],
+        "uncounted": [
+            {"name": u["name"], "opcode": u["opcode"], "reason": u["reason"], "target": u.get("target")}
+            for u in report.get("uncounted", ())
+        ],
+    }
+    by_scope = report.get("by_scope")
+    if by_scope is not None:
+        record["scopes"] = [
+            {
+                "scope": key,
+                "flops": value["flops"],
+                "transcendentals": value["transcendentals"],
+                "bytes_accessed": value["bytes_accessed"],
+            }
+            for key, value in by_scope.items()
+        ]
+    return record
