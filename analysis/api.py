@@ -91,26 +91,25 @@ def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[
 
 
 # ---- XLA's own numbers ---------------------------------------------------------------------
-def xla_cost_analysis(source: Any, module: Module | None = None) -> dict[str, float]:
+def xla_cost_analysis(source: Any) -> dict[str, float]:
     """What XLA itself says, asked through jax: `Compiled.cost_analysis()` or
     `Lowered.cost_analysis()` for a jax stage, XLA's HloCostAnalysis of the text otherwise."""
-    if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
-        raw = source.cost_analysis()
-        if isinstance(raw, (list, tuple)):  # jax 0.4.x returned one dict per module
-            raw = raw[0] if raw else {}
-        return {k: float(v) for k, v in dict(raw or {}).items()}
-    if isinstance(source, Module) or module is not None:
-        text = _module_text(source if isinstance(source, Module) else module)
-    elif isinstance(source, bytes):
-        text = source.decode("utf-8")
-    elif isinstance(source, str) and _looks_like_hlo_text(source):
-        text = source
-    else:
-        with open(os.fspath(source), encoding="utf-8") as f:
-            text = f.read()
-    from analysis.xla_compare import xla_cost_dict
+    from analysis import xla_compare
 
-    return {k: float(v) for k, v in xla_cost_dict(text).items()}
+    if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
+        raw = xla_compare.xla_cost_of_compiled(source)  # Lowered.cost_analysis() has the same shape
+    else:
+        if isinstance(source, Module):
+            text = _module_text(source)
+        elif isinstance(source, bytes):
+            text = source.decode("utf-8")
+        elif isinstance(source, str) and _looks_like_hlo_text(source):
+            text = source
+        else:
+            with open(os.fspath(source), encoding="utf-8") as f:
+                text = f.read()
+        raw = xla_compare.xla_cost_of_text(text)
+    return {k: float(v) for k, v in raw.items()}
 
 
 def _module_text(module: Module) -> str:
@@ -192,6 +191,6 @@ class Comparison:
 def compare(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Comparison:
     """`analyze(source)` plus XLA's own numbers (needs jax), reconciled."""
     module = load_module(source)
-    xla = xla_cost_analysis(source, module)
+    xla = xla_cost_analysis(source)
     report = _report(module, trip_counts, {k: xla[k] for k in COST_KEYS if k in xla})
     return Comparison(report=report, xla=xla)

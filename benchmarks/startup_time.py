@@ -1,0 +1,79 @@
+"""How fast `hloflops FILE` starts and answers, and what it imports.
+
+    python3 benchmarks/startup_time.py [FILE ...] [--runs N]
+
+For each file (default: every bundled `examples/*.after_optimizations.hlo`) it runs the real
+command line in a fresh interpreter N times (`python -m analysis.cli FILE --json`) and prints the
+median and best wall time, then runs it once under `python -X importtime` and lists the heavy
+modules that were imported (jax, jaxlib, pandas, networkx, numpy: there should be none) and the
+slowest imports. Also prints the bare interpreter's start-up for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEAVY = ("jax", "jaxlib", "pandas", "networkx", "numpy", "scipy")
+
+
+def wall_times(cmd: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def imported_modules(cmd_args: list[str]) -> list[tuple[int, str]]:
+    """(cumulative microseconds, module) for every top-level import, from -X importtime."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *cmd_args], cwd=ROOT, check=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = line[len("import time:"):].split("|")
+        try:
+            cumulative = int(parts[1].strip())
+        except ValueError:
+            continue  # the header line
+        out.append((cumulative, parts[2].rstrip()))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    files = args.files or sorted(glob.glob(os.path.join(ROOT, "examples", "*.after_optimizations.hlo")))
+    bare = wall_times([sys.executable, "-c", "pass"], args.runs)
+    print(f"bare python start-up: median {statistics.median(bare) * 1000:.0f} ms")
+    print(f"{'file':<50} {'size':>9} {'median':>9} {'best':>9}")
+    for path in files:
+        cmd = [sys.executable, "-m", "analysis.cli", path, "--json"]
+        times = wall_times(cmd, args.runs)
+        size = os.path.getsize(path)
+        print(f"{os.path.relpath(path, ROOT):<50} {size:>9,} {statistics.median(times) * 1000:>7.0f}ms "
+              f"{min(times) * 1000:>7.0f}ms")
+    probe = files[0]
+    modules = imported_modules(["-m", "analysis.cli", probe, "--json"])
+    names = [name.strip() for _, name in modules]
+    heavy = sorted({n.split(".")[0] for n in names if n.split(".")[0] in HEAVY})
+    print(f"\nimports for {os.path.relpath(probe, ROOT)}: {len(names)} modules; heavy ones: {heavy or 'none'}")
+    top = sorted((m for m in modules if not m[1].startswith("  ")), reverse=True)[:8]
+    for micros, name in top:
+        print(f"  {micros / 1000:8.1f} ms  {name.strip()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
