@@ -138,7 +138,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
 
 # ---- argument parsing ------------------------------------------------------------------------
 def _trip_count(text: str) -> tuple[str, int]:
-    name, sep, value = text.partition("=")
+    name, sep, value = text.rpartition("=")  # the name may hold "=" (an op_name pattern), N cannot
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=N, got {text!r}")
     try:
