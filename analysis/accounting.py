@@ -272,7 +272,7 @@ def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower:
                 continue
             branches = tuple(
                 Branch(s.index, s.computation, upper.exact[s.computation])
-                for s in inst.calls if s.role == CallRole.BRANCH
+                for s in sorted(inst.calls, key=lambda s: s.index) if s.role == CallRole.BRANCH
             )
             found.append(Conditional(inst.name, name, ex.of(name), branches,
                                      upper.choice[inst.name], lower.choice[inst.name]))
