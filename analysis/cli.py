@@ -308,10 +308,20 @@ def _run_diff(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+_VALUE_OPTIONS = frozenset({"--by", "--depth", "--trip-count", "--top", "--folded", "--folded-metric", "--html"})
+
+
 def _is_batch(argv: Sequence[str]) -> bool:
+    """`hloflops batch ...`, or a positional argument that is a directory (not the value of an
+    option such as `--html PATH`)."""
     if argv and argv[0] == "batch":
         return True
-    return any(not a.startswith("-") and os.path.isdir(a) for a in argv)
+    previous = ""
+    for arg in argv:
+        if not arg.startswith("-") and previous not in _VALUE_OPTIONS and os.path.isdir(arg):
+            return True
+        previous = arg
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -107,6 +107,16 @@ def test_repr_html_and_folded(report):
     assert sum(int(line.rsplit(" ", 1)[1]) for line in folded.splitlines()) == report.flops
 
 
+def test_file_writers_and_summary(report, tmp_path):
+    report.write_folded(str(tmp_path / "f.folded"))
+    assert (tmp_path / "f.folded").read_text() == report.to_folded()
+    report.write_html(str(tmp_path / "r.html"))
+    assert (tmp_path / "r.html").read_text() == report.to_html()
+    text = report.summary(by="opcode", top=3)
+    assert f"{report.flops:,}" in text and "top 3 of" in text and "by opcode" in text
+    assert repr(report).startswith(f"<Report jit_train_step: flops={report.flops:,}")
+
+
 def test_mfu_uses_model_and_hardware_flops(report):
     m = report.mfu(step_time_s=2e-6, peak_flops_per_s=1e12)
     assert m.num_devices == 1

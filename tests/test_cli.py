@@ -234,6 +234,7 @@ def test_parse_error_is_one_line_with_position(tmp_path):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     loud = run_cli(path, "--traceback", check_rc=1)
     assert "Traceback" in loud.stderr
+    assert "Traceback" in run_cli(path, env={"HLOFLOPS_TRACEBACK": "1"}, check_rc=1).stderr
 
 
 def test_usage_errors_exit_2(tmp_path):
@@ -275,6 +276,29 @@ def test_batch_dispatch(monkeypatch, tmp_path):
     assert cli.main([str(tmp_path), "--jobs", "2"]) == 7
     assert cli.main(["batch", "--help"]) == 7
     assert seen == [[str(tmp_path), "--jobs", "2"], ["--help"]]
+    # a directory given as an option's value is not a batch
+    assert not cli._is_batch([str(REMAT_SCAN), "--folded", str(tmp_path)])
+
+
+def test_top_rows_and_folded_metric(tmp_path, remat_json):
+    out = run_cli(REMAT_SCAN, "--by", "opcode", "--top", "2").stdout
+    table = out.split("by opcode", 1)[1].split("uncounted", 1)[0]
+    assert len([line for line in table.splitlines() if line.startswith("  ") and "," in line]) == 2
+    assert "top 2 of" in out
+    rows = json.loads(run_cli(REMAT_SCAN, "--json", "--rows").stdout)["rows"]
+    assert sum(r["flops"] for r in rows) == remat_json["flops"]
+    assert all(r["flops"] == r["flops_per_execution"] * r["executions"] for r in rows)
+    path = tmp_path / "bytes.folded"
+    run_cli(REMAT_SCAN, "--folded", path, "--folded-metric", "bytes_accessed")
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in path.read_text().splitlines()) == remat_json["bytes_accessed"]
+
+
+def test_diff_by_opcode_json():
+    d = json.loads(run_cli("diff", LISTED, REMAT_SCAN, "--by", "opcode", "--json").stdout)
+    assert d["by"] == "opcode" and "dot" in d["groups"]
+    a = json.loads(run_cli(LISTED, "--json").stdout)["by_opcode"]["dot"]["flops"]
+    b = json.loads(run_cli(REMAT_SCAN, "--json").stdout)["by_opcode"]["dot"]["flops"]
+    assert d["groups"]["dot"]["delta"]["flops"] == b - a
 
 
 def test_no_heavy_imports_on_the_plain_path():
