@@ -23,7 +23,7 @@ ELEMENT_BYTES: Mapping[str, int] = {
     "bf16": 2, "f16": 2, "f32": 4, "f64": 8,
     "c64": 8, "c128": 16,
 }
-NON_ARRAY_TYPES = frozenset({"tuple", "token", "opaque"})
+NON_ARRAY_TYPES = frozenset({"tuple", "token", "opaque", "buffer"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,8 @@ class Shape:
             return 0
         if self.element_type == "opaque":
             return pointer_size
+        if self.element_type == "buffer":
+            return self.tuple_shapes[0].byte_size(pointer_size)
         size = self.num_elements * ELEMENT_BYTES[self.element_type]
         if self.is_dynamic:
             size += 4 * self.rank  # the dimension-size metadata XLA appends
@@ -112,7 +114,10 @@ class Shape:
     def __str__(self) -> str:
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-        dims = ",".join(("<=" if dyn else "") + str(d) for d, dyn in zip(self.dims, self.dynamic or (False,) * self.rank))
+        if self.element_type == "buffer":
+            return f"b({self.tuple_shapes[0]})"
+        dynamic = self.dynamic or (False,) * self.rank
+        dims = ",".join(("<=" if dyn else "") + str(d) for d, dyn in zip(self.dims, dynamic))
         text = f"{self.element_type}[{dims}]"
         if self.layout is not None:
             text += "{" + ",".join(map(str, self.layout.minor_to_major))
@@ -209,7 +214,8 @@ class Instruction:
 
     @cached_property
     def dot_dimension_numbers(self) -> DotDimensionNumbers | None:
-        if self.opcode not in ("dot", "scaled-dot", "ragged-dot", "sparse-dot") and "lhs_contracting_dims" not in self.attributes:
+        dot_like = ("dot", "scaled-dot", "ragged-dot", "sparse-dot")
+        if self.opcode not in dot_like and "lhs_contracting_dims" not in self.attributes:
             return None
         return DotDimensionNumbers(
             lhs_batch=self.int_list("lhs_batch_dims") or (),

@@ -1,0 +1,328 @@
+"""One instruction statement (`[ROOT] %name = shape opcode(operands), attr=value, ...`) -> Instruction.
+
+This is the hot path of the parser: it runs once per instruction, so it works on the statement
+text with a handful of regular expressions and bracket scans instead of a token-level grammar.
+Errors carry an offset into the statement; the caller turns it into a line and column.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hloparse import opcodes
+from hloparse.attributes import AttributeSyntaxError, find_close, parse_computation_list, split_top_level
+from hloparse.ir import CallRole, CallSite, Instruction, Shape
+from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
+
+
+class StatementError(ValueError):
+    def __init__(self, message: str, offset: int, expected: str = "") -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.expected = expected
+
+
+class NextStatementAt(Exception):
+    """Another statement starts at `offset` on the same line (XLA's parser allows it)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+# Computations written inline as attribute values (`to_apply={ ... }`) are collected here by
+# decode_statement as (name, body text, offset of the body in the statement).
+InlineComputations = list[tuple[str, str, int]]
+
+
+_HEAD = re.compile(r"\s*(ROOT\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*=\s*")
+_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
+_ATTR = re.compile(r"\s*([A-Za-z_][\w\-.]*)\s*=\s*", re.S)
+_OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*", re.S)
+_INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
+_SHAPELESS = re.compile(r"[a-z][a-z0-9\-]*\s*\((?!\s*[a-z][a-z0-9]*\[)")  # `add(...)` straight after '='
+_NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
+
+# Attributes that name computations, by opcode: (attribute, role). Any other opcode carrying one
+# of these attributes is rejected, as XLA's parser does.
+_CALL_ATTRIBUTES = frozenset(
+    {"calls", "to_apply", "body", "condition", "true_computation", "false_computation",
+     "branch_computations", "select", "scatter", "called_computations"}
+)
+_TO_APPLY_OPCODES = frozenset(
+    {"reduce", "reduce-window", "map", "scatter", "sort", "all-reduce", "all-reduce-start", "reduce-scatter",
+     "scan", "topk", "ragged-all-to-all", "all-to-all", "collective-broadcast"}
+)
+
+
+def decode_statement(
+    stmt: str, computation: str, nested: list[Instruction] | None = None, inline: InlineComputations | None = None
+) -> tuple[Instruction, list[Instruction]]:
+    """Decode one instruction statement. Returns the instruction and, for the `op-start` async
+    shorthand, the instructions of the computation XLA synthesises around the wrapped op.
+    Operands written as instructions (`add(f32[] parameter(0), ...)`) are appended to `nested`."""
+    head = _HEAD.match(stmt)
+    if head is None:
+        raise StatementError("expected an instruction", 0, "[ROOT] name = shape opcode(operands)")
+    is_root = head.group(1) is not None
+    name = head.group(2)
+    pos = head.end()
+    shape: Shape | None
+    if _SHAPELESS.match(stmt, pos):
+        shape = None  # XLA infers it; so do we, once the whole module is read (infer.py)
+    else:
+        try:
+            shape, pos = shape_at(stmt, pos)
+        except ShapeSyntaxError as e:
+            raise StatementError(str(e), e.offset, e.expected) from None
+    op = _OPCODE.match(stmt, pos)
+    if op is None:
+        raise StatementError("expected an opcode followed by '('", pos, "an opcode such as add(")
+    opcode = op.group(1)
+    open_pos = op.end() - 1
+    try:
+        close = find_close(stmt, open_pos)
+    except AttributeSyntaxError as e:
+        raise StatementError(str(e), e.offset, e.expected or "')'") from None
+    attributes: dict[str, str] = {}
+    operands, operand_shapes = _operands(stmt, opcode, open_pos + 1, close, attributes, name, computation, nested)
+    _attributes(stmt, close + 1, attributes)
+
+    wrapped: list[Instruction] = []
+    base = opcodes.async_shorthand_base(opcode)
+    if base is not None:
+        opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
+    if inline is not None:
+        _inline_computations(stmt, name, attributes, inline)
+    calls = _call_sites(opcode, attributes, name, wrapped)
+    inst = Instruction(
+        name=name,
+        opcode=opcode,
+        shape=shape,
+        operands=operands,
+        attributes=attributes,
+        calls=calls,
+        is_root=is_root,
+        computation=computation,
+        inline_operand_shapes=operand_shapes,
+    )
+    return inst, wrapped
+
+
+def _operands(
+    stmt: str,
+    opcode: str,
+    start: int,
+    end: int,
+    attributes: dict[str, str],
+    user: str,
+    computation: str,
+    nested: list[Instruction] | None,
+) -> tuple[tuple[str, ...], tuple[Shape | None, ...] | None]:
+    body = stmt[start:end]
+    if opcode == "constant":
+        attributes["literal"] = body.strip()
+        return (), None
+    if opcode == "parameter":
+        number = body.strip()
+        if not number.isdigit():
+            raise StatementError("parameter expects its number", start, "parameter(N)")
+        attributes["parameter_number"] = number
+        return (), None
+    if not body.strip():
+        return (), None
+    names: list[str] = []
+    shapes: list[Shape | None] = []
+    any_shape = False
+    try:
+        spans = split_top_level(stmt, start, end)
+    except AttributeSyntaxError as e:
+        raise StatementError(str(e), e.offset, e.expected) from None
+    for s, e in spans:
+        piece = stmt[s:e]
+        if "/*" in piece:
+            piece = _INDEX_COMMENT.sub(" ", piece)
+        m = _OPERAND.fullmatch(piece.strip())
+        if m is None and nested is not None and _NESTED.match(piece):
+            # An operand written as an instruction: XLA names it `<opcode>.anon`.
+            auto = f"{user}.operand{len(names)}.anon"
+            try:
+                inner, wrapped = decode_statement(f"{auto} = {piece.strip()}", computation, nested)
+            except StatementError as err:
+                raise StatementError(str(err), s, err.expected) from None
+            if wrapped:
+                raise StatementError("an async op cannot be written as an operand", s, "[shape] %name")
+            nested.append(inner)
+            names.append(auto)
+            shapes.append(inner.shape)
+            any_shape = True
+            continue
+        if m is None:
+            raise StatementError(f"cannot parse operand {piece.strip()!r}", s, "[shape] %name")
+        shape_text, operand = m.groups()
+        if shape_text:
+            try:
+                shapes.append(parse_shape(shape_text))
+            except ShapeSyntaxError as err:
+                raise StatementError(str(err), s + err.offset, err.expected) from None
+            any_shape = True
+        else:
+            shapes.append(None)
+        names.append(operand)
+    return tuple(names), (tuple(shapes) if any_shape else None)
+
+
+def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
+    rest = stmt[start:]
+    if not rest.strip():
+        return
+    if "/*" in rest and not rest.lstrip().startswith(","):
+        rest = _INDEX_COMMENT.sub(" ", rest)
+    if not rest.lstrip().startswith(","):
+        if _HEAD.match(rest) and _SHAPELESS.match(rest, _HEAD.match(rest).end()) or _STARTS_STATEMENT.match(rest):
+            raise NextStatementAt(start + len(rest) - len(rest.lstrip()))
+        raise StatementError(f"unexpected text after operands: {rest.strip()[:30]!r}", start, "',' or end of line")
+    try:
+        spans = split_top_level(stmt, start)
+    except AttributeSyntaxError as e:
+        raise StatementError(str(e), e.offset, e.expected) from None
+    for s, e in spans[1:]:
+        m = _ATTR.match(stmt, s, e)
+        if m is None:
+            if not stmt[s:e].strip():
+                continue  # a trailing comma
+            raise StatementError(f"expected attribute=value, got {stmt[s:e].strip()[:30]!r}", s, "attribute=value")
+        key = m.group(1)
+        if key in attributes and key not in ("literal", "parameter_number"):
+            raise StatementError(f"attribute {key!r} appears twice", s, "each attribute once")
+        attributes[key] = stmt[m.end():e].strip()
+
+
+def _call_sites(opcode: str, attributes: dict[str, str], name: str, wrapped: list[Instruction]) -> tuple[CallSite, ...]:
+    present = _CALL_ATTRIBUTES.intersection(attributes)
+    if not present and not wrapped:
+        return ()
+    sites: list[CallSite] = []
+
+    def names(key: str) -> tuple[str, ...]:
+        try:
+            return parse_computation_list(attributes[key])
+        except AttributeSyntaxError as e:
+            raise StatementError(f"{key}: {e}", 0, "computation names") from None
+
+    def unexpected(key: str) -> StatementError:
+        return StatementError(f'unexpected attribute "{key}" for {opcode}', 0, "attributes this opcode takes")
+
+    for key in sorted(present):
+        if opcode == "fusion" and key == "calls":
+            sites += [CallSite(CallRole.FUSION, c) for c in names(key)]
+        elif opcode == "while" and key in ("body", "condition"):
+            role = CallRole.WHILE_BODY if key == "body" else CallRole.WHILE_CONDITION
+            sites += [CallSite(role, c) for c in names(key)]
+        elif opcode == "conditional" and key in ("true_computation", "false_computation", "branch_computations"):
+            if key == "branch_computations":
+                sites += [CallSite(CallRole.BRANCH, c, i) for i, c in enumerate(names(key))]
+            else:
+                index = 0 if key == "true_computation" else 1
+                sites += [CallSite(CallRole.BRANCH, c, index) for c in names(key)]
+        elif opcode == "call" and key in ("to_apply", "calls"):
+            sites += [CallSite(CallRole.CALL, c) for c in names(key)]
+        elif opcode == "async-start" and key == "calls":
+            if not wrapped:
+                sites += [CallSite(CallRole.ASYNC, c) for c in names(key)]
+        elif opcode in ("async-update", "async-done") and key == "calls":
+            pass  # the same computation as its async-start's: executed there, not again here
+        elif opcode == "custom-call" and key in ("called_computations", "to_apply", "calls"):
+            sites += [CallSite(CallRole.CUSTOM_CALL, c, i) for i, c in enumerate(names(key))]
+        elif opcode == "select-and-scatter" and key in ("select", "scatter"):
+            sites += [CallSite(CallRole.TO_APPLY, c, 0 if key == "select" else 1) for c in names(key)]
+        elif key == "to_apply" and opcode in _TO_APPLY_OPCODES:
+            sites += [CallSite(CallRole.TO_APPLY, c) for c in names(key)]
+        elif opcode in ("async-start",) and wrapped:
+            pass  # attributes of the wrapped op; the wrapped op owns the call
+        elif not opcodes.is_known(opcode):
+            sites += [CallSite(CallRole.TO_APPLY, c) for c in names(key)]  # newer op: keep the edge
+        else:
+            raise unexpected(key)
+    if wrapped:
+        sites.insert(0, CallSite(CallRole.ASYNC, wrapped_computation_name(name)))
+    if opcode == "select-and-scatter":
+        sites.sort(key=lambda s: s.index)
+    return tuple(sites)
+
+
+def _inline_computations(stmt: str, name: str, attributes: dict[str, str], inline: InlineComputations) -> None:
+    for key in _CALL_ATTRIBUTES.intersection(attributes):
+        value = attributes[key]
+        body = value.strip()
+        if body.startswith("{") and "=" in body and "(" in body:
+            inner = f"{name}.{key}.inline"
+            offset = stmt.find(value)
+            inline.append((inner, body[1:-1], offset + value.find("{") + 1))
+            attributes[key] = inner
+
+
+def wrapped_computation_name(start_name: str) -> str:
+    return f"{start_name}.async_wrapped"
+
+
+# Attributes that belong to the async wrapper rather than to the op it wraps.
+_ASYNC_ONLY = frozenset({"async_execution_thread", "async_group_id", "async_wrapped_opcode"})
+# Kept on the async-start as well as on the op it wraps.
+_SHARED = frozenset({"metadata", "frontend_attributes", "control-predecessors"})
+
+
+def _async_shorthand(
+    name: str,
+    opcode: str,
+    base: str,
+    shape: Shape | None,
+    operands: tuple[str, ...],
+    attributes: dict[str, str],
+    computation: str,
+) -> tuple[str, list[Instruction]]:
+    """`x = ((operands), result, ctx) all-to-all-start(...)` is XLA's shorthand for an async-start
+    whose wrapped computation holds one all-to-all. Build that computation; the -update and -done
+    forms simply become async-update and async-done."""
+    suffix = opcode[len(base):]
+    attributes["async_wrapped_opcode"] = base
+    if suffix != "-start":
+        return ("async-update" if suffix == "-update" else "async-done"), []
+    if shape is None or not (shape.is_tuple and len(shape.tuple_shapes) >= 2 and shape.tuple_shapes[0].is_tuple):
+        raise StatementError(
+            f"{opcode} must have a tuple shape ((operand shapes), result shape, ...)", 0, "((operands), result, ...)"
+        )
+    operand_shapes = shape.tuple_shapes[0].tuple_shapes
+    if len(operand_shapes) != len(operands):
+        raise StatementError(
+            f"{opcode} has {len(operands)} operands but its shape lists {len(operand_shapes)}", 0, "matching counts"
+        )
+    comp = wrapped_computation_name(name)
+    params = [
+        Instruction(
+            name=f"{name}.param_{i}",
+            opcode="parameter",
+            shape=s,
+            operands=(),
+            attributes={"parameter_number": str(i)},
+            computation=comp,
+        )
+        for i, s in enumerate(operand_shapes)
+    ]
+    inner_attributes = {k: v for k, v in attributes.items() if k not in _ASYNC_ONLY}
+    inner = Instruction(
+        name=f"{name}.wrapped",
+        opcode=base,
+        shape=shape.tuple_shapes[1],
+        operands=tuple(p.name for p in params),
+        attributes=inner_attributes,
+        calls=_call_sites(base, inner_attributes, f"{name}.wrapped", []),
+        is_root=True,
+        computation=comp,
+    )
+    for key in list(attributes):
+        if key not in _ASYNC_ONLY and key not in _SHARED:
+            del attributes[key]
+    attributes["async_wrapped_opcode"] = base
+    return "async-start", params + [inner]

@@ -1,0 +1,508 @@
+"""HLO text -> Module.
+
+Three stages: the statement splitter turns text into statements (bracket-aware, so an
+instruction may span lines); Lark (grammar in hlo.lark) checks their order and calls the
+builders below as it reduces each rule; the validator (validate.py) rejects modules that are
+well-formed text but inconsistent. Every failure surfaces as one HloParseError.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from lark import Lark, Token
+from lark.exceptions import UnexpectedInput, UnexpectedToken
+from lark.lexer import Lexer
+
+from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
+from hloparse.errors import HloParseError
+from hloparse.instructions import NextStatementAt, StatementError, decode_statement
+from hloparse.ir import Computation, Instruction, Module, Shape, StackFrames
+from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
+
+_TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+_COMP_HEAD = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*(.*?)\{\s*$", re.S)
+_MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
+_TABLE_ROW = re.compile(r"\s*\d+\s")
+_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//.*')
+
+
+@dataclass(slots=True)
+class Statement:
+    text: str
+    line: int  # 1-based line of the statement's first character
+    column: int  # 1-based column of the statement's first non-blank character
+
+
+def parse(text: str, path: str | None = None) -> Module:
+    """Parse HLO text. Raises HloParseError (and nothing else) for bad input."""
+    source = path or "<string>"
+    enabled = gc.isenabled()
+    gc.disable()  # the parse allocates many long-lived objects; collecting midway only costs time
+    try:
+        return _Builder(text, source).build()
+    except HloParseError:
+        raise
+    except RecursionError:
+        raise HloParseError("input nested too deeply", file=source, line=1, column=1) from None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def load(path: str | os.PathLike[str]) -> Module:
+    """Read and parse a module from a file (plain text or gzip)."""
+    path = os.fspath(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise HloParseError(f"cannot read file: {e.strerror or e}", file=path) from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise HloParseError(f"corrupt gzip data: {e}", file=path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise HloParseError("file is not UTF-8 text", file=path, line=line, column=column) from None
+    return parse(text, path=path)
+
+
+# ---- statements --------------------------------------------------------------------------
+
+def _strip_comment(line: str) -> str:
+    """Drop a trailing // comment that is not inside a string."""
+    for m in _STRING_OR_COMMENT.finditer(line):
+        if m.group().startswith("//"):
+            return line[: m.start()]
+    return line
+
+
+def _balance(text: str) -> int:
+    depth = text.count("(") + text.count("{") + text.count("[") - text.count(")") - text.count("}") - text.count("]")
+    if depth and '"' in text:  # brackets inside strings do not count
+        depth = 0
+        for piece in re.split(r'"(?:[^"\\]|\\.)*"', text):
+            depth += piece.count("(") + piece.count("{") + piece.count("[")
+            depth -= piece.count(")") + piece.count("}") + piece.count("]")
+    return depth
+
+
+_STATEMENT_START = re.compile(
+    r"\s*(?:\}|ENTRY\b|HloModule\b|(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:[a-z][a-z0-9]*\[|\(|b\(|[a-z][a-z0-9\-]*\s*\(|$)"
+    r"|%?[\w.\-:]+\s*(?:\(.*\)\s*->.*)?\{\s*$)"
+)
+
+
+def split_statements(text: str) -> Iterator[tuple[str, Statement]]:
+    """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
+
+    A statement continues onto the next line while its brackets are open, or while the next
+    line does not start a statement of its own (attributes wrapped onto their own lines)."""
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        if "//" in line:
+            line = lines[k] = _strip_comment(line)
+        if line.lstrip().startswith("/*"):  # a leading /* label */ is not part of the statement
+            end = line.find("*/")
+            if end >= 0:
+                lines[k] = " " * (end + 2) + line[end + 2:]
+    n = len(lines)
+    i = 0
+    in_computation = False
+    in_table = False
+    while i < n:
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("/*") and stripped.endswith("*/") and "*/" not in stripped[2:-2]):
+            i += 1
+            continue
+        start = i
+        column = len(line) - len(line.lstrip()) + 1
+        if not in_computation and stripped in _TABLE_NAMES:
+            in_table = True
+            yield "TABLE_NAME", Statement(stripped, start + 1, column)
+            i += 1
+            continue
+        if in_table and _TABLE_ROW.match(line):
+            yield "TABLE_ROW", Statement(line, start + 1, column)
+            i += 1
+            continue
+        in_table = False
+        if stripped[0] == "}":
+            in_computation = False
+            yield "COMPUTATION_END", Statement(line, start + 1, column)
+            i += 1
+            continue
+        is_heading = not in_computation and not stripped.startswith("HloModule")
+        depth = _balance(line)
+        parts = [line]
+        while i + 1 < n:
+            if is_heading and depth == 1 and line.rstrip().endswith("{"):
+                break  # a computation heading: its '{' opens the body
+            nxt = lines[i + 1]
+            open_end = line.rstrip().endswith((",", "="))
+            if depth <= 0 and not open_end and (not nxt.strip() or _STATEMENT_START.match(nxt)):
+                break
+            if depth <= 0 and nxt.strip() in _TABLE_NAMES:
+                break
+            i += 1
+            parts.append(nxt)
+            depth += _balance(nxt)
+            line = nxt
+        statement = Statement("\n".join(parts), start + 1, column)
+        i += 1
+        if depth < 0 and in_computation and statement.text.rstrip().endswith("}"):
+            # One '}' too many closes the computation (XLA reads JSON values brace by brace).
+            cut = statement.text.rstrip()
+            yield "INSTRUCTION", Statement(cut[:-1], statement.line, statement.column)
+            in_computation = False
+            yield "COMPUTATION_END", Statement("}", statement.line + cut.count("\n"), len(cut) - cut.rfind("\n"))
+            continue
+        if stripped.startswith("HloModule") and not in_computation:
+            yield "MODULE_HEADER", statement
+        elif statement.text.rstrip().endswith("{") and "=" not in statement.text.split("(", 1)[0]:
+            in_computation = True
+            yield "COMPUTATION_HEADER", statement
+        else:
+            yield "INSTRUCTION", statement
+
+
+def _offset_of_line(text: str, line: int) -> int:
+    """Offset of the first character of 1-based `line` in text."""
+    offset = 0
+    for _ in range(line - 1):
+        offset = text.index("\n", offset) + 1
+    return offset
+
+
+class _StatementLexer(Lexer):
+    """Feeds Lark the statements produced by split_statements (one token each)."""
+
+    def __init__(self, lexer_conf) -> None:  # noqa: ANN001 - Lark's signature
+        pass
+
+    def lex(self, data):  # noqa: ANN001, ANN201 - Lark's signature
+        for kind, statement in data:
+            yield Token(kind, statement, line=statement.line, column=statement.column)
+
+
+_GRAMMAR_PATH = Path(__file__).with_name("hlo.lark")
+_lark: Lark | None = None
+
+
+def _structure_parser() -> Lark:
+    global _lark
+    if _lark is None:
+        _lark = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer=_StatementLexer)
+    return _lark
+
+
+_READABLE = {
+    "MODULE_HEADER": "'HloModule name'",
+    "TABLE_NAME": "a stack-frame table",
+    "TABLE_ROW": "a table row",
+    "COMPUTATION_HEADER": "a computation heading such as 'ENTRY %main {'",
+    "INSTRUCTION": "an instruction",
+    "COMPUTATION_END": "'}'",
+    "$END": "end of input",
+}
+
+
+# ---- building the IR ---------------------------------------------------------------------
+
+class _Builder:
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.source = source
+
+    def error(self, message: str, statement: Statement, offset: int = 0, expected: str = "") -> HloParseError:
+        """An error at `offset` into a statement's text, located in the file."""
+        text = statement.text
+        offset = max(0, min(offset, len(text)))
+        line = statement.line + text.count("\n", 0, offset)
+        line_start = text.rfind("\n", 0, offset) + 1
+        if line_start == 0:
+            column = statement.column + offset - (len(text) - len(text.lstrip())) if offset else statement.column
+        else:
+            column = offset - line_start + 1
+        source_line = text[line_start:].split("\n", 1)[0].strip()
+        return HloParseError(message, file=self.source, line=line, column=max(column, 1), text=source_line,
+                             expected=expected)
+
+    def build(self) -> Module:
+        if not self.text.strip():
+            raise HloParseError("empty input", file=self.source, line=1, column=1, expected="'HloModule name'")
+        self.header: dict[str, str] = {}
+        self.module_name = ""
+        self.tables: dict[str, list[Statement]] = {}
+        self.computations: list[Computation] = []
+        self.signatures: dict[str, tuple[Statement, tuple[Shape, ...] | None, Shape | None]] = {}
+        self.entry_name: str | None = None
+        self.pending: list[Instruction] = []
+        self.extra: list[Computation] = []  # synthesised async-wrapped computations
+        try:
+            tokens = list(split_statements(self.text))
+        except (AttributeSyntaxError, ValueError) as e:  # pragma: no cover - the splitter only slices text
+            raise HloParseError(str(e), file=self.source, line=1, column=1) from None
+        try:
+            self._parse_structure(tokens)
+        except UnexpectedToken as e:
+            statement = e.token.value if isinstance(e.token.value, Statement) else None
+            expected = " or ".join(sorted(_READABLE.get(t, t) for t in e.expected))
+            got = _READABLE.get(e.token.type, e.token.type)
+            if statement is None:
+                last = tokens[-1][1] if tokens else Statement("", 1, 1)
+                raise HloParseError(f"unexpected {got}", file=self.source, line=last.line, column=last.column,
+                                    text=last.text.strip()[:200], expected=expected) from None
+            raise self.error(f"unexpected {got}", statement, 0, expected) from None
+        except UnexpectedInput as e:  # pragma: no cover - every token comes from our own splitter
+            raise HloParseError(str(e), file=self.source, line=1, column=1) from None
+        if not self.computations:
+            raise HloParseError("no computation in the module", file=self.source, line=1, column=1,
+                                expected="a computation such as 'ENTRY %main { ... }'")
+        from hloparse.infer import infer_missing_shapes
+        from hloparse.validate import validate
+
+        infer_missing_shapes(self.computations + self.extra, self)
+
+        computations = tuple(self.computations + self.extra)
+        entry = self.entry_name or self.computations[-1].name
+        fusion_bodies = {site.computation for c in computations for i in c.instructions for site in i.calls
+                         if site.role == "fusion"}
+        if fusion_bodies:
+            computations = tuple(
+                Computation(c.name, c.instructions, c.is_entry, c.execution_thread, c.line, True)
+                if c.name in fusion_bodies else c
+                for c in computations
+            )
+        module = Module(
+            name=self.module_name,
+            computations=computations,
+            entry_name=entry,
+            attributes=self.header,
+            stack_frames=self._stack_frames(),
+            path=None if self.source == "<string>" else self.source,
+        )
+        validate(module, self)
+        return module
+
+    def _parse_structure(self, tokens: list[tuple[str, Statement]]) -> None:
+        """Run the LALR parser over the statements, building the IR as rules reduce."""
+        parser = _structure_parser()
+        interactive = parser.parse_interactive()
+        # Feed tokens one by one so that each computation is built as soon as it closes.
+        for kind, statement in tokens:
+            token = Token(kind, statement, line=statement.line, column=statement.column)
+            interactive.feed_token(token)
+            handler = getattr(self, "_on_" + kind.lower())
+            handler(statement)
+        interactive.feed_eof()
+
+    # Handlers, in the order the grammar allows them.
+    def _on_module_header(self, st: Statement) -> None:
+        m = _MODULE_HEAD.match(st.text)
+        if m is None:
+            raise self.error("expected a module name after HloModule", st, len(st.text) - len(st.text.lstrip()) + 9,
+                             "a module name")
+        self.module_name = m.group(1).rstrip(":")
+        rest_start = m.end()
+        rest = st.text[rest_start:]
+        if not rest.strip():
+            return
+        if not rest.lstrip().startswith(","):
+            raise self.error(f"unexpected text {rest.strip()[:30]!r} after the module name", st, rest_start, "','")
+        try:
+            spans = split_top_level(st.text, rest_start)
+        except AttributeSyntaxError as e:
+            raise self.error(str(e), st, e.offset, e.expected) from None
+        for s, e in spans[1:]:
+            piece = st.text[s:e]
+            key, eq, value = piece.partition("=")
+            if not eq or not key.strip():
+                raise self.error(f"expected attribute=value, got {piece.strip()[:30]!r}", st, s, "attribute=value")
+            self.header[key.strip()] = value.strip()
+
+    def _on_table_name(self, st: Statement) -> None:
+        self.current_table = self.tables.setdefault(st.text, [])
+
+    def _on_table_row(self, st: Statement) -> None:
+        self.current_table.append(st)
+
+    def _on_computation_header(self, st: Statement) -> None:
+        m = _COMP_HEAD.match(st.text)
+        if m is None:
+            raise self.error("expected a computation heading", st, 0, "[ENTRY] %name [(params) -> shape] {")
+        is_entry, name, signature = m.group(1) is not None, m.group(2), m.group(3)
+        params, result = self._signature(st, signature, m.start(3))
+        if is_entry:
+            if self.entry_name is not None:
+                raise self.error("expects only one ENTRY computation", st, 0, "a single ENTRY")
+            self.entry_name = name
+        if name in self.signatures:
+            raise self.error(f"computation {name!r} is defined twice", st, m.start(2), "unique computation names")
+        self.signatures[name] = (st, params, result)
+        self.current = (name, is_entry, st)
+        self.pending = []
+        self.roots = 0
+
+    def _signature(self, st: Statement, text: str, offset: int) -> tuple[tuple[Shape, ...] | None, Shape | None]:
+        body = text.strip()
+        if not body:
+            return None, None
+        lead = offset + (len(text) - len(text.lstrip()))
+        try:
+            if not body.startswith("("):
+                raise self.error("expected '(' to start the parameter list", st, lead, "(name: shape, ...)")
+            close = find_close(body, 0)
+            params: list[Shape] = []
+            inner = body[1:close]
+            if inner.strip():
+                for s, e in split_top_level(inner):
+                    m = re.fullmatch(r"\s*%?[\w.\-]+\s*:?\s*(.*)", inner[s:e], re.S)
+                    if m is None or not m.group(1).strip():
+                        raise self.error("expected 'name: shape' in the parameter list", st, lead + 1 + s,
+                                         "name: shape")
+                    params.append(parse_shape(m.group(1)))
+            tail = body[close + 1:].strip()
+            if not tail.startswith("->"):
+                raise self.error("expected '->' and the result shape", st, lead + close + 1, "-> shape")
+            result = parse_shape(tail[2:])
+        except (AttributeSyntaxError, ShapeSyntaxError) as e:
+            raise self.error(str(e), st, lead + e.offset, e.expected) from None
+        return tuple(params), result
+
+    def _on_instruction(self, st: Statement) -> None:
+        name = self.current[0]
+        nested: list[Instruction] = []
+        inline: list[tuple[str, str, int]] = []
+        try:
+            inst, wrapped = decode_statement(st.text, name, nested, inline)
+        except StatementError as e:
+            raise self.error(str(e), st, e.offset, e.expected) from None
+        except NextStatementAt as split:
+            self._on_instruction(Statement(st.text[: split.offset], st.line, st.column))
+            self._on_instruction(self._sub_statement(st, split.offset, st.text[split.offset:]))
+            return
+        for inner_name, body, offset in inline:
+            self._inline_computation(inner_name, self._sub_statement(st, offset, body))
+        line, column = st.line, st.column
+        for extra in nested:
+            object.__setattr__(extra, "line", line)
+            object.__setattr__(extra, "column", column)
+            self.pending.append(extra)
+        object.__setattr__(inst, "line", line)
+        object.__setattr__(inst, "column", column)
+        if inst.is_root:
+            self.roots += 1
+            if self.roots > 1:
+                raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
+        self.pending.append(inst)
+        if wrapped:
+            for w in wrapped:
+                object.__setattr__(w, "line", line)
+                object.__setattr__(w, "column", column)
+            self.extra.append(Computation(wrapped[0].computation, tuple(wrapped), line=line,
+                                          execution_thread=None))
+
+    def _sub_statement(self, st: Statement, offset: int, text: str) -> Statement:
+        line = st.line + st.text.count("\n", 0, offset)
+        line_start = st.text.rfind("\n", 0, offset) + 1
+        column = (st.column + offset) if line_start == 0 else (offset - line_start + 1)
+        return Statement(text, line, column)
+
+    def _inline_computation(self, name: str, body: Statement) -> None:
+        """A computation written as an attribute value: `to_apply={ x = ... ROOT y = ... }`."""
+        saved = (self.current, self.pending, self.roots)
+        self.current, self.pending, self.roots = (name, False, body), [], 0
+        for kind, statement in split_statements(body.text):
+            if kind != "INSTRUCTION":
+                raise self.error("expected an instruction in the inline computation", body, 0, "an instruction")
+            shifted = self._sub_statement(body, _offset_of_line(body.text, statement.line), statement.text)
+            self._on_instruction(shifted)
+        if not self.pending:
+            raise self.error("empty inline computation", body, 0, "at least one instruction")
+        self.computations.insert(0, Computation(name, tuple(self.pending), line=body.line))
+        self.current, self.pending, self.roots = saved
+
+    def _on_computation_end(self, st: Statement) -> None:
+        name, is_entry, head = self.current
+        rest = st.text.strip()[1:].strip()
+        thread = None
+        if rest:
+            m = re.fullmatch(r',\s*execution_thread\s*=\s*"([^"]*)"', rest)
+            if m is None:
+                raise self.error(f"unexpected text after '}}': {rest[:30]!r}", st, st.text.index("}") + 1,
+                                 'end of line or , execution_thread="..."')
+            thread = m.group(1)
+        if not self.pending:
+            raise self.error(f"computation {name!r} has no instructions", head, 0, "at least one instruction")
+        self.computations.append(
+            Computation(name, tuple(self.pending), is_entry=is_entry, execution_thread=thread, line=head.line)
+        )
+        self.pending = []
+
+    def _stack_frames(self) -> StackFrames:
+        if not self.tables:
+            return StackFrames()
+
+        def rows(table: str) -> list[tuple[Statement, str]]:
+            out = []
+            for st in self.tables.get(table, []):
+                number, _, rest = st.text.strip().partition(" ")
+                out.append((st, rest.strip()))
+            return out
+
+        def names(table: str) -> tuple[str, ...]:
+            from hloparse.attributes import unquote
+
+            return tuple(unquote(r) for _, r in rows(table))
+
+        def fields(st: Statement, rest: str, keys: tuple[str, ...]) -> tuple[int, ...]:
+            found = dict(re.findall(r"(\w+)=(-?\d+)", rest))
+            return tuple(int(found.get(k, 0)) for k in keys)
+
+        locations = tuple(
+            fields(st, r, ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column"))
+            for st, r in rows("FileLocations")
+        )
+        frames = tuple(fields(st, r, ("file_location_id", "parent_frame_id")) for st, r in rows("StackFrames"))
+        return StackFrames(names("FileNames"), names("FunctionNames"), locations, frames)  # type: ignore[arg-type]
+
+    # Used by the validator to place its errors.
+    def error_at_instruction(self, inst: Instruction, message: str, expected: str = "",
+                             needle: str | None = None) -> HloParseError:
+        text = self.text_of_line(inst.line)
+        column = inst.column
+        if needle and needle in text:
+            column = text.index(needle) + 1
+        return HloParseError(message, file=self.source, line=inst.line, column=column, text=text.strip(),
+                             expected=expected)
+
+    def error_at_line(self, line: int, message: str, expected: str = "", needle: str | None = None) -> HloParseError:
+        text = self.text_of_line(line)
+        column = len(text) - len(text.lstrip()) + 1
+        if needle and needle in text:
+            column = text.index(needle) + 1
+        return HloParseError(message, file=self.source, line=line, column=column, text=text.strip(),
+                             expected=expected)
+
+    def text_of_line(self, line: int) -> str:
+        if not hasattr(self, "_lines"):
+            self._lines = self.text.split("\n")
+        return self._lines[line - 1] if 1 <= line <= len(self._lines) else ""
+
+    def signature_of(self, name: str) -> tuple[Statement, tuple[Shape, ...] | None, Shape | None] | None:
+        return self.signatures.get(name)
+
+
+__all__ = ["parse", "load", "split_statements", "shape_at"]

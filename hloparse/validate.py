@@ -1,0 +1,208 @@
+"""Reject modules that are well-formed text but inconsistent, as XLA's parser and verifier do.
+
+Each check raises HloParseError located at the offending instruction (via the builder, which
+knows the source text). Checks cover what XLA's parser itself rejects: missing operands and
+computations, operand counts, shapes that contradict the computation signature, constants that
+do not fit their type, and attribute values whose syntax XLA checks eagerly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+from hloparse import opcodes
+from hloparse.attributes import AttributeSyntaxError, parse_dim_labels, parse_window, split_top_level
+from hloparse.ir import Instruction, Module, Shape
+from hloparse.literals import LiteralError, check_literal
+from hloparse.shapes import ShapeSyntaxError, parse_shape
+
+if TYPE_CHECKING:
+    from hloparse.parser import _Builder
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same element types and dimensions (layouts ignored), recursively for tuples."""
+    if a.element_type != b.element_type:
+        return False
+    if a.is_tuple:
+        return len(a.tuple_shapes) == len(b.tuple_shapes) and all(
+            compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)
+        )
+    return a.dims == b.dims
+
+
+def validate(module: Module, builder: _Builder) -> None:
+    names = module.by_name
+    for comp in module.computations:
+        by_name = comp.by_name
+        if len(by_name) != len(comp.instructions):
+            seen: set[str] = set()
+            for inst in comp.instructions:
+                if inst.name in seen:
+                    raise builder.error_at_instruction(inst, f"instruction name {inst.name!r} is used twice",
+                                                       "unique instruction names")
+                seen.add(inst.name)
+        for inst in comp.instructions:
+            for operand in inst.operands:
+                if operand not in by_name:
+                    raise builder.error_at_instruction(
+                        inst, f"operand {operand!r} of {inst.name!r} does not exist in computation {comp.name!r}",
+                        "an instruction defined in the same computation", needle=operand)
+            for site in inst.calls:
+                if site.computation not in names:
+                    raise builder.error_at_instruction(
+                        inst, f"computation {site.computation!r} called by {inst.name!r} does not exist",
+                        "a computation defined in the module", needle=site.computation)
+            _check_instruction(inst, comp.name, module, builder)
+        _check_signature(comp, builder)
+    _check_header(module, builder)
+
+
+def _check_signature(comp, builder: _Builder) -> None:  # noqa: ANN001
+    sig = builder.signature_of(comp.name)
+    if sig is None:
+        return
+    _statement, _params, result = sig
+    if result is not None and not compatible(result, comp.root.shape):
+        raise builder.error_at_instruction(
+            comp.root,
+            f"Shape of computation {comp.name}, {_plain(result)}, is not compatible with that of its root "
+            f"instruction {comp.root.name}, {_plain(comp.root.shape)}",
+            "a root shape matching the computation's result shape")
+    # XLA does not hold parameters to the signature's parameter list, so neither do we.
+
+
+def _plain(shape: Shape) -> str:
+    if shape.is_tuple:
+        return "(" + ", ".join(_plain(s) for s in shape.tuple_shapes) + ")"
+    return f"{shape.element_type}[{','.join(map(str, shape.dims))}]"
+
+
+_LAYOUT_LEVEL = re.compile(r"D\(([^)]*)\)")
+
+
+def _check_instruction(inst: Instruction, comp_name: str, module: Module, builder: _Builder) -> None:
+    op = inst.opcode
+    arity = opcodes.ARITY.get(op)
+    if arity is not None and len(inst.operands) != arity and op not in ("parameter", "constant"):
+        raise builder.error_at_instruction(
+            inst, f"expects {arity} operands, but has {len(inst.operands)} operands", f"{arity} operands")
+    attrs = inst.attributes
+    if op == "constant":
+        try:
+            check_literal(attrs.get("literal", ""), inst.shape)
+        except LiteralError as e:
+            raise builder.error_at_instruction(inst, str(e), e.expected, needle="constant(") from None
+    elif op == "infeed" and not (inst.shape.is_tuple and inst.shape.tuple_shapes):
+        raise builder.error_at_instruction(inst, "infeed must have a non-empty tuple shape", "a tuple shape")
+    elif op == "recv" and not inst.shape.is_tuple:
+        raise builder.error_at_instruction(inst, f"{op} must have a tuple shape", "(shape, u32[], token[])")
+    elif op == "conditional" and "branch_computations" in attrs and inst.operands:
+        index_shape = module.computation(comp_name).by_name[inst.operands[0]].shape
+        if index_shape.dims:
+            raise builder.error_at_instruction(inst, "The first operand must be a scalar", "a scalar branch index")
+    if "window" in attrs:
+        try:
+            parse_window(attrs["window"])
+        except AttributeSyntaxError as e:
+            raise builder.error_at_instruction(inst, f"window: {e}", e.expected, needle="window=") from None
+    if "dim_labels" in attrs:
+        try:
+            parse_dim_labels(attrs["dim_labels"])
+        except AttributeSyntaxError as e:
+            raise builder.error_at_instruction(inst, f"dim_labels: {e}", e.expected, needle="dim_labels=") from None
+    if "operand_layout_constraints" in attrs:
+        _check_layout_constraints(inst, module.computation(comp_name), builder)
+    if "replica_groups" in attrs and attrs["replica_groups"].startswith("mesh"):
+        _check_mesh_groups(inst, builder)
+    if op == "scan" and "dimensions" in attrs:
+        dims = inst.dimensions or ()
+        rank = module.computation(comp_name).by_name[inst.operands[0]].shape.rank if inst.operands else 0
+        if any(d < 0 or d >= rank for d in dims):
+            raise builder.error_at_instruction(inst, f"scan dimension {dims} out of range", "0 <= dimension < rank")
+    for shape in (inst.shape, *(s for s in (inst.inline_operand_shapes or ()) if s is not None)):
+        for leaf in shape.leaves():
+            if leaf.layout is not None and "D(" in leaf.layout.details:
+                for m in _LAYOUT_LEVEL.finditer(leaf.layout.details):
+                    for level in m.group(1).split(","):
+                        if level.strip().rstrip("+~") not in ("D", "C", "S"):
+                            raise builder.error_at_instruction(
+                                inst, f"expected a DimLevelType abbreviation, got {level.strip()!r}", "D, C or S")
+
+
+def _check_layout_constraints(inst: Instruction, comp, builder: _Builder) -> None:  # noqa: ANN001
+    raw = inst.attributes["operand_layout_constraints"].strip()
+    body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
+    try:
+        shapes = [parse_shape(body[s:e]) for s, e in split_top_level(body) if body[s:e].strip()]
+    except (AttributeSyntaxError, ShapeSyntaxError) as e:
+        raise builder.error_at_instruction(inst, f"operand_layout_constraints: {e}", "shapes with layouts") from None
+    if len(shapes) != len(inst.operands):
+        raise builder.error_at_instruction(
+            inst, f"Expected {len(inst.operands)} operand layout constraints, {len(shapes)} given",
+            f"{len(inst.operands)} constraints", needle="operand_layout_constraints")
+    for i, (shape, operand) in enumerate(zip(shapes, inst.operands)):
+        if not compatible(shape, comp.by_name[operand].shape):
+            raise builder.error_at_instruction(
+                inst, f"operand {i} is not compatible with operand shape {_plain(comp.by_name[operand].shape)}",
+                "a compatible shape", needle="operand_layout_constraints")
+
+
+def _check_mesh_groups(inst: Instruction, builder: _Builder) -> None:
+    raw = inst.attributes["replica_groups"]
+    m = re.fullmatch(r"mesh\[(.*?)\]\s*\{(.*)\}", raw.strip(), re.S)
+    if m is None:
+        raise builder.error_at_instruction(inst, f"bad mesh replica groups {raw[:40]!r}", "mesh[axes] {axes}")
+    axes_part, chosen = m.groups()
+    axes: dict[str, int] = {}
+    device_ids = None
+    for piece in re.split(r",\s*(?![^()]*\))", axes_part):
+        piece = piece.strip()
+        if piece.startswith("device_ids"):
+            device_ids = re.findall(r"-?\d+", piece)
+            continue
+        am = re.fullmatch(r"'([^']*)'\s*=\s*(\d+)", piece)
+        if am is None:
+            raise builder.error_at_instruction(inst, f"bad mesh axis {piece!r}", "'name'=size")
+        axes[am.group(1)] = int(am.group(2))
+    size = math.prod(axes.values())
+    if device_ids is not None and len(device_ids) != size:
+        raise builder.error_at_instruction(
+            inst, f"mesh has {size} devices but device_ids lists {len(device_ids)}", "one device id per device")
+    for name in re.findall(r"'([^']*)'|(\d+)", chosen):
+        axis = name[0] or name[1]
+        if name[0] and axis not in axes:
+            raise builder.error_at_instruction(inst, f"axis {axis!r} is not a valid axis name or index in the mesh",
+                                               f"one of {sorted(axes)}")
+        if name[1] and int(axis) >= len(axes):
+            raise builder.error_at_instruction(inst, f"axis index {axis} is out of range", f"< {len(axes)}")
+
+
+_ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+)\s*)?\)")
+
+
+def _check_header(module: Module, builder: _Builder) -> None:
+    raw = module.attributes.get("input_output_alias")
+    if raw is None:
+        return
+    body = raw.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        raise builder.error_at_line(1, "input_output_alias must be {...}", "{ {out}: (param, {index}) }",
+                                    needle="input_output_alias")
+    inner = body[1:-1]
+    try:
+        spans = split_top_level(inner)
+    except AttributeSyntaxError as e:
+        raise builder.error_at_line(1, f"input_output_alias: {e}", "balanced brackets",
+                                    needle="input_output_alias") from None
+    for s, e in spans:
+        piece = inner[s:e].strip()
+        if not piece:
+            continue
+        if not re.match(r"\{[\d,\s]*\}", piece):
+            raise builder.error_at_line(1, "Expects '}' at the end of ShapeIndex", "{i,j}", needle="input_output_alias")
+        if _ALIAS_ENTRY.fullmatch(piece) is None:
+            raise builder.error_at_line(1, "Expects '}' at the end of aliasing description",
+                                        "{out}: (param, {index}[, kind])", needle="input_output_alias")
