@@ -222,9 +222,14 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UsageError(f"{path}: is a directory")
-    if compare_xla:
-        return compare(path, trip_counts=trip_counts or None).report
-    return analyze(path, trip_counts=trip_counts or None)
+    from hloparse.attributes import AttributeSyntaxError
+
+    try:
+        if compare_xla:
+            return compare(path, trip_counts=trip_counts or None).report
+        return analyze(path, trip_counts=trip_counts or None)
+    except AttributeSyntaxError as error:  # an attribute value decoded lazily, after parsing
+        raise UsageError(f"{path}: malformed attribute: {error}") from None
 
 
 def _write(path: str, text: str) -> None:
