@@ -37,7 +37,7 @@ class BatchSummary:
     db_path: str
     run_id: int
     files: int  # module files found
-    analyzed: int  # sent to a worker in this run
+    analyzed: int  # attempted in this run (sent to a worker, or found unreadable)
     cached: int  # skipped: unchanged since a previous run
     failed: int  # rows whose status is not "ok" (this run's and cached ones)
     status_counts: Mapping[str, int]
@@ -122,6 +122,7 @@ def run_batch(
                 try:
                     data = _read_regular_file(mf.path)
                 except OSError as e:
+                    counts["analyzed"] += 1  # attempted in this run, like any file sent to a worker
                     reason = e.strerror or str(e)
                     record(mf, None, {"status": READ_ERROR, "error": f"cannot read: {reason}"})
                     continue

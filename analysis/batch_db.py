@@ -31,7 +31,10 @@ READ_ERROR = "read_error"  # not readable, not a regular file, bad gzip, not UTF
 ANALYSIS_ERROR = "error"  # the text parsed but the analysis raised: an engine bug worth reporting
 TIMEOUT = "timeout"  # exceeded the per-file time limit; the worker was killed
 CRASHED = "crashed"  # the worker process died (segfault, out of memory, os._exit)
-RETRYABLE = frozenset({TIMEOUT, CRASHED, READ_ERROR})
+# A failure that may not happen again with the same bytes (a larger limit, another machine) is
+# retried by a rerun; the rest are properties of the file's content. Files that could not be read
+# at all have no content hash, so they are always retried.
+RETRYABLE = frozenset({TIMEOUT, CRASHED})
 
 EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops")
 JSON_COLUMNS = ("loops", "uncounted")

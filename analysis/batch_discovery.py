@@ -148,6 +148,8 @@ def discover(paths: Iterable[str | os.PathLike[str]], stage: str = AFTER_OPTIMIZ
 
     def consider(path: Path, explicit: bool) -> None:
         nonlocal ignored
+        # One key per file however it was named; not resolved, so a symlink keeps its own name.
+        path = Path(os.path.abspath(path))
         name = path.name
         dump = parse_dump_name(name)
         if dump is not None:
