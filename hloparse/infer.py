@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from hloparse.attributes import AttributeSyntaxError, parse_padding
 from hloparse.errors import HloParseError
-from hloparse.ir import Computation, Instruction, Shape
+from hloparse.ir import Computation, Instruction, Layout, Shape
 
 if TYPE_CHECKING:
     from hloparse.parser import _Builder
@@ -116,7 +116,12 @@ def _infer(inst: Instruction, comp: Computation, shapes: dict[str, Shape], compu
     if op == "transpose":
         s = operand(0)
         perm = inst.dimensions or ()
-        return Shape(s.element_type, tuple(s.dims[p] for p in perm))
+        # XLA permutes the layout with the dimensions (ShapeUtil::PermuteDimensions): an inferred
+        # transpose is a bitcast, which the cost analysis charges 0 bytes.
+        m2m = s.layout.minor_to_major if s.layout is not None else tuple(range(len(s.dims) - 1, -1, -1))
+        inverse = {p: i for i, p in enumerate(perm)}
+        layout = Layout(tuple(inverse[d] for d in m2m)) if len(m2m) == len(perm) else None
+        return Shape(s.element_type, tuple(s.dims[p] for p in perm), layout=layout)
     if op == "dot":
         lhs, rhs = operand(0), operand(1)
         dn = inst.dot_dimension_numbers
