@@ -1,0 +1,120 @@
+"""Exact costs of custom-calls whose arithmetic the instruction itself tells us.
+
+XLA's cost analysis charges every custom-call -1 flops and -1 bytes. Our exact view costs the
+targets below from their operands, result and attributes, and lists every other target as
+uncounted with its name (never 0, never folded into a total):
+
+- cuBLAS / cuBLASLt GEMMs (`__cublas$gemm`, `__cublas$lt$matmul*`): the dot dimension numbers in
+  `backend_config.gemm_backend_config` -> 2 x result elements x contracted size, the same
+  number an HLO `dot` of those operands gets.
+- cuDNN convolutions (`__cudnn$conv*`): `window` and `dim_labels` -> XLA's convolution formula
+  on operands 0, 1 and result element 0 (the rest of the result tuple is scratch).
+- CPU LAPACK (`lapack_?potrf*`, `lapack_?trsm*` / `blas_?trsm*`): the formulas XLA uses for the
+  HLO `cholesky` and `triangular-solve` ops; `lapack_?getrf*` (LU) and `lapack_?geqrf*` (QR):
+  the standard operation counts of the unblocked algorithms (LAPACK Working Note 41), two flops
+  per multiply-add as everywhere else here.
+- Pallas / Mosaic TPU calls (`tpu_custom_call`) that carry a `cost_estimate` in their
+  backend_config: that estimate.
+Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from analysis.costs import Cost
+from analysis.xla_shapes import elements, output_size, size
+from hloparse.ir import Computation, Instruction, Shape
+
+_GEMM = re.compile(r"__cublas\$(gemm|lt\$matmul.*)$")
+_CUDNN_CONV = re.compile(r"__cudnn\$conv(Forward|BackwardInput|BackwardFilter|BiasActivationForward)$")
+_LAPACK = re.compile(r"^(?:lapack|blas)_([sdcz])(potrf|trsm|getrf|geqrf)(?:_ffi)?$")
+
+
+def exact_cost(computation: Computation, inst: Instruction) -> Cost | str:
+    """The exact cost of one custom-call, or a string saying why it is not known."""
+    target = inst.custom_call_target or ""
+    operands = computation.operand_shapes(inst)
+    moved = output_size(inst.shape) + sum(size(s) for s in operands)
+    try:
+        if _GEMM.match(target):
+            return Cost(gemm_flops(inst, operands), 0, moved)
+        if _CUDNN_CONV.match(target):
+            from analysis.rules import convolution_flops
+
+            return Cost(convolution_flops(inst, operands[0], operands[1], _first(inst.shape)), 0, moved)
+        lapack = _LAPACK.match(target)
+        if lapack:
+            return Cost(_lapack_flops(lapack.group(2), inst, operands), 0, moved)
+        if target == "tpu_custom_call":
+            estimate = _cost_estimate(inst.backend_config)
+            if estimate is not None:
+                return estimate
+            return f"custom-call target {target}: no cost_estimate in backend_config"
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
+        return f"custom-call target {target}: cannot read its dimensions ({type(err).__name__}: {err})"
+    return f"custom-call target {target}: arithmetic unknown"
+
+
+def gemm_flops(inst: Instruction, operands: tuple[Shape, ...]) -> int:
+    config = inst.backend_config
+    if not isinstance(config, dict):
+        raise ValueError("backend_config is not JSON")
+    gemm = config.get("gemm_backend_config", config)
+    dnums = gemm["dot_dimension_numbers"]
+    lhs = operands[0]
+    width = 1
+    for d in dnums.get("lhs_contracting_dimensions", []):
+        width *= lhs.dims[int(d)]
+    return 2 * elements(_first(inst.shape)) * width
+
+
+def _lapack_flops(kind: str, inst: Instruction, operands: tuple[Shape, ...]) -> int:
+    a = operands[0]
+    m, n = a.dims[-2], a.dims[-1]
+    batch = elements(a) // (m * n) if m * n else 0
+    if kind == "potrf":  # XLA's cholesky rule: n * elements(a) / 3
+        return n * elements(a) // 3
+    if kind == "trsm":  # XLA's triangular-solve rule: 2 * a.dims[-1] * elements(b)
+        return 2 * n * elements(operands[1])
+    if kind == "getrf":  # LU with partial pivoting, m x n, k = min(m, n)
+        return batch * _lu_flops(m, n)
+    if kind == "geqrf":  # Householder QR
+        return batch * _qr_flops(m, n)
+    raise ValueError(kind)
+
+
+def _lu_flops(m: int, n: int) -> int:
+    # Step j (0-based, j < k): m-j-1 divisions, then (m-j-1)(n-j-1) multiply-adds.
+    k = min(m, n)
+    return sum((m - j - 1) + 2 * (m - j - 1) * (n - j - 1) for j in range(k))
+
+
+def _qr_flops(m: int, n: int) -> int:
+    # Step j: build the reflector from m-j entries (norm: m-j multiply-adds, scale: m-j-1), then
+    # apply it to the n-j-1 trailing columns (each: m-j multiply-adds for w, m-j for the update).
+    total = 0
+    for j in range(min(m, n)):
+        rows = m - j
+        total += 2 * rows + (rows - 1) + (n - j - 1) * 4 * rows
+    return total
+
+
+def _cost_estimate(config: Any) -> Cost | None:
+    if not isinstance(config, dict):
+        return None
+    estimate = config.get("cost_estimate")
+    if estimate is None and isinstance(config.get("custom_call_config"), dict):
+        estimate = config["custom_call_config"].get("cost_estimate")
+    if not isinstance(estimate, dict):
+        return None
+    return Cost(
+        int(estimate.get("flops", 0)),
+        int(estimate.get("transcendentals", 0)),
+        int(estimate.get("bytes_accessed", 0)),
+    )
+
+
+def _first(shape: Shape) -> Shape:
+    return shape.tuple_shapes[0] if shape.is_tuple else shape

@@ -1,0 +1,623 @@
+"""The per-opcode cost registry: what one execution of one instruction costs.
+
+Each rule is a small function from an instruction (with its operand shapes) to a `Charge`: the
+values XLA's `HloCostAnalysis` handler for that opcode sets, kept in the form XLA computes them
+(so that `analysis.xla_estimate` can redo XLA's float32 arithmetic step by step), plus what the
+exact view charges where it differs from XLA (custom-calls, ragged-dot). `own_cost` turns a
+charge into exact integers (`OpCost`).
+
+Conventions (the contract in docs/architecture.md):
+- CONTROL callees (fusion bodies, while body/condition, call, conditional branches, async
+  wrapped computations) are not part of the caller's own cost: the accounting walks them as
+  instructions of their own. The fusion instruction carries only its boundary bytes.
+- APPLIED callees (reducers, scatter combiners, map, select-and-scatter, all of which XLA costs
+  as "body x count") are included, multiplied as XLA multiplies them. Bytes inside an applied
+  body are never charged (XLA copies only flops/transcendentals out of a sub-computation).
+- Inside a fusion body an instruction's bytes are 0: XLA charges bytes at the fusion boundary.
+- XLA special case: a `kind=kCustom` fusion whose body holds a gather or scatter is costed as
+  that gather/scatter alone and XLA never visits the body. The fusion instruction therefore
+  carries the whole cost, and every instruction of that body (and below it) costs 0, so that the
+  sum over instructions still equals XLA's total.
+- A conditional's own cost is 0; XLA charges the per-key maximum over its branches, which only
+  `xla_estimate` (or an accounting that knows which branch runs) can apply.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Mapping
+
+from analysis import custom_calls, fusion_bytes
+from analysis.costs import ZERO, Cost, OpCost
+from analysis.xla_shapes import array_subshapes, elements, elements_recursive, output_size, size
+from analysis.xla_shapes import transpose_is_bitcast
+from hloparse.ir import CallRole, Computation, Instruction, Module, Shape
+
+VIEWS = ("exact", "xla")
+
+# How XLA combines a CONTROL instruction with its callee's totals (see xla_estimate).
+NESTED_FUSION = "fusion"  # callee's flops/transcendentals, bytes at the boundary
+NESTED_CALL = "call"  # callee's totals, every key, as they are
+NESTED_WHILE = "while"  # body totals + condition totals, once
+NESTED_CONDITIONAL = "conditional"  # per-key maximum over the branches
+NESTED_ASYNC = "async"  # callee's totals (async-start)
+
+Term = int | Fraction
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """`count` executions of an APPLIED computation (XLA: `sub_total * count`, in float32)."""
+
+    computation: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What XLA's handler sets for one instruction.
+
+    `bytes_terms` are added one by one (XLA keeps a float running sum); `applied` bodies add
+    their flops/transcendentals times the count; `nested` says how a CONTROL callee's totals
+    replace the instruction's own (None: no callee). `exact` / `exact_uncounted` give the exact
+    view where it differs from XLA's.
+    """
+
+    flops: int = 0
+    transcendentals: int = 0
+    bytes_terms: tuple[Term, ...] = ()
+    applied: tuple[Applied, ...] = ()
+    nested: str | None = None
+    optimal_seconds: int = 0
+    exact: Cost | None = None
+    exact_uncounted: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    module: Module
+    computation: Computation
+    instruction: Instruction
+
+    @property
+    def shape(self) -> Shape:
+        return self.instruction.shape
+
+    def operand_shape(self, i: int) -> Shape:
+        return self.computation.by_name[self.instruction.operands[i]].shape
+
+    def operand_shapes(self) -> tuple[Shape, ...]:
+        return self.computation.operand_shapes(self.instruction)
+
+    def operand_size(self, i: int) -> int:
+        return value_size(self.computation, self.instruction.operands[i])
+
+
+def value_size(computation: Computation, name: str) -> int:
+    """GetShapeSize of the value an operand names (a constant's shape is never packed)."""
+    producer = computation.by_name[name]
+    return size(producer.shape, packed=producer.opcode != "constant")
+
+
+Rule = Callable[[Ctx], Charge]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*opcodes: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for op in opcodes:
+            RULES[op] = fn
+        return fn
+
+    return register
+
+
+def default_bytes(ctx: Ctx) -> tuple[Term, ...]:
+    """XLA's Preprocess: result bytes (leaf sum for a tuple result) then every operand's bytes."""
+    return (output_size(ctx.shape),) + tuple(ctx.operand_size(i) for i in range(len(ctx.instruction.operands)))
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+TRANSCENDENTAL_OPCODES = frozenset({
+    "exponential", "log", "logistic", "power", "sqrt", "cbrt", "rsqrt", "tanh", "sine", "cosine",
+    "exponential-minus-one", "log-plus-one", "atan2", "tan", "erf",
+    # newer than any readable source; measured on jaxlib 0.10.2:
+    "asin", "acos", "asinh", "acosh", "atanh", "sinh", "cosh",
+})
+ELEMENTWISE_FLOP_OPCODES = frozenset({
+    "abs", "add", "and", "bitcast-convert", "ceil", "clamp", "count-leading-zeros", "compare", "complex", "convert",
+    "divide", "floor", "imag", "is-finite", "maximum", "minimum", "multiply", "negate", "not", "or",
+    "mulhi", "popcnt", "real", "reduce-precision", "remainder", "round-nearest-afz", "round-nearest-even",
+    "select", "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "stochastic-convert",
+    "subtract", "xor",
+})
+
+
+@rule(*TRANSCENDENTAL_OPCODES)
+def _transcendental(ctx: Ctx) -> Charge:
+    return Charge(transcendentals=elements(ctx.shape), bytes_terms=default_bytes(ctx))
+
+
+@rule(*ELEMENTWISE_FLOP_OPCODES)
+def _elementwise(ctx: Ctx) -> Charge:
+    return Charge(flops=elements(ctx.shape), bytes_terms=default_bytes(ctx))
+
+
+# ---- free and data-movement ops ---------------------------------------------------------------
+@rule("parameter", "constant", "get-tuple-element", "domain", "after-all", "add-dependency", "bitcast")
+def _free(ctx: Ctx) -> Charge:
+    return Charge()
+
+
+DEFAULT_BYTES_OPCODES = frozenset({
+    "broadcast", "concatenate", "copy", "copy-start", "copy-done", "dynamic-reshape", "iota", "pad",
+    "reshape", "reverse", "opt-barrier", "get-dimension-size", "set-dimension-size",
+    "batch-norm-training", "batch-norm-inference", "batch-norm-grad", "topk", "send-done",
+    "recv", "recv-done", "async-update", "async-done", "all-gather", "all-gather-start",
+    "all-gather-done", "all-reduce-done", "all-to-all", "ragged-all-to-all", "reduce-scatter",
+    "collective-broadcast", "collective-permute", "collective-permute-start", "collective-permute-done",
+    "partition-id", "replica-id", "rng-get-and-update-state",
+})
+
+
+@rule(*DEFAULT_BYTES_OPCODES)
+def _default(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=default_bytes(ctx))
+
+
+@rule("send")
+def _send(ctx: Ctx) -> Charge:
+    # XLA's parser gives send the shape (data, u32[] context, token[]) whatever the text says.
+    out = ctx.operand_size(0) + 4
+    return Charge(bytes_terms=(out,) + tuple(ctx.operand_size(i) for i in range(len(ctx.instruction.operands))))
+
+
+@rule("transpose")
+def _transpose(ctx: Ctx) -> Charge:
+    dims = ctx.instruction.dimensions or ()
+    if transpose_is_bitcast(ctx.operand_shape(0), ctx.shape, dims):
+        return Charge()
+    return Charge(bytes_terms=default_bytes(ctx))
+
+
+@rule("tuple")
+def _tuple(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=(size(ctx.shape),))
+
+
+@rule("infeed")
+def _infeed(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=(sum(size(leaf) for leaf in ctx.shape.leaves()),))
+
+
+@rule("outfeed")
+def _outfeed(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=tuple(sum(size(leaf) for leaf in s.leaves()) for s in ctx.operand_shapes()))
+
+
+@rule("slice")
+def _slice(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=(2 * size(ctx.shape),))
+
+
+@rule("dynamic-slice")
+def _dynamic_slice(ctx: Ctx) -> Charge:
+    # XLA reads only the first start index's size (operand 1), whatever the rank.
+    return Charge(bytes_terms=(2 * size(ctx.shape) + ctx.operand_size(1),))
+
+
+@rule("dynamic-update-slice")
+def _dynamic_update_slice(ctx: Ctx) -> Charge:
+    # Operand 0 is updated in place: only the update and the first start index are charged.
+    return Charge(bytes_terms=(2 * ctx.operand_size(1) + ctx.operand_size(2),))
+
+
+def gather_charge(computation: Computation, gather: Instruction) -> Charge:
+    return Charge(bytes_terms=(2 * size(gather.shape) + value_size(computation, gather.operands[1]),))
+
+
+def scatter_charge(computation: Computation, scatter: Instruction) -> Charge:
+    shapes = computation.operand_shapes(scatter)
+    n = (len(shapes) - 1) // 2  # operands..., indices, updates...
+    updates = shapes[n + 1 :]
+    moved = 3 * sum(value_size(computation, u) for u in scatter.operands[n + 1 :])
+    moved += value_size(computation, scatter.operands[n])
+    body = scatter.called(CallRole.TO_APPLY)
+    applied = (Applied(body[0], elements(updates[0])),) if body else ()
+    return Charge(bytes_terms=(moved,), applied=applied)
+
+
+@rule("gather")
+def _gather(ctx: Ctx) -> Charge:
+    return gather_charge(ctx.computation, ctx.instruction)
+
+
+@rule("scatter")
+def _scatter(ctx: Ctx) -> Charge:
+    return scatter_charge(ctx.computation, ctx.instruction)
+
+
+# ---- dot family, convolution, fft, linear algebra ---------------------------------------------
+def dot_flops(lhs: Shape, result: Shape, lhs_contracting: tuple[int, ...]) -> int:
+    """XLA's GetDotFlops: 2 x result elements x product of the lhs contracting dimensions."""
+    width = 1
+    for d in lhs_contracting:
+        width *= lhs.dims[d]
+    return 2 * elements(result) * width
+
+
+@rule("dot", "scaled-dot")
+def _dot(ctx: Ctx) -> Charge:
+    dnums = ctx.instruction.dot_dimension_numbers
+    flops = dot_flops(ctx.operand_shape(0), ctx.shape, dnums.lhs_contracting if dnums else ())
+    return Charge(flops=flops, bytes_terms=default_bytes(ctx))
+
+
+@rule("ragged-dot")
+def _ragged_dot(ctx: Ctx) -> Charge:
+    inst = ctx.instruction
+    dnums = inst.dot_dimension_numbers
+    contracting = dnums.lhs_contracting if dnums else ()
+    groups = inst.int_list("rhs_group_dims") or ()
+    # XLA deletes result dimension i for i in range(len(rhs_group_dims)) -- the loop index, not
+    # the group dimension -- before applying the dot formula (HandleRaggedDot).
+    kept = list(ctx.shape.dims)
+    for i in range(len(groups)):
+        del kept[i]
+    xla = dot_flops(ctx.operand_shape(0), Shape(ctx.shape.element_type, tuple(kept)), contracting)
+    # Exact: every lhs element meets each rhs free (non-contracting, non-batch, non-group) column once.
+    lhs, rhs = ctx.operand_shape(0), ctx.operand_shape(1)
+    skip = set(dnums.rhs_contracting if dnums else ()) | set(dnums.rhs_batch if dnums else ()) | set(groups)
+    free = 1
+    for d, n in enumerate(rhs.dims):
+        if d not in skip:
+            free *= n
+    bytes_terms = default_bytes(ctx)
+    exact = Cost(2 * elements(lhs) * free, 0, int(sum(bytes_terms)))
+    return Charge(flops=xla, bytes_terms=bytes_terms, exact=exact)
+
+
+def convolution_flops(inst: Instruction, lhs: Shape, rhs: Shape, result: Shape) -> int:
+    """XLA's GetConvolutionFlops: 2 x (Cin/feature groups) x Cout x (B/batch groups) x the
+    product over spatial dims of the (kernel tap, output position) pairs that land on a real
+    input element -- padding and base-dilation holes are not counted."""
+    labels = inst.conv_dim_labels
+    window = inst.window or ()
+    if labels is None:
+        raise ValueError("convolution without dim_labels")
+    cin = lhs.dims[labels.input_feature]
+    cout = result.dims[labels.output_feature]
+    batch = lhs.dims[labels.input_batch]
+    valid = 1
+    if window:
+        for s, w in enumerate(window):
+            valid *= _valid_taps(
+                lhs.dims[labels.input_spatial[s]], rhs.dims[labels.kernel_spatial[s]],
+                result.dims[labels.output_spatial[s]], w.stride, w.pad_low, w.pad_high, w.lhs_dilation,
+                w.rhs_dilation,
+            )
+    fma = (cin // inst.feature_group_count) * cout * (batch // inst.batch_group_count) * valid
+    return 2 * fma
+
+
+def _valid_taps(i: int, k: int, o: int, stride: int, lo: int, hi: int, base: int, dil: int) -> int:
+    if i == o and k == o and i == base and dil == 1 and max(1, i - 1) == stride and lo == 0 and hi == 0:
+        return i
+    if i == 1 and k == o and dil == 1 and base == 1 and stride == 1 and hi == o - 1 and lo == o - 1:
+        return o
+    count = 0
+    for tap in range(k):
+        if stride == 1 and base == 1:
+            start = lo - tap * dil
+            count += max(min(i + start, o) - max(start, 0), 0)
+            continue
+        for out in range(o):
+            u = out * stride - lo + tap * dil
+            q = int(u / base) if base > 1 else u  # C++ division truncates toward zero
+            if u == q * base and 0 <= q < i:
+                count += 1
+    return count
+
+
+@rule("convolution")
+def _convolution(ctx: Ctx) -> Charge:
+    flops = convolution_flops(ctx.instruction, ctx.operand_shape(0), ctx.operand_shape(1), ctx.shape)
+    return Charge(flops=flops, bytes_terms=default_bytes(ctx))
+
+
+@rule("fft")
+def _fft(ctx: Ctx) -> Charge:
+    operand = ctx.operand_shape(0)
+    if operand.is_tuple:
+        operand = operand.tuple_shapes[0]
+    log_factors = 1
+    for n in ctx.instruction.int_list("fft_length") or ():
+        log_factors *= n.bit_length() - 1 if n > 0 else -1  # Log2Floor
+    return Charge(flops=2 * 4 * log_factors * elements(operand), bytes_terms=default_bytes(ctx))
+
+
+@rule("cholesky")
+def _cholesky(ctx: Ctx) -> Charge:
+    a = ctx.operand_shape(0)
+    half = Fraction(size(a), 2)  # XLA: half of the matrix is read, half written
+    return Charge(flops=a.dims[-1] * elements(a) // 3, bytes_terms=(half, half))
+
+
+@rule("triangular-solve")
+def _triangular_solve(ctx: Ctx) -> Charge:
+    a, b = ctx.operand_shape(0), ctx.operand_shape(1)
+    terms = (size(ctx.shape), Fraction(size(a), 2), size(b))
+    return Charge(flops=2 * a.dims[-1] * elements(b), bytes_terms=terms)
+
+
+@rule("rng")
+def _rng(ctx: Ctx) -> Charge:
+    return Charge(transcendentals=elements(ctx.shape), bytes_terms=default_bytes(ctx))
+
+
+@rule("rng-bit-generator")
+def _rng_bit_generator(ctx: Ctx) -> Charge:
+    return Charge(transcendentals=elements_recursive(ctx.shape), bytes_terms=default_bytes(ctx))
+
+
+@rule("sort")
+def _sort(ctx: Ctx) -> Charge:
+    n = elements(ctx.operand_shape(0))
+    log2_ceiling = (n - 1).bit_length() if n > 0 else -1
+    return Charge(flops=n * log2_ceiling, bytes_terms=default_bytes(ctx))
+
+
+# ---- ops that apply a computation ------------------------------------------------------------
+def _to_apply(ctx: Ctx, index: int = 0) -> str:
+    return ctx.instruction.called(CallRole.TO_APPLY)[index]
+
+
+@rule("map")
+def _map(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=default_bytes(ctx), applied=(Applied(_to_apply(ctx), elements(ctx.shape)),))
+
+
+def _first_output(shape: Shape) -> Shape:
+    return shape if not shape.is_tuple else shape.tuple_shapes[0]
+
+
+@rule("reduce")
+def _reduce(ctx: Ctx) -> Charge:
+    count = elements(ctx.operand_shape(0)) - elements(_first_output(ctx.shape))
+    return Charge(bytes_terms=default_bytes(ctx), applied=(Applied(_to_apply(ctx), count),))
+
+
+def reduce_window_count(inst: Instruction, result: Shape) -> int:
+    """(window elements - 1) x output elements, padded taps included; or XLA's count for a
+    reduce-window that is a reduce followed by a broadcast along one dimension."""
+    window = inst.window or ()
+    window_elements = 1
+    for w in window:
+        window_elements *= w.size
+    out_elements = elements(_first_output(result))
+    count = (window_elements - 1) * out_elements
+    reducing = [w for w in window if w.size != 1]
+    padded = [w for w in window if w.pad_low != 0 or w.pad_high != 0]
+    if len(reducing) == 1 and len(padded) == 1 and not result.is_tuple:
+        for d, w in enumerate(window):
+            if w.size != 1 and w.pad_low != 0 and w.pad_high != 0 and w.pad_low == w.pad_high \
+                    and w.size == 2 * w.pad_low + 1:
+                if w.pad_low == result.dims[d] - 1:
+                    span = result.dims[d]
+                    count = out_elements // span + (span - 1)
+                break
+    return count
+
+
+@rule("reduce-window")
+def _reduce_window(ctx: Ctx) -> Charge:
+    count = reduce_window_count(ctx.instruction, ctx.shape)
+    return Charge(bytes_terms=default_bytes(ctx), applied=(Applied(_to_apply(ctx), count),))
+
+
+@rule("scan")
+def _scan(ctx: Ctx) -> Charge:
+    # Measured on jaxlib 0.10.2 (no readable source has HandleScan): the body is charged once per
+    # element of operand 1 (the first carry for a one-input scan).
+    return Charge(bytes_terms=default_bytes(ctx), applied=(Applied(_to_apply(ctx), elements(ctx.operand_shape(1))),))
+
+
+@rule("select-and-scatter")
+def _select_and_scatter(ctx: Ctx) -> Charge:
+    source = elements(ctx.operand_shape(1))
+    window_elements = 1
+    for w in ctx.instruction.window or ():
+        window_elements *= w.size
+    applied = (Applied(_to_apply(ctx, 0), source * (window_elements - 1)), Applied(_to_apply(ctx, 1), source))
+    return Charge(bytes_terms=default_bytes(ctx), applied=applied)
+
+
+@rule("all-reduce", "all-reduce-start")
+def _all_reduce(ctx: Ctx) -> Charge:
+    # XLA assumes two replicas: one add per output element; the reducer body is not used.
+    subshapes = [s for _, s in array_subshapes(ctx.shape)]
+    out_bytes = sum(size(s) for s in subshapes)
+    moved = out_bytes + sum(ctx.operand_size(i) for i in range(len(ctx.instruction.operands)))
+    return Charge(flops=sum(elements(s) for s in subshapes), bytes_terms=(moved,))
+
+
+# ---- calls, control flow, fusion, custom-call -------------------------------------------------
+@rule("call")
+def _call(ctx: Ctx) -> Charge:
+    return Charge(nested=NESTED_CALL)
+
+
+@rule("while")
+def _while(ctx: Ctx) -> Charge:
+    return Charge(nested=NESTED_WHILE)
+
+
+@rule("conditional")
+def _conditional(ctx: Ctx) -> Charge:
+    return Charge(nested=NESTED_CONDITIONAL)
+
+
+@rule("async-start", "call-start")
+def _async_start(ctx: Ctx) -> Charge:
+    return Charge(nested=NESTED_ASYNC)
+
+
+@rule("fusion")
+def _fusion(ctx: Ctx) -> Charge:
+    inst = ctx.instruction
+    body = ctx.module.computation(inst.called(CallRole.FUSION)[0])
+    special = custom_fusion_gather_or_scatter(inst, body)
+    if special is not None:
+        return scatter_charge(body, special) if special.opcode == "scatter" else gather_charge(body, special)
+    return Charge(bytes_terms=tuple(fusion_bytes.boundary_terms(ctx.module, inst, body)), nested=NESTED_FUSION)
+
+
+def custom_fusion_gather_or_scatter(fusion: Instruction, body: Computation) -> Instruction | None:
+    """The gather/scatter XLA costs a kCustom fusion as (the first one in the body), if any."""
+    if fusion.fusion_kind != "kCustom":
+        return None
+    for inst in body.instructions:
+        if inst.opcode in ("gather", "scatter"):
+            return inst
+    return None
+
+
+@rule("custom-call")
+def _custom_call(ctx: Ctx) -> Charge:
+    known = custom_calls.exact_cost(ctx.computation, ctx.instruction)
+    if isinstance(known, str):
+        return Charge(flops=-1, bytes_terms=(-1,), optimal_seconds=-1, exact_uncounted=known)
+    return Charge(flops=-1, bytes_terms=(-1,), optimal_seconds=-1, exact=known)
+
+
+KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
+
+
+# ---- own_cost ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _ModuleInfo:
+    fusion_bodies: frozenset[str]
+    silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
+
+
+_INFO: "weakref.WeakKeyDictionary[Module, _ModuleInfo]" = weakref.WeakKeyDictionary()
+_APPLIED_TOTALS: "weakref.WeakKeyDictionary[Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def module_info(module: Module) -> _ModuleInfo:
+    info = _INFO.get(module)
+    if info is None:
+        bodies: set[str] = set()
+        silenced_roots: list[str] = []
+        for comp, inst in module.instructions():
+            for site in inst.calls:
+                if site.role == CallRole.FUSION:
+                    bodies.add(site.computation)
+                    callee = module.by_name.get(site.computation)
+                    if callee is not None and custom_fusion_gather_or_scatter(inst, callee) is not None:
+                        silenced_roots.append(site.computation)
+        info = _ModuleInfo(frozenset(bodies), frozenset(_reachable(module, silenced_roots)))
+        _INFO[module] = info
+    return info
+
+
+def _reachable(module: Module, roots: list[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in module.by_name:
+            continue
+        seen.add(name)
+        for inst in module.by_name[name].instructions:
+            stack.extend(site.computation for site in inst.calls)
+    return seen
+
+
+def charge_of(module: Module, computation: Computation, instruction: Instruction) -> Charge | None:
+    """The rule's charge for an instruction (None for an opcode no rule knows)."""
+    fn = RULES.get(instruction.opcode)
+    return None if fn is None else fn(Ctx(module, computation, instruction))
+
+
+def own_cost(module: Module, computation: Computation, instruction: Instruction, *, view: str = "exact") -> OpCost:
+    """What one execution of `instruction` costs on its own (see the module docstring)."""
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {VIEWS}, not {view!r}")
+    info = module_info(module)
+    if computation.name in info.silenced:
+        return OpCost(ZERO)
+    try:
+        charge = charge_of(module, computation, instruction)
+    except (KeyError, IndexError, ValueError, TypeError) as err:
+        return OpCost(uncounted=f"{instruction.opcode}: cannot cost ({type(err).__name__}: {err})")
+    if charge is None:
+        return OpCost(uncounted=f"unknown opcode {instruction.opcode!r}")
+    in_fusion = computation.name in info.fusion_bodies or computation.is_fusion_body
+    if view == "exact":
+        if charge.exact_uncounted is not None:
+            return OpCost(uncounted=charge.exact_uncounted)
+        if charge.exact is not None:
+            exact = charge.exact
+            return OpCost(Cost(exact.flops, exact.transcendentals, 0 if in_fusion else exact.bytes_accessed))
+    flops, transcendentals = charge.flops, charge.transcendentals
+    for applied in charge.applied:
+        body = applied_total(module, applied.computation, view)
+        if isinstance(body, str):
+            return OpCost(uncounted=body)
+        flops += body.flops * applied.count
+        transcendentals += body.transcendentals * applied.count
+    bytes_accessed = 0 if in_fusion else _round_bytes(charge.bytes_terms)
+    return OpCost(Cost(flops, transcendentals, bytes_accessed))
+
+
+def _round_bytes(terms: tuple[Term, ...]) -> int:
+    total = sum(terms)
+    return int(total) if not isinstance(total, Fraction) else int(total.limit_denominator(1))
+
+
+def applied_total(module: Module, name: str, view: str) -> Cost | str:
+    """Flops and transcendentals of one execution of an APPLIED computation (bytes are never
+    charged inside it): the sum over its instructions, CONTROL callees included (a
+    conditional's branches by their per-key maximum). A string says why it cannot be costed."""
+    cache = _APPLIED_TOTALS.setdefault(module, {})
+    key = (name, view)
+    if key not in cache:
+        cache[key] = _computation_total(module, module.computation(name), view, frozenset())
+    return cache[key]
+
+
+def _computation_total(module: Module, comp: Computation, view: str, stack: frozenset[str]) -> Cost | str:
+    if comp.name in stack:
+        return f"recursive call of {comp.name}"
+    stack = stack | {comp.name}
+    flops = transcendentals = 0
+    for inst in comp.instructions:
+        own = own_cost(module, comp, inst, view=view)
+        if own.uncounted is not None:
+            return f"{inst.name}: {own.uncounted}"
+        flops += own.cost.flops
+        transcendentals += own.cost.transcendentals
+        branches: list[Cost] = []
+        for site in inst.calls:
+            if site.role not in CallRole.CONTROL:
+                continue
+            sub = _computation_total(module, module.computation(site.computation), view, stack)
+            if isinstance(sub, str):
+                return sub
+            if site.role == CallRole.BRANCH:
+                branches.append(sub)
+            else:
+                flops += sub.flops
+                transcendentals += sub.transcendentals
+        if branches:
+            flops += max(b.flops for b in branches)
+            transcendentals += max(b.transcendentals for b in branches)
+    return Cost(flops, transcendentals, 0)
+
+
+def coverage() -> Mapping[str, str]:
+    """Opcode -> the rule function's name, for docs and tests."""
+    return {op: fn.__name__.lstrip("_") for op, fn in sorted(RULES.items())}

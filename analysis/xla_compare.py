@@ -1,0 +1,131 @@
+"""XLA's own cost numbers, for comparison with ours. The only module in `analysis` that talks to
+XLA; jax is imported inside the functions, never at import time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAIN_KEYS = ("flops", "transcendentals", "bytes accessed", "optimal_seconds")
+
+
+def _cpu_client() -> Any:
+    import jax
+
+    return jax.devices("cpu")[0].client
+
+
+def xla_cost_of_text(text: str) -> dict[str, float]:
+    """XLA's `HloCostAnalysis` totals for HLO text, as jaxlib's CPU client computes them (the
+    same numbers `compiled.cost_analysis()` gives for the module the text prints). Raises
+    whatever XLA's parser raises if it rejects the text."""
+    from jax._src.lib import xla_client
+    from jaxlib import _hlo
+
+    module = _hlo.hlo_module_from_text(text)
+    return dict(xla_client._xla.hlo_module_cost_analysis(_cpu_client(), module))
+
+
+def xla_cost_of_compiled(compiled: Any) -> dict[str, float]:
+    """`compiled.cost_analysis()` as one dict (older jax returned a list of one dict)."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    return dict(cost or {})
+
+
+def main_keys(cost: dict[str, float]) -> dict[str, float]:
+    """The totals (flops, transcendentals, bytes accessed, optimal_seconds) without the
+    per-operand diagnostic keys."""
+    return {k: v for k, v in cost.items() if k in MAIN_KEYS}
+
+
+# ---- many texts at once, in a child process ---------------------------------------------------
+# XLA aborts the whole process (a CHECK failure) on some modules it parses, e.g. a select of
+# tuples; asking in a child process turns such an abort into an answer ("XLA aborted").
+
+
+def xla_costs_of_texts(texts: dict[str, str], cache_dir: str | None = None) -> dict[str, dict[str, float] | str]:
+    """XLA's cost dict for each text (keyed as given), or a string saying why XLA gave none
+    ("XLA rejected: ..." or "XLA aborted"). With `cache_dir`, answers are kept in one JSON file
+    per text, named by the text's sha256; deleting the directory makes XLA be asked again."""
+    import hashlib
+    import json
+    import os
+
+    results: dict[str, dict[str, float] | str] = {}
+    pending: dict[str, str] = {}
+    digests = {key: hashlib.sha256(text.encode()).hexdigest() for key, text in texts.items()}
+    for key, text in texts.items():
+        path = os.path.join(cache_dir, digests[key] + ".json") if cache_dir else None
+        if path and os.path.exists(path):
+            with open(path) as f:
+                results[key] = json.load(f)
+        else:
+            pending[key] = text
+    for key, answer in _ask_in_child(pending).items():
+        results[key] = answer
+        if cache_dir:
+            os.makedirs(cache_dir, exist_ok=True)
+            with open(os.path.join(cache_dir, digests[key] + ".json"), "w") as f:
+                json.dump(answer, f)
+    return results
+
+
+def _ask_in_child(texts: dict[str, str]) -> dict[str, dict[str, float] | str]:
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    keys = list(texts)
+    answers: dict[str, dict[str, float] | str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, key in enumerate(keys):
+            with open(os.path.join(tmp, f"{i}.hlo"), "w") as f:
+                f.write(texts[key])
+        start = 0
+        while start < len(keys):
+            out_path = os.path.join(tmp, "answers.jsonl")
+            env = dict(os.environ, JAX_PLATFORMS="cpu")
+            cmd = [sys.executable, "-c", _WORKER, tmp, str(start), str(len(keys)), out_path]
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            last = start - 1
+            if os.path.exists(out_path):
+                with open(out_path) as f:
+                    for line in f:
+                        if not line.endswith("\n"):
+                            break  # cut short by the abort
+                        index, answer = json.loads(line)
+                        answers[keys[index]] = answer
+                        last = index
+                os.remove(out_path)
+            if last + 1 < len(keys) and keys[last + 1] not in answers:
+                answers[keys[last + 1]] = "XLA aborted"  # the text the child died on
+            start = last + 2
+    return answers
+
+
+_WORKER = r"""
+import json, os, sys
+tmp, start, stop, out_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import jax
+from jax._src.lib import xla_client
+from jaxlib import _hlo
+client = jax.devices("cpu")[0].client
+with open(out_path, "w") as out:
+    for i in range(start, stop):
+        with open(os.path.join(tmp, f"{i}.hlo")) as f:
+            text = f.read()
+        try:
+            module = _hlo.hlo_module_from_text(text)
+        except Exception as err:
+            answer = "XLA rejected: " + str(err).splitlines()[0][:300]
+        else:
+            try:
+                answer = dict(xla_client._xla.hlo_module_cost_analysis(client, module))
+            except Exception as err:
+                answer = "XLA failed: " + str(err).splitlines()[0][:300]
+        out.write(json.dumps([i, answer]) + "\n")
+        out.flush()
+"""

@@ -1,0 +1,93 @@
+"""Shape sizes exactly as XLA's cost analysis measures them (CPU client, 8-byte pointers).
+
+`size` is `HloCostAnalysis::GetShapeSize` with `CpuExecutable::ShapeSizeBytes`: an array is its
+elements times the element width (packed when the layout says `E(bits)`), plus 4 bytes per
+dimension when the shape is dynamic; a tuple is its pointer table (8 bytes per top-level
+element), never its leaves; a token is 0 and an opaque 8. A shape written without a layout gets
+the default layout from XLA's text parser, so its size is counted like any other.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hloparse.ir import ELEMENT_BYTES, Shape
+
+POINTER_SIZE = 8
+_ELEMENT_BITS = re.compile(r"E\((\d+)\)")
+
+
+def elements(shape: Shape) -> int:
+    """ShapeUtil::ElementsIn (an array's element count; a scalar is 1)."""
+    n = 1
+    for d in shape.dims:
+        n *= d
+    return n
+
+
+def elements_recursive(shape: Shape) -> int:
+    """ShapeUtil::ElementsInRecursive: the elements of every array leaf of a tuple."""
+    return sum(elements(leaf) for leaf in shape.leaves() if leaf.is_array)
+
+
+def size(shape: Shape, packed: bool = True) -> int:
+    """XLA's GetShapeSize for one shape (a tuple counts its pointer table only). `packed=False`
+    ignores a layout's `E(bits)` element size: XLA's parser builds a constant's shape from its
+    literal, which drops it (an `s4[4,4]{1,0:E(4)}` constant then counts 16 bytes, not 8)."""
+    if shape.is_tuple:
+        return POINTER_SIZE * len(shape.tuple_shapes)
+    if shape.element_type == "token":
+        return 0
+    if shape.element_type == "opaque":
+        return POINTER_SIZE
+    count = elements(shape)
+    bits = _element_bits(shape) if packed else 0
+    if bits:
+        result = -(-count * bits // 8)
+    else:
+        result = count * ELEMENT_BYTES[shape.element_type]
+    if shape.is_dynamic:
+        result += 4 * shape.rank  # the dimension sizes XLA stores after a dynamic array
+    return result
+
+
+def output_size(shape: Shape) -> int:
+    """What the default (Preprocess) rule charges for an instruction's result: jaxlib 0.10.2
+    charges a tuple-shaped result the sum of its leaf arrays (verified with opt-barrier, sort,
+    topk), while a tuple-shaped operand costs only its pointer table (`size`)."""
+    if not shape.is_tuple:
+        return size(shape)
+    return sum(size(leaf) for leaf in shape.leaves())
+
+
+def array_subshapes(shape: Shape, index: tuple[int, ...] = ()):
+    """(index, subshape) of every array subshape, in XLA's ForEachSubshape pre-order."""
+    if shape.is_tuple:
+        for i, sub in enumerate(shape.tuple_shapes):
+            yield from array_subshapes(sub, index + (i,))
+    elif shape.is_array:
+        yield index, shape
+
+
+def minor_to_major(shape: Shape) -> tuple[int, ...]:
+    """The layout's minor-to-major order; the default layout when the text wrote none."""
+    if shape.layout is not None and len(shape.layout.minor_to_major) == shape.rank:
+        return shape.layout.minor_to_major
+    return tuple(range(shape.rank - 1, -1, -1))
+
+
+def transpose_is_bitcast(operand: Shape, result: Shape, dimensions: tuple[int, ...]) -> bool:
+    """ShapeUtil::TransposeIsBitcast: the permutation keeps the physical element order."""
+    if operand.element_type != result.element_type:
+        return False
+    out_order = minor_to_major(result)
+    if len(dimensions) != len(out_order):
+        return False
+    return tuple(dimensions[d] for d in out_order) == minor_to_major(operand)
+
+
+def _element_bits(shape: Shape) -> int:
+    if shape.layout is None or not shape.layout.details:
+        return 0
+    match = _ELEMENT_BITS.search(shape.layout.details)
+    return int(match.group(1)) if match else 0
