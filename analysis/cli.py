@@ -46,6 +46,13 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{share * 100:.1f}%"
 
 
+def unknown_trip_text(bounds: tuple[int, int | None]) -> str:
+    low, high = bounds
+    if high is not None:
+        return f"UNKNOWN ({low:,}..{high:,})"
+    return f"UNKNOWN (>={low:,})" if low else "UNKNOWN"
+
+
 def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
     xla = report.xla_estimate
     lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
@@ -83,16 +90,16 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         lines.append(f"loops ({len(report.loops)}): XLA counts each body once; these are multiplied")
         rows = []
         for lp in report.loops:
-            trip = "UNKNOWN" if lp.trip_count is None else f"{lp.trip_count:,}"
+            known = lp.trip_count is not None
             rows.append(
                 [
                     lp.name,
-                    trip,
+                    f"{lp.trip_count:,}" if known else unknown_trip_text(lp.bounds),
                     lp.source,
                     f"{lp.executions:,}",
-                    f"{lp.total.flops:,}",
+                    f"{lp.total.flops:,}" if known else f">={lp.total.flops:,}",
                     _pct(report.loop_share(lp)),
-                    f"{lp.extra_over_xla.flops:,}",
+                    f"{lp.extra_over_xla.flops:,}" if known else "?",  # a lower bound minus XLA means nothing
                     lp.parent or "",
                 ]
             )

@@ -91,7 +91,8 @@ def _summary_html(report: Report) -> str:
     if report.loops:
         loop_rows = [
             [lp.name, "UNKNOWN" if lp.trip_count is None else f"{lp.trip_count:,}", lp.source, f"{lp.executions:,}",
-             f"{lp.total.flops:,}", _pct(report.loop_share(lp)), f"{lp.extra_over_xla.flops:,}", lp.parent or ""]
+             f"{lp.total.flops:,}", _pct(report.loop_share(lp)),
+             "?" if lp.trip_count is None else f"{lp.extra_over_xla.flops:,}", lp.parent or ""]
             for lp in report.loops
         ]
         parts.append("<h2>Loops</h2>")
