@@ -40,6 +40,10 @@ _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
 _ATTR = re.compile(r"\s*([A-Za-z_][\w\-.]*)\s*=\s*", re.S)
 _OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*", re.S)
 _INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_KNOWN = frozenset(opcodes.ARITY)
+_shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
+_PERCENT_NAME = re.compile(r"%([\w.\-]+)")
+_ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
 _SHAPELESS = re.compile(r"[a-z][a-z0-9\-]*\s*\((?!\s*[a-z][a-z0-9]*\[)")  # `add(...)` straight after '='
 _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
@@ -69,45 +73,70 @@ def decode_statement(
     name = head.group(2)
     pos = head.end()
     shape: Shape | None
-    if _SHAPELESS.match(stmt, pos):
+    space = stmt.find(" ", pos)
+    shape = _shape_cache.get(stmt[pos:space]) if space > 0 else None
+    if shape is not None:
+        pos = space
+    elif _SHAPELESS.match(stmt, pos):
         shape = None  # XLA infers it; so do we, once the whole module is read (infer.py)
     else:
         try:
-            shape, pos = shape_at(stmt, pos)
+            shape, end = shape_at(stmt, pos)
         except ShapeSyntaxError as e:
             raise StatementError(str(e), e.offset, e.expected) from None
+        if end == space and len(_shape_cache) < 50_000:
+            _shape_cache[stmt[pos:end]] = shape
+        pos = end
     op = _OPCODE.match(stmt, pos)
     if op is None:
         raise StatementError("expected an opcode followed by '('", pos, "an opcode such as add(")
     opcode = op.group(1)
     open_pos = op.end() - 1
-    try:
-        close = find_close(stmt, open_pos)
-    except AttributeSyntaxError as e:
-        raise StatementError(str(e), e.offset, e.expected or "')'") from None
+    close = stmt.find(")", open_pos)
+    if close < 0 or "(" in stmt[open_pos + 1 : close] or '"' in stmt[open_pos + 1 : close]:
+        try:
+            close = find_close(stmt, open_pos)
+        except AttributeSyntaxError as e:
+            raise StatementError(str(e), e.offset, e.expected or "')'") from None
     attributes: dict[str, str] = {}
     operands, operand_shapes = _operands(stmt, opcode, open_pos + 1, close, attributes, name, computation, nested)
     _attributes(stmt, close + 1, attributes)
 
     wrapped: list[Instruction] = []
-    base = opcodes.async_shorthand_base(opcode)
-    if base is not None:
-        opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
-    if inline is not None:
-        _inline_computations(stmt, name, attributes, inline)
-    calls = _call_sites(opcode, attributes, name, wrapped)
-    inst = Instruction(
-        name=name,
-        opcode=opcode,
-        shape=shape,
-        operands=operands,
-        attributes=attributes,
-        calls=calls,
-        is_root=is_root,
-        computation=computation,
-        inline_operand_shapes=operand_shapes,
-    )
+    if opcode not in _KNOWN:
+        base = opcodes.async_shorthand_base(opcode)
+        if base is not None:
+            opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
+    calls: tuple[CallSite, ...] = ()
+    if wrapped or not _CALL_ATTRIBUTES.isdisjoint(attributes):
+        if inline is not None:
+            _inline_computations(stmt, name, attributes, inline)
+        calls = _call_sites(opcode, attributes, name, wrapped)
+    inst = new_instruction(name, opcode, shape, operands, attributes, calls, is_root, computation, operand_shapes)
     return inst, wrapped
+
+
+def new_instruction(
+    name: str,
+    opcode: str,
+    shape: Shape | None,
+    operands: tuple[str, ...],
+    attributes: dict[str, str],
+    calls: tuple[CallSite, ...],
+    is_root: bool,
+    computation: str,
+    operand_shapes: tuple[Shape | None, ...] | None,
+    line: int = 0,
+    column: int = 0,
+) -> Instruction:
+    """Instruction(...) without the frozen dataclass's per-field object.__setattr__ calls, which
+    cost a third of the decode time on large modules."""
+    inst = object.__new__(Instruction)
+    inst.__dict__.update(
+        name=name, opcode=opcode, shape=shape, operands=operands, attributes=attributes, calls=calls,
+        is_root=is_root, line=line, column=column, computation=computation, inline_operand_shapes=operand_shapes,
+    )
+    return inst
 
 
 def _operands(
@@ -132,6 +161,9 @@ def _operands(
         return (), None
     if not body.strip():
         return (), None
+    if "%" in body and "(" not in body and "/*" not in body:
+        # Compiled modules write every operand as `shape %name`: the names are all we need.
+        return tuple(_PERCENT_NAME.findall(body)), None
     names: list[str] = []
     shapes: list[Shape | None] = []
     any_shape = False
@@ -177,6 +209,15 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
     rest = stmt[start:]
     if not rest.strip():
         return
+    parts = _ATTR_SPLIT.split(rest)
+    if not parts[0].strip() and len(parts) > 1 and all(_balanced(v) for v in parts[2::2]):
+        # The common case: no value contains ", key=" (checked by the balance of every value).
+        for k in range(1, len(parts), 2):
+            key = parts[k]
+            if key in attributes:
+                raise StatementError(f"attribute {key!r} appears twice", start, "each attribute once")
+            attributes[key] = parts[k + 1].strip()
+        return
     if "/*" in rest and not rest.lstrip().startswith(","):
         rest = _INDEX_COMMENT.sub(" ", rest)
     if not rest.lstrip().startswith(","):
@@ -197,6 +238,16 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
         if key in attributes and key not in ("literal", "parameter_number"):
             raise StatementError(f"attribute {key!r} appears twice", s, "each attribute once")
         attributes[key] = stmt[m.end():e].strip()
+
+
+def _balanced(value: str) -> bool:
+    return (
+        value.count("{") == value.count("}")
+        and value.count("(") == value.count(")")
+        and value.count("[") == value.count("]")
+        and value.count('"') % 2 == 0
+        and "/*" not in value
+    )
 
 
 def _call_sites(opcode: str, attributes: dict[str, str], name: str, wrapped: list[Instruction]) -> tuple[CallSite, ...]:

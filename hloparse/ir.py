@@ -172,8 +172,9 @@ class Instruction:
     line: int = 0  # 1-based line of the instruction in the parsed text
     column: int = 0  # 1-based column where the instruction starts
     computation: str = ""  # the enclosing computation's name
-    # Operand shapes written inline in the text (`add(f32[2] %a, f32[2] %b)`); None where the text
-    # omitted them. The analysis should use Computation.operand_shapes, which resolves by name.
+    # Operand shapes written inline in hand-written text (`add(f32[2] a, f32[2] b)`); None where the
+    # text omitted them and, for speed, in compiled modules (`shape %name` operands). Use
+    # Computation.operand_shapes, which resolves operands by name.
     inline_operand_shapes: tuple[Shape | None, ...] | None = None
 
     # ---- decoded attributes (lazy) --------------------------------------------------------

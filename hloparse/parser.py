@@ -257,7 +257,7 @@ class _Builder:
         try:
             self._parse_structure(tokens)
         except UnexpectedToken as e:
-            statement = e.token.value if isinstance(e.token.value, Statement) else None
+            statement = getattr(e, "statement", None)
             expected = " or ".join(sorted(_READABLE.get(t, t) for t in e.expected))
             got = _READABLE.get(e.token.type, e.token.type)
             if statement is None:
@@ -300,12 +300,25 @@ class _Builder:
         """Run the LALR parser over the statements, building the IR as rules reduce."""
         parser = _structure_parser()
         interactive = parser.parse_interactive()
-        # Feed tokens one by one so that each computation is built as soon as it closes.
+        on_instruction = self._on_instruction
+        previous = ""
+        # Lark sees one INSTRUCTION token per run of instructions (the grammar cannot tell one
+        # from several), which keeps its per-token cost off the hot path.
         for kind, statement in tokens:
-            token = Token(kind, statement, line=statement.line, column=statement.column)
-            interactive.feed_token(token)
-            handler = getattr(self, "_on_" + kind.lower())
-            handler(statement)
+            if kind == "INSTRUCTION":
+                if previous != "INSTRUCTION":
+                    interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
+                previous = kind
+                on_instruction(statement)
+                continue
+            previous = kind
+            try:
+                interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
+            except UnexpectedToken as e:
+                e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
+                e.statement = statement  # type: ignore[attr-defined]
+                raise
+            getattr(self, "_on_" + kind.lower())(statement)
         interactive.feed_eof()
 
     # Handlers, in the order the grammar allows them.
@@ -397,11 +410,12 @@ class _Builder:
             self._inline_computation(inner_name, self._sub_statement(st, offset, body))
         line, column = st.line, st.column
         for extra in nested:
-            object.__setattr__(extra, "line", line)
-            object.__setattr__(extra, "column", column)
+            extra.__dict__["line"] = line
+            extra.__dict__["column"] = column
             self.pending.append(extra)
-        object.__setattr__(inst, "line", line)
-        object.__setattr__(inst, "column", column)
+        # The builder owns these fresh objects; setting the location here saves a copy.
+        inst.__dict__["line"] = line
+        inst.__dict__["column"] = column
         if inst.is_root:
             self.roots += 1
             if self.roots > 1:

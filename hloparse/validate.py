@@ -81,6 +81,8 @@ def _plain(shape: Shape) -> str:
 
 
 _LAYOUT_LEVEL = re.compile(r"D\(([^)]*)\)")
+_CHECKED_OPCODES = frozenset({"constant", "infeed", "recv", "conditional", "scan"})
+_CHECKED_ATTRIBUTES = frozenset({"window", "dim_labels", "operand_layout_constraints", "replica_groups"})
 
 
 def _check_instruction(inst: Instruction, comp_name: str, module: Module, builder: _Builder) -> None:
@@ -90,6 +92,10 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
         raise builder.error_at_instruction(
             inst, f"expects {arity} operands, but has {len(inst.operands)} operands", f"{arity} operands")
     attrs = inst.attributes
+    if op not in _CHECKED_OPCODES and _CHECKED_ATTRIBUTES.isdisjoint(attrs) and (
+        inst.shape.is_tuple or inst.shape.layout is None or not inst.shape.layout.details
+    ):
+        return
     if op == "constant":
         try:
             check_literal(attrs.get("literal", ""), inst.shape)
@@ -122,7 +128,11 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
         rank = module.computation(comp_name).by_name[inst.operands[0]].shape.rank if inst.operands else 0
         if any(d < 0 or d >= rank for d in dims):
             raise builder.error_at_instruction(inst, f"scan dimension {dims} out of range", "0 <= dimension < rank")
-    for shape in (inst.shape, *(s for s in (inst.inline_operand_shapes or ()) if s is not None)):
+    if "D(" not in str(inst.shape) if inst.shape.is_tuple else (
+        inst.shape.layout is None or "D(" not in inst.shape.layout.details
+    ):
+        return
+    for shape in (inst.shape,):
         for leaf in shape.leaves():
             if leaf.layout is not None and "D(" in leaf.layout.details:
                 for m in _LAYOUT_LEVEL.finditer(leaf.layout.details):
