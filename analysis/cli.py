@@ -112,9 +112,9 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     else:
         lines.append("loops: none")
     lines.append("")
-    groups = report.group_by(by, depth=depth if by == "scope" else None)
+    groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
-    if by == "scope":
+    if by in ("scope", "module"):
         title += f" (depth {'all' if depth is None else depth})"
     lines.append(title)
     rows = [

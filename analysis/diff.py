@@ -134,7 +134,7 @@ def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None =
     lines += format_table(["", "A", "B", "delta", "change"], rows)
     lines.append("")
     changed = [g for g in result.groups if g.delta != Cost()]
-    title = f"by {result.by}" + (f" (depth {result.depth})" if result.by == "scope" else "")
+    title = f"by {result.by}" + (f" (depth {result.depth})" if result.by in ("scope", "module") else "")
     lines.append(f"{title}: {len(changed)} of {len(result.groups)} changed, largest FLOPs change first")
     rows = [
         ["  " + g.key, f"{g.a.flops:,}", f"{g.b.flops:,}", f"{g.delta.flops:+,}", f"{g.delta.bytes_accessed:+,}"]

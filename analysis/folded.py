@@ -2,8 +2,8 @@
 flamegraph.pl, inferno and speedscope.
 
 The stack of an instruction is its module, then the frames of its op_name name stack (which
-carry the Flax module path, the jax transformations and the primitive), then `[remat]` when it
-is recomputation. The value is the instruction's total over all executions (loops multiplied by
+carry the Flax module path and the jax transformations), then its opcode, then `[remat]` when
+it is recomputation. The value is the instruction's total over all executions (loops multiplied by
 their trip counts), so a flame graph shows where the exact FLOPs go. Lines are merged and sorted,
 so the file is the same bytes on every run.
 """
@@ -26,10 +26,8 @@ def _clean(frame: str) -> str:
 
 
 def stack_of(module_name: str, scope: str, opcode: str, remat: bool) -> tuple[str, ...]:
-    frames = split_scope(scope)
-    if not frames:
-        frames = (NO_SCOPE, opcode)
-    stack = (module_name, *frames)
+    frames = split_scope(scope) or (NO_SCOPE,)
+    stack = (module_name, *frames, opcode)
     if remat:
         stack += ("[remat]",)
     return tuple(_clean(f) for f in stack)

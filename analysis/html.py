@@ -25,9 +25,8 @@ def scope_tree(report: Report, depth: int | None = None) -> dict[str, Any]:
     by FLOPs (largest first) then name; all-zero subtrees dropped."""
     root: dict[str, Any] = {"n": report.module_name or "module", "v": [0, 0, 0, 0], "x": None, "c": {}}
     for row in report.rows:
-        frames = split_scope(row.scope) or (NO_SCOPE, row.opcode)
-        if depth:
-            frames = frames[:depth]
+        frames = split_scope(row.scope) or (NO_SCOPE,)
+        frames = (*frames[:depth], row.opcode) if depth else (*frames, row.opcode)
         values = (row.total.flops, row.total.transcendentals, row.total.bytes_accessed,
                   row.total.flops if row.remat else 0)
         if not any(values):

@@ -19,8 +19,9 @@ from analysis.costs import Cost
 from analysis.results import PHASES, Accounting, Loop, Row
 
 SCHEMA = "hloflops.report/1"
-GROUP_KEYS = ("opcode", "computation", "scope", "source")
+GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
 NO_SCOPE = "(no scope)"
+NO_MODULE = "(no module)"
 NO_SOURCE = "(no source)"
 RATIO_DIGITS = 6  # ratios and shares in the JSON: enough to read, few enough to be stable
 
@@ -55,6 +56,20 @@ def scope_prefix(scope: str, depth: int | None) -> str:
     return "/".join(frames)
 
 
+def module_path(scope: str, depth: int | None = None) -> str:
+    """The model part (the Flax module path, e.g. `stack/Dense_0`): the scope without jax's
+    transformation wrappers (jit, jvp, transpose, while/body, checkpoint, ...), so a layer's
+    forward, backward and recompute land in one group."""
+    from analysis.remat import model_path
+
+    path = model_path(scope)
+    if not path:
+        return NO_MODULE
+    if depth is not None and depth > 0:
+        path = "/".join(split_scope(path)[:depth])
+    return path
+
+
 def source_key(row: Row) -> str:
     if row.source is None:
         return NO_SOURCE
@@ -70,6 +85,8 @@ def group_key(row: Row, by: str, depth: int | None = None) -> str:
         return scope_prefix(row.scope, depth)
     if by == "source":
         return source_key(row)
+    if by == "module":
+        return module_path(row.scope, depth)
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
 
 
@@ -262,7 +279,8 @@ class Report:
     # ---- grouping ------------------------------------------------------------------------
     def group_by(self, by: str = "scope", *, depth: int | None = None) -> list[Group]:
         """Sum the rows by opcode, computation, scope (the first `depth` frames of the op_name
-        name stack) or source line. Sorted by FLOPs, largest first, then by key."""
+        name stack), source line or module (the Flax module path, first `depth` parts).
+        Sorted by FLOPs, largest first, then by key."""
         sums: dict[str, list[Any]] = {}
         for row in self.rows:
             key = group_key(row, by, depth)
@@ -289,6 +307,9 @@ class Report:
 
     def by_source(self) -> list[Group]:
         return self.group_by("source")
+
+    def by_module(self, depth: int | None = None) -> list[Group]:
+        return self.group_by("module", depth=depth)
 
     # ---- serialisation -------------------------------------------------------------------
     def loop_dict(self, loop: Loop) -> dict[str, Any]:
@@ -378,8 +399,8 @@ class Report:
                 continue
             table = self.group_by(key, depth=depth)
             out[f"by_{key}"] = {g.key: g.as_dict() for g in table}
-            if key == "scope":
-                out["scope_depth"] = depth
+            if key in ("scope", "module"):
+                out[f"{key}_depth"] = depth
         if self.xla_reported is not None:
             out["xla_reported"] = _xla_triplet(self.xla_reported)
         if rows:

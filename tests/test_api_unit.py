@@ -89,6 +89,10 @@ def test_group_by_opcode_scope_source_computation(report):
     assert LOOP_SCOPE + "/Dense_0/dot_general" in full
     src = {g.key: g.total.flops for g in report.by_source()}
     assert src["model.py:12"] == 39360
+    modules = {g.key: g.total.flops for g in report.by_module()}
+    assert modules == {"stack/Dense_0/dot_general": 38400, "stack/Dense_0/tanh": 960, "loss/add": 80,
+                       "(no module)": 0}
+    assert {g.key for g in report.by_module(depth=1)} == {"stack", "loss", "(no module)"}
     comps = {g.key: g.instructions for g in report.by_computation()}
     assert comps == {"body": 2, "main": 3}
     with pytest.raises(ValueError):
@@ -153,8 +157,8 @@ def test_folded_stacks(report):
     lines = text.splitlines()
     assert lines == sorted(lines)
     stacks = dict(line.rsplit(" ", 1) for line in lines)
-    assert stacks["jit_step;jit(step);jvp(Model);while;body;stack;Dense_0;dot_general"] == "38400"
-    assert stacks["jit_step;jit(step);jvp(Model);while;body;stack;Dense_0;tanh;[remat]"] == "960"
+    assert stacks["jit_step;jit(step);jvp(Model);while;body;stack;Dense_0;dot_general;dot"] == "38400"
+    assert stacks["jit_step;jit(step);jvp(Model);while;body;stack;Dense_0;tanh;tanh;[remat]"] == "960"
     assert sum(int(v) for v in stacks.values()) == report.flops
     assert all(int(v) > 0 for v in stacks.values())
     bytes_lines = folded_stacks(report, "bytes_accessed").splitlines()

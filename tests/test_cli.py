@@ -153,7 +153,7 @@ def test_csv_rows_and_groups(remat_json):
     assert {r["opcode"]: int(r["flops"]) for r in grouped} == expected
 
 
-@pytest.mark.parametrize("by", ["scope", "source", "opcode", "computation"])
+@pytest.mark.parametrize("by", ["scope", "source", "opcode", "computation", "module"])
 def test_by_every_grouping(by, remat_json):
     out = run_cli(REMAT_SCAN, "--by", by, "--top", "50").stdout
     assert f"by {by}" in out
