@@ -111,6 +111,13 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                              f"(give it with --trip-count {lp.name}=N)")
     else:
         lines.append("loops: none")
+    if report.conditionals:
+        lines.append("")
+        lines.append(f"conditionals ({len(report.conditionals)}): the totals count the branch with the most FLOPs")
+        for c in report.conditionals:
+            costs = ", ".join(f"{b.index}: {b.cost.flops:,}" for b in c.branches)
+            lines.append(f"  {c.name} x{c.executions:,}: branch flops {{{costs}}}; counted {c.chosen}, "
+                         f"smallest {c.smallest}")
     lines.append("")
     groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"

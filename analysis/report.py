@@ -264,14 +264,23 @@ class Report:
         return self.accounting.rows
 
     @property
+    def conditionals(self) -> tuple[Any, ...]:
+        """Each conditional's branches and which one the total counts (the most FLOPs, as XLA
+        does); empty when the accounting does not report them."""
+        return tuple(getattr(self.accounting, "conditionals", ()))
+
+    @property
     def unknown_loops(self) -> tuple[Loop, ...]:
         return tuple(lp for lp in self.loops if lp.trip_count is None)
 
     @property
     def is_exact(self) -> bool:
         """True when every trip count is known and every op's cost is known: the totals are
-        then exact, not lower bounds."""
-        return not self.unknown_loops and not self.uncounted and all(r.executions_known for r in self.rows)
+        then exact, not lower bounds. (A conditional's branch rows are not 'known' executions
+        either, but the totals count its most expensive branch, as XLA does: see
+        `conditionals`.)"""
+        return (not self.unknown_loops and not self.uncounted
+                and bool(getattr(self.accounting, "executions_known", True)))
 
     def loop_share(self, loop: Loop) -> float | None:
         return ratio(loop.total.flops, self.flops)
@@ -393,6 +402,18 @@ class Report:
                 for u in self.uncounted
             ],
             "by_opcode": {g.key: g.as_dict() for g in self.by_opcode()},
+            "conditionals": [
+                {
+                    "name": c.name,
+                    "computation": c.computation,
+                    "executions": c.executions,
+                    "chosen": c.chosen,
+                    "smallest": c.smallest,
+                    "branches": [{"index": b.index, "computation": b.computation, "cost": b.cost.as_dict()}
+                                 for b in c.branches],
+                }
+                for c in self.conditionals
+            ],
         }
         for key in by:
             if key == "opcode":

@@ -58,6 +58,26 @@ ENTRY main {
 }
 """
 
+CONDITIONAL = """HloModule conditional
+
+on_true {
+  p = f32[4] parameter(0)
+  ROOT e = f32[4] exponential(p)
+}
+
+on_false {
+  p = f32[4] parameter(0)
+  n = f32[4] negate(p)
+  ROOT m = f32[4] multiply(n, p)
+}
+
+ENTRY main {
+  b = pred[] parameter(0)
+  x = f32[4] parameter(1)
+  ROOT c = f32[4] conditional(b, x, x), true_computation=on_true, false_computation=on_false
+}
+"""
+
 BAD_SYNTAX = """HloModule bad
 
 ENTRY main {
@@ -222,6 +242,18 @@ def test_uncounted_custom_call_in_plain_view(tmp_path):
     assert [(u["name"], u["opcode"]) for u in d["uncounted"]] == [("y", "custom-call")]
     assert d["uncounted"][0]["reason"]
     run_cli(path, "--strict", check_rc=1)
+
+
+def test_conditional_branches_listed(tmp_path):
+    path = tmp_path / "cond.hlo"
+    path.write_text(CONDITIONAL)
+    d = json.loads(run_cli(path, "--json").stdout)
+    (cond,) = d["conditionals"]
+    assert cond["name"] == "c" and [b["computation"] for b in cond["branches"]] == ["on_true", "on_false"]
+    assert [b["cost"]["flops"] for b in cond["branches"]] == [0, 8]  # exp: 0 flops; negate + multiply: 8
+    assert cond["chosen"] == 1 and d["flops"] == 8 and d["exact"] is True
+    out = run_cli(path).stdout
+    assert "conditionals (1)" in out and "LOWER BOUNDS" not in out
 
 
 def test_parse_error_is_one_line_with_position(tmp_path):
