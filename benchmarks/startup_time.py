@@ -22,6 +22,24 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("jax", "jaxlib", "pandas", "networkx", "numpy", "scipy")
 
+# Where the time goes inside one fresh process: imports, parsing, accounting, the JSON.
+PHASES = r"""
+import sys, time
+t0 = time.perf_counter()
+import hloparse
+from analysis.accounting import account
+from analysis.report import Report
+from analysis.api import num_devices
+t1 = time.perf_counter()
+module = hloparse.load(sys.argv[1])
+t2 = time.perf_counter()
+report = Report(account(module), path=module.path, num_devices=num_devices(module))
+t3 = time.perf_counter()
+report.to_json()
+t4 = time.perf_counter()
+print(f"{(t1 - t0) * 1000:.0f} {(t2 - t1) * 1000:.0f} {(t3 - t2) * 1000:.0f} {(t4 - t3) * 1000:.0f}")
+"""
+
 
 def wall_times(cmd: list[str], runs: int) -> list[float]:
     times = []
@@ -64,6 +82,11 @@ def main() -> int:
         size = os.path.getsize(path)
         print(f"{os.path.relpath(path, ROOT):<50} {size:>9,} {statistics.median(times) * 1000:>7.0f}ms "
               f"{min(times) * 1000:>7.0f}ms")
+    print(f"\n{'file':<50} {'imports':>8} {'parse':>8} {'account':>8} {'json':>8}   (ms, one fresh process)")
+    for path in files:
+        out = subprocess.run([sys.executable, "-c", PHASES, path], cwd=ROOT, check=True, capture_output=True,
+                             text=True).stdout.split()
+        print(f"{os.path.relpath(path, ROOT):<50} " + " ".join(f"{v:>8}" for v in out))
     probe = files[0]
     modules = imported_modules(["-m", "analysis.cli", probe, "--json"])
     names = [name.strip() for _, name in modules]
