@@ -168,9 +168,10 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     lower.compute(first.order)
     ex = execution_counts(module, trips, branch_choice=upper.choice)
 
-    remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order])
+    op_names = remat_analysis.OpNames(module, ex.order)
+    remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
-    rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies)
+    rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
     loops = _loops(module, ex, upper)
     conditionals = _conditionals(module, ex, upper, lower)
 
@@ -201,7 +202,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
 
 
 def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str], OpCost],
-          remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool]):
+          remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool],
+          op_names: remat_analysis.OpNames):
     rows: list[Row] = []
     uncounted: list[Uncounted] = []
     for name in ex.order:
@@ -210,7 +212,7 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str]
         known = ex.is_known(name)
         for inst in comp.instructions:
             oc = op_costs[(name, inst.name)]
-            op_name = inst.op_name
+            op_name = op_names.of(name, inst)
             rows.append(Row(
                 computation=name,
                 name=inst.name,

@@ -70,8 +70,46 @@ def model_path(op_name: str) -> str:
     return "/".join(p for p in split_components(op_name) if p and not WRAPPER.match(p))
 
 
-def is_remat_named(inst: Instruction) -> bool:
-    return REMAT_SCOPE in inst.op_name or bool(XLA_REMAT_SUFFIX.search(inst.name))
+def is_absolute(op_name: str) -> bool:
+    """Optimized modules carry whole name stacks (`jit(f)/...`); modules before optimization
+    name the ops of a called function relative to that function."""
+    return op_name.startswith(("jit(", "pjit(", "pmap(", "xla_pmap("))
+
+
+class OpNames:
+    """Every instruction's op_name as a whole name stack. Before optimization, jax lowers each
+    inner jitted function (`closed_call`, `checkpoint`'s body, ...) to a computation whose ops
+    are named relative to it, and the `call` that runs it carries the caller's part
+    (`checkpoint/rematted_computation/while/body/closed_call`): we join them along the call
+    chain. While bodies, conditions and branches continue their enclosing function's names.
+    After optimization the names are already whole and are kept as they are."""
+
+    def __init__(self, module: Module, order: Iterable[str] | None = None):
+        from analysis.execution import control_order, is_executing_site
+
+        self.prefix: dict[str, str] = {}
+        for name in order if order is not None else control_order(module):
+            comp = module.by_name[name]
+            here = self.prefix.setdefault(name, "")
+            for inst in comp.instructions:
+                for site in inst.calls:
+                    if not is_executing_site(inst, site.role) or site.computation in self.prefix:
+                        continue
+                    is_call = inst.opcode == "call"
+                    self.prefix[site.computation] = self.join(here, inst.op_name) if is_call else here
+
+    @staticmethod
+    def join(prefix: str, op_name: str) -> str:
+        if not prefix or is_absolute(op_name):
+            return op_name
+        return f"{prefix}/{op_name}" if op_name else prefix
+
+    def of(self, computation: str, inst: Instruction) -> str:
+        return self.join(self.prefix.get(computation, ""), inst.op_name)
+
+
+def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:
+    return REMAT_SCOPE in (inst.op_name if op_name is None else op_name) or bool(XLA_REMAT_SUFFIX.search(inst.name))
 
 
 @dataclass(frozen=True)
@@ -86,30 +124,29 @@ class RematIndex:
         return key in self.remat
 
 
-def _twin_key(inst: Instruction) -> tuple[str, str]:
-    return inst.opcode, model_path(inst.op_name)
-
-
-def find_remat(module: Module, computations: Iterable[Computation] | None = None) -> RematIndex:
+def find_remat(module: Module, computations: Iterable[Computation] | None = None,
+               op_names: OpNames | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
+    op_names = op_names or OpNames(module)
     forward: set[tuple[str, str]] = set()
     names: set[str] = set()
-    candidates: list[tuple[Computation, Instruction]] = []
+    candidates: list[tuple[Computation, Instruction, str]] = []
     for comp in comps:
         for inst in comp.instructions:
             names.add(inst.name)
-            if is_remat_named(inst):
-                candidates.append((comp, inst))
-            elif phase(inst.op_name) == "forward":
-                forward.add(_twin_key(inst))
+            op_name = op_names.of(comp.name, inst)
+            if is_remat_named(inst, op_name):
+                candidates.append((comp, inst, op_name))
+            elif phase(op_name) == "forward":
+                forward.add((inst.opcode, model_path(op_name)))
     remat: set[tuple[str, str]] = set()
     merged: list[tuple[str, str]] = []
-    for comp, inst in candidates:
+    for comp, inst, op_name in candidates:
         clone_of = XLA_REMAT_SUFFIX.sub("", inst.name)
         if clone_of != inst.name:
             twin = clone_of in names
         else:
-            twin = _twin_key(inst) in forward
+            twin = (inst.opcode, model_path(op_name)) in forward
         (remat.add if twin else merged.append)((comp.name, inst.name))
     return RematIndex(frozenset(remat), len(candidates), tuple(merged))
 

@@ -102,6 +102,15 @@ def test_seed000_rolled_and_listed_model_dots_differ_by_one_input_gradient():
     assert dot_flops(rolled) - dot_flops(rolled, remat=True) == dot_flops(listed) + DENSE
 
 
+def test_seed000_before_optimization_recomputes_both_dense():
+    # Before XLA's optimizer, jax's recompute holds the whole layer forward (both Dense, 24
+    # layers); the ops of the inner jitted functions are named relative to their `call`, whose
+    # op_name carries `checkpoint/rematted_computation`.
+    acc = account(load("seed000_remat_scan", "before"), xla={"flops": 0.0})
+    assert dot_flops(acc, remat=True) == L * 2 * DENSE == 307_200
+    assert dot_flops(acc) == L * 2 * DENSE + L * 4 * DENSE + L * 2 * DENSE
+
+
 def test_seed000_before_and_after_optimization_trip_counts():
     before = sorted(tc.value for tc in all_trip_counts(load("seed000_remat_scan", "before")).values())
     after = sorted(tc.value for tc in all_trip_counts(load("seed000_remat_scan", "after")).values())
@@ -159,3 +168,10 @@ def test_seed004_tied_remat():
     # into a backward fusion under the remat name while the forward add also stays: 4 * 256.
     assert acc.remat_flops == 4 * 8 * 32 == 1024
     assert acc.loops == () and acc.total.flops == acc.xla_estimate["flops"] == 192_992
+
+
+def test_seed004_before_optimization_still_recomputes_the_dots():
+    # Before optimization each of the four blocks' dots is recomputed (4 * 16384); it is XLA's
+    # CSE that later merges each recompute with its forward dot.
+    acc = account(load("seed004_tied_remat", "before"), xla={"flops": 0.0})
+    assert dot_flops(acc, remat=True) == 4 * 2 * 8 * 32 * 32 == 65_536
