@@ -140,7 +140,7 @@ def parse_window(raw: str) -> tuple[WindowDim, ...]:
     if not fields:
         return ()
     rank = len(fields.get("size", next(iter(fields.values()))))
-    if any(len(v) != rank for v in fields.values()):
+    if any(len(v) != rank for k, v in fields.items() if k != "rhs_reversal"):
         raise AttributeSyntaxError("window fields disagree on the number of dimensions", 0, f"{rank} dimensions")
     dims = []
     try:
@@ -161,7 +161,7 @@ def parse_window(raw: str) -> tuple[WindowDim, ...]:
                     pad_high=hi,
                     lhs_dilation=int(fields["lhs_dilate"][i]) if "lhs_dilate" in fields else 1,
                     rhs_dilation=int(fields["rhs_dilate"][i]) if "rhs_dilate" in fields else 1,
-                    reversal=fields.get("rhs_reversal", ["0"] * rank)[i] == "1",
+                    reversal=i < len(fields.get("rhs_reversal", ())) and fields["rhs_reversal"][i] == "1",
                 )
             )
     except ValueError:
@@ -187,7 +187,7 @@ def parse_padding(raw: str) -> tuple[tuple[int, int, int], ...]:
 def parse_dim_labels(raw: str) -> ConvDimLabels:
     """`b01f_01io->b01f`: b/f batch and feature, i/o kernel features, digits spatial dims."""
     text = raw.strip()
-    m = re.fullmatch(r"([a-z0-9]+)_([a-z0-9]+)->([a-z0-9]+)", text)
+    m = re.fullmatch(r"([a-z0-9?]+)_([a-z0-9?]+)->([a-z0-9?]+)", text)  # '?': a dimension with no role
     if m is None:
         raise AttributeSyntaxError(f"bad dim_labels {raw!r}", 0, "labels such as b01f_01io->b01f")
     lhs, rhs, out = m.groups()
@@ -217,7 +217,7 @@ def parse_dim_labels(raw: str) -> ConvDimLabels:
     if not (len(labels.input_spatial) == len(labels.kernel_spatial) == len(labels.output_spatial)):
         raise AttributeSyntaxError(f"dim_labels {raw!r} disagree on spatial rank", 0, "equal spatial ranks")
     for part, n in ((lhs, 2), (rhs, 2), (out, 2)):
-        if len(part) != n + len(labels.input_spatial):
+        if len(part.replace("?", "")) != n + len(labels.input_spatial):
             raise AttributeSyntaxError(f"dim_labels {raw!r} has unknown labels", 0, "b, f, i, o and digits")
     return labels
 

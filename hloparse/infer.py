@@ -154,6 +154,21 @@ def _infer(inst: Instruction, comp: Computation, shapes: dict[str, Shape], compu
                 dims.append(0 if base < span else (base - span) // w.stride + 1)
             outs.append(Shape(init.element_type, tuple(dims)))
         return outs[0] if n == 1 else Shape("tuple", tuple_shapes=tuple(outs))
+    if op == "convolution":
+        lhs, rhs = operand(0), operand(1)
+        labels = inst.conv_dim_labels
+        if labels is None:
+            raise _CannotInfer("no dim_labels")
+        window = inst.window or ()
+        dims = [0] * lhs.rank
+        dims[labels.output_batch] = lhs.dims[labels.input_batch] // inst.batch_group_count
+        dims[labels.output_feature] = rhs.dims[labels.kernel_output_feature]
+        for k, (i, o) in enumerate(zip(labels.input_spatial, labels.output_spatial)):
+            w = window[k]
+            base = (lhs.dims[i] - 1) * w.lhs_dilation + 1 + w.pad_low + w.pad_high
+            span = (w.size - 1) * w.rhs_dilation + 1
+            dims[o] = 0 if base < span else (base - span) // w.stride + 1
+        return Shape(lhs.element_type, tuple(dims))
     if op == "slice":
         s = operand(0)
         spec = inst.slice_spec or ()

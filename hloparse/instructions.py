@@ -42,10 +42,14 @@ _OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*", re.S)
 _INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
 _shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
+_BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
+_EMBEDDED_STATEMENT = re.compile(
+    r"\s(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()"
+)
 _PERCENT_NAME = re.compile(r"%([\w.\-]+)")
 _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
-_SHAPELESS = re.compile(r"[a-z][a-z0-9\-]*\s*\((?!\s*[a-z][a-z0-9]*\[)")  # `add(...)` straight after '='
+_SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
 _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
 
 # Attributes that name computations, by opcode: (attribute, role). Any other opcode carrying one
@@ -75,9 +79,9 @@ def decode_statement(
     shape: Shape | None
     space = stmt.find(" ", pos)
     shape = _shape_cache.get(stmt[pos:space]) if space > 0 else None
-    if shape is not None:
+    if shape is not None and stmt[space + 1 : space + 2] != "{":  # not `f32[2] {1,0}`
         pos = space
-    elif _SHAPELESS.match(stmt, pos):
+    elif shape is None and _SHAPELESS.match(stmt, pos):
         shape = None  # XLA infers it; so do we, once the whole module is read (infer.py)
     else:
         try:
@@ -103,14 +107,14 @@ def decode_statement(
     _attributes(stmt, close + 1, attributes)
 
     wrapped: list[Instruction] = []
+    if inline is not None and not _CALL_ATTRIBUTES.isdisjoint(attributes):
+        _inline_computations(stmt, f"{computation}.{name}", attributes, inline)
     if opcode not in _KNOWN:
         base = opcodes.async_shorthand_base(opcode)
         if base is not None:
             opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
     calls: tuple[CallSite, ...] = ()
     if wrapped or not _CALL_ATTRIBUTES.isdisjoint(attributes):
-        if inline is not None:
-            _inline_computations(stmt, name, attributes, inline)
         calls = _call_sites(opcode, attributes, name, wrapped)
     inst = new_instruction(name, opcode, shape, operands, attributes, calls, is_root, computation, operand_shapes)
     return inst, wrapped
@@ -161,7 +165,12 @@ def _operands(
         return (), None
     if not body.strip():
         return (), None
-    if "%" in body and "(" not in body and "/*" not in body:
+    if (
+        "%" in body
+        and "(" not in body
+        and "/*" not in body
+        and _BRACKETED.sub("", body).count(",") + 1 == body.count("%")
+    ):
         # Compiled modules write every operand as `shape %name`: the names are all we need.
         return tuple(_PERCENT_NAME.findall(body)), None
     names: list[str] = []
@@ -175,7 +184,10 @@ def _operands(
         piece = stmt[s:e]
         if "/*" in piece:
             piece = _INDEX_COMMENT.sub(" ", piece)
-        m = _OPERAND.fullmatch(piece.strip())
+        piece = piece.strip()
+        m = _OPERAND.fullmatch(piece)
+        if m is None and "%" in piece and "(" not in piece[piece.rfind("%"):]:  # `(s32[], f32[])%name`
+            m = _OPERAND.fullmatch(piece[: piece.rfind("%")] + " " + piece[piece.rfind("%"):])
         if m is None and nested is not None and _NESTED.match(piece):
             # An operand written as an instruction: XLA names it `<opcode>.anon`.
             auto = f"{user}.operand{len(names)}.anon"
@@ -212,6 +224,16 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
     parts = _ATTR_SPLIT.split(rest)
     if not parts[0].strip() and len(parts) > 1 and all(_balanced(v) for v in parts[2::2]):
         # The common case: no value contains ", key=" (checked by the balance of every value).
+        offset = len(parts[0])
+        for k in range(1, len(parts), 2):
+            offset += len(parts[k - 1]) if k > 1 else 0
+            value = parts[k + 1]
+            if " = " in value:
+                embedded = _embedded_statement(value)
+                if embedded is not None:
+                    # `..., to_apply=sum ROOT x = ...`: a second statement on the same line.
+                    value_start = start + rest.find(value, offset)
+                    raise NextStatementAt(value_start + embedded)
         for k in range(1, len(parts), 2):
             key = parts[k]
             if key in attributes:
@@ -238,6 +260,14 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
         if key in attributes and key not in ("literal", "parameter_number"):
             raise StatementError(f"attribute {key!r} appears twice", s, "each attribute once")
         attributes[key] = stmt[m.end():e].strip()
+
+
+def _embedded_statement(value: str) -> int | None:
+    """Offset of a statement that starts inside `value` at nesting depth 0, if any."""
+    for m in _EMBEDDED_STATEMENT.finditer(value):
+        if _balanced(value[: m.start()]):
+            return m.start() + 1
+    return None
 
 
 def _balanced(value: str) -> bool:

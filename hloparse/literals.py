@@ -17,7 +17,7 @@ class LiteralError(ValueError):
         self.expected = expected
 
 
-_TOKEN = re.compile(r"[{}(),]|[^\s{}(),]+")
+_TOKEN = re.compile(r"[-+]?nan\([^)]*\)|[{}(),]|[^\s{}(),]+")
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 
 _INT_RANGE = {
@@ -82,8 +82,8 @@ def _array(tokens: list[str], pos: int, shape: Shape, depth: int) -> int:
     pos += 1
     count = 0
     while pos < len(tokens) and tokens[pos] != "}":
-        if count:
-            pos = _expect(tokens, pos, ",")
+        if count and tokens[pos] == ",":
+            pos += 1  # XLA also accepts nested arrays with the comma left out
         if depth + 1 < shape.rank and (pos >= len(tokens) or tokens[pos] != "{"):
             raise LiteralError(f"expects nested array in rank {shape.rank}, but sees a scalar", "'{'")
         pos = _array(tokens, pos, shape, depth + 1)

@@ -99,11 +99,12 @@ def _balance(text: str) -> int:
 
 _STATEMENT_START = re.compile(
     r"\s*(?:\}|ENTRY\b|HloModule\b|(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:[a-z][a-z0-9]*\[|\(|b\(|[a-z][a-z0-9\-]*\s*\(|$)"
-    r"|%?[\w.\-:]+\s*(?:\(.*\)\s*->.*)?\{\s*$)"
+    r"|%?[\w.\-:]+\s*(?:\(.*\)\s*->.*)?\{\s*$"
+    r"|%?[\w.\-:]+\s*(?:\(.*\)\s*->.*)?$)"  # a computation heading whose '{' is on the next line
 )
 
 
-def split_statements(text: str) -> Iterator[tuple[str, Statement]]:
+def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[str, Statement]]:
     """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
 
     A statement continues onto the next line while its brackets are open, or while the next
@@ -118,7 +119,6 @@ def split_statements(text: str) -> Iterator[tuple[str, Statement]]:
                 lines[k] = " " * (end + 2) + line[end + 2:]
     n = len(lines)
     i = 0
-    in_computation = False
     in_table = False
     while i < n:
         line = lines[i]
@@ -438,7 +438,7 @@ class _Builder:
         """A computation written as an attribute value: `to_apply={ x = ... ROOT y = ... }`."""
         saved = (self.current, self.pending, self.roots)
         self.current, self.pending, self.roots = (name, False, body), [], 0
-        for kind, statement in split_statements(body.text):
+        for kind, statement in split_statements(body.text, in_computation=True):
             if kind != "INSTRUCTION":
                 raise self.error("expected an instruction in the inline computation", body, 0, "an instruction")
             shifted = self._sub_statement(body, _offset_of_line(body.text, statement.line), statement.text)
