@@ -51,8 +51,8 @@ class LoopPair:
     Both take the same arguments and return the same values (checked numerically by
     tests/test_programs_catalogue.py); gradients are taken with respect to every input, so the
     unrolled program computes every layer's input gradient as the loop must.
-    `trip_counts` lists the trip count of each while loop the rolled program is written with
-    (outermost first, as written in Python; XLA may restructure them).
+    `trip_counts` lists the trip count of each loop level of the rolled program, outermost
+    first (see tests/programs/loop_programs.py for the convention).
     """
 
     name: str

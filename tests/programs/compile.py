@@ -100,3 +100,29 @@ def compile_program(program: Program, *, use_cache: bool = True) -> tuple[str, s
     if use_cache:
         _write_atomically(path, {"name": program.name, "compiled_text": compiled_text, "xla_cost": xla_cost})
     return compiled_text, lowered_text, xla_cost
+
+
+def concrete_args(program: Program, seed: int = 0) -> tuple[Any, ...]:
+    """The program's args with every ShapeDtypeStruct leaf replaced by a small random array.
+
+    Floats are N(0, 0.3^2) (small enough that tanh/exp chains stay finite), integers are in
+    [0, 4), booleans are fair coins. Concrete leaves are kept as they are.
+    """
+    import jax
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def make(leaf):
+        if not isinstance(leaf, jax.ShapeDtypeStruct):
+            return leaf
+        dtype = np.dtype(leaf.dtype)
+        if dtype == np.bool_:
+            return rng.random(leaf.shape) < 0.5
+        if np.issubdtype(dtype, np.integer):
+            return rng.integers(0, 4, size=leaf.shape).astype(dtype)
+        if np.issubdtype(dtype, np.complexfloating):
+            return (rng.normal(0, 0.3, leaf.shape) + 1j * rng.normal(0, 0.3, leaf.shape)).astype(dtype)
+        return rng.normal(0, 0.3, leaf.shape).astype(dtype)
+
+    return tuple(jax.tree_util.tree_map(make, program.args))
