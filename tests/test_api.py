@@ -180,6 +180,7 @@ def test_lowered_passed_directly():
     assert report.to_dict()["by_opcode"]["dot"]["flops"] == 5 * 2 * 4 * 8 * 8
     comparison = compare(lowered)
     assert comparison.xla["flops"] == lowered.cost_analysis()["flops"]
+    assert all(comparison.estimate_matches.values()), (comparison.estimate, comparison.xla)
 
 
 def test_compare_text_module():
@@ -188,3 +189,18 @@ def test_compare_text_module():
     assert comparison.estimate_matches["flops"], (comparison.estimate, dict(comparison.xla))
     assert comparison.missed["flops"] == comparison.report.flops - comparison.xla["flops"]
     assert sum(comparison.by_loop.values()) == comparison.missed["flops"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.hlo")), ids=lambda p: p.name)
+def test_compare_every_bundled_example(path):
+    """On every bundled module: our reproduction of XLA's number equals XLA's (asked live), and the
+    loops explain the whole difference between the exact total and XLA's."""
+    comparison = compare(path)
+    assert comparison.estimate_matches == {"flops": True, "transcendentals": True, "bytes_accessed": True}, (
+        comparison.estimate, {k: comparison.xla[k] for k in ("flops", "transcendentals", "bytes accessed")})
+    assert sum(comparison.by_loop.values()) == comparison.missed["flops"]
+    assert comparison.by_loop.get("residual", 0) == 0
+    report = comparison.report
+    assert report.is_exact and not report.uncounted
+    if not report.loops:
+        assert report.flops == comparison.xla["flops"]
