@@ -29,6 +29,7 @@ EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+MAX_UNCOUNTED_LINES = 12  # beyond this the summary groups uncounted ops by kind
 
 
 class UsageError(Exception):
@@ -139,9 +140,18 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     lines.append("")
     if report.uncounted:
         lines.append(f"UNCOUNTED ops ({len(report.uncounted)}): their cost is unknown and NOT in the totals")
-        for u in report.uncounted:
-            target = f" target={u.target}" if u.target else ""
-            lines.append(f"  ! {u.name} ({u.opcode}{target}) in {u.computation} x{u.executions:,}: {u.reason}")
+        if len(report.uncounted) <= MAX_UNCOUNTED_LINES:
+            for u in report.uncounted:
+                target = f" target={u.target}" if u.target else ""
+                lines.append(f"  ! {u.name} ({u.opcode}{target}) in {u.computation} x{u.executions:,}: {u.reason}")
+        else:  # many: one line per kind, with a few names (all of them are in --json)
+            kinds: dict[tuple[str, str, str], list[str]] = {}
+            for u in report.uncounted:
+                kinds.setdefault((u.opcode, u.target or "", u.reason), []).append(u.name)
+            for (opcode, target, reason), names in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+                shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+                what = opcode + (f" target={target}" if target else "")
+                lines.append(f"  ! {len(names):,} x {what}: {reason} ({shown})")
     else:
         lines.append("uncounted ops: none")
     residual = report.accounting.reconciliation.get("residual")

@@ -202,3 +202,19 @@ def test_diff_and_budget():
     assert "EXCEEDED" in text
     assert json.loads(result.to_json(fail_above=50))["budget_exceeded"] is False
     assert growth_percent(0, 0) == 0.0 and math.isinf(growth_percent(0, 5))
+
+
+def test_summary_groups_many_uncounted_ops():
+    from dataclasses import replace
+
+    from analysis.cli import MAX_UNCOUNTED_LINES, render_summary
+
+    many = tuple(Uncounted(f"cc.{i}", "custom-call", "main", "target foo: arithmetic unknown", target="foo")
+                 for i in range(MAX_UNCOUNTED_LINES + 1))
+    text = render_summary(Report(replace(fake_accounting(), uncounted=many)))
+    assert f"UNCOUNTED ops ({MAX_UNCOUNTED_LINES + 1})" in text
+    n = MAX_UNCOUNTED_LINES + 1
+    line = f"! {n} x custom-call target=foo: target foo: arithmetic unknown (cc.0, cc.1, cc.2, ...)"
+    assert line in text
+    few = render_summary(Report(fake_accounting()))
+    assert "! cc.4 (custom-call target=foo) in main x1: unknown custom-call target foo" in few
