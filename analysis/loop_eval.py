@@ -319,6 +319,7 @@ class Frame:
 
 
 MAX_DEPTH = 24  # nested fusions / calls / enclosing computations followed
+EVALUATION_LIMIT = 1 << 17  # iterations a bounded evaluation steps before giving up
 
 
 class Tracer:
@@ -399,9 +400,50 @@ class Tracer:
         if body is None or frame.depth >= MAX_DEPTH:
             return opaque(f"while {inst.name}: body not followed")
         update = self.trace(self.loop_frame(body), body.root.name, path)
-        if update != ("var", path):
-            return opaque(f"while {inst.name} changes element {list(path)}")
-        return self.trace(frame, inst.operands[0], path)
+        if update == ("var", path):
+            return self.trace(frame, inst.operands[0], path)
+        return self._run_to_exit(frame, inst, body, path)
+
+    def _run_to_exit(self, frame: Frame, inst: Instruction, body: Computation, path: Path) -> Expr:
+        """Element `path` of a nested while's result when the loop changes it: step the loop
+        (its condition and the elements involved) from its initial values to the exit."""
+        cond_names = inst.called(CallRole.WHILE_CONDITION)
+        condition = self.module.by_name.get(cond_names[0]) if cond_names else None
+        if condition is None:
+            return opaque(f"while {inst.name}: condition missing")
+        cond = fold(self.trace(self.loop_frame(condition), condition.root.name))
+        updates: dict[Path, Expr] = {}
+        pending = [path, *sorted(variables(cond))]
+        while pending:
+            p = pending.pop()
+            if p in updates:
+                continue
+            if len(updates) >= 16:
+                return opaque(f"while {inst.name} has too many state elements to step")
+            updates[p] = fold(self.trace(self.loop_frame(body), body.root.name, p))
+            pending.extend(variables(updates[p]) - updates.keys())
+        reason = first_opaque(cond) or next((first_opaque(u) for u in updates.values() if first_opaque(u)), None)
+        if reason is not None:
+            return opaque(f"while {inst.name} changes element {list(path)} ({reason})")
+        state: dict[Path, object] = {}
+        dtype = ""
+        for p in updates:
+            init = fold(self.trace(frame, inst.operands[0], p))
+            if init[0] != "const":
+                return opaque(f"while {inst.name}: initial element {list(p)} unknown")
+            state[p] = init[1]
+            if p == path:
+                dtype = init[2]
+        try:
+            check = compile_expr(cond)
+            steps = [(p, compile_expr(u)) for p, u in updates.items() if u != ("var", p)]
+            for _ in range(EVALUATION_LIMIT + 1):
+                if not check(state):
+                    return ("const", state[path], dtype)
+                state = {**state, **{p: step(state) for p, step in steps}}
+        except (EvaluationError, OverflowError, ValueError, ZeroDivisionError, TypeError):
+            pass
+        return opaque(f"while {inst.name}: result not evaluated")
 
     def _parameter(self, frame: Frame, inst: Instruction, path: Path) -> Expr:
         number = parameter_number(inst)

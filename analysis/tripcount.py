@@ -33,7 +33,7 @@ from analysis.loop_eval import Expr, Path, Tracer
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 SOURCES = ("backend_config", "pattern", "evaluation", "override", "unknown")
-EVALUATION_LIMIT = 1 << 17  # iterations the bounded evaluation steps before giving up
+EVALUATION_LIMIT = loop_eval.EVALUATION_LIMIT  # iterations the bounded evaluation steps before giving up
 MAX_STATE_ELEMENTS = 16  # loop-state scalars the evaluation follows at most
 WILDCARDS = frozenset("*?[")
 

@@ -382,3 +382,51 @@ def test_evaluation_gives_up_at_its_limit_with_a_proven_lower_bound():
     # s64 counter from 0 by +1 while != -1: 2^64 - 1 iterations, far past the limit.
     tc = tc_of(counter_loop(dtype="s64", bound="-1", direction="NE"))
     assert (tc.value, tc.source, tc.lower) == (None, "unknown", EVALUATION_LIMIT)
+
+
+SEQUENTIAL = """
+HloModule sequential
+
+cond_a {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  b = s32[] constant(4)
+  ROOT c = pred[] compare(i, b), direction=LT
+}
+
+body_a {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[]) tuple(i1)
+}
+
+cond_b {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  b = s32[] constant(10)
+  ROOT c = pred[] compare(i, b), direction=LT
+}
+
+body_b {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT t = (s32[]) tuple(i1)
+}
+
+ENTRY main {
+  z = s32[] constant(0)
+  t = (s32[]) tuple(z)
+  first = (s32[]) while(t), condition=cond_a, body=body_a
+  ROOT second = (s32[]) while(first), condition=cond_b, body=body_b
+}
+"""
+
+
+def test_init_from_an_earlier_loops_result_is_stepped():
+    # `first` leaves its counter at 4; `second` counts from there to 10: 6 iterations.
+    counts = all_trip_counts(hloparse.parse(SEQUENTIAL))
+    assert {k: v.value for k, v in counts.items()} == {"first": 4, "second": 6}
