@@ -203,6 +203,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="hloflops",
+        allow_abbrev=False,
         description="Exact, loop-aware FLOPs / transcendentals / bytes of an XLA HLO module, next to XLA's estimate.",
         epilog="Also: 'hloflops diff A B [--fail-above PCT]' and 'hloflops DIR|batch ...'. "
         "Exit codes: 0 ok, 1 --strict/--fail-above tripped, 2 usage or input error, 3 internal error.",
@@ -224,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_diff_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="hloflops diff", description="FLOPs deltas between two HLO modules, total and per scope.")
+    p = _Parser(prog="hloflops diff", allow_abbrev=False,
+                description="FLOPs deltas between two HLO modules, total and per scope.")
     p.add_argument("a", help="the old module (HLO text file)")
     p.add_argument("b", help="the new module (HLO text file)")
     _add_common(p)
@@ -254,6 +256,16 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         return analyze(path, trip_counts=trip_counts or None)
     except AttributeSyntaxError as error:  # an attribute value decoded lazily, after parsing
         raise UsageError(f"{path}: malformed attribute: {error}") from None
+
+
+def _check_trip_counts(trip_counts: dict[str, int], *reports: Report) -> None:
+    """A --trip-count for a while instruction that does not exist is a typo, not a no-op.
+    (Patterns with * ? [ match op_names and may legitimately match nothing.)"""
+    names = {lp.name for r in reports for lp in r.loops}
+    for key in trip_counts:
+        if key not in names and not any(c in key for c in "*?["):
+            known = ", ".join(sorted(names)) or "none"
+            raise UsageError(f"--trip-count {key}=...: no while instruction named {key!r} (loops: {known})")
 
 
 def _write(path: str, text: str) -> None:
@@ -288,6 +300,7 @@ def _run_file(argv: Sequence[str]) -> int:
         raise UsageError("--json and --csv are exclusive")
     trips = dict(args.trip_count)
     report = _load_report(args.file, trips, compare_xla=args.compare_xla)
+    _check_trip_counts(trips, report)
     by_explicit = _explicit(argv, "--by")
     depth = args.depth or None  # 0 means the whole stack
     if args.folded:
@@ -320,6 +333,7 @@ def _run_diff(argv: Sequence[str]) -> int:
     trips = dict(args.trip_count)
     a = _load_report(args.a, trips)
     b = _load_report(args.b, trips)
+    _check_trip_counts(trips, a, b)
     depth = args.depth or None
     if not _explicit(argv, "--depth") and args.by == "scope":
         depth = 3

@@ -270,6 +270,9 @@ def test_parse_error_is_one_line_with_position(tmp_path):
 
 
 def test_usage_errors_exit_2(tmp_path):
+    typo = run_cli(REMAT_SCAN, "--trip-count", "while.9999=3", check_rc=2)
+    assert "no while instruction named 'while.9999'" in typo.stderr and typo.stdout == ""
+    run_cli(REMAT_SCAN, "--trip-count", "*/no_such_scope/*=3")  # a pattern may match nothing
     for args in ([tmp_path / "missing.hlo"], [REMAT_SCAN, "--by", "colour"], [REMAT_SCAN, "--trip-count", "x"],
                  [REMAT_SCAN, "--depth", "-1"], [REMAT_SCAN, "--json", "--csv"], []):
         proc = run_cli(*args, check_rc=2)
