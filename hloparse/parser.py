@@ -87,6 +87,36 @@ def _strip_comment(line: str) -> str:
     return line
 
 
+def _strip_comment_across_lines(line: str, in_string: bool) -> tuple[str, bool]:
+    """Like _strip_comment, but aware of a string left open by the previous line; returns the
+    stripped line and whether a string is still open at its end."""
+    i = 0
+    n = len(line)
+    while i < n:
+        if in_string:
+            j = i
+            while True:
+                j = line.find('"', j)
+                if j < 0:
+                    return line, True
+                backslashes = len(line[:j]) - len(line[:j].rstrip("\\"))
+                if backslashes % 2 == 0:
+                    break
+                j += 1
+            in_string = False
+            i = j + 1
+            continue
+        quote = line.find('"', i)
+        comment = line.find("//", i)
+        if comment >= 0 and (quote < 0 or comment < quote):
+            return line[:comment], False
+        if quote < 0:
+            return line, False
+        in_string = True
+        i = quote + 1
+    return line, in_string
+
+
 def _balance(text: str) -> int:
     depth = text.count("(") + text.count("{") + text.count("[") - text.count(")") - text.count("}") - text.count("]")
     if depth and '"' in text:  # brackets inside strings do not count
@@ -110,8 +140,12 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
     A statement continues onto the next line while its brackets are open, or while the next
     line does not start a statement of its own (attributes wrapped onto their own lines)."""
     lines = text.split("\n")
+    in_string = False  # inside a string that began on an earlier line
     for k, line in enumerate(lines):
-        if "//" in line:
+        if in_string or ("//" in line and '"' in line):
+            line, in_string = _strip_comment_across_lines(line, in_string)
+            lines[k] = line
+        elif "//" in line:
             line = lines[k] = _strip_comment(line)
         if line.lstrip().startswith("/*"):  # a leading /* label */ is not part of the statement
             end = line.find("*/")
@@ -146,7 +180,17 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
         is_heading = not in_computation and not stripped.startswith("HloModule")
         depth = _balance(line)
         parts = [line]
+        open_string = (line.count('"') - line.count('\\"')) % 2 == 1
         while i + 1 < n:
+            if open_string:  # a string spans lines: join until it closes, then count brackets anew
+                i += 1
+                parts.append(lines[i])
+                joined = "\n".join(parts)
+                open_string = (joined.count('"') - joined.count('\\"')) % 2 == 1
+                if not open_string:
+                    depth = _balance(joined)
+                    line = lines[i]
+                continue
             if is_heading and depth == 1 and line.rstrip().endswith("{"):
                 break  # a computation heading: its '{' opens the body
             nxt = lines[i + 1]
@@ -157,8 +201,11 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
                 break
             i += 1
             parts.append(nxt)
-            depth += _balance(nxt)
             line = nxt
+            if (nxt.count('"') - nxt.count('\\"')) % 2:
+                open_string = True  # the brackets are counted once the string closes
+                continue
+            depth += _balance(nxt)
         statement = Statement("\n".join(parts), start + 1, column)
         i += 1
         if depth < 0 and in_computation and statement.text.rstrip().endswith("}"):
