@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis.accounting import RESIDUAL, account
+from analysis.accounting import RESIDUAL, account, remat_by_loop, remat_by_scope
 from analysis.remat import find_remat, model_path
 from analysis.tripcount import all_trip_counts
 
@@ -69,6 +69,15 @@ def test_seed000_remat_scan():
     assert acc.model_flops == acc.total.flops - acc.remat_flops
     check_reconciliation(acc)
     assert acc.reconciliation[RESIDUAL] == 0  # no custom-calls, every sum below 2^24
+    # Per loop: all recomputation runs in the backward loop. Per scope: under stack/Dense_0 the
+    # recomputed dot and its bias add ([8,40] = 320 flops), which XLA's fusion duplicated into
+    # the three backward fusions that read it (each really runs): 24 * (6400 + 3 * 320).
+    by_loop = remat_by_loop(acc)
+    backward = max(acc.loops, key=lambda loop: loop.total.flops).name
+    assert by_loop[backward][1] == acc.remat_flops and sum(f for f, _ in by_loop.values()) == acc.total.flops
+    by_scope = remat_by_scope(acc, depth=2)
+    assert by_scope["stack/Dense_0"][1] == L * (DENSE + 3 * B * F)
+    assert sum(r for _, r in by_scope.values()) == acc.remat_flops
 
 
 def _twin_flops(acc, module) -> int:
