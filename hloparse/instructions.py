@@ -42,6 +42,7 @@ _OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*", re.S)
 _INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
 _shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
+_ONLY_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?")
 _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
 _EMBEDDED_STATEMENT = re.compile(
     r"\s(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()"
@@ -202,6 +203,8 @@ def _operands(
             shapes.append(inner.shape)
             any_shape = True
             continue
+        if m is None and _ONLY_SHAPE.fullmatch(piece):
+            continue  # XLA reads a lone `f32[],` as the shape of the operand after it
         if m is None:
             raise StatementError(f"cannot parse operand {piece.strip()!r}", s, "[shape] %name")
         shape_text, operand = m.groups()
