@@ -18,6 +18,13 @@ from hloparse.ir import Module
 COST_KEYS = ("flops", "transcendentals", "bytes accessed")
 
 
+JAX_MISSING = "asking XLA for its own numbers needs jax: python3 -m pip install 'hloflops[jax]'"
+
+
+class JaxMissingError(ImportError):
+    """compare() / --compare-xla without jax installed."""
+
+
 def _is_jax_stage(source: Any, kind: str) -> bool:
     """True for jax.stages.Lowered / Compiled (or a subclass) without importing jax."""
     for cls in type(source).__mro__:
@@ -98,18 +105,21 @@ def xla_cost_analysis(source: Any) -> dict[str, float]:
 
     if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
         raw = xla_compare.xla_cost_of_compiled(source)  # Lowered.cost_analysis() has the same shape
+        return {k: float(v) for k, v in raw.items()}
+    try:
+        import jax  # noqa: F401  (imported here only to say clearly what is missing)
+    except ImportError as error:
+        raise JaxMissingError(JAX_MISSING) from error
+    if isinstance(source, Module):
+        text = _module_text(source)
+    elif isinstance(source, bytes):
+        text = source.decode("utf-8")
+    elif isinstance(source, str) and _looks_like_hlo_text(source):
+        text = source
     else:
-        if isinstance(source, Module):
-            text = _module_text(source)
-        elif isinstance(source, bytes):
-            text = source.decode("utf-8")
-        elif isinstance(source, str) and _looks_like_hlo_text(source):
-            text = source
-        else:
-            with open(os.fspath(source), encoding="utf-8") as f:
-                text = f.read()
-        raw = xla_compare.xla_cost_of_text(text)
-    return {k: float(v) for k, v in raw.items()}
+        with open(os.fspath(source), encoding="utf-8") as f:
+            text = f.read()
+    return {k: float(v) for k, v in xla_compare.xla_cost_of_text(text).items()}
 
 
 def _module_text(module: Module) -> str:

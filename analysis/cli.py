@@ -248,6 +248,7 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UsageError(f"{path}: is a directory")
+    from analysis.api import JaxMissingError
     from hloparse.attributes import AttributeSyntaxError
 
     try:
@@ -256,6 +257,8 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         return analyze(path, trip_counts=trip_counts or None)
     except AttributeSyntaxError as error:  # an attribute value decoded lazily, after parsing
         raise UsageError(f"{path}: malformed attribute: {error}") from None
+    except JaxMissingError as error:
+        raise UsageError(f"--compare-xla: {error}") from None
 
 
 def _check_trip_counts(trip_counts: dict[str, int], *reports: Report) -> None:

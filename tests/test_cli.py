@@ -353,3 +353,12 @@ def test_compare_xla_asks_xla():
     d = json.loads(run_cli(FORI, "--json", "--compare-xla").stdout)
     assert d["xla_reported"]["flops"] == live["flops"]
     assert d["xla_reported"]["bytes_accessed"] == live["bytes accessed"]
+
+
+def test_compare_xla_without_jax_is_a_clear_usage_error():
+    code = ("import sys; sys.modules['jax'] = None; from analysis.cli import main; "
+            f"sys.exit(main([{str(FORI)!r}, '--compare-xla']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("hloflops: error: --compare-xla: asking XLA for its own numbers needs jax: "
+                                   "python3 -m pip install 'hloflops[jax]'")
