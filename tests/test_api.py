@@ -70,9 +70,14 @@ def test_groupings_partition_the_total(report):
         assert flops == sorted(flops, reverse=True), by
     scopes = {g.key for g in report.by_scope(2)}
     assert all(k == NO_SCOPE or k.count("/") <= 1 for k in scopes)
-    # a dot fused into a fusion counts as a dot, never as 'fusion'
-    dots = sum(r.total.flops for r in report.rows if r.opcode == "dot")
-    assert {g.key: g.total.flops for g in report.by_opcode()}["dot"] == dots > 0
+    # a dot fused into a fusion counts as a dot, never as 'fusion'. Every dot of this MLP step
+    # contracts an 8x10 and a 10x40 (or their transposes): 2 * 8 * 10 * 40 flops, 24 times.
+    dot_rows = [r for r in report.rows if r.opcode == "dot"]
+    assert any(r.fusion for r in dot_rows) and any(not r.fusion for r in dot_rows)
+    assert all(r.cost.flops == 2 * 8 * 10 * 40 and r.executions == 24 for r in dot_rows)
+    by_opcode = {g.key: g for g in report.by_opcode()}
+    assert by_opcode["dot"].total.flops == len(dot_rows) * 24 * 2 * 8 * 10 * 40
+    assert by_opcode["fusion"].total.flops == 0  # a fusion's own cost excludes what it fuses
 
 
 def test_rows_have_scope_source_and_phase(report):
