@@ -130,6 +130,16 @@ def test_mfu_uses_model_and_hardware_flops(report):
     assert m.hfu >= m.mfu
 
 
+def test_mfu_devices_from_the_module_header():
+    text = "HloModule m, replica_count=2, num_partitions=4\n\nENTRY main {\n  x = f32[4] parameter(0)\n" \
+           "  ROOT y = f32[4] add(x, x)\n}\n"
+    r = analyze(text)
+    assert r.num_devices == 8 and r.flops == 4
+    m = r.mfu(step_time_s=1.0, peak_flops_per_s=2.0)
+    assert m.num_devices == 8 and m.mfu == 4 / 2.0 and m.achieved_model_flops_per_s == 32.0
+    assert r.mfu(1.0, 2.0, num_devices=1).achieved_hardware_flops_per_s == 4.0
+
+
 def test_trip_count_override_through_api(report):
     loop = max(report.loops, key=lambda lp: lp.total.flops)
     bigger = analyze(REMAT_SCAN, trip_counts={loop.name: loop.trip_count * 2})
