@@ -10,7 +10,7 @@ ARITY: dict[str, int | None] = {
     "abs": 1, "acos": 1, "acosh": 1, "add": 2, "add-dependency": 2, "after-all": None,
     "all-gather": None, "all-gather-done": 1, "all-gather-start": None, "all-reduce": None,
     "all-reduce-done": 1, "all-reduce-start": None, "all-to-all": None, "and": 2, "asin": 1,
-    "asinh": 1, "async-done": 1, "async-start": None, "async-update": 1, "atan2": 2, "atanh": 1,
+    "asinh": 1, "async-done": None, "async-start": None, "async-update": None, "atan2": 2, "atanh": 1,
     "batch-norm-grad": 5, "batch-norm-inference": 5, "batch-norm-training": 3, "bitcast": 1,
     "bitcast-convert": 1, "broadcast": 1, "call": None, "cbrt": 1, "ceil": 1, "cholesky": 1,
     "clamp": 3, "count-leading-zeros": 1, "collective-broadcast": None, "collective-permute": None,
