@@ -61,3 +61,36 @@ def test_xla_remat_clone_needs_its_original():
     index = find_remat(module_with([("fusion.3", "x"), ("fusion.3.remat", "x"), ("dot.7.remat2", "y")]))
     assert index.remat == {("main", "fusion.3.remat")}
     assert index.merged == (("main", "dot.7.remat2"),)
+
+
+XLA_CLONE = """
+HloModule clone
+
+fused {
+  a = f32[8] parameter(0)
+  ROOT m = f32[8] multiply(a, a)
+}
+
+fused.clone {
+  a = f32[8] parameter(0)
+  ROOT m.1 = f32[8] multiply(a, a)
+}
+
+ENTRY main {
+  x = f32[8] parameter(0)
+  fusion.1 = f32[8] fusion(x), kind=kLoop, calls=fused
+  n = f32[8] negate(fusion.1)
+  fusion.1.remat = f32[8] fusion(x), kind=kLoop, calls=fused.clone
+  ROOT s = f32[8] add(n, fusion.1.remat)
+}
+"""
+
+
+def test_xla_remat_clone_of_a_fusion_counts_its_whole_body():
+    from analysis.accounting import account
+
+    acc = account(hloparse.parse(XLA_CLONE), xla={"flops": 0.0})
+    # multiply 8 (original) + negate 8 + multiply 8 (the clone recomputes it) + add 8.
+    assert acc.total.flops == 32
+    assert acc.remat_flops == 8  # the clone's fused multiply
+    assert {r.name for r in acc.rows if r.remat and r.opcode != "parameter"} == {"fusion.1.remat", "m.1"}
