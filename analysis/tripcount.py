@@ -120,6 +120,13 @@ def while_callees(module: Module, inst: Instruction) -> tuple[Computation, Compu
 def infer_trip_count(module: Module, computation: Computation, inst: Instruction,
                      evaluation_limit: int = EVALUATION_LIMIT) -> TripCount:
     """Steps 3 and 4 only (no backend_config, no overrides): the loop read from its HLO."""
+    try:
+        return _infer(module, computation, inst, evaluation_limit)
+    except RecursionError:  # a scalar chain deeper than Python's stack: say so, do not crash
+        return unknown("the loop's scalar dependency chain is too deep to trace")
+
+
+def _infer(module: Module, computation: Computation, inst: Instruction, evaluation_limit: int) -> TripCount:
     tracer = Tracer(module)
     body, condition = while_callees(module, inst)
     cond_expr = loop_eval.fold(tracer.trace(tracer.loop_frame(condition), condition.root.name))
