@@ -1,6 +1,6 @@
 """`Report`: what `analyze()` returns. It wraps the accounting's result types (`analysis.results`)
 and gives them the shapes people read: totals next to XLA's estimate, loops with their share,
-grouped tables (opcode, computation, scope, source line), a deterministic JSON object, CSV
+grouped tables (opcode, computation, scope, source line, Flax module path), a deterministic JSON object, CSV
 records, a pandas frame, notebook HTML, folded stacks and MFU.
 
 Everything exact stays a Python int. The only floats are XLA's own numbers (XLA returns floats)
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from analysis.costs import Cost
-from analysis.results import PHASES, Accounting, Loop, Row
+from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
 
 SCHEMA = "hloflops.report/1"
 GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
@@ -256,7 +256,7 @@ class Report:
         return self.accounting.loops
 
     @property
-    def uncounted(self):
+    def uncounted(self) -> tuple[Uncounted, ...]:
         return self.accounting.uncounted
 
     @property
