@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Also: 'hloflops diff A B [--fail-above PCT]' and 'hloflops DIR|batch ...'. "
         "Exit codes: 0 ok, 1 --strict/--fail-above tripped, 2 usage or input error, 3 internal error.",
     )
-    p.add_argument("file", help="HLO text file (compiled.as_text() or an XLA dump)")
+    p.add_argument("file", help="HLO text file (compiled.as_text() or an XLA dump); '-' reads stdin")
     _add_common(p)
     p.add_argument("--csv", action="store_true",
                    help="print CSV: one line per instruction, or per group with --by given explicitly")
@@ -244,6 +244,12 @@ def _explicit(argv: Sequence[str], option: str) -> bool:
 def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False) -> Report:
     from analysis.api import analyze, compare
 
+    if path == "-":  # HLO text on stdin: `python3 dump.py | hloflops -`
+        text = sys.stdin.read()
+        if not text.strip():
+            raise UsageError("-: no HLO text on stdin")
+        return compare(text, trip_counts=trip_counts or None).report if compare_xla else analyze(
+            text, trip_counts=trip_counts or None)
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):

@@ -362,3 +362,14 @@ def test_compare_xla_without_jax_is_a_clear_usage_error():
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("hloflops: error: --compare-xla: asking XLA for its own numbers needs jax: "
                                    "python3 -m pip install 'hloflops[jax]'")
+
+
+def test_stdin(remat_json):
+    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "-", "--json"], cwd=ROOT, input=REMAT_SCAN.read_text(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["path"] is None and got["flops"] == remat_json["flops"] and got["loops"] == remat_json["loops"]
+    empty = subprocess.run([sys.executable, "-m", "analysis.cli", "-"], cwd=ROOT, input="", capture_output=True,
+                           text=True, timeout=300)
+    assert empty.returncode == 2 and empty.stderr == "hloflops: error: -: no HLO text on stdin\n"
