@@ -198,3 +198,15 @@ def _fused_in(acc, row, computation: str) -> bool:
 
 def _outside_flops(acc) -> int:
     return sum(r.total.flops for r in acc.rows if r.loop is None)
+
+
+@pytest.mark.parametrize("name", ["scan_with_cond", "scan_with_cond_grad"])
+def test_cond_inside_a_scan_counts_one_branch_per_step(name):
+    _, rolled, _, _ = analysed(name, "rolled")
+    _, unrolled, _, _ = analysed(name, "unrolled")
+    # Each step runs lax.cond(tanh(h * x) | sin(h) + x) on f32[16]: either branch has one
+    # 16-element transcendental, and the total takes the largest branch, so 8 steps give 128
+    # in both programs (the gradient adds no transcendental: tanh' and sin' reuse saved values).
+    assert rolled.total.transcendentals == unrolled.total.transcendentals == 8 * 16
+    # The forward loop's cond (and the backward loop's, for the gradient) runs once per step.
+    assert rolled.conditionals and all(c.executions == 8 and len(c.branches) == 2 for c in rolled.conditionals)
