@@ -4,9 +4,11 @@
 
 For each file (default: every bundled `examples/*.after_optimizations.hlo`) it runs the real
 command line in a fresh interpreter N times (`python -m analysis.cli FILE --json`) and prints the
-median and best wall time, then runs it once under `python -X importtime` and lists the heavy
-modules that were imported (jax, jaxlib, pandas, networkx, numpy: there should be none) and the
-slowest imports. Also prints the bare interpreter's start-up for reference.
+median and best wall time and the median CPU time (user + system; a busy machine inflates it
+least), the time of each phase in one process (imports, parse, account, JSON), then runs it once
+under `python -X importtime` and lists the heavy modules imported (jax, jaxlib, pandas and
+networkx must not be; numpy is, by analysis.xla_estimate) and the slowest imports. Also prints
+the bare interpreter's start-up for reference.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,12 +44,18 @@ print(f"{(t1 - t0) * 1000:.0f} {(t2 - t1) * 1000:.0f} {(t3 - t2) * 1000:.0f} {(t
 """
 
 
-def wall_times(cmd: list[str], runs: int) -> list[float]:
+def wall_times(cmd: list[str], runs: int, cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds per run; `cpu` collects user+system CPU seconds per run (what a busy
+    machine inflates least)."""
     times = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return times
 
 
@@ -75,13 +84,14 @@ def main() -> int:
     files = args.files or sorted(glob.glob(os.path.join(ROOT, "examples", "*.after_optimizations.hlo")))
     bare = wall_times([sys.executable, "-c", "pass"], args.runs)
     print(f"bare python start-up: median {statistics.median(bare) * 1000:.0f} ms")
-    print(f"{'file':<50} {'size':>9} {'median':>9} {'best':>9}")
+    print(f"{'file':<50} {'size':>9} {'median':>9} {'best':>9} {'cpu':>9}")
     for path in files:
         cmd = [sys.executable, "-m", "analysis.cli", path, "--json"]
-        times = wall_times(cmd, args.runs)
+        cpu: list[float] = []
+        times = wall_times(cmd, args.runs, cpu)
         size = os.path.getsize(path)
         print(f"{os.path.relpath(path, ROOT):<50} {size:>9,} {statistics.median(times) * 1000:>7.0f}ms "
-              f"{min(times) * 1000:>7.0f}ms")
+              f"{min(times) * 1000:>7.0f}ms {statistics.median(cpu) * 1000:>7.0f}ms")
     print(f"\n{'file':<50} {'imports':>8} {'parse':>8} {'account':>8} {'json':>8}   (ms, one fresh process)")
     for path in files:
         out = subprocess.run([sys.executable, "-c", PHASES, path], cwd=ROOT, check=True, capture_output=True,
