@@ -4,7 +4,8 @@ summary, the loops and an interactive icicle chart of the exact FLOPs by scope.
 The chart is a tree of op_name frames. Each cell is as wide as its share of the metric; a
 hatched band at its right end is the part that is remat recomputation; `xN` after a name says how many
 times its instructions run per step (the loop trip counts multiplied out). Click a cell to zoom
-into it, click the top cell to zoom out.
+into it, click the top cell to zoom out; `page.html#focus=<path>` opens zoomed in (the path is
+the cell names from the root joined by U+241F, URL-encoded; the address bar follows your clicks).
 """
 
 from __future__ import annotations
@@ -207,7 +208,33 @@ _JS = r"""
     });
     document.body.setAttribute('data-rendered-cells', String(cells.length));
   }
+  // '#focus=<path>' in the address zooms in on that cell (a link to a part of the chart)
+  function find(p) {
+    var node = data.tree, parts = p.split('\u241f');
+    if (parts[0] !== node.n) return null;
+    for (var i = 1; i < parts.length && node; i++) {
+      node = (node.c || []).filter(function (k) { return k.n === parts[i]; })[0];
+    }
+    return node || null;
+  }
+  function keyOf(n) { var s = []; for (; n; n = n.p) s.unshift(n.n); return s.join('\u241f'); }
+  function fromHash() {
+    var m = /^#focus=(.*)$/.exec(window.location.hash);
+    var found = m ? find(decodeURIComponent(m[1])) : null;
+    focus = found || data.tree;
+  }
+  var plainRender = render;
+  render = function () {
+    plainRender();
+    var hash = focus === data.tree ? '' : '#focus=' + encodeURIComponent(keyOf(focus));
+    if (window.location.hash !== hash && window.history && window.history.replaceState) {
+      try { window.history.replaceState(null, '', hash || window.location.pathname); } catch (e) { /* file:// */ }
+    }
+    document.body.setAttribute('data-focus', focus.n);
+  };
   select.addEventListener('change', function () { metric = Number(select.value); render(); });
+  window.addEventListener('hashchange', function () { fromHash(); render(); });
+  fromHash();
   render();
 })();
 """

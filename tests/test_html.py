@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -65,6 +66,27 @@ def test_chart_renders_in_chromium(tmp_path):
     assert {"jit(train_step)", "Dense_0", "Dense_1"} <= names, names
     # the summary tables are on the page
     assert f"{report['flops']:,}" in dom and all(lp["name"] in dom for lp in report["loops"])
+
+
+def test_focus_link_zooms_in(tmp_path):
+    browser = chromium()
+    page = tmp_path / "report.html"
+    subprocess.run([sys.executable, "-m", "analysis.cli", str(REMAT_SCAN), "--html", str(page)], cwd=ROOT,
+                   check=True, capture_output=True, timeout=300)
+    whole = dump_dom(browser, page, tmp_path / "p1")
+    path = "\u241f".join(["jit_train_step", "jit(train_step)", "transpose(jvp(StackedMLPsRematted))"])
+    zoomed = subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--dump-dom",
+                             page.as_uri() + "#focus=" + quote(path, safe="")],
+                            capture_output=True, text=True, timeout=120).stdout
+    assert 'data-focus="transpose(jvp(StackedMLPsRematted))"' in zoomed
+    names_whole = [attrs(t)["data-name"] for t in re.findall(r"<rect [^>]*class=\"node\"[^>]*>", whole)]
+    cells = [attrs(t) for t in re.findall(r"<rect [^>]*class=\"node\"[^>]*>", zoomed)]
+    names_zoomed = [c["data-name"] for c in cells]
+    assert "jvp(StackedMLPsRematted)" in names_whole and "jvp(StackedMLPsRematted)" not in names_zoomed
+    # the focused cell spans the full width: its ancestors above it, its subtree below
+    assert names_zoomed[:3] == ["jit_train_step", "jit(train_step)", "transpose(jvp(StackedMLPsRematted))"]
+    assert cells[2]["width"] == cells[0]["width"]
+    assert len(cells) < len(names_whole)
 
 
 def test_page_is_self_contained(tmp_path):
