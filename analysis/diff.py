@@ -132,6 +132,9 @@ def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None =
         pct = growth_percent(int(t["a"]), int(t["b"]))  # type: ignore[arg-type]
         rows.append([metric.replace("_", " "), f"{t['a']:,}", f"{t['b']:,}", f"{t['delta']:+,}", _pct_text(pct)])
     lines += format_table(["", "A", "B", "delta", "change"], rows)
+    for label, report in (("A", a), ("B", b)):
+        loops = ", ".join(f"{lp.name} x{'?' if lp.trip_count is None else f'{lp.trip_count:,}'}" for lp in report.loops)
+        lines.append(f"loops in {label}: {loops or 'none'}")
     lines.append("")
     changed = [g for g in result.groups if g.delta != Cost()]
     title = f"by {result.by}" + (f" (depth {result.depth})" if result.by in ("scope", "module") else "")

@@ -200,6 +200,7 @@ def test_diff_and_budget():
     assert result.exceeds(growth - 0.01) and not result.exceeds(growth + 0.01)
     text = render_diff(result, fail_above=10)
     assert "EXCEEDED" in text
+    assert "loops in A: while.5 x24" in text and "loops in B: while.5 x32" in text
     assert json.loads(result.to_json(fail_above=50))["budget_exceeded"] is False
     assert growth_percent(0, 0) == 0.0 and math.isinf(growth_percent(0, 5))
 
