@@ -150,6 +150,12 @@ def test_json_equals_report_to_dict():
     assert got == expected
 
 
+def test_plain_json_is_to_json_byte_for_byte():
+    from analysis import analyze
+
+    assert run_cli(str(REMAT_SCAN), "--json").stdout == analyze(str(REMAT_SCAN)).to_json()
+
+
 def test_json_byte_identical_across_runs_and_processes():
     args = (REMAT_SCAN, "--json", "--rows", "--by", "source")
     first = run_cli(*args, env={"PYTHONHASHSEED": "0"}).stdout
