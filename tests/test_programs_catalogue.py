@@ -14,6 +14,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
+from tests.programs import FORMULA_KEYS  # noqa: E402
 from tests.programs.compile import compile_program, concrete_args, run_program  # noqa: E402
 from tests.programs.lax_programs import PROGRAMS  # noqa: E402
 from tests.programs.loop_programs import PAIRS, UNKNOWN_TRIP, UNKNOWN_TRIPS  # noqa: E402
@@ -60,6 +61,7 @@ def test_lax_program_compiles_and_formula_totals_match_xla(program):
         if key in formula:
             assert xla_cost.get(key, 0.0) == float(formula[key]), (key, formula[key], xla_cost)
     for key, value in formula.items():
+        assert key in FORMULA_KEYS, f"undocumented formula key {key}"
         assert isinstance(value, int) and value >= 0, (key, value)
 
 

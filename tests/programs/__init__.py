@@ -12,8 +12,8 @@ jax to build their programs); `Program` and `LoopPair` are plain frozen dataclas
 
 - `flops`, `transcendentals`: whole-program totals of XLA's `cost_analysis()` for the optimized
   (loop-free) module. tests/test_programs_catalogue.py checks these against XLA live.
-- `dot_flops`, `conv_flops`, `sort_flops`, `reduce_flops`, `reduce_window_flops`, `fft_flops`,
-  `elementwise_flops`: the sum, over every instruction of that kind in the optimized module
+- `dot_flops`, `conv_flops`, `sort_flops`, `reduce_flops`, `reduce_window_flops`, `fft_flops`:
+  the sum, over every instruction of that kind in the optimized module
   (fused or not), of its own flops as XLA's rules count them (dot: 2 * N(out) * prod(contracting);
   conv: only taps on real input elements; sort: N * ceil(log2 N) with N all elements of operand
   0; reduce: (N_in - N_out) * reducer flops; reduce-window: (W - 1) * N_out * reducer flops;
@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+TOTAL_KEYS = ("flops", "transcendentals")
+PER_KIND_KEYS = ("dot_flops", "conv_flops", "sort_flops", "reduce_flops", "reduce_window_flops", "fft_flops")
+FORMULA_KEYS = TOTAL_KEYS + PER_KIND_KEYS
 
 
 @dataclass(frozen=True)

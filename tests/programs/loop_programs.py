@@ -18,9 +18,8 @@ their actual trip counts are recorded (and checked by running them).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,45 +28,8 @@ from jax import lax
 
 from tests.programs import LoopPair, Program, UnknownTripProgram
 from tests.programs.jaxshapes import S, f32
-
-
-def _all_argnums(args: tuple) -> tuple[int, ...]:
-    return tuple(range(len(args)))
-
-
-def _grad_all(loss: Callable, args: tuple) -> Callable:
-    """value_and_grad with respect to every argument."""
-    return jax.value_and_grad(loss, argnums=_all_argnums(args))
-
-
-def _pair(
-    name: str,
-    rolled: Callable,
-    unrolled: Callable,
-    args: tuple,
-    notes: str,
-    trip_counts: tuple[int, ...],
-    *,
-    grad: bool = False,
-) -> LoopPair:
-    if grad:
-        rolled, unrolled = _grad_all(rolled, args), _grad_all(unrolled, args)
-    return LoopPair(
-        name=name,
-        rolled=Program(f"loop_{name}_rolled", rolled, args),
-        unrolled=Program(f"loop_{name}_unrolled", unrolled, args),
-        notes=notes,
-        trip_counts=trip_counts,
-    )
-
-
-def _loss(fn: Callable) -> Callable:
-    """Sum every output leaf into one scalar loss."""
-
-    def loss(*args):
-        return sum(jnp.sum(leaf.astype(f32)) for leaf in jax.tree_util.tree_leaves(fn(*args)))
-
-    return loss
+from tests.programs.loop_helpers import sum_loss, make_pair
+from tests.programs.loop_programs_flax import flax_pairs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -96,12 +58,12 @@ def _scan_pairs() -> list[LoopPair]:
     for length in [3, 8, 16]:
         args = (S((d, d)), S((b, d)), S((length, b, d)))
         notes = f"tanh RNN over {length} steps; rolled unroll=1, unrolled unroll=True (no while)"
-        out.append(_pair(f"scan_rnn_T{length}", _rnn(1), _rnn(True), args, notes, (length,)))
+        out.append(make_pair(f"scan_rnn_T{length}", _rnn(1), _rnn(True), args, notes, (length,)))
         out.append(
-            _pair(
+            make_pair(
                 f"scan_rnn_T{length}_grad",
-                _loss(_rnn(1)),
-                _loss(_rnn(True)),
+                sum_loss(_rnn(1)),
+                sum_loss(_rnn(True)),
                 args,
                 notes + "; value_and_grad w.r.t. w, h0 and xs",
                 (length,),
@@ -123,13 +85,13 @@ def _scan_pairs() -> list[LoopPair]:
         args = (S((32,)), S((32,)), S((length, 32)))
         notes = f"elementwise sin/cos scan over {length} steps against a Python loop"
         out.append(
-            _pair(f"scan_elementwise_T{length}", elementwise_rolled, elementwise_unrolled, args, notes, (length,))
+            make_pair(f"scan_elementwise_T{length}", elementwise_rolled, elementwise_unrolled, args, notes, (length,))
         )
         out.append(
-            _pair(
+            make_pair(
                 f"scan_elementwise_T{length}_grad",
-                _loss(elementwise_rolled),
-                _loss(elementwise_unrolled),
+                sum_loss(elementwise_rolled),
+                sum_loss(elementwise_unrolled),
                 args,
                 notes + "; value_and_grad w.r.t. every input",
                 (length,),
@@ -137,10 +99,10 @@ def _scan_pairs() -> list[LoopPair]:
             )
         )
     out.append(
-        _pair(
+        make_pair(
             "scan_rnn_T12_unroll4_grad",
-            _loss(_rnn(4)),
-            _loss(_rnn(True)),
+            sum_loss(_rnn(4)),
+            sum_loss(_rnn(True)),
             (S((d, d)), S((b, d)), S((12, b, d))),
             "unroll=4 over 12 steps: the while runs 3 times over a body holding 4 steps",
             (3,),
@@ -159,7 +121,7 @@ def _scan_pairs() -> list[LoopPair]:
         return c, jnp.stack(ys)
 
     out.append(
-        _pair(
+        make_pair(
             "scan_cumulative_T10",
             cumulative_rolled,
             cumulative_unrolled,
@@ -193,12 +155,12 @@ def _fori_pairs() -> list[LoopPair]:
     args = (S((16, 16)), S((4, 16)))
     for lo, hi in [(0, 4), (0, 10), (3, 17)]:
         notes = f"fori_loop({lo}, {hi}) with static bounds (lowered to a scan) against a Python loop"
-        out.append(_pair(f"fori_{lo}_{hi}", rolled(lo, hi), unrolled(lo, hi), args, notes, (hi - lo,)))
+        out.append(make_pair(f"fori_{lo}_{hi}", rolled(lo, hi), unrolled(lo, hi), args, notes, (hi - lo,)))
         out.append(
-            _pair(
+            make_pair(
                 f"fori_{lo}_{hi}_grad",
-                _loss(rolled(lo, hi)),
-                _loss(unrolled(lo, hi)),
+                sum_loss(rolled(lo, hi)),
+                sum_loss(unrolled(lo, hi)),
                 args,
                 notes + "; value_and_grad w.r.t. w and x",
                 (hi - lo,),
@@ -215,7 +177,7 @@ def _fori_pairs() -> list[LoopPair]:
         return x
 
     out.append(
-        _pair(
+        make_pair(
             "fori_uses_index",
             uses_index_rolled,
             uses_index_unrolled,
@@ -251,7 +213,7 @@ def _while_pairs() -> list[LoopPair]:
     args = (S((8, 8)), S((2, 8)))
     for start in [6, 10]:
         out.append(
-            _pair(
+            make_pair(
                 f"while_countdown_{start}",
                 countdown_rolled(start),
                 countdown_unrolled(start),
@@ -270,7 +232,7 @@ def _while_pairs() -> list[LoopPair]:
         return x
 
     out.append(
-        _pair(
+        make_pair(
             "while_step3_le9",
             step3_rolled,
             step3_unrolled,
@@ -289,7 +251,7 @@ def _while_pairs() -> list[LoopPair]:
         return x
 
     out.append(
-        _pair(
+        make_pair(
             "while_doubling_lt1000",
             doubling_rolled,
             doubling_unrolled,
@@ -322,139 +284,15 @@ def _nested_pairs() -> list[LoopPair]:
     for outer_n, inner_n in [(3, 4), (5, 2)]:
         args = (S((8, 8)), S((2, 8)), S((outer_n, inner_n, 2, 8)))
         notes = f"scan of {outer_n} over a scan of {inner_n}"
-        out.append(_pair(f"nested_scan_{outer_n}x{inner_n}", rolled, unrolled, args, notes, (outer_n, inner_n)))
+        out.append(make_pair(f"nested_scan_{outer_n}x{inner_n}", rolled, unrolled, args, notes, (outer_n, inner_n)))
         out.append(
-            _pair(
+            make_pair(
                 f"nested_scan_{outer_n}x{inner_n}_grad",
-                _loss(rolled),
-                _loss(unrolled),
+                sum_loss(rolled),
+                sum_loss(unrolled),
                 args,
                 notes + "; value_and_grad w.r.t. every input",
                 (outer_n, inner_n),
-                grad=True,
-            )
-        )
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# flax: nn.scan and nn.remat_scan against Python loops over the same parameters
-# ------------------------------------------------------------------------------------------------
-
-
-class _Cell(nn.Module):
-    features: int
-
-    @nn.compact
-    def __call__(self, c, x):
-        c = jnp.tanh(nn.Dense(self.features)(c) + x)
-        return c, jnp.sum(c, axis=-1)
-
-
-class _MLP(nn.Module):
-    """The seed-000 layer: Dense(d_ff), silu, Dense(d_model), residual."""
-
-    d_model: int
-    d_ff: int
-
-    @nn.compact
-    def __call__(self, x):
-        return x + nn.Dense(self.d_model)(jax.nn.silu(nn.Dense(self.d_ff)(x)))
-
-
-def _flax_pairs() -> list[LoopPair]:
-    out = []
-    d, b, length = 8, 4, 6
-    x0, xs = jnp.zeros((b, d)), jnp.zeros((length, b, d))
-
-    shared = nn.scan(_Cell, variable_broadcast="params", split_rngs={"params": False})(features=d)
-    shared_params = jax.eval_shape(lambda: shared.init(jax.random.PRNGKey(0), x0, xs))["params"]
-
-    def shared_rolled(params, c, xs):
-        return shared.apply({"params": params}, c, xs)
-
-    def shared_unrolled(params, c, xs):
-        ys = []
-        for t in range(xs.shape[0]):
-            c, y = _Cell(features=d).apply({"params": params}, c, xs[t])
-            ys.append(y)
-        return c, jnp.stack(ys)
-
-    args = (shared_params, S((b, d)), S((length, b, d)))
-    notes = f"nn.scan of a Dense cell over {length} steps, params broadcast (shared)"
-    out.append(_pair("nn_scan_shared", shared_rolled, shared_unrolled, args, notes, (length,)))
-    out.append(
-        _pair(
-            "nn_scan_shared_grad",
-            _loss(shared_rolled),
-            _loss(shared_unrolled),
-            args,
-            notes + "; value_and_grad w.r.t. params, carry and xs",
-            (length,),
-            grad=True,
-        )
-    )
-
-    per_step = nn.scan(_Cell, variable_axes={"params": 0}, split_rngs={"params": True}, length=length)(features=d)
-    per_step_params = jax.eval_shape(lambda: per_step.init(jax.random.PRNGKey(0), x0, xs))["params"]
-
-    def per_step_rolled(params, c, xs):
-        return per_step.apply({"params": params}, c, xs)
-
-    def per_step_unrolled(params, c, xs):
-        ys = []
-        for t in range(xs.shape[0]):
-            layer = jax.tree_util.tree_map(lambda p, t=t: p[t], params)
-            c, y = _Cell(features=d).apply({"params": layer}, c, xs[t])
-            ys.append(y)
-        return c, jnp.stack(ys)
-
-    args = (per_step_params, S((b, d)), S((length, b, d)))
-    out.append(
-        _pair(
-            "nn_scan_per_step_params_grad",
-            _loss(per_step_rolled),
-            _loss(per_step_unrolled),
-            args,
-            f"nn.scan with params stacked on axis 0 ({length} layers); value_and_grad w.r.t. everything",
-            (length,),
-            grad=True,
-        )
-    )
-
-    d_model, d_ff = 10, 40
-    for lengths in [(4, 1), (8, 1), (2, 3), (3, 2)]:
-
-        class Stack(nn.Module):
-            lengths: tuple[int, ...]
-
-            @nn.compact
-            def __call__(self, x):
-                return nn.remat_scan(_MLP, lengths=self.lengths)(d_model=d_model, d_ff=d_ff, name="stack")(x)
-
-        model = Stack(lengths=lengths)
-        params = jax.eval_shape(lambda model=model: model.init(jax.random.PRNGKey(0), jnp.zeros((b, d_model))))
-        params = params["params"]
-
-        def rolled(params, x, model=model):
-            return model.apply({"params": params}, x)
-
-        def unrolled(params, x, lengths=lengths):
-            for idx in np.ndindex(*lengths):
-                layer = jax.tree_util.tree_map(lambda p, idx=idx: p[idx], params["stack"])
-                x = _MLP(d_model=d_model, d_ff=d_ff).apply({"params": layer}, x)
-            return x
-
-        name = "x".join(map(str, lengths))
-        out.append(
-            _pair(
-                f"nn_remat_scan_{name}_grad",
-                _loss(rolled),
-                _loss(unrolled),
-                (params, S((b, d_model))),
-                f"nn.remat_scan(MLP, lengths={lengths}) (seed 000 layer) against a Python loop over the "
-                "stacked params without remat; value_and_grad w.r.t. params and x",
-                lengths,
                 grad=True,
             )
         )
@@ -493,10 +331,10 @@ def _policy_pairs() -> list[LoopPair]:
 
             args = (S((n_layers, 16, 16)), S((4, 16)))
             out.append(
-                _pair(
+                make_pair(
                     f"checkpoint_{policy_name}_L{n_layers}_grad",
-                    _loss(rolled),
-                    _loss(unrolled),
+                    sum_loss(rolled),
+                    sum_loss(unrolled),
                     args,
                     f"scan over {n_layers} layers of jax.checkpoint(layer, policy={policy_name}) against a "
                     "Python loop of the same checkpointed layer; value_and_grad w.r.t. ws and x",
@@ -513,28 +351,48 @@ def _conv(x, w):
 
 def _conv_and_cond_pairs() -> list[LoopPair]:
     out = []
-    for steps in [3, 5]:
 
-        def rolled(w, x, steps=steps):
-            return lax.fori_loop(0, steps, lambda i, x: jax.nn.relu(_conv(x, w)) * 0.5, x)
+    def fori_rolled(w, x):
+        return lax.fori_loop(0, 3, lambda i, x: jax.nn.relu(_conv(x, w)) * 0.5, x)
 
-        def unrolled(w, x, steps=steps):
-            for _ in range(steps):
-                x = jax.nn.relu(_conv(x, w)) * 0.5
-            return x
+    def fori_unrolled(w, x):
+        for _ in range(3):
+            x = jax.nn.relu(_conv(x, w)) * 0.5
+        return x
 
-        args = (S((3, 3, 4, 4)), S((2, 8, 8, 4)))
-        out.append(
-            _pair(
-                f"conv_scan_{steps}_grad",
-                _loss(rolled),
-                _loss(unrolled),
-                args,
-                f"{steps} steps of a shared 3x3 SAME conv + relu; value_and_grad w.r.t. w and x",
-                (steps,),
-                grad=True,
-            )
+    out.append(
+        make_pair(
+            "conv_fori_3_grad",
+            sum_loss(fori_rolled),
+            sum_loss(fori_unrolled),
+            (S((3, 3, 4, 4)), S((2, 8, 8, 4))),
+            "fori_loop of 3 steps of one shared 3x3 SAME conv + relu; value_and_grad w.r.t. w and x",
+            (3,),
+            grad=True,
         )
+    )
+
+    def scan_rolled(ws, x):
+        return lax.scan(lambda x, w: (jax.nn.relu(_conv(x, w)) * 0.5, jnp.sum(x)), x, ws)
+
+    def scan_unrolled(ws, x):
+        sums = []
+        for i in range(ws.shape[0]):
+            sums.append(jnp.sum(x))
+            x = jax.nn.relu(_conv(x, ws[i])) * 0.5
+        return x, jnp.stack(sums)
+
+    out.append(
+        make_pair(
+            "conv_scan_5_layers_grad",
+            sum_loss(scan_rolled),
+            sum_loss(scan_unrolled),
+            (S((5, 3, 3, 4, 4)), S((2, 8, 8, 4))),
+            "lax.scan over 5 stacked 3x3 SAME conv layers + relu; value_and_grad w.r.t. the kernels and x",
+            (5,),
+            grad=True,
+        )
+    )
 
     def branch(h, x):
         return lax.cond(jnp.sum(x) > 0, lambda h: jnp.tanh(h * x), lambda h: jnp.sin(h) + x, h)
@@ -551,12 +409,12 @@ def _conv_and_cond_pairs() -> list[LoopPair]:
 
     args = (S((16,)), S((8, 16)))
     notes = "scan of 8 steps whose body holds a data-dependent lax.cond"
-    out.append(_pair("scan_with_cond", cond_rolled, cond_unrolled, args, notes, (8,)))
+    out.append(make_pair("scan_with_cond", cond_rolled, cond_unrolled, args, notes, (8,)))
     out.append(
-        _pair(
+        make_pair(
             "scan_with_cond_grad",
-            _loss(cond_rolled),
-            _loss(cond_unrolled),
+            sum_loss(cond_rolled),
+            sum_loss(cond_unrolled),
             args,
             notes + "; value_and_grad w.r.t. h and xs",
             (8,),
@@ -583,9 +441,9 @@ def _train_step_pairs() -> list[LoopPair]:
 
         def step(loss_fn, tx=tx):
             def train_step(ws, opt_state, x, y):
-                loss, (g_ws, g_x) = jax.value_and_grad(loss_fn, argnums=(0, 1))(ws, x, y)
+                loss, (g_ws, g_x, g_y) = jax.value_and_grad(loss_fn, argnums=(0, 1, 2))(ws, x, y)
                 updates, opt_state = tx.update(g_ws, opt_state, ws)
-                return optax.apply_updates(ws, updates), opt_state, loss, g_x
+                return optax.apply_updates(ws, updates), opt_state, loss, g_x, g_y
 
             return train_step
 
@@ -594,13 +452,13 @@ def _train_step_pairs() -> list[LoopPair]:
         opt_state = tx.init(np.zeros(ws.shape, np.float32))
         args = (ws, opt_state, S((b, d)), S((b, d)))
         out.append(
-            _pair(
+            make_pair(
                 f"train_step_{opt_name}",
                 step(loss_rolled),
                 step(loss_unrolled),
                 args,
                 f"optax {opt_name} train step of a {n_layers}-layer tanh MLP scanned over stacked weights; "
-                "grads w.r.t. the weights and the input",
+                "grads w.r.t. the weights, the input and the targets",
                 (n_layers,),
             )
         )
@@ -663,7 +521,7 @@ def _build() -> list[LoopPair]:
         + _fori_pairs()
         + _while_pairs()
         + _nested_pairs()
-        + _flax_pairs()
+        + flax_pairs()
         + _policy_pairs()
         + _conv_and_cond_pairs()
         + _train_step_pairs()
