@@ -65,6 +65,66 @@ _TO_APPLY_OPCODES = frozenset(
 )
 
 
+_FAST = re.compile(
+    r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)"
+    r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"]*)\)"
+)
+
+
+def decode_fast(stmt: str, computation: str) -> Instruction | None:
+    """The common form of a compiled module's instruction, in one regular-expression match:
+    an array shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
+    None for anything else; decode_statement then does the full job (and reports errors)."""
+    m = _FAST.match(stmt)
+    if m is None:
+        return None
+    root, name, shape_text, opcode, body = m.groups()
+    shape = _shape_cache.get(shape_text)
+    if shape is None:
+        try:
+            shape = parse_shape(shape_text)
+        except ShapeSyntaxError:
+            return None
+        if len(_shape_cache) < 50_000:
+            _shape_cache[shape_text] = shape
+    attributes: dict[str, str] = {}
+    if opcode == "parameter":
+        if not body.isdigit():
+            return None
+        attributes["parameter_number"] = body
+        operands: tuple[str, ...] = ()
+    elif opcode == "constant":
+        attributes["literal"] = body.strip()
+        operands = ()
+    elif opcode not in _KNOWN:
+        return None
+    elif not body:
+        operands = ()
+    elif "%" in body and "/*" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
+        operands = tuple(_PERCENT_NAME.findall(body))
+    else:
+        return None
+    tail = stmt[m.end():]
+    if tail and not tail.isspace():
+        parts = _ATTR_SPLIT.split(tail)
+        if parts[0] and not parts[0].isspace():
+            return None
+        for k in range(1, len(parts), 2):
+            value = parts[k + 1]
+            if not _balanced(value) or " = " in value or parts[k] in attributes:
+                return None
+            attributes[parts[k]] = value.strip()
+    calls: tuple[CallSite, ...] = ()
+    if not _CALL_ATTRIBUTES.isdisjoint(attributes):
+        if any(attributes[k][:1] == "{" and "=" in attributes[k] for k in _CALL_ATTRIBUTES.intersection(attributes)):
+            return None  # an inline computation
+        try:
+            calls = _call_sites(opcode, attributes, name, [])
+        except StatementError:
+            return None
+    return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation, None)
+
+
 def decode_statement(
     stmt: str, computation: str, nested: list[Instruction] | None = None, inline: InlineComputations | None = None
 ) -> tuple[Instruction, list[Instruction]]:

@@ -22,7 +22,7 @@ from lark.lexer import Lexer
 
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
 from hloparse.errors import HloParseError
-from hloparse.instructions import NextStatementAt, StatementError, decode_statement
+from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement
 from hloparse.ir import Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
 
@@ -156,12 +156,13 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
     in_table = False
     while i < n:
         line = lines[i]
-        stripped = line.strip()
+        left = line.lstrip()
+        stripped = left.rstrip()
         if not stripped or (stripped.startswith("/*") and stripped.endswith("*/") and "*/" not in stripped[2:-2]):
             i += 1
             continue
         start = i
-        column = len(line) - len(line.lstrip()) + 1
+        column = len(line) - len(left) + 1
         if not in_computation and stripped in _TABLE_NAMES:
             in_table = True
             yield "TABLE_NAME", Statement(stripped, start + 1, column)
@@ -177,6 +178,19 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             yield "COMPUTATION_END", Statement(line, start + 1, column)
             i += 1
             continue
+        if (
+            in_computation
+            and i + 1 < n
+            and stripped[-1] not in ",={(["
+            and line.count("(") == line.count(")")
+            and line.count("{") == line.count("}")
+        ):
+            # The common case: a one-line instruction followed by another statement.
+            nxt = lines[i + 1].lstrip()
+            if nxt[:1] in ("%", "}") or nxt.startswith("ROOT "):
+                yield "INSTRUCTION", Statement(line, start + 1, column)
+                i += 1
+                continue
         is_heading = not in_computation and not stripped.startswith("HloModule")
         depth = _balance(line)
         parts = [line]
@@ -293,7 +307,7 @@ class _Builder:
         self.module_name = ""
         self.tables: dict[str, list[Statement]] = {}
         self.computations: list[Computation] = []
-        self.signatures: dict[str, tuple[Statement, tuple[Shape, ...] | None, Shape | None]] = {}
+        self.signatures: dict[str, tuple[Statement, str, int]] = {}  # heading, signature text, its offset
         self.entry_name: str | None = None
         self.pending: list[Instruction] = []
         self.extra: list[Computation] = []  # synthesised async-wrapped computations
@@ -348,17 +362,21 @@ class _Builder:
         parser = _structure_parser()
         interactive = parser.parse_interactive()
         on_instruction = self._on_instruction
-        previous = ""
-        # Lark sees one INSTRUCTION token per run of instructions (the grammar cannot tell one
-        # from several), which keeps its per-token cost off the hot path.
+        inside = False
+        # Inside a computation, instructions are all the grammar allows besides its closing brace,
+        # so Lark is shown only those that stand outside one (to report them): its per-token cost
+        # stays off the hot path.
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
-                if previous != "INSTRUCTION":
-                    interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
-                previous = kind
+                if not inside:
+                    try:
+                        interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
+                    except UnexpectedToken as e:
+                        e.statement = statement  # type: ignore[attr-defined]
+                        raise
                 on_instruction(statement)
                 continue
-            previous = kind
+            inside = kind == "COMPUTATION_HEADER"
             try:
                 interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
             except UnexpectedToken as e:
@@ -403,14 +421,14 @@ class _Builder:
         if m is None:
             raise self.error("expected a computation heading", st, 0, "[ENTRY] %name [(params) -> shape] {")
         is_entry, name, signature = m.group(1) is not None, m.group(2), m.group(3)
-        params, result = self._signature(st, signature, m.start(3))
         if is_entry:
             if self.entry_name is not None:
                 raise self.error("expects only one ENTRY computation", st, 0, "a single ENTRY")
             self.entry_name = name
         if name in self.signatures:
             raise self.error(f"computation {name!r} is defined twice", st, m.start(2), "unique computation names")
-        self.signatures[name] = (st, params, result)
+        # Parsed on demand: only the result shape is always needed (to check the root against).
+        self.signatures[name] = (st, signature, m.start(3))
         self.current = (name, is_entry, st)
         self.pending = []
         self.roots = 0
@@ -443,6 +461,16 @@ class _Builder:
 
     def _on_instruction(self, st: Statement) -> None:
         name = self.current[0]
+        inst = decode_fast(st.text, name)
+        if inst is not None:
+            inst.__dict__["line"] = st.line
+            inst.__dict__["column"] = st.column
+            if inst.is_root:
+                self.roots += 1
+                if self.roots > 1:
+                    raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
+            self.pending.append(inst)
+            return
         nested: list[Instruction] = []
         inline: list[tuple[str, str, int]] = []
         try:
@@ -563,7 +591,24 @@ class _Builder:
         return self._lines[line - 1] if 1 <= line <= len(self._lines) else ""
 
     def signature_of(self, name: str) -> tuple[Statement, tuple[Shape, ...] | None, Shape | None] | None:
-        return self.signatures.get(name)
+        entry = self.signatures.get(name)
+        if entry is None:
+            return None
+        st, text, offset = entry
+        params, result = self._signature(st, text, offset)
+        return st, params, result
+
+    def result_shape_of(self, name: str) -> Shape | None:
+        """The `-> shape` of a computation's heading, if it has one (parameters left unparsed)."""
+        entry = self.signatures.get(name)
+        if entry is None or "->" not in entry[1]:
+            return None if entry is None or not entry[1].strip() else self.signature_of(name)[2]
+        st, text, offset = entry
+        arrow = text.rfind("->")
+        try:
+            return parse_shape(text[arrow + 2:])
+        except ShapeSyntaxError as e:
+            raise self.error(str(e), st, offset + arrow + 2 + e.offset, e.expected) from None
 
 
 __all__ = ["parse", "load", "split_statements", "shape_at"]

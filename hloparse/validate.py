@@ -35,6 +35,7 @@ def compatible(a: Shape, b: Shape) -> bool:
 
 def validate(module: Module, builder: _Builder) -> None:
     names = module.by_name
+    arity_of = opcodes.ARITY.get
     for comp in module.computations:
         by_name = comp.by_name
         if len(by_name) != len(comp.instructions):
@@ -44,27 +45,32 @@ def validate(module: Module, builder: _Builder) -> None:
                     raise builder.error_at_instruction(inst, f"instruction name {inst.name!r} is used twice",
                                                        "unique instruction names")
                 seen.add(inst.name)
+        used = {o for inst in comp.instructions for o in inst.operands}
+        check_operands = not used.issubset(by_name)
         for inst in comp.instructions:
-            for operand in inst.operands:
-                if operand not in by_name:
-                    raise builder.error_at_instruction(
-                        inst, f"operand {operand!r} of {inst.name!r} does not exist in computation {comp.name!r}",
-                        "an instruction defined in the same computation", needle=operand)
+            if check_operands:
+                for operand in inst.operands:
+                    if operand not in by_name:
+                        raise builder.error_at_instruction(
+                            inst, f"operand {operand!r} of {inst.name!r} does not exist in computation {comp.name!r}",
+                            "an instruction defined in the same computation", needle=operand)
             for site in inst.calls:
                 if site.computation not in names:
                     raise builder.error_at_instruction(
                         inst, f"computation {site.computation!r} called by {inst.name!r} does not exist",
                         "a computation defined in the module", needle=site.computation)
-            _check_instruction(inst, comp.name, module, builder)
+            op = inst.opcode
+            arity = arity_of(op)
+            if (arity is not None and len(inst.operands) != arity) or op in _CHECKED_OPCODES or (
+                not _CHECKED_ATTRIBUTES.isdisjoint(inst.attributes)
+            ) or (not inst.shape.is_tuple and inst.shape.layout is not None and inst.shape.layout.details):
+                _check_instruction(inst, comp.name, module, builder)
         _check_signature(comp, builder)
     _check_header(module, builder)
 
 
 def _check_signature(comp, builder: _Builder) -> None:  # noqa: ANN001
-    sig = builder.signature_of(comp.name)
-    if sig is None:
-        return
-    _statement, _params, result = sig
+    result = builder.result_shape_of(comp.name)
     if result is not None and not compatible(result, comp.root.shape):
         raise builder.error_at_instruction(
             comp.root,
