@@ -25,6 +25,10 @@ class JaxMissingError(ImportError):
     """compare() / --compare-xla without jax installed."""
 
 
+class XlaRejectedError(ValueError):
+    """XLA's own parser or cost analysis refused a module (ours may accept more)."""
+
+
 def _is_jax_stage(source: Any, kind: str) -> bool:
     """True for jax.stages.Lowered / Compiled (or a subclass) without importing jax."""
     for cls in type(source).__mro__:
@@ -119,7 +123,12 @@ def xla_cost_analysis(source: Any) -> dict[str, float]:
     else:
         with open(os.fspath(source), encoding="utf-8") as f:
             text = f.read()
-    return {k: float(v) for k, v in xla_compare.xla_cost_of_text(text).items()}
+    try:
+        raw = xla_compare.xla_cost_of_text(text)
+    except Exception as error:  # XLA's parser rejects what ours accepted: say what it said, on one line
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise XlaRejectedError("XLA could not analyse the module: " + " ".join(lines[:2])) from error
+    return {k: float(v) for k, v in raw.items()}
 
 
 def _module_text(module: Module) -> str:

@@ -254,7 +254,7 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UsageError(f"{path}: is a directory")
-    from analysis.api import JaxMissingError
+    from analysis.api import JaxMissingError, XlaRejectedError
     from hloparse.attributes import AttributeSyntaxError
 
     try:
@@ -263,7 +263,7 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         return analyze(path, trip_counts=trip_counts or None)
     except AttributeSyntaxError as error:  # an attribute value decoded lazily, after parsing
         raise UsageError(f"{path}: malformed attribute: {error}") from None
-    except JaxMissingError as error:
+    except (JaxMissingError, XlaRejectedError) as error:
         raise UsageError(f"--compare-xla: {error}") from None
 
 

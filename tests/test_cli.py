@@ -361,6 +361,17 @@ def test_compare_xla_asks_xla():
     assert d["xla_reported"]["bytes_accessed"] == live["bytes accessed"]
 
 
+def test_compare_xla_on_a_module_xla_rejects(tmp_path):
+    # XLA's parser refuses api_version=API_VERSION_UNSPECIFIED (pytorch/xla dumps carry it); ours keeps it as text
+    path = tmp_path / "rejected.hlo"
+    target = 'custom_call_target="my_secret_kernel"'
+    path.write_text(UNKNOWN_CUSTOM_CALL.replace(target, target + ", api_version=API_VERSION_UNSPECIFIED"))
+    run_cli(path, "--json")  # we analyse it
+    proc = run_cli(path, "--compare-xla", check_rc=2)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hloflops: error: --compare-xla: XLA could not analyse the module:")
+
+
 def test_compare_xla_without_jax_is_a_clear_usage_error():
     code = ("import sys; sys.modules['jax'] = None; from analysis.cli import main; "
             f"sys.exit(main([{str(FORI)!r}, '--compare-xla']))")
