@@ -31,7 +31,7 @@ from typing import Callable, Mapping
 
 from analysis import custom_calls, fusion_bytes
 from analysis.costs import ZERO, Cost, OpCost
-from analysis.xla_shapes import array_subshapes, elements, elements_recursive, output_size, size
+from analysis.xla_shapes import array_subshapes, elements, elements_recursive, has_unbounded, output_size, size
 from analysis.xla_shapes import transpose_is_bitcast
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape
 
@@ -98,6 +98,8 @@ class Ctx:
 def value_size(computation: Computation, name: str) -> int:
     """GetShapeSize of the value an operand names (a constant's shape is never packed)."""
     producer = computation.by_name[name]
+    if producer.opcode in ("send", "recv"):
+        return 3 * 8  # XLA's own 3-tuple shape for them, whatever the text says
     return size(producer.shape, packed=producer.opcode != "constant")
 
 
@@ -154,8 +156,8 @@ def _free(ctx: Ctx) -> Charge:
 DEFAULT_BYTES_OPCODES = frozenset({
     "broadcast", "concatenate", "copy", "copy-start", "copy-done", "dynamic-reshape", "iota", "pad",
     "reshape", "reverse", "opt-barrier", "get-dimension-size", "set-dimension-size",
-    "batch-norm-training", "batch-norm-inference", "batch-norm-grad", "topk", "send-done",
-    "recv", "recv-done", "async-update", "async-done", "all-gather", "all-gather-start",
+    "batch-norm-training", "batch-norm-inference", "batch-norm-grad", "topk", "recv-done", "async-update",
+    "async-done", "all-gather", "all-gather-start",
     "all-gather-done", "all-reduce-done", "all-to-all", "ragged-all-to-all", "reduce-scatter",
     "collective-broadcast", "collective-permute", "collective-permute-start", "collective-permute-done",
     "partition-id", "replica-id", "rng-get-and-update-state",
@@ -167,11 +169,26 @@ def _default(ctx: Ctx) -> Charge:
     return Charge(bytes_terms=default_bytes(ctx))
 
 
+def _operand_sizes(ctx: Ctx) -> tuple[Term, ...]:
+    return tuple(ctx.operand_size(i) for i in range(len(ctx.instruction.operands)))
+
+
+# XLA's parser re-derives the shapes of send/recv and their -done ops, whatever the text says:
+# send is (operand 0, u32[] context, token[]), recv is (data, u32[], token[]), send-done a token.
 @rule("send")
 def _send(ctx: Ctx) -> Charge:
-    # XLA's parser gives send the shape (data, u32[] context, token[]) whatever the text says.
-    out = ctx.operand_size(0) + 4
-    return Charge(bytes_terms=(out,) + tuple(ctx.operand_size(i) for i in range(len(ctx.instruction.operands))))
+    return Charge(bytes_terms=(ctx.operand_size(0) + 4,) + _operand_sizes(ctx))
+
+
+@rule("recv")
+def _recv(ctx: Ctx) -> Charge:
+    data = ctx.shape.tuple_shapes[0] if ctx.shape.is_tuple else ctx.shape
+    return Charge(bytes_terms=(output_size(data) + 4,) + _operand_sizes(ctx))
+
+
+@rule("send-done")
+def _send_done(ctx: Ctx) -> Charge:
+    return Charge(bytes_terms=(0,) + _operand_sizes(ctx))
 
 
 @rule("transpose")
@@ -498,7 +515,7 @@ KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
 # ---- own_cost ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _ModuleInfo:
-    fusion_bodies: frozenset[str]
+    fusion_bodies: frozenset[str]  # fusion bodies and every computation they call
     silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
 
 
@@ -518,7 +535,9 @@ def module_info(module: Module) -> _ModuleInfo:
                     callee = module.by_name.get(site.computation)
                     if callee is not None and custom_fusion_gather_or_scatter(inst, callee) is not None:
                         silenced_roots.append(site.computation)
-        info = _ModuleInfo(frozenset(bodies), frozenset(_reachable(module, silenced_roots)))
+        # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
+        inside = _reachable(module, sorted(bodies))
+        info = _ModuleInfo(frozenset(inside), frozenset(_reachable(module, silenced_roots)))
         _INFO[module] = info
     return info
 
@@ -557,6 +576,8 @@ def own_cost(module: Module, computation: Computation, instruction: Instruction,
         return OpCost(uncounted=f"unknown opcode {instruction.opcode!r}")
     in_fusion = computation.name in info.fusion_bodies or computation.is_fusion_body
     if view == "exact":
+        if any(has_unbounded(s) for s in (instruction.shape,) + computation.operand_shapes(instruction)):
+            return OpCost(uncounted=f"{instruction.opcode}: unbounded dynamic dimension (size unknown)")
         if charge.exact_uncounted is not None:
             return OpCost(uncounted=charge.exact_uncounted)
         if charge.exact is not None:

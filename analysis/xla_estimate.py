@@ -22,6 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from analysis import rules
+from analysis.costs import Cost
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 F32 = np.float32
@@ -163,3 +164,44 @@ class _Estimator:
         props[BYTES] = total
         props[OPTIMAL_SECONDS] = f32(charge.optimal_seconds)
         return props
+
+
+def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str, ...]]:
+    """XLA's traversal in exact integers: every instruction reachable from ENTRY through
+    CONTROL edges, each while body and condition once, a conditional by the per-key maximum over
+    its branches. With view="xla" this is XLA's total before float32 rounding; with
+    view="exact" custom-calls are costed where known. Returns (total, reasons for every
+    uncounted instruction)."""
+    uncounted: list[str] = []
+    cache: dict[str, Cost] = {}
+
+    def total(comp: Computation) -> Cost:
+        if comp.name in cache:
+            return cache[comp.name]
+        flops = transcendentals = bytes_accessed = 0
+        for inst in comp.instructions:
+            own = rules.own_cost(module, comp, inst, view=view)
+            if own.uncounted is not None:
+                uncounted.append(f"{comp.name}/{inst.name}: {own.uncounted}")
+            flops += own.cost.flops
+            transcendentals += own.cost.transcendentals
+            bytes_accessed += own.cost.bytes_accessed
+            branches = []
+            for site in inst.calls:
+                if site.role not in CallRole.CONTROL:
+                    continue
+                sub = total(module.computation(site.computation))
+                if site.role == CallRole.BRANCH:
+                    branches.append(sub)
+                else:
+                    flops += sub.flops
+                    transcendentals += sub.transcendentals
+                    bytes_accessed += sub.bytes_accessed
+            if branches:
+                flops += max(b.flops for b in branches)
+                transcendentals += max(b.transcendentals for b in branches)
+                bytes_accessed += max(b.bytes_accessed for b in branches)
+        cache[comp.name] = Cost(flops, transcendentals, bytes_accessed)
+        return cache[comp.name]
+
+    return total(module.entry), tuple(uncounted)

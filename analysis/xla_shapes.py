@@ -17,11 +17,30 @@ POINTER_SIZE = 8
 _ELEMENT_BITS = re.compile(r"E\((\d+)\)")
 
 
+UNBOUNDED = -1  # how the IR writes an unbounded dynamic dimension `?`
+_XLA_UNBOUNDED = -(2**63)  # how XLA stores it (kUnboundedSize = INT64_MIN)
+
+
+def has_unbounded(shape: Shape) -> bool:
+    return any(leaf.is_array and UNBOUNDED in leaf.dims for leaf in shape.leaves())
+
+
+def _int64(value: int) -> int:
+    """Wrap to a signed 64-bit integer, as XLA's int64 arithmetic does on overflow."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
 def elements(shape: Shape) -> int:
-    """ShapeUtil::ElementsIn (an array's element count; a scalar is 1)."""
+    """ShapeUtil::ElementsIn (an array's element count; a scalar is 1). An unbounded `?`
+    dimension counts as XLA stores it, INT64_MIN, with int64 wrap-around: meaningless, but it is
+    what XLA's cost analysis reports for such shapes."""
     n = 1
     for d in shape.dims:
         n *= d
+    if UNBOUNDED in shape.dims:
+        n = 1
+        for d in shape.dims:
+            n = _int64(n * (_XLA_UNBOUNDED if d == UNBOUNDED else d))
     return n
 
 
@@ -40,12 +59,16 @@ def size(shape: Shape, packed: bool = True) -> int:
         return 0
     if shape.element_type == "opaque":
         return POINTER_SIZE
+    if shape.element_type == "buffer":  # b(f32[4]): the array it holds
+        return size(shape.tuple_shapes[0], packed)
     count = elements(shape)
     bits = _element_bits(shape) if packed else 0
     if bits:
         result = -(-count * bits // 8)
     else:
         result = count * ELEMENT_BYTES[shape.element_type]
+    if UNBOUNDED in shape.dims:
+        result = _int64(result)
     if shape.is_dynamic:
         result += 4 * shape.rank  # the dimension sizes XLA stores after a dynamic array
     return result
