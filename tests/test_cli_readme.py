@@ -43,3 +43,21 @@ def test_readme_session_is_real_output(command, expected):
             continue
         assert line in lines[position:], f"README line not in the output (in order): {line!r}\n{proc.stdout}"
         position = lines.index(line, position) + 1
+
+
+def test_readme_api_values_are_real():
+    """`report.a, report.b   # 1 2` lines of the README's Python API example print those values."""
+    from analysis import analyze
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    path = re.search(r'analyze\("([^"]+)"\)', block).group(1)
+    report = analyze(ROOT / path)
+    checked = 0
+    attribute = r"report\.[\w.\[\]\"]+"
+    for expression, comment in re.findall(rf"^({attribute}(?:, {attribute})+)\s+# (.+)$", block, flags=re.M):
+        value = eval(expression, {"report": report})  # noqa: S307 - the README's own expression
+        got = " ".join(map(str, value))
+        assert got == comment.strip(), expression
+        checked += 1
+    assert checked >= 2
