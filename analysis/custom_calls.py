@@ -59,9 +59,9 @@ def exact_cost(computation: Computation, inst: Instruction) -> Cost | str:
 
 def gemm_flops(inst: Instruction, operands: tuple[Shape, ...]) -> int:
     config = inst.backend_config
-    if not isinstance(config, dict):
-        raise ValueError("backend_config is not JSON")
-    gemm = config.get("gemm_backend_config", config)
+    gemm = config.get("gemm_backend_config", config) if isinstance(config, dict) else None
+    if not isinstance(gemm, dict) or "dot_dimension_numbers" not in gemm:
+        raise ValueError("no gemm_backend_config.dot_dimension_numbers in backend_config")
     dnums = gemm["dot_dimension_numbers"]
     lhs = operands[0]
     width = 1
