@@ -10,11 +10,16 @@ Two kinds of recomputation show up in HLO:
 Only real recomputation counts. XLA's CSE can merge a forward op with its recompute (they
 compute the same value when nothing keeps them apart); the one op left may carry the
 `rematted_computation` name, but nothing runs twice, so it is model FLOPs. We therefore call
-an op remat only when its forward twin is still in the module: a forward-phase op (jvp, not
-transposed) with the same opcode and the same name scope once the transformation wrappers
-(`jvp(...)`, `transpose(...)`, `checkpoint`, `rematted_computation`, `while/body`,
-`closed_call`, `jit(...)`) are stripped. For a `.remat` clone the twin is the original
-instruction of the same name without the suffix.
+an op remat only when it pairs with a forward twin still in the module: a forward-phase op
+(jvp, not transposed) with the same opcode, the same shape and the same name scope once the
+transformation wrappers (`jvp(...)`, `transpose(...)`, `checkpoint`, `rematted_computation`,
+`while/body`, `closed_call`, `jit(...)`) are stripped. Twins pair one to one: with R
+remat-named ops and F forward ops under one key, min(R, F) are recomputation. That stays right
+when layers share names (a checkpointed plain function in a Python loop names every layer's
+dot alike) and CSE merged some layers but not others: whichever name the merged op kept, the
+surviving forward and recompute ops pair up. A remat-named op left without a twin (CSE merged
+it, or XLA's fusion duplicated a recomputed op into several consumers) counts as model FLOPs.
+For a `.remat` clone the twin is the original instruction of the same name without the suffix.
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ class RematIndex:
 
     remat: frozenset[tuple[str, str]]  # (computation, instruction) pairs
     remat_named: int  # instructions carrying a remat name (some may be merged by CSE)
-    merged: tuple[tuple[str, str], ...]  # remat-named but without a forward twin: model FLOPs
+    merged: tuple[tuple[str, str], ...]  # remat-named but left without a forward twin: model FLOPs
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self.remat
@@ -128,7 +133,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                op_names: OpNames | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
-    forward: set[tuple[str, str]] = set()
+    forward: dict[tuple, int] = {}  # twin key -> forward ops not yet paired
     names: set[str] = set()
     candidates: list[tuple[Computation, Instruction, str]] = []
     for comp in comps:
@@ -138,7 +143,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             if is_remat_named(inst, op_name):
                 candidates.append((comp, inst, op_name))
             elif phase(op_name) == "forward":
-                forward.add((inst.opcode, model_path(op_name)))
+                key = _twin_key(inst, op_name)
+                forward[key] = forward.get(key, 0) + 1
     remat: set[tuple[str, str]] = set()
     merged: list[tuple[str, str]] = []
     for comp, inst, op_name in candidates:
@@ -146,9 +152,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if clone_of != inst.name:
             twin = clone_of in names
         else:
-            twin = (inst.opcode, model_path(op_name)) in forward
+            key = _twin_key(inst, op_name)
+            twin = forward.get(key, 0) > 0
+            if twin:
+                forward[key] -= 1
         (remat.add if twin else merged.append)((comp.name, inst.name))
     return RematIndex(frozenset(remat), len(candidates), tuple(merged))
+
+
+def _twin_key(inst: Instruction, op_name: str) -> tuple:
+    return inst.opcode, model_path(op_name), inst.shape.element_type, inst.shape.dims
 
 
 def remat_fusion_bodies(module: Module, index: RematIndex) -> Mapping[str, bool]:

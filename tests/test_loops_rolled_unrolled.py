@@ -82,7 +82,7 @@ def test_the_catalogue_covers_the_brief():
     assert len(PAIRS) >= 40
     for needed in ("scan_rnn_T8_grad", "fori_0_10_grad", "while_countdown_10", "nested_scan_3x4_grad",
                    "nn_scan_shared_grad", "nn_remat_scan_8x1_grad", "nn_remat_scan_2x3_grad",
-                   "checkpoint_nothing_saveable_L4_grad", "checkpoint_dots_saveable_L4_grad", "conv_scan_3_grad",
+                   "checkpoint_nothing_saveable_L4_grad", "checkpoint_dots_saveable_L4_grad", "conv_fori_3_grad",
                    "scan_with_cond_grad", "train_step_adam"):
         assert needed in BY_NAME
 

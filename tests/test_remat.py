@@ -94,3 +94,13 @@ def test_xla_remat_clone_of_a_fusion_counts_its_whole_body():
     assert acc.total.flops == 32
     assert acc.remat_flops == 8  # the clone's fused multiply
     assert {r.name for r in acc.rows if r.remat and r.opcode != "parameter"} == {"fusion.1.remat", "m.1"}
+
+
+def test_twins_pair_one_to_one_when_layers_share_names():
+    # A checkpointed plain function in a Python loop names every layer's dot alike. Three
+    # layers: CSE merged layer 0's recompute into its forward and the op kept the remat name;
+    # layers 1 and 2 kept both. Forward-named: 2; remat-named: 3; recomputation: 2.
+    fwd = "jit(f)/jvp()/dot_general"
+    rem = "jit(f)/transpose(jvp())/checkpoint/rematted_computation/dot_general"
+    index = find_remat(module_with([("r0", rem), ("f1", fwd), ("f2", fwd), ("r1", rem), ("r2", rem)]))
+    assert len(index.remat) == 2 and len(index.merged) == 1 and index.remat_named == 3
