@@ -91,6 +91,11 @@ def run_batch(
     found: Discovery = discover(paths, stage)
     # Largest first: the long files start early, so the pool does not wait on one at the end.
     order = sorted(found.files, key=lambda mf: (-mf.size, str(mf.path)))
+    if scheduler is None:
+        _preload_engine()
+    # Hashed afresh for every run (not once per process), right after loading the engine that
+    # forked workers inherit, so the version names the code that produces this run's rows.
+    engine_version.cache_clear()
     version = engine_version()
     options = WorkerOptions(scopes=scopes, scope_depth=scope_depth)
     counts = {"analyzed": 0, "cached": 0}
@@ -168,6 +173,17 @@ def run_batch(
         problems=found.problems,
         rows=rows,
     )
+
+
+def _preload_engine() -> None:
+    """Import the engine in the parent, so forked workers start with it loaded (no per-worker import
+    time, which matters when timeouts and crashes make us start new ones)."""
+    try:
+        import analysis.accounting  # noqa: F401
+        import analysis.api  # noqa: F401
+        import hloparse  # noqa: F401
+    except Exception:  # every worker will report the import error on its files
+        pass
 
 
 def _key(path: Path) -> str:

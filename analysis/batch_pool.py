@@ -257,9 +257,11 @@ def run_dask(
     client = Client(scheduler, set_as_default=False) if own_client else scheduler
     try:
         threads = sum(client.nthreads().values()) or 1
-        # Enough queued work to keep every worker thread busy, without shipping every file's
-        # bytes to the scheduler at once.
-        window = window or 2 * threads
+        # One file per worker thread in flight. More would keep the threads busier between files,
+        # but the scheduler then queues the extra ones on workers, and when a worker dies dask
+        # blames every task assigned to it: an innocent file queued behind a crashing one would
+        # be recorded as crashed too. This also bounds the file bytes held by the cluster.
+        window = window or threads
         pending = iter(jobs)
         in_flight: dict[str, Job] = {}
         completed = as_completed(loop=client.loop)
@@ -281,7 +283,10 @@ def run_dask(
             if future.status == "finished":
                 record = future.result()
             else:
-                error = future.exception()
+                try:
+                    error = future.exception()
+                except BaseException as e:  # a cancelled future (the cluster restarted) raises here
+                    error = e
                 if type(error).__name__ == "KilledWorker":
                     record = {"status": CRASHED, "error": f"dask worker died while analysing this file ({error})"}
                 else:
