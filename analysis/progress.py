@@ -48,7 +48,7 @@ class Progress:
         # make the estimate far too hopeful.
         self._work_bytes = 0
         self._work_start: float | None = None
-        self._last_draw = 0.0
+        self._last_draw = float("-inf")  # the first update always draws
         self._interactive = bool(getattr(self.stream, "isatty", lambda: False)())
         self._min_interval_s = min_interval_s if self._interactive else log_interval_s
         self._drawn_files = -1
