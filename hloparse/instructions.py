@@ -100,8 +100,10 @@ def decode_fast(stmt: str, computation: str) -> Instruction | None:
         return None
     elif not body:
         operands = ()
-    elif "%" in body and "/*" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
-        operands = tuple(_PERCENT_NAME.findall(body))
+    elif "%" in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
+        operands = tuple(_PERCENT_NAME.findall(body))  # `/*index=5*/` comments hold no '%' or ','
+        if "/*" in body and "*/" not in body:
+            return None
     else:
         return None
     tail = stmt[m.end():]
@@ -339,7 +341,6 @@ def _balanced(value: str) -> bool:
         and value.count("(") == value.count(")")
         and value.count("[") == value.count("]")
         and value.count('"') % 2 == 0
-        and "/*" not in value
     )
 
 

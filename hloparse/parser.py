@@ -183,8 +183,9 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             and i + 1 < n
             and stripped[-1] not in ",={(["
             and line.count("(") == line.count(")")
-            and line.count("{") == line.count("}")
         ):
+            # (A statement cut short here by an open '{' or '[' fails to decode: an error, not
+            # a silently different module.)
             # The common case: a one-line instruction followed by another statement.
             nxt = lines[i + 1].lstrip()
             if nxt[:1] in ("%", "}") or nxt.startswith("ROOT "):
