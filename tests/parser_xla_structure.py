@@ -1,0 +1,201 @@
+"""XLA's own parse of HLO text, reduced to structure, and the same structure from hloparse.
+
+A module's structure is a list of computations, each `{"name": ..., "entry": bool, "root": k,
+"instructions": [[opcode, [operand positions]], ...]}`: the opcode in the text format's spelling,
+each operand as its position in the computation's instruction list, and the ROOT's position. Names are left out on purpose: XLA makes
+instruction names module-unique (`param` -> `param.1`), names operands written as nested
+instructions `parameter.anon`, and names the computation it synthesises for the async shorthand
+`async_wrapped`, while hloparse uses `<user>.operand<k>.anon` and `<start>.async_wrapped`.
+
+Found by comparing the two on all 4,282 modules XLA accepts (not assumed): jaxlib's
+`HloComputation.instructions()` keeps the text order of the instructions, so the sequences can be
+compared position by position. `HloModule.computations()` is in text order too, but XLA's
+synthesised computations sit elsewhere than ours, so computations are matched by name and by
+structure, not by position. The Python binding does not expose the ENTRY or the ROOTs, so they are
+read from XLA's printout of the module (instruction names are module-unique after XLA's parse)
+and, for async computations the printout folds into the async shorthand, from
+`async_wrapped_root()`.
+
+Asking XLA costs about 90 s for the whole corpus, so `xla_structures` keeps the answers in a JSON
+file keyed by a hash of the text (and named by jaxlib's version); deleting it re-asks XLA. XLA
+runs in worker processes: an abort inside XLA's C++ must not take the test session down with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+Structure = list[dict[str, Any]]
+FORMAT = 3  # bump when the structure's fields change: the cache is then rebuilt
+
+# HloOpcode members whose text spelling is not the member name in kebab case
+# (xla/hlo/ir/hlo_opcode.h: V(kCos, "cosine", 1) and so on).
+_SPELLING_EXCEPTIONS = {
+    "kClz": "count-leading-zeros",
+    "kCos": "cosine",
+    "kExp": "exponential",
+    "kExpm1": "exponential-minus-one",
+    "kLog1p": "log-plus-one",
+    "kOptimizationBarrier": "opt-barrier",
+    "kPopulationCount": "popcnt",
+    "kSin": "sine",
+    "kTopK": "topk",
+}
+_CAMEL_HUMP = re.compile(r"(?<!^)([A-Z])")
+
+
+def opcode_spelling(member_name: str) -> str:
+    """`kGetTupleElement` -> `get-tuple-element`: how the text format spells an HloOpcode member.
+
+    Not read from `HloInstruction.to_string()`: XLA prints an async-start that wraps one op in the
+    shorthand (`all-reduce-start`), so the printed word is not the opcode."""
+    if member_name in _SPELLING_EXCEPTIONS:
+        return _SPELLING_EXCEPTIONS[member_name]
+    return _CAMEL_HUMP.sub(r"-\1", member_name[1:]).lower()
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def xla_structure(text: str) -> Structure:
+    """Parse with jaxlib (XLA 0.10.2) and reduce to structure. Raises whatever XLA raises."""
+    from jaxlib import _hlo
+
+    module = _hlo.hlo_module_from_text(text)
+    printed = module.to_string()
+    entry = _PRINTED_ENTRY.search(printed)
+    roots = set(_PRINTED_ROOT.findall(printed))
+    # XLA prints an async computation inside its async-start's shorthand, without its ROOT.
+    for comp in module.computations():
+        for inst in comp.instructions():
+            if inst.opcode.name in ("kAsyncStart", "kAsyncUpdate", "kAsyncDone"):
+                wrapped_root = inst.async_wrapped_root()
+                if wrapped_root is not None:
+                    roots.add(wrapped_root.name)
+    out: Structure = []
+    for comp in module.computations():
+        insts = comp.instructions()
+        position = {inst.name: k for k, inst in enumerate(insts)}
+        rows = [[opcode_spelling(inst.opcode.name), [position[o.name] for o in inst.operands()]] for inst in insts]
+        root = [k for k, inst in enumerate(insts) if inst.name in roots]
+        out.append({"name": comp.name, "entry": entry is not None and comp.name == entry.group(1),
+                    "root": root[0] if len(root) == 1 else None, "instructions": rows})
+    return out
+
+
+_PRINTED_ENTRY = re.compile(r"^ENTRY %?([^\s(]+)", re.M)
+_PRINTED_ROOT = re.compile(r"^\s*ROOT %?([^\s=]+) =", re.M)
+
+
+def our_structure(module: Any) -> Structure:
+    """The same reduction of an hloparse Module."""
+    out: Structure = []
+    for comp in module.computations:
+        position = {inst.name: k for k, inst in enumerate(comp.instructions)}
+        rows = [[inst.opcode, [position[o] for o in inst.operands]] for inst in comp.instructions]
+        out.append({"name": comp.name, "entry": comp.name == module.entry_name,
+                    "root": position[comp.root.name], "instructions": rows})
+    return out
+
+
+def _xla_structures_of_files(paths: list[str]) -> dict[str, Any]:
+    """Worker: {text hash: structure or {"error": message}} for each file."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            out[text_key(text)] = xla_structure(text)
+        except Exception as e:  # XLA's rejection is data here; the caller decides what it means
+            out[text_key(text)] = {"error": f"{type(e).__name__}: {e}"[:500]}
+    return out
+
+
+def cache_file() -> Path:
+    import jaxlib
+
+    root = os.environ.get("HLOFLOPS_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hloflops-tests")
+    return Path(root) / "parser-xla-structure" / f"jaxlib-{jaxlib.__version__}-v{FORMAT}.json"
+
+
+def xla_structures(paths: Iterable[Path], workers: int = 2, chunk: int = 40) -> dict[str, Any]:
+    """{text hash: XLA's structure (or {"error": ...})} for every file, from the cache where it
+    has the text's hash, else from XLA in `workers` child processes (then saved)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    store = cache_file()
+    cached: dict[str, Any] = {}
+    if store.is_file():
+        try:
+            cached = json.loads(store.read_text())
+        except ValueError:
+            cached = {}  # a torn write: ask XLA again
+    wanted: dict[str, str] = {}
+    for path in paths:
+        key = text_key(Path(path).read_text(encoding="utf-8"))
+        if key not in cached:
+            wanted.setdefault(key, str(path))
+    if wanted:
+        todo = list(wanted.values())
+        chunks = [todo[i : i + chunk] for i in range(0, len(todo), chunk)]
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            for result in pool.map(_xla_structures_of_files, chunks):
+                cached.update(result)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, separators=(",", ":")))
+        os.replace(tmp, store)
+    return cached
+
+
+def compare_structures(ours: Structure, xla: Structure) -> list[str]:
+    """Differences between two module structures, as readable lines ([] when they agree).
+
+    Computations are paired first by name and identical structure, then by identical structure
+    alone (renamed synthesised computations), then by name alone (reported with the first
+    instruction that differs); whatever is left unpaired on either side is reported."""
+    ours_left = list(ours)
+    xla_left = list(xla)
+
+    def take(pred) -> list[tuple[dict, dict]]:  # noqa: ANN001
+        pairs = []
+        for o in list(ours_left):
+            for x in xla_left:
+                if pred(o, x):
+                    pairs.append((o, x))
+                    ours_left.remove(o)
+                    xla_left.remove(x)
+                    break
+        return pairs
+
+    take(lambda o, x: o["name"] == x["name"] and _same(o, x))
+    take(_same)
+    problems = []
+    for o, x in take(lambda o, x: o["name"] == x["name"]):
+        problems.append(f"computation {o['name']!r}: {first_difference(o, x)}")
+    for o in ours_left:
+        problems.append(f"computation {o['name']!r} ({len(o['instructions'])} instructions) has no XLA counterpart")
+    for x in xla_left:
+        problems.append(f"XLA's computation {x['name']!r} ({len(x['instructions'])} instructions) has no counterpart")
+    return problems
+
+
+def _same(o: dict, x: dict) -> bool:
+    return o["instructions"] == x["instructions"] and o["root"] == x["root"] and o["entry"] == x["entry"]
+
+
+def first_difference(ours: dict, xla: dict) -> str:
+    for k, (o, x) in enumerate(zip(ours["instructions"], xla["instructions"])):
+        if o != x:
+            return f"instruction #{k}: ours {o[0]}{tuple(o[1])}, XLA {x[0]}{tuple(x[1])}"
+    if len(ours["instructions"]) != len(xla["instructions"]):
+        return f"{len(ours['instructions'])} instructions, XLA has {len(xla['instructions'])}"
+    if ours["root"] != xla["root"]:
+        return f"ROOT is instruction #{ours['root']}, XLA's is #{xla['root']}"
+    return f"ENTRY: ours {ours['entry']}, XLA {xla['entry']}"
