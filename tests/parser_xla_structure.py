@@ -2,10 +2,11 @@
 
 A module's structure is a list of computations, each `{"name": ..., "entry": bool, "root": k,
 "instructions": [[opcode, [operand positions]], ...]}`: the opcode in the text format's spelling,
-each operand as its position in the computation's instruction list, and the ROOT's position. Names are left out on purpose: XLA makes
-instruction names module-unique (`param` -> `param.1`), names operands written as nested
-instructions `parameter.anon`, and names the computation it synthesises for the async shorthand
-`async_wrapped`, while hloparse uses `<user>.operand<k>.anon` and `<start>.async_wrapped`.
+each operand as its position in the computation's instruction list, and the ROOT's position.
+Names are left out on purpose: XLA makes instruction names module-unique (`param` ->
+`param.1`), names operands written as nested instructions `parameter.anon`, and names the
+computation it synthesises for the async shorthand `async_wrapped`, while hloparse uses
+`<user>.operand<k>.anon` and `<start>.async_wrapped`.
 
 Found by comparing the two on all 4,282 modules XLA accepts (not assumed): jaxlib's
 `HloComputation.instructions()` keeps the text order of the instructions, so the sequences can be
