@@ -1,0 +1,185 @@
+"""HLO text -> statements: the module header, stack-frame tables, computation headings,
+instructions (possibly spanning lines) and closing braces, each with its line and column.
+
+Comments go first (`//` to the end of the line, unless inside a string, which may span lines);
+then each statement runs on while its brackets are open or while the next line does not start
+a statement of its own (attributes wrapped onto their own lines).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+_TABLE_ROW = re.compile(r"\s*\d+\s")
+_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//.*')
+
+
+@dataclass(slots=True)
+class Statement:
+    text: str
+    line: int  # 1-based line of the statement's first character
+    column: int  # 1-based column of the statement's first non-blank character
+
+
+
+def _strip_comment(line: str) -> str:
+    """Drop a trailing // comment that is not inside a string."""
+    for m in _STRING_OR_COMMENT.finditer(line):
+        if m.group().startswith("//"):
+            return line[: m.start()]
+    return line
+
+
+def _strip_comment_across_lines(line: str, in_string: bool) -> tuple[str, bool]:
+    """Like _strip_comment, but aware of a string left open by the previous line; returns the
+    stripped line and whether a string is still open at its end."""
+    i = 0
+    n = len(line)
+    while i < n:
+        if in_string:
+            j = i
+            while True:
+                j = line.find('"', j)
+                if j < 0:
+                    return line, True
+                backslashes = len(line[:j]) - len(line[:j].rstrip("\\"))
+                if backslashes % 2 == 0:
+                    break
+                j += 1
+            in_string = False
+            i = j + 1
+            continue
+        quote = line.find('"', i)
+        comment = line.find("//", i)
+        if comment >= 0 and (quote < 0 or comment < quote):
+            return line[:comment], False
+        if quote < 0:
+            return line, False
+        in_string = True
+        i = quote + 1
+    return line, in_string
+
+
+def _balance(text: str) -> int:
+    depth = text.count("(") + text.count("{") + text.count("[") - text.count(")") - text.count("}") - text.count("]")
+    if depth and '"' in text:  # brackets inside strings do not count
+        depth = 0
+        for piece in re.split(r'"(?:[^"\\]|\\.)*"', text):
+            depth += piece.count("(") + piece.count("{") + piece.count("[")
+            depth -= piece.count(")") + piece.count("}") + piece.count("]")
+    return depth
+
+
+_STATEMENT_START = re.compile(
+    r"\s*(?:\}|ENTRY\b|HloModule\b|(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:[a-z][a-z0-9]*\[|\(|b\(|[a-z][a-z0-9\-]*\s*\(|$)"
+    r"|%?[\w.\-:]+\s*(?:\(.*\)\s*->.*)?\{\s*$"
+    r"|%?[\w.\-:]+\s*(?:\(.*\)\s*->.*)?$)"  # a computation heading whose '{' is on the next line
+)
+
+
+def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[str, Statement]]:
+    """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
+
+    A statement continues onto the next line while its brackets are open, or while the next
+    line does not start a statement of its own (attributes wrapped onto their own lines)."""
+    lines = text.split("\n")
+    in_string = False  # inside a string that began on an earlier line
+    for k, line in enumerate(lines):
+        if in_string or ("//" in line and '"' in line):
+            line, in_string = _strip_comment_across_lines(line, in_string)
+            lines[k] = line
+        elif "//" in line:
+            line = lines[k] = _strip_comment(line)
+        if line.lstrip().startswith("/*"):  # a leading /* label */ is not part of the statement
+            end = line.find("*/")
+            if end >= 0:
+                lines[k] = " " * (end + 2) + line[end + 2:]
+    n = len(lines)
+    i = 0
+    in_table = False
+    while i < n:
+        line = lines[i]
+        left = line.lstrip()
+        stripped = left.rstrip()
+        if not stripped or (stripped.startswith("/*") and stripped.endswith("*/") and "*/" not in stripped[2:-2]):
+            i += 1
+            continue
+        start = i
+        column = len(line) - len(left) + 1
+        if not in_computation and stripped in TABLE_NAMES:
+            in_table = True
+            yield "TABLE_NAME", Statement(stripped, start + 1, column)
+            i += 1
+            continue
+        if in_table and _TABLE_ROW.match(line):
+            yield "TABLE_ROW", Statement(line, start + 1, column)
+            i += 1
+            continue
+        in_table = False
+        if stripped[0] == "}":
+            in_computation = False
+            yield "COMPUTATION_END", Statement(line, start + 1, column)
+            i += 1
+            continue
+        if (
+            in_computation
+            and i + 1 < n
+            and stripped[-1] not in ",={(["
+            and line.count("(") == line.count(")")
+        ):
+            # (A statement cut short here by an open '{' or '[' fails to decode: an error, not
+            # a silently different module.)
+            # The common case: a one-line instruction followed by another statement.
+            nxt = lines[i + 1].lstrip()
+            if nxt[:1] in ("%", "}") or nxt.startswith("ROOT "):
+                yield "INSTRUCTION", Statement(line, start + 1, column)
+                i += 1
+                continue
+        is_heading = not in_computation and not stripped.startswith("HloModule")
+        depth = _balance(line)
+        parts = [line]
+        open_string = (line.count('"') - line.count('\\"')) % 2 == 1
+        while i + 1 < n:
+            if open_string:  # a string spans lines: join until it closes, then count brackets anew
+                i += 1
+                parts.append(lines[i])
+                joined = "\n".join(parts)
+                open_string = (joined.count('"') - joined.count('\\"')) % 2 == 1
+                if not open_string:
+                    depth = _balance(joined)
+                    line = lines[i]
+                continue
+            if is_heading and depth == 1 and line.rstrip().endswith("{"):
+                break  # a computation heading: its '{' opens the body
+            nxt = lines[i + 1]
+            open_end = line.rstrip().endswith((",", "="))
+            if depth <= 0 and not open_end and (not nxt.strip() or _STATEMENT_START.match(nxt)):
+                break
+            if depth <= 0 and nxt.strip() in TABLE_NAMES:
+                break
+            i += 1
+            parts.append(nxt)
+            line = nxt
+            if (nxt.count('"') - nxt.count('\\"')) % 2:
+                open_string = True  # the brackets are counted once the string closes
+                continue
+            depth += _balance(nxt)
+        statement = Statement("\n".join(parts), start + 1, column)
+        i += 1
+        if depth < 0 and in_computation and statement.text.rstrip().endswith("}"):
+            # One '}' too many closes the computation (XLA reads JSON values brace by brace).
+            cut = statement.text.rstrip()
+            yield "INSTRUCTION", Statement(cut[:-1], statement.line, statement.column)
+            in_computation = False
+            yield "COMPUTATION_END", Statement("}", statement.line + cut.count("\n"), len(cut) - cut.rfind("\n"))
+            continue
+        if stripped.startswith("HloModule") and not in_computation:
+            yield "MODULE_HEADER", statement
+        elif statement.text.rstrip().endswith("{") and "=" not in statement.text.split("(", 1)[0]:
+            in_computation = True
+            yield "COMPUTATION_HEADER", statement
+        else:
+            yield "INSTRUCTION", statement
