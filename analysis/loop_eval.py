@@ -318,6 +318,14 @@ class Frame:
         self.memo: dict[tuple[str, Path], Expr] = {}
 
 
+class _BranchFrame(Frame):
+    """A conditional branch: its parameter is the conditional's operand `operand`."""
+
+    def __init__(self, module: Module, computation: Computation, caller: Instruction, operand: int, parent: Frame):
+        super().__init__(module, computation, caller=caller, parent=parent, depth=parent.depth + 1)
+        self.operand = operand
+
+
 MAX_DEPTH = 24  # nested fusions / calls / enclosing computations followed
 EVALUATION_LIMIT = 1 << 17  # iterations a bounded evaluation steps before giving up
 
@@ -357,6 +365,8 @@ class Tracer:
             return self._call(frame, inst, path)
         if op == "while":
             return self._while_result(frame, inst, path)
+        if op == "conditional":
+            return self._conditional(frame, inst, path)
         if op == "optimization-barrier" or (op in ("copy", "copy-done") and inst.shape.is_tuple):
             return self.trace(frame, inst.operands[0], path)
         if path:
@@ -392,6 +402,37 @@ class Tracer:
             return opaque(f"{inst.name} calls unknown computation {callees[0]}")
         inner = Frame(self.module, callee, caller=inst, parent=frame, depth=frame.depth + 1)
         return self.trace(inner, callee.root.name, path)
+
+    def _conditional(self, frame: Frame, inst: Instruction, path: Path) -> Expr:
+        """A conditional's scalar result: a select over its branches' results. A pred picks
+        branch 0 when true; an s32 index picks its branch, out of range the last one."""
+        sites = sorted((s for s in inst.calls if s.role == CallRole.BRANCH), key=lambda s: s.index)
+        if not sites or len(inst.operands) != len(sites) + 1 or frame.depth >= MAX_DEPTH:
+            return opaque(f"conditional {inst.name}")
+        selector = self.trace(frame, inst.operands[0])
+        results = []
+        for site in sites:
+            branch = self.module.by_name.get(site.computation)
+            if branch is None:
+                return opaque(f"conditional {inst.name}: branch {site.computation} missing")
+            inner = _BranchFrame(self.module, branch, inst, site.index + 1, frame)
+            results.append(self.trace(inner, branch.root.name, path))
+        shape = inst.shape
+        for index in path:
+            if not shape.is_tuple or index >= len(shape.tuple_shapes):
+                return opaque(f"conditional {inst.name} has no element {list(path)}")
+            shape = shape.tuple_shapes[index]
+        if not shape.is_array or shape.num_elements != 1:
+            return opaque(f"conditional {inst.name}: element {list(path)} is not a scalar")
+        dtype = shape.element_type
+        selector_type = frame.computation.by_name[inst.operands[0]].shape.element_type
+        if selector_type == "pred" and len(results) == 2:
+            return ("op", "select", dtype, None, (selector, results[0], results[1]))
+        expr = results[-1]
+        for index in range(len(results) - 2, -1, -1):
+            pick = ("op", "compare", "pred", "EQ", (selector, ("const", index, selector_type)))
+            expr = ("op", "select", dtype, None, (pick, results[index], expr))
+        return expr
 
     def _while_result(self, frame: Frame, inst: Instruction, path: Path) -> Expr:
         """Element `path` of a (nested) while's result: known when the loop never changes it."""
@@ -447,6 +488,8 @@ class Tracer:
 
     def _parameter(self, frame: Frame, inst: Instruction, path: Path) -> Expr:
         number = parameter_number(inst)
+        if isinstance(frame, _BranchFrame):  # a branch's one parameter is its own operand
+            return self.trace(frame.parent, frame.caller.operands[frame.operand], path)
         if frame.loop_state:
             return ("var", path) if number == 0 else opaque("while computation parameter > 0")
         if frame.parent is not None:

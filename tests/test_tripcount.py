@@ -430,3 +430,51 @@ def test_init_from_an_earlier_loops_result_is_stepped():
     # `first` leaves its counter at 4; `second` counts from there to 10: 6 iterations.
     counts = all_trip_counts(hloparse.parse(SEQUENTIAL))
     assert {k: v.value for k, v in counts.items()} == {"first": 4, "second": 6}
+
+
+BRANCHY = """
+HloModule branchy
+
+step_big {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  three = s32[] constant(3)
+  ROOT r = s32[] add(i, three)
+}
+
+step_small {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  one = s32[] constant(1)
+  ROOT r = s32[] add(i, one)
+}
+
+cond {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  b = s32[] constant(20)
+  ROOT c = pred[] compare(i, b), direction=LT
+}
+
+body {
+  p = (s32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  ten = s32[] constant(10)
+  small = pred[] compare(i, ten), direction=LT
+  t = (s32[]) tuple(i)
+  n = s32[] conditional(small, t, t), true_computation=step_small, false_computation=step_big
+  ROOT r = (s32[]) tuple(n)
+}
+
+ENTRY main {
+  z = s32[] constant(0)
+  t = (s32[]) tuple(z)
+  ROOT w = (s32[]) while(t), condition=cond, body=body
+}
+"""
+
+
+def test_counter_stepped_through_a_conditional_is_evaluated():
+    # i += 1 while i < 10 (10 steps to 10), then i += 3: 10, 13, 16, 19 -> 22 (4 more): 14.
+    tc = tc_of(BRANCHY)
+    assert (tc.value, tc.source) == (14, "evaluation")
