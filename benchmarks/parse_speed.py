@@ -84,7 +84,8 @@ def generated_module(layers: int) -> Path:
 import jax, jax.numpy as jnp
 L, B, T, D, H = {layers}, 4, 32, 64, 4
 def layer(p, x):
-    q, k, v = (x @ p["wq"]).reshape(B, T, H, D // H), (x @ p["wk"]).reshape(B, T, H, D // H), (x @ p["wv"]).reshape(B, T, H, D // H)
+    heads = lambda w: (x @ w).reshape(B, T, H, D // H)
+    q, k, v = heads(p["wq"]), heads(p["wk"]), heads(p["wv"])
     a = jax.nn.softmax(jnp.einsum("bthd,bshd->bhts", q, k) / 8.0, axis=-1)
     o = jnp.einsum("bhts,bshd->bthd", a, v).reshape(B, T, D) @ p["wo"]
     x = x + o
