@@ -33,7 +33,7 @@ FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
 ELEMENTWISE = frozenset({
     "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "negate", "abs",
     "compare", "select", "and", "or", "not", "xor", "shift-left", "shift-right-logical",
-    "shift-right-arithmetic", "sign", "clamp", "convert",
+    "shift-right-arithmetic", "sign", "clamp", "convert", "is-finite",
 })
 # Ops that pass their (single-element) operand through unchanged.
 PASS_THROUGH = frozenset({"copy", "bitcast", "reshape", "broadcast", "transpose", "copy-done",
@@ -186,6 +186,8 @@ def apply_op(opcode: str, dtype: str, extra, args: list):
         return cast(min(max(args[1], args[0]), args[2]), dtype)
     if opcode == "convert":
         return cast(args[0], dtype)
+    if opcode == "is-finite":
+        return math.isfinite(float(args[0]))
     if dtype == "pred":
         a = bool(args[0])
         if opcode == "not":
