@@ -392,8 +392,8 @@ def _call_sites(opcode: str, attributes: dict[str, str], name: str, wrapped: lis
             raise unexpected(key)
     if wrapped:
         sites.insert(0, CallSite(CallRole.ASYNC, wrapped_computation_name(name)))
-    if opcode == "select-and-scatter":
-        sites.sort(key=lambda s: s.index)
+    if opcode in ("select-and-scatter", "conditional"):
+        sites.sort(key=lambda s: s.index)  # branch 0 (true) before branch 1 (false), as XLA stores them
     return tuple(sites)
 
 
