@@ -261,6 +261,76 @@ def test_bad_computation_heading(heading: str) -> None:
     assert err.line == 9, err
 
 
+ATTRIBUTE_MODULE = """HloModule m
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+pair {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT t = (f32[], f32[]) tuple(x, x)
+}
+
+ENTRY e {
+  a = f32[4,8] parameter(0)
+  b = f32[8,2] parameter(1)
+  c = f32[] constant(0)
+  v = f32[4] parameter(2)
+  t = (f32[4,8]) tuple(a)
+  ROOT r = INSTRUCTION
+}
+"""
+
+# Attribute values the cost analysis decodes (through Instruction.dimensions, slice_spec,
+# dot_dimension_numbers, ...): XLA's parser rejects each malformed one. Decoding them lazily is fine,
+# but then a bad value must still be caught while parsing, or the analysis meets an
+# AttributeSyntaxError / ValueError with no file and line.
+MALFORMED_ATTRIBUTES = {
+    "reduce-dimensions": "f32[4] reduce(a, c), dimensions={1}x, to_apply=add",
+    "reduce-dimensions-letters": "f32[4] reduce(a, c), dimensions={1,a}, to_apply=add",
+    "transpose-dimensions": "f32[8,4] transpose(a), dimensions={1;0}",
+    "scan-dimensions": "(f32[4], f32[]) scan(v, c), dimensions={0}x, num_carries=1, to_apply=pair",
+    "slice-stride": "f32[2,8] slice(a), slice={[0:2:x], [0:8]}",
+    "dot-contracting": "f32[4,2] dot(a, b), lhs_contracting_dims={1,}, rhs_contracting_dims={0}",
+    "dot-contracting-name": "f32[4,2] dot(a, b), lhs_contracting_dims={x}, rhs_contracting_dims={0}",
+    "feature-group-count": "f32[4,8] negate(a), feature_group_count=x",
+    "iota-dimension": "f32[4,8] iota(), iota_dimension=x",
+    "gte-index": "f32[4,8] get-tuple-element(t), index=x",
+}
+
+
+@pytest.mark.parametrize("instruction", MALFORMED_ATTRIBUTES.values(), ids=list(MALFORMED_ATTRIBUTES))
+def test_malformed_attribute_values_are_rejected(instruction: str) -> None:
+    text = ATTRIBUTE_MODULE.replace("INSTRUCTION", instruction)
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == 21, err
+
+
+def test_well_formed_attribute_module_parses() -> None:
+    """The module the malformed-attribute cases start from is fine with each attribute well formed."""
+    good = {
+        "reduce": "f32[4] reduce(a, c), dimensions={1}, to_apply=add",
+        "transpose": "f32[8,4] transpose(a), dimensions={1,0}",
+        "slice": "f32[2,8] slice(a), slice={[0:2:1], [0:8]}",
+        "dot": "f32[4,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+        "iota": "f32[4,8] iota(), iota_dimension=1",
+        "gte": "f32[4,8] get-tuple-element(t), index=0",
+        "scan": "(f32[4], f32[]) scan(v, c), dimensions={0}, num_carries=1, to_apply=pair",
+        "feature-group-count": "f32[4,8] negate(a), feature_group_count=1",
+    }
+    for instruction in good.values():
+        module = hloparse.parse(ATTRIBUTE_MODULE.replace("INSTRUCTION", instruction))
+        root = module.entry.root
+        assert root.dimensions is None or root.dimensions in ((0,), (1,), (1, 0))
+    assert hloparse.parse(ATTRIBUTE_MODULE.replace("INSTRUCTION", good["slice"])).entry.root.slice_spec == (
+        (0, 2, 1), (0, 8, 1))
+
+
 def test_unbalanced_brackets_and_stray_text() -> None:
     for text in (GOOD.replace("dimensions={0}", "dimensions={0"),
                  GOOD.replace("reduce(p, z)", "reduce(p, z"),
