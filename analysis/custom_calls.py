@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from analysis.costs import Cost
+from analysis.windows import convolution_flops
 from analysis.xla_shapes import elements, output_size, size
 from hloparse.ir import Computation, Instruction, Shape
 
@@ -41,8 +42,6 @@ def exact_cost(computation: Computation, inst: Instruction) -> Cost | str:
         if _GEMM.match(target):
             return Cost(gemm_flops(inst, operands), 0, moved)
         if _CUDNN_CONV.match(target):
-            from analysis.rules import convolution_flops
-
             return Cost(convolution_flops(inst, operands[0], operands[1], _first(inst.shape)), 0, moved)
         lapack = _LAPACK.match(target)
         if lapack:

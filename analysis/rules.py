@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Callable, Mapping
 
 from analysis import custom_calls, fusion_bytes
+from analysis.windows import convolution_flops, reduce_window_count
 from analysis.costs import ZERO, Cost, OpCost
 from analysis.xla_shapes import array_subshapes, elements, elements_recursive, has_unbounded, output_size, size
 from analysis.xla_shapes import transpose_is_bitcast
@@ -296,48 +297,6 @@ def _ragged_dot(ctx: Ctx) -> Charge:
     return Charge(flops=xla, bytes_terms=bytes_terms, exact=exact)
 
 
-def convolution_flops(inst: Instruction, lhs: Shape, rhs: Shape, result: Shape) -> int:
-    """XLA's GetConvolutionFlops: 2 x (Cin/feature groups) x Cout x (B/batch groups) x the
-    product over spatial dims of the (kernel tap, output position) pairs that land on a real
-    input element -- padding and base-dilation holes are not counted."""
-    labels = inst.conv_dim_labels
-    window = inst.window or ()
-    if labels is None:
-        raise ValueError("convolution without dim_labels")
-    cin = lhs.dims[labels.input_feature]
-    cout = result.dims[labels.output_feature]
-    batch = lhs.dims[labels.input_batch]
-    valid = 1
-    if window:
-        for s, w in enumerate(window):
-            valid *= _valid_taps(
-                lhs.dims[labels.input_spatial[s]], rhs.dims[labels.kernel_spatial[s]],
-                result.dims[labels.output_spatial[s]], w.stride, w.pad_low, w.pad_high, w.lhs_dilation,
-                w.rhs_dilation,
-            )
-    fma = (cin // inst.feature_group_count) * cout * (batch // inst.batch_group_count) * valid
-    return 2 * fma
-
-
-def _valid_taps(i: int, k: int, o: int, stride: int, lo: int, hi: int, base: int, dil: int) -> int:
-    if i == o and k == o and i == base and dil == 1 and max(1, i - 1) == stride and lo == 0 and hi == 0:
-        return i
-    if i == 1 and k == o and dil == 1 and base == 1 and stride == 1 and hi == o - 1 and lo == o - 1:
-        return o
-    count = 0
-    for tap in range(k):
-        if stride == 1 and base == 1:
-            start = lo - tap * dil
-            count += max(min(i + start, o) - max(start, 0), 0)
-            continue
-        for out in range(o):
-            u = out * stride - lo + tap * dil
-            q = int(u / base) if base > 1 else u  # C++ division truncates toward zero
-            if u == q * base and 0 <= q < i:
-                count += 1
-    return count
-
-
 @rule("convolution")
 def _convolution(ctx: Ctx) -> Charge:
     flops = convolution_flops(ctx.instruction, ctx.operand_shape(0), ctx.operand_shape(1), ctx.shape)
@@ -404,28 +363,6 @@ def _first_output(shape: Shape) -> Shape:
 def _reduce(ctx: Ctx) -> Charge:
     count = elements(ctx.operand_shape(0)) - elements(_first_output(ctx.shape))
     return Charge(bytes_terms=default_bytes(ctx), applied=(Applied(_to_apply(ctx), count),))
-
-
-def reduce_window_count(inst: Instruction, result: Shape) -> int:
-    """(window elements - 1) x output elements, padded taps included; or XLA's count for a
-    reduce-window that is a reduce followed by a broadcast along one dimension."""
-    window = inst.window or ()
-    window_elements = 1
-    for w in window:
-        window_elements *= w.size
-    out_elements = elements(_first_output(result))
-    count = (window_elements - 1) * out_elements
-    reducing = [w for w in window if w.size != 1]
-    padded = [w for w in window if w.pad_low != 0 or w.pad_high != 0]
-    if len(reducing) == 1 and len(padded) == 1 and not result.is_tuple:
-        for d, w in enumerate(window):
-            if w.size != 1 and w.pad_low != 0 and w.pad_high != 0 and w.pad_low == w.pad_high \
-                    and w.size == 2 * w.pad_low + 1:
-                if w.pad_low == result.dims[d] - 1:
-                    span = result.dims[d]
-                    count = out_elements // span + (span - 1)
-                break
-    return count
 
 
 @rule("reduce-window")
@@ -634,9 +571,20 @@ def _computation_total(module: Module, comp: Computation, view: str, stack: froz
                 flops += sub.flops
                 transcendentals += sub.transcendentals
         if branches:
-            flops += max(b.flops for b in branches)
-            transcendentals += max(b.transcendentals for b in branches)
+            flops += branch_max([b.flops for b in branches])
+            transcendentals += branch_max([b.transcendentals for b in branches])
     return Cost(flops, transcendentals, 0)
+
+
+def branch_max(values: list[int]) -> int:
+    """XLA's per-key maximum over conditional branches: branch 0's value, raised by any later
+    branch whose value is non-zero (XLA's Properties::ForEach skips zeros, so a lone -1 from a
+    custom-call in branch 0 survives a branch that costs nothing)."""
+    result = values[0]
+    for v in values[1:]:
+        if v != 0:
+            result = max(result, v)
+    return result
 
 
 def coverage() -> Mapping[str, str]:

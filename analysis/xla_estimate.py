@@ -143,7 +143,8 @@ class _Estimator:
             for branch in branches[1:]:
                 other = self.computation(branch)
                 for k in KEYS:
-                    props[k] = max(props[k], other[k])
+                    if other[k] != 0:  # XLA's Properties::ForEach skips zero values
+                        props[k] = max(props[k], other[k])
             return props
         raise ValueError(f"unknown nesting {charge.nested!r}")
 
@@ -198,10 +199,11 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
                     transcendentals += sub.transcendentals
                     bytes_accessed += sub.bytes_accessed
             if branches:
-                flops += max(b.flops for b in branches)
-                transcendentals += max(b.transcendentals for b in branches)
-                bytes_accessed += max(b.bytes_accessed for b in branches)
+                flops += rules.branch_max([b.flops for b in branches])
+                transcendentals += rules.branch_max([b.transcendentals for b in branches])
+                bytes_accessed += rules.branch_max([b.bytes_accessed for b in branches])
         cache[comp.name] = Cost(flops, transcendentals, bytes_accessed)
         return cache[comp.name]
 
     return total(module.entry), tuple(uncounted)
+

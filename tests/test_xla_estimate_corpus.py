@@ -61,6 +61,7 @@ def results(corpus_answers) -> list[dict]:
             row["error"] = f"estimate: {type(err).__name__}: {err}"
             continue
         row["estimate"] = {k: estimate.get(k, 0.0) for k in KEYS}
+        row["optimal_seconds"] = (estimate.get("optimal_seconds", 0.0), float(xla.get("optimal_seconds", 0.0)))
         row["integers"] = dict(zip(KEYS, (totals.flops, totals.transcendentals, totals.bytes_accessed)))
     return out
 
@@ -146,4 +147,12 @@ def test_loop_once_integer_totals_agree_with_the_float32_estimate(results):
     bad = [f"{r['name']}: {k} float32 {r['estimate'][k]!r} integers {r['integers'][k]}"
            for r in results if "estimate" in r
            for k in KEYS if not _close(r["integers"][k], r["estimate"][k], r["instructions"])]
+    assert not bad, "\n".join(bad[:50])
+
+
+def test_optimal_seconds_is_minus_one_per_costed_custom_call_like_xla(results):
+    """Bonus key: with no rates configured, XLA's optimal_seconds is -1 per custom-call reached
+    through calls, loops and branches (fusions and async wrappers reset it to 0)."""
+    bad = [f"{r['name']}: ours {r['optimal_seconds'][0]!r} XLA {r['optimal_seconds'][1]!r}"
+           for r in results if "estimate" in r and r["optimal_seconds"][0] != r["optimal_seconds"][1]]
     assert not bad, "\n".join(bad[:50])
