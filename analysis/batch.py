@@ -88,6 +88,7 @@ def run_batch(
     """
     log = log or (lambda message: print(f"hloflops batch: {message}", file=sys.stderr))
     started = time.monotonic()
+    paths = list(paths)
     found: Discovery = discover(paths, stage)
     # Largest first: the long files start early, so the pool does not wait on one at the end.
     order = sorted(found.files, key=lambda mf: (-mf.size, str(mf.path)))
@@ -105,12 +106,14 @@ def run_batch(
     with ResultsDB(db) as results:
         run_id = results.begin_run(list(argv) if argv is not None else [os.fspath(p) for p in paths], version)
 
+        sizes: dict[str, int] = {}  # as read, which may differ from what discovery saw
+
         def record(mf: ModuleFile, digest: str | None, result: dict[str, Any]) -> None:
             row = row_from_result(
                 result,
                 path=_key(mf.path),
                 content_hash=digest,
-                size_bytes=mf.size,
+                size_bytes=sizes.pop(_key(mf.path), mf.size),
                 stage=mf.stage,
                 engine_version=version,
                 run_id=run_id,
@@ -137,6 +140,7 @@ def run_batch(
                     bar.update(mf.size, cached=True)
                     continue
                 digests[key] = digest
+                sizes[key] = len(data)
                 counts["analyzed"] += 1
                 yield Job(key, data)
 
