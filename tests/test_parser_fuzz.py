@@ -78,7 +78,8 @@ def check(mutant: str, strategy: str) -> None:
         where = f"{err!s}\n--- mutant ---\n{mutant[:3000]}"
         assert err.file == MUTANT_FILE, where
         assert 1 <= err.line <= len(lines), f"line outside the input ({len(lines)} lines): {where}"
-        assert err.column >= 1, where
+        assert 1 <= err.column <= len(lines[err.line - 1]) + 1, f"column outside line {err.line}: {where}"
+        assert err.text.strip() in lines[err.line - 1], f"`text` is not from line {err.line}: {err.text!r}\n{where}"
         assert err.message and err.expected, f"message and expected must be filled in: {where}"
         m = ONE_LINE.match(str(err))
         assert m is not None, f"not one 'file:line:col: message (expected ...)' line: {str(err)!r}"
