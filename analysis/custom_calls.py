@@ -15,29 +15,56 @@ uncounted with its name (never 0, never folded into a total):
   per multiply-add as everywhere else here.
 - Pallas / Mosaic TPU calls (`tpu_custom_call`) that carry a `cost_estimate` in their
   backend_config: that estimate.
+- `xla_builder.*` composites (e.g. `xla_builder.math.Cosh`) with a called computation: that
+  computation's cost, once (it is the op's definition).
+- Sharding / layout / placement annotations (`Sharding`, `xla.sdy.*`, `Pin`, ...): nothing;
+  host/device moves and dynamic-shape padding (`MoveToHost`, `SliceToDynamic`, ...): bytes only.
 Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from analysis.costs import Cost
 from analysis.windows import convolution_flops
 from analysis.xla_shapes import elements, output_size, size
-from hloparse.ir import Computation, Instruction, Shape
+from hloparse.ir import CallRole, Computation, Instruction, Shape
 
 _GEMM = re.compile(r"__cublas\$(gemm|lt\$matmul.*)$")
 _CUDNN_CONV = re.compile(r"__cudnn\$conv(Forward|BackwardInput|BackwardFilter|BiasActivationForward)$")
 _LAPACK = re.compile(r"^(?:lapack|blas)_([sdcz])(potrf|trsm|getrf|geqrf)(?:_ffi)?$")
 
 
-def exact_cost(computation: Computation, inst: Instruction) -> Cost | str:
-    """The exact cost of one custom-call, or a string saying why it is not known."""
+# Annotations the compiler removes or turns into nothing: no arithmetic, no memory traffic.
+ANNOTATIONS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "LayoutConstraint", "annotate_device_placement",
+    "Pin", "Unpin", "ShardBarrierFrom", "ShardBarrierTo", "SetBound", "AllocateBuffer",
+    "__xla_internal_call_marker_before", "__xla_internal_call_marker_after",
+})
+# Data movement only: no arithmetic; bytes as XLA's default rule would charge them.
+DATA_MOVEMENT = frozenset({"MoveToHost", "MoveToDevice", "SliceToDynamic", "PadToStatic"})
+
+
+def exact_cost(computation: Computation, inst: Instruction,
+               callee_cost: Callable[[str], Cost | str] | None = None) -> Cost | str:
+    """The exact cost of one custom-call, or a string saying why it is not known.
+    `callee_cost(name)` gives the flops/transcendentals of one run of a called computation
+    (used for `xla_builder.*` composites, whose called computation is their definition)."""
     target = inst.custom_call_target or ""
     operands = computation.operand_shapes(inst)
     moved = output_size(inst.shape) + sum(size(s) for s in operands)
+    if target in ANNOTATIONS or target.startswith("xla.sdy."):
+        return Cost(0, 0, 0)
+    if target in DATA_MOVEMENT:
+        return Cost(0, 0, moved)
+    called = inst.called(CallRole.CUSTOM_CALL)
+    if target.startswith("xla_builder.") and len(called) == 1 and callee_cost is not None:
+        body = callee_cost(called[0])
+        if isinstance(body, str):
+            return f"custom-call target {target}: its called computation cannot be costed ({body})"
+        return Cost(body.flops, body.transcendentals, moved)
     try:
         if _GEMM.match(target):
             return Cost(gemm_flops(inst, operands), 0, moved)

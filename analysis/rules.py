@@ -440,7 +440,8 @@ def custom_fusion_gather_or_scatter(fusion: Instruction, body: Computation) -> I
 
 @rule("custom-call")
 def _custom_call(ctx: Ctx) -> Charge:
-    known = custom_calls.exact_cost(ctx.computation, ctx.instruction)
+    known = custom_calls.exact_cost(ctx.computation, ctx.instruction,
+                                    lambda name: applied_total(ctx.module, name, "exact"))
     if isinstance(known, str):
         return Charge(flops=-1, bytes_terms=(-1,), optimal_seconds=-1, exact_uncounted=known)
     return Charge(flops=-1, bytes_terms=(-1,), optimal_seconds=-1, exact=known)

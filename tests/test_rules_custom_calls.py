@@ -9,6 +9,7 @@ import os
 import pytest
 
 import hloparse
+from analysis.costs import Cost
 from analysis.rules import own_cost
 from analysis.xla_estimate import loop_once_totals, xla_estimate
 
@@ -211,3 +212,29 @@ ENTRY e {
     assert exact.flops == 16  # the negate only: the unknown call adds nothing, and says so
     xla, _ = loop_once_totals(module, view="xla")
     assert xla.flops == 15 and xla.bytes_accessed == -1 + 2 * 64  # -1 for the call; negate reads and writes 64
+
+
+def test_annotations_cost_nothing_moves_cost_bytes_composites_cost_their_definition():
+    text = """HloModule m
+cosh_def {
+  x = f32[16] parameter(0)
+  e = f32[16] exponential(x)
+  n = f32[16] negate(x)
+  f = f32[16] exponential(n)
+  s = f32[16] add(e, f)
+  h = f32[16] constant({0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5})
+  ROOT r = f32[16] multiply(s, h)
+}
+ENTRY e {
+  a = f32[16] parameter(0)
+  sh = f32[16] custom-call(a), custom_call_target="Sharding", sharding={replicated}
+  mv = f32[16] custom-call(sh), custom_call_target="MoveToHost"
+  ROOT c = f32[16] custom-call(mv), custom_call_target="xla_builder.math.Cosh", called_computations={cosh_def}
+}
+"""
+    assert _cost(text, "sh", "exact").cost == Cost(0, 0, 0)
+    assert _cost(text, "mv", "exact").cost == Cost(0, 0, 2 * 64)
+    assert _cost(text, "c", "exact").cost == Cost(3 * 16, 2 * 16, 2 * 64)
+    module = hloparse.parse(text)
+    assert loop_once_totals(module, view="exact") == (Cost(48, 32, 256), ())
+    assert loop_once_totals(module, view="xla")[0] == Cost(-3, 0, -3)
