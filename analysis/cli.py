@@ -1,7 +1,8 @@
 """`hloflops`: the command line.
 
-    hloflops FILE [--json | --csv] [--by scope|source|opcode|computation] [--depth N] [--top N]
-                  [--trip-count NAME=N ...] [--folded PATH] [--html PATH] [--compare-xla] [--strict]
+    hloflops FILE|- [--json [--rows] | --csv] [--by scope|source|opcode|computation|module] [--depth N]
+                    [--top N] [--trip-count NAME=N ...] [--folded PATH] [--html PATH] [--compare-xla]
+                    [--strict] [--traceback]
     hloflops diff A B [--fail-above PCT] [--by ...] [--depth N] [--json]
     hloflops DIR ... | hloflops batch ...     (analysis.batch)
 
