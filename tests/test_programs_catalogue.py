@@ -14,7 +14,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from tests.programs import FORMULA_KEYS  # noqa: E402
+from tests.programs import FAMILIES, FORMULA_KEYS  # noqa: E402
 from tests.programs.compile import compile_program, concrete_args, run_program  # noqa: E402
 from tests.programs.lax_programs import PROGRAMS  # noqa: E402
 from tests.programs.loop_programs import PAIRS, UNKNOWN_TRIP, UNKNOWN_TRIPS  # noqa: E402
@@ -45,6 +45,9 @@ def test_catalogue_sizes_and_unique_names():
     names = [p.name for p in PROGRAMS] + [n for pair in PAIRS for n in (pair.rolled.name, pair.unrolled.name)]
     names += [u.program.name for u in UNKNOWN_TRIPS]
     assert len(names) == len(set(names))
+    assert {p.tags[0] for p in PROGRAMS} == set(FAMILIES)
+    for family in FAMILIES:
+        assert sum(p.tags[0] == family for p in PROGRAMS) >= 3, family
     for family in TRANSCENDENTAL_FAMILIES:
         assert any(p.name.startswith(f"{family}_f32") for p in PROGRAMS), family
 

@@ -29,6 +29,24 @@ from typing import Any, Callable
 TOTAL_KEYS = ("flops", "transcendentals")
 PER_KIND_KEYS = ("dot_flops", "conv_flops", "sort_flops", "reduce_flops", "reduce_window_flops", "fft_flops")
 FORMULA_KEYS = TOTAL_KEYS + PER_KIND_KEYS
+FAMILIES = (
+    "transcendental",
+    "elementwise",
+    "dot",
+    "conv",
+    "reduce",
+    "reduce_window",
+    "select_and_scatter",
+    "sort",
+    "gather_scatter",
+    "movement",
+    "fft",
+    "rng",
+    "linalg",
+    "control",
+    "grad",
+    "remat",
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +56,7 @@ class Program:
     `args` are `jax.ShapeDtypeStruct`s (enough to compile) or concrete arrays (needed to run).
     `x64` asks for the program to be traced inside `jax.enable_x64(True)` (f64/s64 programs):
     x64 is never enabled globally. Use `tests.programs.compile.lower_program` to honour it.
+    `tags` name the op family in the lax catalogue (`FAMILIES`); loop programs have none.
     """
 
     name: str

@@ -388,9 +388,15 @@ def _conv_programs() -> list[Program]:
 
 
 def _build() -> list[Program]:
-    from tests.programs.lax_programs_more import more_programs
+    from tests.programs.lax_programs_more import _tagged, more_programs
 
-    programs = _transcendental_programs() + _arith_programs() + _dot_programs() + _conv_programs() + more_programs()
+    programs = (
+        _tagged("transcendental", _transcendental_programs())
+        + _tagged("elementwise", _arith_programs())
+        + _tagged("dot", _dot_programs())
+        + _tagged("conv", _conv_programs())
+        + more_programs()
+    )
     names = [p.name for p in programs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -4,6 +4,8 @@ rng, linalg, control flow, and grad / checkpoint variants. Assembled in lax_prog
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import jax.scipy as jsp
@@ -442,16 +444,25 @@ def _grad_programs() -> list[Program]:
     return out
 
 
+def _tagged(tag: str, programs: list[Program]) -> list[Program]:
+    return [dataclasses.replace(p, tags=(tag, *p.tags)) for p in programs]
+
+
 def more_programs() -> list[Program]:
     return (
-        _reduction_programs()
-        + _window_programs()
-        + _sort_programs()
-        + _indexing_programs()
-        + _movement_programs()
-        + _fft_programs()
-        + _rng_programs()
-        + _linalg_programs()
-        + _control_programs()
-        + _grad_programs()
+        _tagged("reduce", _reduction_programs())
+        + [
+            dataclasses.replace(
+                p, tags=("select_and_scatter" if p.name.startswith("select_and_scatter") else "reduce_window",)
+            )
+            for p in _window_programs()
+        ]
+        + _tagged("sort", _sort_programs())
+        + _tagged("gather_scatter", _indexing_programs())
+        + _tagged("movement", _movement_programs())
+        + _tagged("fft", _fft_programs())
+        + _tagged("rng", _rng_programs())
+        + _tagged("linalg", _linalg_programs())
+        + _tagged("control", _control_programs())
+        + [dataclasses.replace(p, tags=("remat" if p.name.startswith("remat_") else "grad",)) for p in _grad_programs()]
     )
