@@ -98,7 +98,7 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
         raise AttributeSyntaxError(f"expected a list of integers, got {raw!r}", 0, "{i,j,...}") from None
 
 
-_MD_FIELD = re.compile(r'\s*([A-Za-z_][\w]*)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("(?:[^"\\]|\\.)*"|[^\s,}]+)')  # fields may be comma-separated
 
 
 def parse_metadata(raw: str) -> dict[str, str]:
@@ -111,7 +111,7 @@ def parse_metadata(raw: str) -> dict[str, str]:
     while pos < len(body):
         m = _MD_FIELD.match(body, pos)
         if m is None:
-            if body[pos:].strip():
+            if body[pos:].strip(" \t\n,"):
                 raise AttributeSyntaxError(f"bad metadata near {body[pos:pos + 20]!r}", pos + 1, "key=value")
             break
         result[m.group(1)] = unquote(m.group(2))

@@ -191,9 +191,17 @@ class Instruction:
     @cached_property
     def metadata(self) -> Mapping[str, str]:
         from hloparse import attributes
+        from hloparse.errors import HloParseError
 
         raw = self.attributes.get("metadata")
-        return {} if raw is None else attributes.parse_metadata(raw)
+        if raw is None:
+            return {}
+        try:
+            return attributes.parse_metadata(raw)
+        except attributes.AttributeSyntaxError as e:
+            # Decoded lazily, after the parse: the file is not known here, the line is.
+            raise HloParseError(f"bad metadata of {self.name}: {e}", line=self.line, column=self.column,
+                                text=raw[:200], expected=e.expected) from None
 
     @property
     def op_name(self) -> str:
