@@ -1,8 +1,10 @@
 """XLA's own parse of HLO text, reduced to structure, and the same structure from hloparse.
 
 A module's structure is a list of computations, each `{"name": ..., "entry": bool, "root": k,
-"instructions": [[opcode, [operand positions]], ...]}`: the opcode in the text format's spelling,
-each operand as its position in the computation's instruction list, and the ROOT's position.
+"instructions": [[opcode, [operand positions]], ...], "calls": {k: [callee names]}}`: the opcode
+in the text format's spelling, each operand as its position in the computation's instruction
+list, the ROOT's position, and the computations each instruction calls (compared through the
+callees' structure, since their names differ too).
 Names are left out on purpose: XLA makes instruction names module-unique (`param` ->
 `param.1`), names operands written as nested instructions `parameter.anon`, and names the
 computation it synthesises for the async shorthand `async_wrapped`, while hloparse uses
@@ -13,9 +15,9 @@ Found by comparing the two on all 4,282 modules XLA accepts (not assumed): jaxli
 compared position by position. `HloModule.computations()` is in text order too, but XLA's
 synthesised computations sit elsewhere than ours, so computations are matched by name and by
 structure, not by position. The Python binding does not expose the ENTRY or the ROOTs, so they are
-read from XLA's printout of the module (instruction names are module-unique after XLA's parse)
-and, for async computations the printout folds into the async shorthand, from
-`async_wrapped_root()`.
+read from XLA's printout of the module (instruction names are module-unique after XLA's parse),
+as are the callees (`calls=`, `to_apply=`, `body=`, ...); for an async computation, which the
+printout folds into the async shorthand, from `async_wrapped_root()`.
 
 Asking XLA costs about 90 s for the whole corpus, so `xla_structures` keeps the answers in a JSON
 file keyed by a hash of the text (and named by jaxlib's version); deleting it re-asks XLA. XLA
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 Structure = list[dict[str, Any]]
-FORMAT = 3  # bump when the structure's fields change: the cache is then rebuilt
+FORMAT = 4  # bump when the structure's fields change: the cache is then rebuilt
 
 # HloOpcode members whose text spelling is not the member name in kebab case
 # (xla/hlo/ir/hlo_opcode.h: V(kCos, "cosine", 1) and so on).
@@ -69,29 +71,67 @@ def xla_structure(text: str) -> Structure:
     from jaxlib import _hlo
 
     module = _hlo.hlo_module_from_text(text)
-    printed = module.to_string()
+    options = _hlo.HloPrintOptions()
+    options.print_metadata = False  # strings that could hold anything, and most of the text
+    options.print_backend_config = False
+    printed = module.to_string(options)
     entry = _PRINTED_ENTRY.search(printed)
     roots = set(_PRINTED_ROOT.findall(printed))
-    # XLA prints an async computation inside its async-start's shorthand, without its ROOT.
+    printed_names = set(_PRINTED_INSTRUCTION.findall(printed))
+    callees = _printed_callees(printed)
+    home = {inst.name: comp.name for comp in module.computations() for inst in comp.instructions()}
+    # XLA prints an async computation inside its async-start's shorthand (`all-reduce-start(x),
+    # to_apply=add`): no ROOT, no calls=, and the wrapped op's own callees on the start's line. The
+    # instruction still knows the wrapped computation's root.
     for comp in module.computations():
         for inst in comp.instructions():
-            if inst.opcode.name in ("kAsyncStart", "kAsyncUpdate", "kAsyncDone"):
+            if inst.opcode.name in _ASYNC_OPCODES:
                 wrapped_root = inst.async_wrapped_root()
-                if wrapped_root is not None:
-                    roots.add(wrapped_root.name)
+                if wrapped_root is None:
+                    continue
+                roots.add(wrapped_root.name)
+                if inst.opcode.name == "kAsyncStart":
+                    if wrapped_root.name not in printed_names and callees.get(inst.name):
+                        callees[wrapped_root.name] = callees[inst.name]
+                    callees[inst.name] = [home[wrapped_root.name]]
+                else:
+                    callees[inst.name] = []
     out: Structure = []
     for comp in module.computations():
         insts = comp.instructions()
         position = {inst.name: k for k, inst in enumerate(insts)}
         rows = [[opcode_spelling(inst.opcode.name), [position[o.name] for o in inst.operands()]] for inst in insts]
         root = [k for k, inst in enumerate(insts) if inst.name in roots]
+        calls = {str(k): sorted(callees[inst.name]) for k, inst in enumerate(insts) if callees.get(inst.name)}
         out.append({"name": comp.name, "entry": entry is not None and comp.name == entry.group(1),
-                    "root": root[0] if len(root) == 1 else None, "instructions": rows})
+                    "root": root[0] if len(root) == 1 else None, "instructions": rows, "calls": calls})
     return out
 
 
+_ASYNC_OPCODES = ("kAsyncStart", "kAsyncUpdate", "kAsyncDone")
 _PRINTED_ENTRY = re.compile(r"^ENTRY %?([^\s(]+)", re.M)
 _PRINTED_ROOT = re.compile(r"^\s*ROOT %?([^\s=]+) =", re.M)
+_PRINTED_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([^\s=]+) = ", re.M)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+# The attributes through which an instruction names the computations it calls.
+_CALL_ATTRIBUTE = re.compile(
+    r"[ ,](?:calls|to_apply|condition|body|true_computation|false_computation|branch_computations|select|scatter"
+    r"|called_computations)=(\{[^}]*\}|%?[^\s,{}]+)")
+
+
+def _printed_callees(printed: str) -> dict[str, list[str]]:
+    """{instruction name: names of the computations it calls} from XLA's printout."""
+    out: dict[str, list[str]] = {}
+    for line in printed.split("\n"):
+        m = _PRINTED_INSTRUCTION.match(line)
+        if m is None:
+            continue
+        names = []
+        for value in _CALL_ATTRIBUTE.findall(_STRING.sub('""', line)):
+            names += [n.strip().lstrip("%") for n in value.strip("{}").split(",") if n.strip()]
+        if names:
+            out[m.group(1)] = names
+    return out
 
 
 def our_structure(module: Any) -> Structure:
@@ -100,9 +140,16 @@ def our_structure(module: Any) -> Structure:
     for comp in module.computations:
         position = {inst.name: k for k, inst in enumerate(comp.instructions)}
         rows = [[inst.opcode, [position[o] for o in inst.operands]] for inst in comp.instructions]
+        calls = {str(k): sorted(site.computation for site in inst.calls)
+                 for k, inst in enumerate(comp.instructions) if inst.calls and inst.opcode not in _ASYNC_FOLLOWERS}
         out.append({"name": comp.name, "entry": comp.name == module.entry_name,
-                    "root": position[comp.root.name], "instructions": rows})
+                    "root": position[comp.root.name], "instructions": rows, "calls": calls})
     return out
+
+
+# async-update/async-done name their async-start's computation, which runs once, at the start: the
+# IR gives them no call site, and XLA's side leaves them out to match.
+_ASYNC_FOLLOWERS = ("async-update", "async-done")
 
 
 def _xla_structures_of_files(paths: list[str]) -> dict[str, Any]:
@@ -160,9 +207,10 @@ def compare_structures(ours: Structure, xla: Structure) -> list[str]:
 
     Computations are paired first by name and identical structure, then by identical structure
     alone (renamed synthesised computations), then by name alone (reported with the first
-    instruction that differs); whatever is left unpaired on either side is reported."""
-    ours_left = list(ours)
-    xla_left = list(xla)
+    instruction that differs); whatever is left unpaired on either side is reported. What an
+    instruction calls is compared through the callees' own structure, not their names."""
+    ours_left = [_with_callee_structure(c, ours) for c in ours]
+    xla_left = [_with_callee_structure(c, xla) for c in xla]
 
     def take(pred) -> list[tuple[dict, dict]]:  # noqa: ANN001
         pairs = []
@@ -187,8 +235,23 @@ def compare_structures(ours: Structure, xla: Structure) -> list[str]:
     return problems
 
 
+def _fingerprint(comp: dict) -> str:
+    return json.dumps([comp["instructions"], comp["root"]], separators=(",", ":"))
+
+
+def _with_callee_structure(comp: dict, module: Structure) -> dict:
+    """The computation with `callees`: for each calling instruction, the sorted fingerprints of the
+    computations it calls (so that renamed but identical callees compare equal)."""
+    by_name = {c["name"]: c for c in module}
+    callees = {}
+    for k, names in comp.get("calls", {}).items():
+        callees[k] = sorted(_fingerprint(by_name[n]) if n in by_name else f"<missing {n}>" for n in names)
+    return {**comp, "callees": callees}
+
+
 def _same(o: dict, x: dict) -> bool:
-    return o["instructions"] == x["instructions"] and o["root"] == x["root"] and o["entry"] == x["entry"]
+    return (o["instructions"] == x["instructions"] and o["root"] == x["root"] and o["entry"] == x["entry"]
+            and o["callees"] == x["callees"])
 
 
 def first_difference(ours: dict, xla: dict) -> str:
@@ -199,4 +262,8 @@ def first_difference(ours: dict, xla: dict) -> str:
         return f"{len(ours['instructions'])} instructions, XLA has {len(xla['instructions'])}"
     if ours["root"] != xla["root"]:
         return f"ROOT is instruction #{ours['root']}, XLA's is #{xla['root']}"
+    for k in sorted(set(ours["callees"]) | set(xla["callees"]), key=int):
+        if ours["callees"].get(k) != xla["callees"].get(k):
+            return (f"instruction #{k} calls {ours.get('calls', {}).get(k, [])}, XLA's calls "
+                    f"{xla.get('calls', {}).get(k, [])} (different computations)")
     return f"ENTRY: ours {ours['entry']}, XLA {xla['entry']}"
