@@ -91,6 +91,64 @@ def test_matches_xla(file: str, corpus_dir: Path, xla_answers: dict) -> None:
     assert not problems, f"{file}:\n  " + "\n  ".join(problems[:10])
 
 
+SMALL = """HloModule small
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+mul {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] multiply(x, y)
+}
+
+ENTRY main {
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  d = f32[4] subtract(p, q)
+  z = f32[] constant(0)
+  r = f32[] reduce(d, z), dimensions={0}, to_apply=add
+  a2a = f32[4] all-to-all(d), dimensions={0}, replica_groups={{0}}
+  ROOT t = (f32[], f32[4]) tuple(r, a2a)
+}
+"""
+
+
+def test_comparison_notices_each_kind_of_difference() -> None:
+    """The comparison is not vacuous: XLA's structure of a small module equals ours, and each
+    kind of change on our side (operand order, opcode, ROOT, ENTRY, callee, a lost computation)
+    is reported."""
+    pytest.importorskip("jaxlib")
+    import copy
+
+    from tests.parser_xla_structure import xla_structure
+
+    xla = xla_structure(SMALL)
+    ours = our_structure(hloparse.parse(SMALL))
+    assert compare_structures(ours, xla) == []
+    main = next(k for k, c in enumerate(ours) if c["name"] == "main")
+
+    def changed(edit) -> list[str]:  # noqa: ANN001
+        mutant = copy.deepcopy(ours)
+        edit(mutant[main], mutant)
+        return compare_structures(mutant, xla)
+
+    assert changed(lambda c, m: c["instructions"][2][1].reverse())  # subtract(q, p)
+    assert changed(lambda c, m: c["instructions"][2].__setitem__(0, "add"))
+    assert changed(lambda c, m: c.__setitem__("root", 5))
+    assert changed(lambda c, m: c.__setitem__("entry", False))
+    assert changed(lambda c, m: c["calls"].__setitem__("4", ["mul"]))  # reduce to_apply=mul
+    assert changed(lambda c, m: m.pop(0))
+    # Renaming a computation (as XLA does for synthesised ones) is not a difference.
+    renamed = copy.deepcopy(ours)
+    renamed[0]["name"] = "add.renamed"
+    renamed[main]["calls"]["4"] = ["add.renamed"]
+    assert compare_structures(renamed, xla) == []
+
+
 @pytest.mark.parametrize("file,category", SKEWED or [("<no corpus>", "")])
 def test_parses_syntax_of_other_xla_versions(file: str, category: str, corpus_dir: Path) -> None:
     """Rejected by XLA 0.10.2 only for being newer or older syntax: hloparse takes it."""
