@@ -71,38 +71,56 @@ def xla_costs_of_texts(texts: dict[str, str], cache_dir: str | None = None) -> d
     return results
 
 
-def _ask_in_child(texts: dict[str, str]) -> dict[str, dict[str, float] | str]:
-    import json
+def _ask_in_child(texts: dict[str, str], workers: int | None = None) -> dict[str, dict[str, float] | str]:
+    """Ask XLA about every text in child processes (two at a time by default), restarting a
+    child after the text it aborted on."""
     import os
-    import subprocess
-    import sys
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
 
     keys = list(texts)
-    answers: dict[str, dict[str, float] | str] = {}
+    if not keys:
+        return {}
+    workers = workers or max(1, min(2, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory() as tmp:
         for i, key in enumerate(keys):
             with open(os.path.join(tmp, f"{i}.hlo"), "w") as f:
                 f.write(texts[key])
-        start = 0
-        while start < len(keys):
-            out_path = os.path.join(tmp, "answers.jsonl")
-            env = dict(os.environ, JAX_PLATFORMS="cpu")
-            cmd = [sys.executable, "-c", _WORKER, tmp, str(start), str(len(keys)), out_path]
-            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-            last = start - 1
-            if os.path.exists(out_path):
-                with open(out_path) as f:
-                    for line in f:
-                        if not line.endswith("\n"):
-                            break  # cut short by the abort
-                        index, answer = json.loads(line)
-                        answers[keys[index]] = answer
-                        last = index
-                os.remove(out_path)
-            if last + 1 < len(keys) and keys[last + 1] not in answers:
-                answers[keys[last + 1]] = "XLA aborted"  # the text the child died on
-            start = last + 2
+        bounds = [len(keys) * w // workers for w in range(workers + 1)]
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(lambda w: _run_range(tmp, bounds[w], bounds[w + 1], w), range(workers)))
+    answers: dict[str, dict[str, float] | str] = {}
+    for part in parts:
+        for index, answer in part.items():
+            answers[keys[index]] = answer
+    return answers
+
+
+def _run_range(tmp: str, start: int, stop: int, worker: int) -> dict[int, dict[str, float] | str]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    answers: dict[int, dict[str, float] | str] = {}
+    out_path = os.path.join(tmp, f"answers{worker}.jsonl")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    while start < stop:
+        cmd = [sys.executable, "-c", _WORKER, tmp, str(start), str(stop), out_path]
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        last = start - 1
+        if os.path.exists(out_path):
+            with open(out_path) as f:
+                for line in f:
+                    if not line.endswith("\n"):
+                        break  # cut short by the abort
+                    index, answer = json.loads(line)
+                    answers[index] = answer
+                    last = index
+            os.remove(out_path)
+        if last + 1 < stop and last + 1 not in answers:
+            answers[last + 1] = "XLA aborted"  # the text the child died on
+        start = last + 2
     return answers
 
 
