@@ -38,7 +38,7 @@ InlineComputations = list[tuple[str, str, int]]
 _HEAD = re.compile(r"\s*(ROOT\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
 _ATTR = re.compile(r"\s*([A-Za-z_][\w\-.]*)\s*=\s*", re.S)
-_OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*", re.S)
+_OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*(?:#\d+)*)\s*", re.S)
 _INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
 _shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
@@ -100,7 +100,7 @@ def decode_fast(stmt: str, computation: str) -> Instruction | None:
         return None
     elif not body:
         operands = ()
-    elif "%" in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
+    elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
         operands = tuple(_PERCENT_NAME.findall(body))  # `/*index=5*/` comments hold no '%' or ','
         if "/*" in body and "*/" not in body:
             return None
@@ -230,6 +230,7 @@ def _operands(
         return (), None
     if (
         "%" in body
+        and "#" not in body
         and "(" not in body
         and "/*" not in body
         and _BRACKETED.sub("", body).count(",") + 1 == body.count("%")
@@ -270,6 +271,8 @@ def _operands(
         if m is None:
             raise StatementError(f"cannot parse operand {piece.strip()!r}", s, "[shape] %name")
         shape_text, operand = m.groups()
+        if "#" in operand:
+            operand = _compact_tuple_access(operand, computation, nested, s)
         if shape_text:
             try:
                 shapes.append(parse_shape(shape_text))
@@ -280,6 +283,21 @@ def _operands(
             shapes.append(None)
         names.append(operand)
     return tuple(names), (tuple(shapes) if any_shape else None)
+
+
+def _compact_tuple_access(operand: str, computation: str, nested: list[Instruction] | None, offset: int) -> str:
+    """`%t#1#0` (newer XLA) is get-tuple-element(get-tuple-element(t, 1), 0): add those
+    instructions (named `t#1` and `t#1#0`; the builder drops repeats) and use the last."""
+    if nested is None:
+        raise StatementError(f"compact tuple access {operand!r} is not allowed here", offset, "a name")
+    base, *indices = operand.split("#")
+    name = base
+    for index in indices:
+        element = f"{name}#{index}"
+        nested.append(new_instruction(element, "get-tuple-element", None, (name,), {"index": index}, (), False,
+                                      computation, None))
+        name = element
+    return name
 
 
 def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:

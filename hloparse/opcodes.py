@@ -1,6 +1,7 @@
 """XLA's opcodes as the text format spells them, with their fixed operand counts.
 
-The table follows xla/hlo/ir/hlo_opcode.h (None: variadic). Opcodes missing here are still
+The table follows xla/hlo/ir/hlo_opcode.h (None: variadic), except that convolution is
+variadic here: newer XLA passes sparsity metadata as a third operand. Opcodes missing here are still
 parsed (a newer XLA may have them); the analysis reports them as unknown instead of guessing.
 """
 
@@ -15,7 +16,7 @@ ARITY: dict[str, int | None] = {
     "bitcast-convert": 1, "broadcast": 1, "call": None, "cbrt": 1, "ceil": 1, "cholesky": 1,
     "clamp": 3, "count-leading-zeros": 1, "collective-broadcast": None, "collective-permute": None,
     "collective-permute-done": 1, "collective-permute-start": None, "compare": 2, "complex": 2,
-    "concatenate": None, "conditional": None, "constant": 0, "convert": 1, "convolution": 2,
+    "concatenate": None, "conditional": None, "constant": 0, "convert": 1, "convolution": None,
     "copy": 1, "copy-done": 1, "copy-start": 1, "cosh": 1, "cosine": 1, "custom-call": None,
     "divide": 2, "domain": 1, "dot": None, "dynamic-reshape": None, "dynamic-slice": None,
     "dynamic-update-slice": None, "erf": 1, "exponential": 1, "exponential-minus-one": 1, "fft": 1,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import gzip
 import os
+import zlib
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from lark.lexer import Lexer
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
 from hloparse.errors import HloParseError
 from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement
-from hloparse.ir import Computation, Instruction, Module, Shape, StackFrames
+from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
 from hloparse.statements import Statement, split_statements
 
@@ -40,6 +41,9 @@ def parse(text: str, path: str | None = None) -> Module:
         raise
     except RecursionError:
         raise HloParseError("input nested too deeply", file=source, line=1, column=1) from None
+    except Exception as e:  # a bug of ours must still reach the user as one clear line
+        raise HloParseError(f"internal parser error ({type(e).__name__}: {e}); please report it", file=source,
+                            line=1, column=1) from e
     finally:
         if enabled:
             gc.enable()
@@ -55,14 +59,19 @@ def load(path: str | os.PathLike[str]) -> Module:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise HloParseError(f"corrupt gzip data: {e}", file=path) from None
+        except (OSError, EOFError, zlib.error) as e:
+            raise HloParseError(f"corrupt gzip data: {e}", file=path, line=1, column=1,
+                                text="(binary gzip data)", expected="a complete gzip stream") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise HloParseError("file is not UTF-8 text", file=path, line=line, column=column) from None
+        start = raw.rfind(b"\n", 0, e.start) + 1
+        end = raw.find(b"\n", e.start)
+        bad_line = raw[start: end if end >= 0 else len(raw)].decode("utf-8", errors="replace")
+        raise HloParseError("file is not UTF-8 text", file=path, line=line, column=column, text=bad_line.strip(),
+                            expected="UTF-8 text") from None
     return parse(text, path=path)
 
 
@@ -85,6 +94,15 @@ class _StatementLexer(Lexer):
             yield Token(kind, statement, line=statement.line, column=statement.column)
 
 
+_ELEMENT = "(?:" + "|".join(sorted(ELEMENT_BYTES, key=len, reverse=True)) + ")"
+_ARRAY = _ELEMENT + r"\[[\d,\s<=?]*\](?:\{[^{}]*\})?|token\[\]"
+_FLAT_TUPLE = r"\((?:\s*(?:/\*index=\d+\*/)?\s*(?:" + _ARRAY + r")\s*,?)*\s*\)"
+_SHAPE_PATTERN = f"(?:{_ARRAY}|{_FLAT_TUPLE})"
+# `(p0: f32[2], p1: (s32[], f32[])) -> f32[2]`, the form nearly every heading takes.
+_SIMPLE_SIGNATURE = re.compile(
+    rf"\s*\(\s*(?:%?[\w.\-]+\s*:\s*{_SHAPE_PATTERN}\s*(?:,\s*(?=%?[\w.\-]+\s*:)|(?=\))))*\)"
+    rf"\s*->\s*{_SHAPE_PATTERN}\s*"
+)
 _GRAMMAR_PATH = Path(__file__).with_name("hlo.lark")
 _lark: Lark | None = None
 
@@ -256,7 +274,10 @@ class _Builder:
         if name in self.signatures:
             raise self.error(f"computation {name!r} is defined twice", st, m.start(2), "unique computation names")
         # Parsed on demand: only the result shape is always needed (to check the root against).
+        # A heading the quick pattern does not vouch for is parsed now, to report its errors.
         self.signatures[name] = (st, signature, m.start(3))
+        if signature.strip() and not _SIMPLE_SIGNATURE.fullmatch(signature):
+            self._signature(st, signature, m.start(3))
         self.current = (name, is_entry, st)
         self.pending = []
         self.roots = 0
@@ -313,6 +334,10 @@ class _Builder:
             self._inline_computation(inner_name, self._sub_statement(st, offset, body))
         line, column = st.line, st.column
         for extra in nested:
+            if extra.opcode == "get-tuple-element" and "#" in extra.name and any(
+                p.name == extra.name for p in self.pending
+            ):
+                continue  # `%t#1` used again: one instruction serves both uses
             extra.__dict__["line"] = line
             extra.__dict__["column"] = column
             self.pending.append(extra)
@@ -425,6 +450,13 @@ class _Builder:
         st, text, offset = entry
         params, result = self._signature(st, text, offset)
         return st, params, result
+
+    def error_at_result_shape(self, name: str, message: str, expected: str) -> HloParseError:
+        """An error pointing at the `-> shape` of a computation's heading (where XLA points)."""
+        st, text, offset = self.signatures[name]
+        arrow = text.rfind("->")
+        shape_at_offset = offset + arrow + 2 + (len(text[arrow + 2:]) - len(text[arrow + 2:].lstrip()))
+        return self.error(message, st, shape_at_offset, expected)
 
     def result_shape_of(self, name: str) -> Shape | None:
         """The `-> shape` of a computation's heading, if it has one (parameters left unparsed)."""

@@ -160,6 +160,8 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
                 break
             if depth <= 0 and nxt.strip() in TABLE_NAMES:
                 break
+            if stripped.startswith("HloModule") and not nxt.lstrip().startswith("}") and _STATEMENT_START.match(nxt):
+                break  # the header ends where a computation begins, balanced or not
             i += 1
             parts.append(nxt)
             line = nxt
@@ -167,6 +169,8 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
                 open_string = True  # the brackets are counted once the string closes
                 continue
             depth += _balance(nxt)
+        while len(parts) > 1 and not parts[-1].strip():
+            parts.pop()  # blank lines a statement swallowed while looking for its end
         statement = Statement("\n".join(parts), start + 1, column)
         i += 1
         if depth < 0 and in_computation and statement.text.rstrip().endswith("}"):

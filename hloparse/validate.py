@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from hloparse import opcodes
-from hloparse.attributes import AttributeSyntaxError, parse_dim_labels, parse_window, split_top_level
+from hloparse.attributes import AttributeSyntaxError, parse_dim_labels, parse_slice, parse_window, split_top_level
 from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
@@ -72,11 +72,11 @@ def validate(module: Module, builder: _Builder) -> None:
 def _check_signature(comp, builder: _Builder) -> None:  # noqa: ANN001
     result = builder.result_shape_of(comp.name)
     if result is not None and not compatible(result, comp.root.shape):
-        raise builder.error_at_instruction(
-            comp.root,
+        raise builder.error_at_result_shape(
+            comp.name,
             f"Shape of computation {comp.name}, {_plain(result)}, is not compatible with that of its root "
             f"instruction {comp.root.name}, {_plain(comp.root.shape)}",
-            "a root shape matching the computation's result shape")
+            "a result shape matching the root instruction's")
     # XLA does not hold parameters to the signature's parameter list, so neither do we.
 
 
@@ -88,7 +88,21 @@ def _plain(shape: Shape) -> str:
 
 _LAYOUT_LEVEL = re.compile(r"D\(([^)]*)\)")
 _CHECKED_OPCODES = frozenset({"constant", "infeed", "recv", "conditional", "scan"})
-_CHECKED_ATTRIBUTES = frozenset({"window", "dim_labels", "operand_layout_constraints", "replica_groups"})
+_INT_LIST = re.compile(r"\{\s*(?:-?\d+(?:\s*,\s*-?\d+)*)?\s*\}")
+_INT = re.compile(r"-?\d+")
+_INT_LIST_ATTRIBUTES = frozenset(
+    {"dimensions", "lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims",
+     "dynamic_slice_sizes", "fft_length", "offset_dims", "collapsed_slice_dims", "start_index_map",
+     "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+     "lhs_ragged_dims", "rhs_group_dims"}
+)
+_INT_ATTRIBUTES = frozenset(
+    {"feature_group_count", "batch_group_count", "iota_dimension", "index", "index_vector_dim", "k",
+     "num_carries", "mantissa_bits", "exponent_bits"}
+)
+# Decoded lazily by the analysis, so checked here: a bad value must fail the parse, not the analysis.
+_VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
+_CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups"}
 
 
 def _check_instruction(inst: Instruction, comp_name: str, module: Module, builder: _Builder) -> None:
@@ -115,6 +129,20 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
         index_shape = module.computation(comp_name).by_name[inst.operands[0]].shape
         if index_shape.dims:
             raise builder.error_at_instruction(inst, "The first operand must be a scalar", "a scalar branch index")
+    for key in _VALUE_CHECKED.intersection(attrs):
+        value = attrs[key]
+        ok = (_INT_LIST.fullmatch(value) if key in _INT_LIST_ATTRIBUTES else
+              _INT.fullmatch(value) if key in _INT_ATTRIBUTES else True)
+        if key == "slice":
+            try:
+                parse_slice(value)
+            except AttributeSyntaxError:
+                ok = None
+        if not ok:
+            expected = ("a list of integers such as {0,1}" if key in _INT_LIST_ATTRIBUTES else
+                        "an integer" if key in _INT_ATTRIBUTES else "[start:limit:stride] for each dimension")
+            raise builder.error_at_instruction(inst, f"bad value for {key}: {value[:40]!r}", expected,
+                                               needle=f"{key}=")
     if "window" in attrs:
         try:
             parse_window(attrs["window"])
