@@ -36,6 +36,9 @@ TRANSCENDENTAL_FAMILIES = [
     "tan",
     "erf",
 ]
+# A per-kind formula is only meaningful if the optimized module still holds that kind of op.
+KIND_OPCODE = {"dot_flops": "dot", "conv_flops": "convolution", "sort_flops": "sort", "reduce_flops": "reduce",
+               "reduce_window_flops": "reduce-window", "fft_flops": "fft"}
 KNOWN_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -65,6 +68,12 @@ def test_lax_program_compiles_and_formula_totals_match_xla(program):
             assert xla_cost.get(key, 0.0) == float(formula[key]), (key, formula[key], xla_cost)
     for key, value in formula.items():
         assert key in FORMULA_KEYS, f"undocumented formula key {key}"
+        if key in KIND_OPCODE and value > 0:
+            opcode = KIND_OPCODE[key]
+            assert re.search(rf" {re.escape(opcode)}\(", compiled_text), f"no {opcode} left for {key}"
+    if "reduce_flops" in formula and "reduce_window_flops" not in formula:
+        # XLA:CPU's tree-reduction rewrite moves part of a reduction into a reduce-window.
+        assert " reduce-window(" not in compiled_text, "the reduction was split; reduce_flops would be wrong"
         assert isinstance(value, int) and value >= 0, (key, value)
 
 

@@ -84,3 +84,32 @@ def conv_flops(
     ):
         taps *= valid_taps(i, k, o, s, p, ld, rd)
     return 2 * (in_features // feature_group_count) * out_features * (batch // batch_group_count) * taps
+
+
+# XLA:CPU's tree-reduction rewrite: a reduce whose reduced dimensions include the minor-most ones
+# with a contiguous extent above this is split into a reduce-window plus a smaller reduce. The
+# total is unchanged (every element is still added once), but the flops move between opcodes.
+TREE_REDUCTION_MAX_MINOR_EXTENT = 32
+
+
+def reduction_is_split_on_cpu(shape: Sequence[int], reduced_dims: Sequence[int]) -> bool:
+    """Whether the minor-most contiguous run of reduced dims (row-major layout) exceeds the limit."""
+    extent, dim = 1, len(shape) - 1
+    while dim >= 0 and dim in reduced_dims:
+        extent *= shape[dim]
+        dim -= 1
+    return extent > TREE_REDUCTION_MAX_MINOR_EXTENT
+
+
+def reduction_formula(
+    shape: Sequence[int], reduced_dims: Sequence[int], *, reducer_flops: int = 1, extra_flops: int = 0
+) -> dict[str, int]:
+    """Whole-program `flops` of one reduction (plus `extra_flops` of elementwise work around it), and
+    `reduce_flops` only when the reduction stays one `reduce` instruction on CPU."""
+    n_in = elements(shape)
+    n_out = n_in // elements([shape[d] for d in reduced_dims])
+    flops = reduce_flops(n_in, n_out, reducer_flops)
+    formula = {"flops": flops + extra_flops}
+    if not reduction_is_split_on_cpu(shape, reduced_dims):
+        formula["reduce_flops"] = flops
+    return formula

@@ -169,6 +169,17 @@ def _arith_programs() -> list[Program]:
 # ------------------------------------------------------------------------------------------------
 
 
+def _dot_formula(lhs_shape, out_shape, contracting_sizes, *, batch_only: bool = False) -> dict[str, int]:
+    """2 * N(out) * K for a dot. When no operand has a free dimension (the output holds only batch
+    dims), XLA rewrites the dot into multiply + reduce: N(lhs) multiplies and N(lhs) - N(out) adds,
+    and no dot is left to count."""
+    if batch_only:  # multiply N(lhs) elements, then reduce the contracting (minor) dims
+        n_batch_dims = len(out_shape)
+        reduced = tuple(range(n_batch_dims, len(lhs_shape)))
+        return F.reduction_formula(lhs_shape, reduced, extra_flops=F.elements(lhs_shape))
+    return {"dot_flops": F.dot_flops(out_shape, contracting_sizes)}
+
+
 def _dot_programs() -> list[Program]:
     out = []
     for m, k, n in [(8, 16, 4), (64, 128, 32), (33, 17, 9), (1, 64, 16)]:
@@ -187,7 +198,7 @@ def _dot_programs() -> list[Program]:
     # A dot with a single output element is rewritten by XLA into multiply + reduce: K multiplies
     # and K - 1 adds, so there is no dot left to count.
     for name, lhs, rhs, k in [("vecdot_f32_32", (32,), (32,), 32), ("matmul_f32_1x256x1", (1, 256), (256, 1), 256)]:
-        out.append(Program(name, jnp.matmul, (S(lhs), S(rhs)), {"flops": 2 * k - 1, "reduce_flops": k - 1}))
+        out.append(Program(name, jnp.matmul, (S(lhs), S(rhs)), F.reduction_formula((k,), (0,), extra_flops=k)))
     out.append(
         Program(
             "matmul_rhs_transposed_f32_16x32x8",
@@ -204,16 +215,22 @@ def _dot_programs() -> list[Program]:
         ("abcd,cdbe->ae", (3, 4, 5, 6), (5, 6, 4, 7), (3, 7), (4, 5, 6)),
     ]
     for spec, ls, rs, os_, contract in einsums:
-        flops = F.dot_flops(os_, contract)
         name = "einsum_" + spec.replace(",", "_").replace("->", "_to_")
-        out.append(Program(name, lambda a, b, spec=spec: jnp.einsum(spec, a, b), (S(ls), S(rs)), {"dot_flops": flops}))
+        out.append(
+            Program(
+                name,
+                lambda a, b, spec=spec: jnp.einsum(spec, a, b),
+                (S(ls), S(rs)),
+                _dot_formula(ls, os_, contract, batch_only=spec == "bij,bij->b"),
+            )
+        )
     gen = lax.dot_general
     out.append(
         Program(
             "dot_general_batch2_contract2_f32",
             lambda a, b: gen(a, b, (((2, 3), (2, 1)), ((0, 1), (0, 3)))),
             (S((2, 3, 4, 5)), S((2, 5, 4, 3))),
-            {"dot_flops": F.dot_flops((2, 3), (4, 5))},
+            _dot_formula((2, 3, 4, 5), (2, 3), (4, 5), batch_only=True),
         )
     )
     for dtype in [s32, bf16, f16, c64]:

@@ -24,16 +24,14 @@ def _reduction_programs() -> list[Program]:
     out = []
     for fname, fn in [("sum", jnp.sum), ("max", jnp.max), ("min", jnp.min), ("prod", jnp.prod)]:
         for shape, axis in [((16, 64), 1), ((16, 64), 0), ((4, 8, 16), None), ((4, 8, 16), (0, 2))]:
-            n_in = F.elements(shape)
-            n_out = F.elements(jax.eval_shape(lambda x, fn=fn, axis=axis: fn(x, axis=axis), S(shape)).shape)
-            flops = F.reduce_flops(n_in, n_out)
-            axis_name = "all" if axis is None else "_".join(map(str, axis if isinstance(axis, tuple) else (axis,)))
+            dims = tuple(range(len(shape))) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+            axis_name = "all" if axis is None else "_".join(map(str, dims))
             out.append(
                 Program(
                     f"reduce_{fname}_f32_{'x'.join(map(str, shape))}_axis{axis_name}",
                     lambda x, fn=fn, axis=axis: fn(x, axis=axis),
                     (S(shape),),
-                    {"reduce_flops": flops, "flops": flops},
+                    F.reduction_formula(shape, dims),
                 )
             )
     out.append(
@@ -41,16 +39,16 @@ def _reduction_programs() -> list[Program]:
             "reduce_sum_s32_16x64",
             lambda x: jnp.sum(x, axis=1),
             (S((16, 64), s32),),
-            {"reduce_flops": F.reduce_flops(1024, 16)},
+            F.reduction_formula((16, 64), (1,)),
         )
     )
     out.append(Program("reduce_sum_bf16_16x64", lambda x: jnp.sum(x, axis=1), (S((16, 64), bf16),), None))
-    out.append(
+    out.append(  # the mean's divide adds one flop per output element
         Program(
             "reduce_mean_f32_16x64",
             lambda x: jnp.mean(x, axis=1),
             (S((16, 64)),),
-            {"reduce_flops": F.reduce_flops(1024, 16), "flops": F.reduce_flops(1024, 16) + 16},
+            F.reduction_formula((16, 64), (1,), extra_flops=16),
         )
     )
     out.append(
@@ -58,7 +56,7 @@ def _reduction_programs() -> list[Program]:
             "reduce_any_pred_16x64",
             lambda x: jnp.any(x, axis=1),
             (S((16, 64), pred),),
-            {"reduce_flops": F.reduce_flops(1024, 16)},
+            F.reduction_formula((16, 64), (1,)),
         )
     )
     out.append(
@@ -66,7 +64,7 @@ def _reduction_programs() -> list[Program]:
             "reduce_all_pred_16x64",
             lambda x: jnp.all(x, axis=0),
             (S((16, 64), pred),),
-            {"reduce_flops": F.reduce_flops(1024, 64)},
+            F.reduction_formula((16, 64), (0,)),
         )
     )
     out.append(Program("argmax_f32_64x128", lambda x: jnp.argmax(x, axis=1), (S((64, 128)),), None))
@@ -81,7 +79,8 @@ def _reduction_programs() -> list[Program]:
             "reduce_variadic_sum_prod_f32_16x64",
             variadic,
             (S((16, 64)), S((16, 64))),
-            {"reduce_flops": F.reduce_flops(1024, 16, reducer_flops=2)},
+            # A variadic reduce is not split by the tree-reduction rewrite: one reduce, two flops each.
+            {"reduce_flops": F.reduce_flops(1024, 16, reducer_flops=2), "flops": F.reduce_flops(1024, 16, 2)},
         )
     )
     out.append(Program("logsumexp_f32_16x64", lambda x: jax.nn.logsumexp(x, axis=1), (S((16, 64)),), None))
