@@ -331,6 +331,27 @@ def test_well_formed_attribute_module_parses() -> None:
         (0, 2, 1), (0, 8, 1))
 
 
+def test_declared_operand_shape_must_match() -> None:
+    """An operand written with its shape must have that shape (XLA: "The declared operand shape ...
+    is not compatible with the shape of the operand instruction")."""
+    text = GOOD.replace("reduce(p, z)", "reduce(f32[3] p, z)")
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == 12
+    text = GOOD.replace("reduce(p, z)", "reduce(8[f32] p, z)")
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == 12
+    assert hloparse.parse(GOOD.replace("reduce(p, z)", "reduce(f32[8] p, f32[] z)")).entry.root.operands == ("p", "z")
+
+
+def test_duplicate_parameter_number() -> None:
+    text = GOOD.replace("  y = f32[] parameter(1)", "  y = f32[] parameter(0)")
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == 5, "XLA points at the second parameter(0)"
+
+
 def test_unbalanced_brackets_and_stray_text() -> None:
     for text in (GOOD.replace("dimensions={0}", "dimensions={0"),
                  GOOD.replace("reduce(p, z)", "reduce(p, z"),

@@ -599,6 +599,24 @@ ENTRY e {
     assert all(position[o] < position[i.name] for i in entry.instructions for o in i.operands)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "HloModule m\nENTRY e { ROOT c = f32[] constant(1) }\n",
+        "HloModule m\nENTRY e {\n  ROOT c = f32[] constant(1) }\n",
+        "HloModule m\nENTRY e { c = f32[] constant(1)\n  ROOT n = f32[] negate(c)\n}\n",
+        "HloModule m ENTRY e {\n  ROOT c = f32[] constant(1)\n}\n",
+        "HloModule m\nENTRY e {\n  c = f32[] constant(1) ROOT n = f32[] negate(c)\n}\n",
+    ],
+    ids=["one-line", "brace-after-root", "instruction-on-heading", "entry-on-header-line", "two-on-a-line"],
+)
+def test_whitespace_free_layouts_xla_accepts(text: str) -> None:
+    """XLA's lexer ignores line breaks, so each of these parses with jaxlib 0.10.2; so must it here."""
+    entry = hloparse.parse(text).entry
+    assert entry.name == "e" and entry.root.name in ("c", "n")
+    assert entry.root.is_root
+
+
 def test_module_header_and_entry_without_keyword() -> None:
     text = """HloModule hdr, is_scheduled=true, entry_computation_layout={(f32[2]{0})->f32[2]{0}}
 
