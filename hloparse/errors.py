@@ -21,7 +21,9 @@ class HloParseError(ValueError):
         text: str = "",
         expected: str = "",
     ) -> None:
-        self.message = message
+        # One line, whatever text the message quotes.
+        message = " ".join(message.split())
+        self.message = message if len(message) <= 300 else message[:297] + "..."
         self.file = file or "<string>"
         self.line = line
         self.column = column

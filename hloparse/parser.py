@@ -169,8 +169,7 @@ class _Builder:
             got = _READABLE.get(e.token.type, e.token.type)
             if statement is None:
                 last = tokens[-1][1] if tokens else Statement("", 1, 1)
-                raise HloParseError(f"unexpected {got}", file=self.source, line=last.line, column=last.column,
-                                    text=last.text.strip()[:200], expected=expected) from None
+                raise self.error(f"unexpected {got}", last, len(last.text.rstrip()), expected) from None
             raise self.error(f"unexpected {got}", statement, 0, expected) from None
         except UnexpectedInput as e:  # pragma: no cover - every token comes from our own splitter
             raise HloParseError(str(e), file=self.source, line=1, column=1) from None
