@@ -86,6 +86,14 @@ def test_layout_on_an_instruction() -> None:
     assert inst.shape.layout.memory_space == 1
 
 
+def test_layout_without_dimensions_and_raw_details() -> None:
+    s = parse_shape("pred[]{:T(256)}")
+    assert s.layout == Layout((), "T(256)") and s.rank == 0
+    t = parse_shape("(f32[8]{0:T(128)}, s32[]{:S(2)})")
+    assert [leaf.layout.details for leaf in t.leaves()] == ["T(128)", "S(2)"]
+    assert t.tuple_shapes[1].layout.memory_space == 2
+
+
 def test_dynamic_dimensions() -> None:
     s = parse_shape("f32[<=16,8]{1,0}")
     assert s.dims == (16, 8) and s.dynamic == (True, False) and s.is_dynamic
@@ -257,6 +265,16 @@ def test_quoted_values_and_backend_config() -> None:
     plain = one_instruction('f32[2] custom-call(p), custom_call_target="t", backend_config="not json"',
                             "  p = f32[2] parameter(0)\n")
     assert plain.backend_config == "not json"
+
+
+def test_raw_attribute_text_is_kept_verbatim() -> None:
+    inst = one_instruction(
+        'f32[2] negate(p), sharding={devices=[2,1]0,1}, frontend_attributes={_xla_compute_type="host"}, '
+        'backend_config={"operation_queue_id":"0","wait_on_operation_queues":[]}',
+        "  p = f32[2] parameter(0)\n")
+    assert inst.attributes["sharding"] == "{devices=[2,1]0,1}"
+    assert inst.attributes["frontend_attributes"] == '{_xla_compute_type="host"}'
+    assert inst.backend_config == {"operation_queue_id": "0", "wait_on_operation_queues": []}
 
 
 def test_parameter_constant_and_gte_attributes() -> None:
@@ -431,6 +449,39 @@ ENTRY main {
   ROOT out = (f32[], f32[4]) tuple(red, a2a-done)
 }
 """
+
+
+MORE_APPLIED = """HloModule applied
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY e {
+  p = f32[8] parameter(0)
+  z = f32[] constant(0)
+  i = s32[2,1] parameter(1)
+  u = f32[2] parameter(2)
+  m = f32[8] map(p, p), dimensions={0}, to_apply=add
+  rw = f32[4] reduce-window(m, z), window={size=2 stride=2}, to_apply=add
+  sc = f32[8] scatter(p, i, u), update_window_dims={}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  rs = f32[4] reduce-scatter(sc), replica_groups={{0,1}}, dimensions={0}, to_apply=add
+  ars = f32[8] all-reduce-start(p), replica_groups={}, to_apply=add
+  ard = f32[8] all-reduce-done(ars)
+  ROOT t = (f32[4], f32[4], f32[8]) tuple(rw, rs, ard)
+}
+"""
+
+
+def test_applied_computations_of_reducing_ops() -> None:
+    module = hloparse.parse(MORE_APPLIED)
+    graph = module.call_graph()
+    edges = sorted((d["instruction"].name, v, d["role"]) for u, v, d in graph.edges(data=True))
+    assert edges == [(name, "add", CallRole.TO_APPLY) for name in ("ars", "m", "rs", "rw", "sc")]
+    assert module.entry.by_name["ard"].calls == ()
 
 
 def test_call_graph_roles() -> None:
