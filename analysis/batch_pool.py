@@ -288,7 +288,9 @@ def run_dask(
                 except BaseException as e:  # a cancelled future (the cluster restarted) raises here
                     error = e
                 if type(error).__name__ == "KilledWorker":
-                    record = {"status": CRASHED, "error": f"dask worker died while analysing this file ({error})"}
+                    first_sentence = str(error).split(". ")[0]  # the rest is dask's generic advice
+                    message = f"dask worker died while analysing this file ({first_sentence})"
+                    record = {"status": CRASHED, "error": message}
                 else:
                     record = {"status": ANALYSIS_ERROR, "error": f"dask task failed: {type(error).__name__}: {error}"}
             future.release()

@@ -47,11 +47,21 @@ WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
 
 
 def package_version() -> str:
+    """The `hloflops` version of the running sources: their checkout's pyproject.toml when there is
+    one (an installed distribution could belong to another checkout), else the installed metadata."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        import tomllib
+
+        with open(pyproject, "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, ValueError):
+        pass
     try:
         from importlib.metadata import version
 
         return version("hloflops")
-    except Exception:  # not installed (running from a checkout)
+    except Exception:  # neither: sources copied somewhere on their own
         return "0+unknown"
 
 

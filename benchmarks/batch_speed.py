@@ -73,6 +73,7 @@ def _run_on_snapshot(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="hloflops-bench-engine-") as snapshot:
         for package in ("hloparse", "analysis"):
             shutil.copytree(REPO / package, Path(snapshot) / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(REPO / "pyproject.toml", Path(snapshot) / "pyproject.toml")  # the version is part of the engine's
         env = dict(os.environ, HLOFLOPS_BENCH_ENGINE=snapshot, PYTHONPATH=snapshot)
         return subprocess.call([sys.executable, str(Path(__file__).resolve()), *argv], env=env, cwd=snapshot)
 

@@ -35,6 +35,7 @@ def _snapshot_engine(root: Path) -> Path:
     cannot change the engine version between the runs being compared."""
     for package in ("hloparse", "analysis"):
         shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")  # the version is part of the engine's
     return root
 
 
