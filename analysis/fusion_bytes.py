@@ -44,16 +44,19 @@ def parameter_bytes(module: Module, body: Computation, param: Instruction) -> in
     its get-tuple-element chain."""
     if not param.shape.is_tuple:
         return parameter_read_bytes(module, body, param)
-    total = 0
-    for index, _leaf in param.shape.leaves_with_index():
-        node = param
-        for sub in index:
-            for user in body.users.get(node.name, ()):
-                if user.opcode == "get-tuple-element" and int(user.attributes.get("index", "-1")) == sub:
-                    node = user
-                    break
-        total += parameter_read_bytes(module, body, node)
-    return total
+    return sum(parameter_bytes_at(module, body, param, index) for index, _ in param.shape.leaves_with_index())
+
+
+def parameter_bytes_at(module: Module, body: Computation, param: Instruction, index: tuple[int, ...]) -> int:
+    """Bytes read through one leaf of a tuple parameter: follow the get-tuple-element chain to
+    that leaf (as far as it exists) and read it like a parameter."""
+    node = param
+    for sub in index:
+        for user in body.users.get(node.name, ()):
+            if user.opcode == "get-tuple-element" and int(user.attributes.get("index", "-1")) == sub:
+                node = user
+                break
+    return parameter_read_bytes(module, body, node)
 
 
 def parameter_read_bytes(module: Module, body: Computation, node: Instruction) -> int:

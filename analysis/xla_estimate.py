@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from analysis import rules
+from analysis import rules, xla_diagnostics
 from analysis.costs import Cost
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -33,10 +33,13 @@ OPTIMAL_SECONDS = "optimal_seconds"
 KEYS = (FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS)
 
 
-def xla_estimate(module: Module) -> dict[str, float]:
-    """XLA's cost dict for the module's ENTRY computation (loops counted once)."""
-    totals = _Estimator(module).computation(module.entry)
-    return {k: float(totals[k]) for k in KEYS if totals[k] != 0}
+def xla_estimate(module: Module, *, diagnostics: bool = False) -> dict[str, float]:
+    """XLA's cost dict for the module's ENTRY computation (loops counted once). With
+    `diagnostics`, also XLA's per-operand keys (`bytes accessed0{}`, `utilization0{}`,
+    `bytes accessedout{}`, ...), so the whole dict can be compared."""
+    totals = _Estimator(module, diagnostics).computation(module.entry)
+    keys = totals if diagnostics else KEYS
+    return {k: float(totals[k]) for k in keys if totals.get(k, 0) != 0}
 
 
 def f32(value: int | Fraction | float) -> np.float32:
@@ -92,8 +95,9 @@ def _control_predecessors(inst: Instruction) -> tuple[str, ...]:
 
 
 class _Estimator:
-    def __init__(self, module: Module) -> None:
+    def __init__(self, module: Module, diagnostics: bool = False) -> None:
         self.module = module
+        self.diagnostics = diagnostics
         self.cache: dict[str, dict[str, np.float32]] = {}
 
     def computation(self, comp: Computation) -> dict[str, np.float32]:
@@ -105,10 +109,8 @@ class _Estimator:
         sums = {k: F32(0) for k in KEYS}
         for inst in visit_order(comp):
             props = self.instruction(comp, inst)
-            for k in KEYS:
-                v = props.get(k)
-                if v is not None:
-                    sums[k] = F32(sums[k] + v)
+            for k, v in props.items():
+                sums[k] = F32(sums.get(k, F32(0)) + v)
         self.cache[comp.name] = sums
         return sums
 
@@ -117,7 +119,10 @@ class _Estimator:
         if charge is None:
             raise ValueError(f"no rule for opcode {inst.opcode!r} ({inst.name})")
         if charge.nested is None:
-            return self._own(charge)
+            props = self._own(charge)
+            if self.diagnostics:
+                props.update(_f32_keys(xla_diagnostics.own_keys(self.module, comp, inst)))
+            return props
         callees = [self.module.computation(s.computation) for s in inst.calls if s.role in CallRole.CONTROL]
         if charge.nested == rules.NESTED_FUSION:
             props = dict(self.computation(callees[0]))
@@ -126,6 +131,8 @@ class _Estimator:
                 total = F32(total + f32(term))
             props[BYTES] = total
             props[OPTIMAL_SECONDS] = F32(0)  # recomputed from (absent) rates
+            if self.diagnostics:
+                props.update(_f32_keys(xla_diagnostics.fusion_keys(self.module, inst, callees[0])))
             return props
         if charge.nested == rules.NESTED_CALL:
             return dict(self.computation(callees[0]))
@@ -136,15 +143,16 @@ class _Estimator:
         if charge.nested == rules.NESTED_WHILE:
             body = self.computation(self.module.computation(inst.called(CallRole.WHILE_BODY)[0]))
             cond = self.computation(self.module.computation(inst.called(CallRole.WHILE_CONDITION)[0]))
-            return {k: F32(F32(F32(0) + body[k]) + cond[k]) for k in KEYS}
+            keys = dict.fromkeys(list(body) + list(cond))
+            return {k: F32(F32(F32(0) + body.get(k, F32(0))) + cond.get(k, F32(0))) for k in keys}
         if charge.nested == rules.NESTED_CONDITIONAL:
             branches = [self.module.computation(n) for n in inst.called(CallRole.BRANCH)]
             props = dict(self.computation(branches[0]))
             for branch in branches[1:]:
                 other = self.computation(branch)
-                for k in KEYS:
-                    if other[k] != 0:  # XLA's Properties::ForEach skips zero values
-                        props[k] = max(props[k], other[k])
+                for k, v in other.items():
+                    if v != 0:  # XLA's Properties::ForEach skips zero values
+                        props[k] = max(props.get(k, F32(0)), v)
             return props
         raise ValueError(f"unknown nesting {charge.nested!r}")
 
@@ -207,3 +215,7 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
 
     return total(module.entry), tuple(uncounted)
 
+
+
+def _f32_keys(keys: dict[str, float]) -> dict[str, np.float32]:
+    return {k: f32(v) for k, v in keys.items()}

@@ -67,9 +67,11 @@ def test_catalogue_is_big_enough():
 def test_program(program):
     compiled_text, _lowered, xla = compile_program(program)
     module = hloparse.parse(compiled_text)
-    estimate = xla_estimate(module)
+    estimate = xla_estimate(module, diagnostics=True)
     for key in KEYS:
         assert estimate.get(key, 0.0) == float(xla.get(key, 0.0)), (key, estimate, xla)
+    # and every other key of XLA's dict (optimal_seconds, per-operand diagnostics)
+    assert estimate == {k: float(v) for k, v in xla.items() if v != 0}
     if not program.formula:
         return
     xla_ints, _ = loop_once_totals(module, view="xla")

@@ -54,13 +54,16 @@ def results(corpus_answers) -> list[dict]:
         row["has_conditional"] = "conditional" in opcodes
         row["instructions"] = sum(len(c.instructions) for c in module.computations)
         try:
-            estimate = xla_estimate(module)
+            everything = xla_estimate(module, diagnostics=True)
+            estimate = {k: v for k, v in everything.items() if k in KEYS or k == "optimal_seconds"}
             totals, _ = loop_once_totals(module, view="xla")
             row["plain_sum"] = _plain_sum(module)
         except Exception as err:  # noqa: BLE001
             row["error"] = f"estimate: {type(err).__name__}: {err}"
             continue
         row["estimate"] = {k: estimate.get(k, 0.0) for k in KEYS}
+        row["all_keys_differ"] = sorted(k for k in set(everything) | set(xla)
+                                        if everything.get(k, 0.0) != float(xla.get(k, 0.0)))
         row["optimal_seconds"] = (estimate.get("optimal_seconds", 0.0), float(xla.get("optimal_seconds", 0.0)))
         row["integers"] = dict(zip(KEYS, (totals.flops, totals.transcendentals, totals.bytes_accessed)))
     return out
@@ -156,3 +159,10 @@ def test_optimal_seconds_is_minus_one_per_costed_custom_call_like_xla(results):
     bad = [f"{r['name']}: ours {r['optimal_seconds'][0]!r} XLA {r['optimal_seconds'][1]!r}"
            for r in results if "estimate" in r and r["optimal_seconds"][0] != r["optimal_seconds"][1]]
     assert not bad, "\n".join(bad[:50])
+
+
+def test_every_key_of_xlas_dict_matches_diagnostics_included(results):
+    """Bonus: with diagnostics=True the whole dict matches, per-operand keys
+    (`bytes accessed0{}`, `utilization1{}`, `bytes accessedout{0}`, ...) included."""
+    bad = [f"{r['name']}: {r['all_keys_differ'][:5]}" for r in results if r.get("all_keys_differ")]
+    assert not bad, f"{len(bad)} modules:\n" + "\n".join(bad[:50])

@@ -28,6 +28,7 @@ def test_catalogue_has_loops():
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
 def test_loop_program_matches_xla(program):
     compiled_text, _lowered, xla = compile_program(program)
-    estimate = xla_estimate(hloparse.parse(compiled_text))
+    estimate = xla_estimate(hloparse.parse(compiled_text), diagnostics=True)
     for key in KEYS:
         assert estimate.get(key, 0.0) == float(xla.get(key, 0.0)), (key, estimate, xla)
+    assert estimate == {k: float(v) for k, v in xla.items() if v != 0}  # every key, diagnostics too

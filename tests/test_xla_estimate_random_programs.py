@@ -145,10 +145,11 @@ def test_random_program(kind, seed):
     fn, args = globals()["_" + kind](rng)
     compiled = jax.jit(fn).lower(*args).compile()
     module = hloparse.parse(compiled.as_text())
-    estimate = xla_estimate(module)
+    estimate = xla_estimate(module, diagnostics=True)
     xla = xla_cost_of_compiled(compiled)
     for key in KEYS:
         assert estimate.get(key, 0.0) == float(xla.get(key, 0.0)), (key, estimate, xla)
+    assert estimate == {k: float(v) for k, v in xla.items() if v != 0}  # every key, diagnostics too
     _check_instructions(module)
 
 
