@@ -47,6 +47,7 @@ _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
 _EMBEDDED_STATEMENT = re.compile(
     r"\s(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()"
 )
+_SHAPED_OPERAND = re.compile(r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s+%([\w.\-]+)")
 _PERCENT_NAME = re.compile(r"%([\w.\-]+)")
 _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
@@ -101,11 +102,40 @@ def decode_fast(stmt: str, computation: str) -> Instruction | None:
     elif not body:
         operands = ()
     elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
-        operands = tuple(_PERCENT_NAME.findall(body))  # `/*index=5*/` comments hold no '%' or ','
-        if "/*" in body and "*/" not in body:
-            return None
+        if "/*" in body:
+            body = _INDEX_COMMENT.sub("", body)
+        pairs = _SHAPED_OPERAND.findall(body)
+        if len(pairs) == body.count("%"):  # every operand written `shape %name`: keep the shapes
+            operands = tuple(name for _, name in pairs)
+            operand_shapes = []
+            for text, _ in pairs:
+                operand_shape = _shape_cache.get(text)
+                if operand_shape is None:
+                    try:
+                        operand_shape = _shape_cache[text] = parse_shape(text)
+                    except ShapeSyntaxError:
+                        return None
+                operand_shapes.append(operand_shape)
+            return _finish_fast(stmt, m, root, name, shape, opcode, operands, tuple(operand_shapes), attributes,
+                                computation)
+        operands = tuple(_PERCENT_NAME.findall(body))
     else:
         return None
+    return _finish_fast(stmt, m, root, name, shape, opcode, operands, None, attributes, computation)
+
+
+def _finish_fast(
+    stmt: str,
+    m: re.Match[str],
+    root: str | None,
+    name: str,
+    shape: Shape,
+    opcode: str,
+    operands: tuple[str, ...],
+    operand_shapes: tuple[Shape, ...] | None,
+    attributes: dict[str, str],
+    computation: str,
+) -> Instruction | None:
     tail = stmt[m.end():]
     if tail and not tail.isspace():
         parts = _ATTR_SPLIT.split(tail)
@@ -124,7 +154,8 @@ def decode_fast(stmt: str, computation: str) -> Instruction | None:
             calls = _call_sites(opcode, attributes, name, [])
         except StatementError:
             return None
-    return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation, None)
+    return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
+                           operand_shapes)
 
 
 def decode_statement(

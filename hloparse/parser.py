@@ -24,7 +24,7 @@ from hloparse.errors import HloParseError
 from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
-from hloparse.statements import Statement, split_statements
+from hloparse.statements import Statement, one_statement_per_line, split_statements
 
 _COMP_HEAD = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*(.*?)\{\s*$", re.S)
 _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
@@ -36,7 +36,20 @@ def parse(text: str, path: str | None = None) -> Module:
     enabled = gc.isenabled()
     gc.disable()  # the parse allocates many long-lived objects; collecting midway only costs time
     try:
-        return _Builder(text, source).build()
+        try:
+            return _Builder(text, source).build()
+        except HloParseError as error:
+            rearranged = one_statement_per_line(text)
+            if rearranged is None:
+                raise
+            try:
+                module = _Builder(rearranged[0], source).build()
+            except HloParseError:
+                raise error from None  # the original text's error is the one that makes sense
+            origins = rearranged[1]
+            for _, inst in module.instructions():
+                inst.__dict__["line"] = origins[inst.line - 1] if 0 < inst.line <= len(origins) else inst.line
+            return module
     except HloParseError:
         raise
     except RecursionError:
@@ -156,6 +169,7 @@ class _Builder:
         self.signatures: dict[str, tuple[Statement, str, int]] = {}  # heading, signature text, its offset
         self.entry_name: str | None = None
         self.pending: list[Instruction] = []
+        self.shapeless = False  # some instruction may lack a shape: run the inference
         self.extra: list[Computation] = []  # synthesised async-wrapped computations
         try:
             tokens = list(split_statements(self.text))
@@ -179,7 +193,8 @@ class _Builder:
         from hloparse.infer import infer_missing_shapes
         from hloparse.validate import validate
 
-        infer_missing_shapes(self.computations + self.extra, self)
+        if self.shapeless:
+            infer_missing_shapes(self.computations + self.extra, self)
 
         computations = tuple(self.computations + self.extra)
         entry = self.entry_name or self.computations[-1].name
@@ -329,6 +344,8 @@ class _Builder:
             self._on_instruction(Statement(st.text[: split.offset], st.line, st.column))
             self._on_instruction(self._sub_statement(st, split.offset, st.text[split.offset:]))
             return
+        if inst.shape is None or any(i.shape is None for i in nested) or inline:
+            self.shapeless = True  # XLA lets these be written without a shape: infer.py fills them in
         for inner_name, body, offset in inline:
             self._inline_computation(inner_name, self._sub_statement(st, offset, body))
         line, column = st.line, st.column

@@ -187,3 +187,63 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             yield "COMPUTATION_HEADER", statement
         else:
             yield "INSTRUCTION", statement
+
+
+
+_LAYOUT_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*|[(){}\[\]\n=]', re.S)
+_BREAK = "\x00"  # marks a line break we insert (never occurs in HLO text)
+
+
+def one_statement_per_line(text: str) -> tuple[str, list[int]] | None:
+    """XLA's lexer ignores line breaks, so `ENTRY e { ROOT c = f32[] constant(1) }` is a module too.
+    Put every computation body's braces on lines of their own (and a heading that shares the
+    `HloModule` line on the next one). Returns the new text and, for each of its lines, the line
+    of the original it came from; None when that moves nothing. Only used after the
+    line-oriented reading failed, so it may take its time."""
+    breaks: list[int] = []  # offsets at which to break the line
+    stack: list[str] = []  # "body", or the closing bracket expected
+    has_equals = False  # the current statement has an '=' at depth 0 (so a '{' is a value)
+    statement_start = 0
+    for m in _LAYOUT_TOKEN.finditer(text):
+        tok = m.group()
+        inside = any(s != "body" for s in stack)
+        if tok == "\n" or tok[0] in "\"/":
+            if tok == "\n" and not inside:
+                has_equals, statement_start = False, m.end()
+        elif tok == "=":
+            has_equals = has_equals or not inside
+        elif tok in "([":
+            stack.append(")" if tok == "(" else "]")
+        elif tok == "{":
+            if inside or has_equals:
+                stack.append("}")
+                continue
+            statement = text[statement_start:m.start()]
+            if statement.lstrip().startswith("HloModule") and " ENTRY " in statement:
+                breaks.append(statement_start + statement.index(" ENTRY ") + 1)
+            breaks.append(m.end())
+            stack.append("body")
+            has_equals, statement_start = False, m.end()
+        elif tok == "}" and stack and stack[-1] == "body":
+            stack.pop()
+            breaks += [m.start(), m.end()]
+            has_equals, statement_start = False, m.end()
+        elif stack:
+            stack.pop()
+    if not breaks:
+        return None
+    pieces, last = [], 0
+    for offset in sorted(set(breaks)):
+        pieces += [text[last:offset], _BREAK]
+        last = offset
+    pieces.append(text[last:])
+    marked = "".join(pieces)
+    lines: list[str] = []
+    origins: list[int] = []
+    for number, original in enumerate(marked.split("\n"), start=1):
+        for piece in original.split(_BREAK):
+            lines.append(piece)
+            origins.append(number)
+    if [x for x in lines if x.strip()] == [x for x in text.split("\n") if x.strip()]:
+        return None  # every brace already stood on its own line
+    return "\n".join(lines), origins
