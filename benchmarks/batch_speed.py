@@ -28,6 +28,20 @@ from analysis.batch_discovery import discover  # noqa: E402
 from analysis.batch_worker import engine_version  # noqa: E402
 
 MB = 1024 * 1024
+HEADER = """# Batch analysis speed
+
+Each section is one run of `benchmarks/batch_speed.py` (newest last). The engine is measured on a
+snapshot of its sources, so its version (and the cache) stays put during a run.
+
+`CPU s`: CPU time of the batch process and its worker processes (not measured for dask, whose
+workers are not our children). `load`: the 1-minute load average around the run. These machines
+are shared with other work: when the load exceeds the CPU count, wall-clock rates understate what
+an idle machine does, while CPU seconds per MB hardly depend on the load.
+
+`failed` counts parse errors (including the 26 deliberately malformed modules), engine errors,
+timeouts and crashes; each has its row and message in the database. The cached rerun reads and
+hashes every file and finds its row unchanged; nothing is analysed.
+"""
 
 
 def _cpu_seconds() -> float:
@@ -110,40 +124,29 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(_measure("dask LocalCluster, 2 workers x 1 thread", files, tmp_path / "dask.sqlite",
                                         scheduler=cluster.scheduler_address, timeout_s=args.timeout))
 
-    lines = [
-        "# Batch analysis speed",
+    run = [
+        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
         f"`python3 benchmarks/batch_speed.py{' --limit ' + str(args.limit) if args.limit else ''}` over "
-        f"`{os.path.relpath(args.corpus, REPO)}` ({len(files)} module files), "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, engine {engine_version()} (a snapshot of the "
-        "sources, so that the engine version stays put during the benchmark), "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs ({platform.machine()}), "
-        "shared with other work, so treat the numbers as a rough guide.",
+        f"`{os.path.relpath(args.corpus, REPO)}` ({len(files)} module files), engine {engine_version()}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs ({platform.machine()}).",
         "",
         "| configuration | files | MB | seconds | files/s | MB/s | CPU s | load | ok | failed | cached |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        lines.append(
+        run.append(
             f"| {r['label']} | {r['files']} | {r['mb']:.1f} | {r['seconds']:.1f} | {r['files'] / r['seconds']:.1f} "
             f"| {r['mb'] / r['seconds']:.2f} | {'-' if r['cpu'] is None else format(r['cpu'], '.1f')} "
             f"| {r['load']:.1f} | {r['ok']} | {r['failed']} | {r['cached']} |"
         )
-    lines += [
-        "",
-        "`CPU s`: CPU time of the batch process and its worker processes (not measured for dask, whose workers "
-        "are not our children); `load`: the 1-minute load average around the run (other work on the machine). "
-        "When the load exceeds the CPU count, wall-clock rates understate what an idle machine does; "
-        "MB per CPU second does not depend on the load.",
-        "",
-        "`failed` counts parse errors (including the 26 deliberately malformed modules), engine errors, "
-        "timeouts and crashes; each has its row and message in the database. The cached rerun reads and "
-        "hashes every file and finds its row unchanged; nothing is analysed.",
-        "",
-    ]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
-    print("\n".join(lines))
+    run.append("")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Each run is appended: on a shared machine one run says little, several show the spread.
+    previous = out.read_text() if out.exists() else HEADER
+    out.write_text(previous.rstrip("\n") + "\n\n" + "\n".join(run))
+    print("\n".join(run))
     return 0
 
 
