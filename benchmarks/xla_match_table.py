@@ -4,7 +4,8 @@ match table.
 For every module in the corpus that XLA's parser accepts (index.csv `xla_parses`), XLA is asked
 live (jaxlib's `hlo_module_cost_analysis`, in a child process so that an XLA abort is an answer)
 and its `flops`, `transcendentals`, `bytes accessed` and `optimal_seconds` are compared bit for bit with
-`analysis.xla_estimate.xla_estimate(hloparse.load(path))`. The target set is the modules XLA can
+`analysis.xla_estimate.xla_estimate(hloparse.load(path), diagnostics=True)` (the diagnostic
+per-operand keys are compared too, as a bonus row). The target set is the modules XLA can
 cost that have no `while`; modules with loops are reported in a second column (XLA counts each
 loop body once, and so does `xla_estimate`).
 
@@ -41,6 +42,7 @@ class Outcome:
     error: str | None = None  # why we could not produce an estimate
     mismatched_keys: tuple[str, ...] = ()
     opcodes: frozenset[str] = field(default_factory=frozenset)
+    other_keys_differ: tuple[str, ...] = ()  # diagnostic keys (bytes accessed0{}, ...) that differ
 
 
 def compare_corpus(corpus: str, cache_dir: str | None = None, limit: int | None = None) -> list[Outcome]:
@@ -76,12 +78,14 @@ def compare_one(name: str, text: str, xla: dict, index_says_while: bool) -> Outc
     out.opcodes = frozenset(i.opcode for _, i in module.instructions())
     out.has_while = "while" in out.opcodes
     try:
-        estimate = xla_estimate(module)
+        estimate = xla_estimate(module, diagnostics=True)
     except Exception as err:  # noqa: BLE001
         out.error = f"estimate: {type(err).__name__}: {str(err)[:160]}"
         return out
     out.ours = {k: float(estimate.get(k, 0.0)) for k in KEYS}
     out.mismatched_keys = tuple(k for k in KEYS if out.ours[k] != out.xla[k])
+    out.other_keys_differ = tuple(sorted(k for k in set(estimate) | set(xla)
+                                         if k not in KEYS and estimate.get(k, 0.0) != float(xla.get(k, 0.0))))
     return out
 
 
@@ -108,6 +112,8 @@ def render(outcomes: list[Outcome], seconds: float) -> str:
 
     row("all four match", full)
     row("all four match, % of modules", lambda g: f"{100.0 * full(g) / max(len(g), 1):.2f}")
+    row("every key of the dict matches (diagnostic keys too, a bonus)",
+        lambda g: sum(1 for o in g if o.ours is not None and not o.mismatched_keys and not o.other_keys_differ))
     lines.append("")
     bad = [o for o in outcomes if o.mismatched_keys]
     lines.append(f"## Mismatches ({len(bad)} modules)")
