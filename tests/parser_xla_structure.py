@@ -3,8 +3,9 @@
 A module's structure is a list of computations, each `{"name": ..., "entry": bool, "root": k,
 "instructions": [[opcode, [operand positions]], ...], "calls": {k: [callee names]}}`: the opcode
 in the text format's spelling, each operand as its position in the computation's instruction
-list, the ROOT's position, and the computations each instruction calls (compared through the
-callees' structure, since their names differ too).
+list, the ROOT's position, the computations each instruction calls (compared through the
+callees' structure, since their names differ too) and each instruction's shape without layouts
+(`canonical_shape`).
 Names are left out on purpose: XLA makes instruction names module-unique (`param` ->
 `param.1`), names operands written as nested instructions `parameter.anon`, and names the
 computation it synthesises for the async shorthand `async_wrapped`, while hloparse uses
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 Structure = list[dict[str, Any]]
-FORMAT = 4  # bump when the structure's fields change: the cache is then rebuilt
+FORMAT = 5  # bump when the structure's fields change: the cache is then rebuilt
 
 # HloOpcode members whose text spelling is not the member name in kebab case
 # (xla/hlo/ir/hlo_opcode.h: V(kCos, "cosine", 1) and so on).
@@ -78,6 +79,7 @@ def xla_structure(text: str) -> Structure:
     entry = _PRINTED_ENTRY.search(printed)
     roots = set(_PRINTED_ROOT.findall(printed))
     printed_names = set(_PRINTED_INSTRUCTION.findall(printed))
+    shapes = _printed_shapes(printed)
     callees = _printed_callees(printed)
     home = {inst.name: comp.name for comp in module.computations() for inst in comp.instructions()}
     # XLA prints an async computation inside its async-start's shorthand (`all-reduce-start(x),
@@ -104,7 +106,8 @@ def xla_structure(text: str) -> Structure:
         root = [k for k, inst in enumerate(insts) if inst.name in roots]
         calls = {str(k): sorted(callees[inst.name]) for k, inst in enumerate(insts) if callees.get(inst.name)}
         out.append({"name": comp.name, "entry": entry is not None and comp.name == entry.group(1),
-                    "root": root[0] if len(root) == 1 else None, "instructions": rows, "calls": calls})
+                    "root": root[0] if len(root) == 1 else None, "instructions": rows, "calls": calls,
+                    "shapes": [shapes.get(inst.name) for inst in insts]})
     return out
 
 
@@ -117,6 +120,53 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _CALL_ATTRIBUTE = re.compile(
     r"[ ,](?:calls|to_apply|condition|body|true_computation|false_computation|branch_computations|select|scatter"
     r"|called_computations)=(\{[^}]*\}|%?[^\s,{}]+)")
+
+
+_LAYOUT = re.compile(r"\{[^{}]*\}")
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+def canonical_shape_text(text: str) -> str:
+    """A printed shape without layouts, comments or spaces: `(f32[2]{0}, /*index=1*/s32[])` ->
+    `(f32[2],s32[])`. Layouts are left out: XLA gives every array a default layout where the text
+    has none, while the IR keeps None."""
+    text = _COMMENT.sub("", text)
+    previous = None
+    while previous != text:
+        previous, text = text, _LAYOUT.sub("", text)
+    return re.sub(r"\s+", "", text)
+
+
+def canonical_shape(shape: Any) -> str:
+    """The same canonical text, written from an IR Shape's fields (not from Shape.__str__)."""
+    if shape.element_type == "tuple":
+        return "(" + ",".join(canonical_shape(s) for s in shape.tuple_shapes) + ")"
+    if shape.element_type == "buffer":
+        return "b(" + canonical_shape(shape.tuple_shapes[0]) + ")"
+    dynamic = shape.dynamic or (False,) * len(shape.dims)
+    dims = ["?" if d < 0 else ("<=" if dyn else "") + str(d) for d, dyn in zip(shape.dims, dynamic)]
+    return f"{shape.element_type}[{','.join(dims)}]"
+
+
+def _printed_shapes(printed: str) -> dict[str, str]:
+    """{instruction name: canonical shape} from XLA's printout."""
+    out = {}
+    for line in printed.split("\n"):
+        m = _PRINTED_INSTRUCTION.match(line)
+        if m is None:
+            continue
+        rest = line[m.end():]
+        if rest.startswith("("):
+            depth = 0
+            for end, char in enumerate(rest):
+                depth += (char == "(") - (char == ")")
+                if depth == 0:
+                    break
+            text = rest[: end + 1]
+        else:
+            text = rest.split(" ", 1)[0]
+        out[m.group(1)] = canonical_shape_text(text)
+    return out
 
 
 def _printed_callees(printed: str) -> dict[str, list[str]]:
@@ -143,7 +193,8 @@ def our_structure(module: Any) -> Structure:
         calls = {str(k): sorted(site.computation for site in inst.calls)
                  for k, inst in enumerate(comp.instructions) if inst.calls and inst.opcode not in _ASYNC_FOLLOWERS}
         out.append({"name": comp.name, "entry": comp.name == module.entry_name,
-                    "root": position[comp.root.name], "instructions": rows, "calls": calls})
+                    "root": position[comp.root.name], "instructions": rows, "calls": calls,
+                    "shapes": [canonical_shape(inst.shape) for inst in comp.instructions]})
     return out
 
 
@@ -251,7 +302,16 @@ def _with_callee_structure(comp: dict, module: Structure) -> dict:
 
 def _same(o: dict, x: dict) -> bool:
     return (o["instructions"] == x["instructions"] and o["root"] == x["root"] and o["entry"] == x["entry"]
-            and o["callees"] == x["callees"])
+            and o["callees"] == x["callees"] and _shape_difference(o, x) is None)
+
+
+def _shape_difference(o: dict, x: dict) -> int | None:
+    """The first instruction whose shape differs (where XLA printed one: an op folded into the
+    async shorthand is not printed on a line of its own)."""
+    for k, (ours, xla) in enumerate(zip(o.get("shapes", ()), x.get("shapes", ()))):
+        if xla is not None and ours != xla:
+            return k
+    return None
 
 
 def first_difference(ours: dict, xla: dict) -> str:
@@ -262,6 +322,10 @@ def first_difference(ours: dict, xla: dict) -> str:
         return f"{len(ours['instructions'])} instructions, XLA has {len(xla['instructions'])}"
     if ours["root"] != xla["root"]:
         return f"ROOT is instruction #{ours['root']}, XLA's is #{xla['root']}"
+    k = _shape_difference(ours, xla)
+    if k is not None:
+        return (f"instruction #{k} ({ours['instructions'][k][0]}) has shape {ours['shapes'][k]}, "
+                f"XLA's {xla['shapes'][k]}")
     for k in sorted(set(ours["callees"]) | set(xla["callees"]), key=int):
         if ours["callees"].get(k) != xla["callees"].get(k):
             return (f"instruction #{k} calls {ours.get('calls', {}).get(k, [])}, XLA's calls "

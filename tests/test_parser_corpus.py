@@ -1,8 +1,9 @@
 """Conformance with XLA's own parser on the shared corpus (issue 2).
 
 Every module XLA 0.10.2 accepts (`xla_parses=yes` in index.csv) must parse with hloparse into the
-same computations holding the same instructions, in the same order, with the same opcodes and the
-same operands (by position: XLA renames things, see tests/parser_xla_structure.py). The modules
+same computations holding the same instructions, in the same order, with the same opcodes, the
+same operands (by position: XLA renames things, see tests/parser_xla_structure.py), the same ROOT,
+ENTRY and callees, and the same shapes (layouts aside). The modules
 XLA 0.10.2 rejects only because their syntax is newer or older than it must parse too; which ones
 those are is read from XLA's own error text, by category, never file by file.
 """
@@ -119,8 +120,8 @@ ENTRY main {
 
 def test_comparison_notices_each_kind_of_difference() -> None:
     """The comparison is not vacuous: XLA's structure of a small module equals ours, and each
-    kind of change on our side (operand order, opcode, ROOT, ENTRY, callee, a lost computation)
-    is reported."""
+    kind of change on our side (operand order, opcode, ROOT, ENTRY, callee, a lost computation,
+    a shape) is reported."""
     pytest.importorskip("jaxlib")
     import copy
 
@@ -142,6 +143,7 @@ def test_comparison_notices_each_kind_of_difference() -> None:
     assert changed(lambda c, m: c.__setitem__("entry", False))
     assert changed(lambda c, m: c["calls"].__setitem__("4", ["mul"]))  # reduce to_apply=mul
     assert changed(lambda c, m: m.pop(0))
+    assert changed(lambda c, m: c["shapes"].__setitem__(2, "f32[5]"))  # subtract's shape
     # Renaming a computation (as XLA does for synthesised ones) is not a difference.
     renamed = copy.deepcopy(ours)
     renamed[0]["name"] = "add.renamed"

@@ -105,6 +105,12 @@ def test_dynamic_dimensions() -> None:
     assert parse_shape("s32[<=4]").dynamic == (True,)
 
 
+def test_unbounded_dynamic_dimension_prints_as_question_mark() -> None:
+    s = parse_shape("f32[?,784]")
+    assert s.is_dynamic and s.dynamic == (True, False)
+    assert str(s) == "f32[?,784]"
+
+
 def test_token_opaque_and_buffer() -> None:
     token = parse_shape("token[]")
     assert (token.element_type, token.is_array, token.byte_size(), token.num_elements) == ("token", False, 0, 0)
