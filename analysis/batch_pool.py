@@ -7,11 +7,12 @@ sentinel and replaced too. Either way the file gets a record and the batch goes 
 (`concurrent.futures.ProcessPoolExecutor` cannot do this: it cannot kill one stuck task, and a
 dead worker breaks the whole pool.)
 
-Dask: the same function is submitted to an existing `dask.distributed` cluster, a bounded
-window of files at a time. The time limit is enforced on the worker by running the function in
-a thread and giving up after the limit; the parent then restarts that worker (through its
-nanny) so the runaway thread does not keep burning a core. A worker that dies shows up as
-`KilledWorker` and is recorded as a crash.
+Dask: the same function is submitted to an existing `dask.distributed` cluster, one file per
+worker thread at a time (the parent ships each file's bytes, so workers need no shared
+filesystem). The time limit is enforced on the worker by running the function in a thread and
+giving up after the limit; the parent then restarts that worker (through its nanny) so the
+runaway thread does not keep burning a core. A worker that dies shows up as `KilledWorker` and
+is recorded as a crash.
 
 Both call `on_done(job, record)` in the calling process, in completion order.
 """
