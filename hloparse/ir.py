@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 # Bytes per element, as XLA's ShapeUtil::ByteSizeOfPrimitiveType counts them. Sub-byte types
 # (s4, u4, s2, u2, s1, u1, f4e2m1fn, ...) occupy one byte each in an unpacked layout.
@@ -117,7 +117,7 @@ class Shape:
         if self.element_type == "buffer":
             return f"b({self.tuple_shapes[0]})"
         dynamic = self.dynamic or (False,) * self.rank
-        dims = ",".join(("<=" if dyn else "") + str(d) for d, dyn in zip(self.dims, dynamic))
+        dims = ",".join("?" if d < 0 else ("<=" if dyn else "") + str(d) for d, dyn in zip(self.dims, dynamic))
         text = f"{self.element_type}[{dims}]"
         if self.layout is not None:
             text += "{" + ",".join(map(str, self.layout.minor_to_major))
@@ -156,7 +156,7 @@ class SourceLocation:
     column: int = 0
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Instruction:
     """One HLO instruction. `attributes` maps each attribute name to its raw value text, exactly
     as written (e.g. `"{1}"` for `lhs_contracting_dims={1}`); the properties below decode the
@@ -176,6 +176,18 @@ class Instruction:
     # text omitted them and, for speed, in compiled modules (`shape %name` operands). Use
     # Computation.operand_shapes, which resolves operands by name.
     inline_operand_shapes: tuple[Shape | None, ...] | None = None
+    # Attribute values decoded so far (slots keep a 200k-instruction module small, so no
+    # cached_property: the decoders below memoise here instead).
+    _decoded: dict[str, Any] | None = field(default=None, repr=False)
+
+    def _memo(self, key: str, decode: Callable[[], Any]) -> Any:
+        cache = self._decoded
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_decoded", cache)
+        if key not in cache:
+            cache[key] = decode()
+        return cache[key]
 
     # ---- decoded attributes (lazy) --------------------------------------------------------
     def attr(self, key: str, default: str | None = None) -> str | None:
@@ -188,8 +200,11 @@ class Instruction:
         raw = self.attributes.get(key)
         return None if raw is None else attributes.parse_int_list(raw)
 
-    @cached_property
+    @property
     def metadata(self) -> Mapping[str, str]:
+        return self._memo("metadata", self._decode_metadata)
+
+    def _decode_metadata(self) -> Mapping[str, str]:
         from hloparse import attributes
         from hloparse.errors import HloParseError
 
@@ -207,9 +222,12 @@ class Instruction:
     def op_name(self) -> str:
         return self.metadata.get("op_name", "")
 
-    @cached_property
+    @property
     def backend_config(self) -> Any:
         """The JSON of `backend_config`, decoded; a plain string if it is not JSON; None if absent."""
+        return self._memo("backend_config", self._decode_backend_config)
+
+    def _decode_backend_config(self) -> Any:
         from hloparse import attributes
 
         raw = self.attributes.get("backend_config")
@@ -221,8 +239,11 @@ class Instruction:
         except ValueError:
             return text
 
-    @cached_property
+    @property
     def dot_dimension_numbers(self) -> DotDimensionNumbers | None:
+        return self._memo("dot_dimension_numbers", self._decode_dot_dimension_numbers)
+
+    def _decode_dot_dimension_numbers(self) -> DotDimensionNumbers | None:
         dot_like = ("dot", "scaled-dot", "ragged-dot", "sparse-dot")
         if self.opcode not in dot_like and "lhs_contracting_dims" not in self.attributes:
             return None
@@ -233,27 +254,27 @@ class Instruction:
             rhs_contracting=self.int_list("rhs_contracting_dims") or (),
         )
 
-    @cached_property
+    @property
     def window(self) -> tuple[WindowDim, ...] | None:
         from hloparse import attributes
 
         raw = self.attributes.get("window")
-        return None if raw is None else attributes.parse_window(raw)
+        return None if raw is None else self._memo("window", lambda: attributes.parse_window(raw))
 
-    @cached_property
+    @property
     def conv_dim_labels(self) -> ConvDimLabels | None:
         from hloparse import attributes
 
         raw = self.attributes.get("dim_labels")
-        return None if raw is None else attributes.parse_dim_labels(raw)
+        return None if raw is None else self._memo("conv_dim_labels", lambda: attributes.parse_dim_labels(raw))
 
-    @cached_property
+    @property
     def slice_spec(self) -> tuple[tuple[int, int, int], ...] | None:
         """`slice={[0:4:1], [2:8]}` -> ((start, limit, stride), ...)."""
         from hloparse import attributes
 
         raw = self.attributes.get("slice")
-        return None if raw is None else attributes.parse_slice(raw)
+        return None if raw is None else self._memo("slice_spec", lambda: attributes.parse_slice(raw))
 
     @property
     def dimensions(self) -> tuple[int, ...] | None:

@@ -14,6 +14,7 @@ import os
 import zlib
 import re
 from pathlib import Path
+from typing import Iterator
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedInput, UnexpectedToken
@@ -48,7 +49,8 @@ def parse(text: str, path: str | None = None) -> Module:
                 raise error from None  # the original text's error is the one that makes sense
             origins = rearranged[1]
             for _, inst in module.instructions():
-                inst.__dict__["line"] = origins[inst.line - 1] if 0 < inst.line <= len(origins) else inst.line
+                line = origins[inst.line - 1] if 0 < inst.line <= len(origins) else inst.line
+                object.__setattr__(inst, "line", line)
             return module
     except HloParseError:
         raise
@@ -94,6 +96,12 @@ def _offset_of_line(text: str, line: int) -> int:
     for _ in range(line - 1):
         offset = text.index("\n", offset) + 1
     return offset
+
+
+def set_location(inst: Instruction, line: int, column: int) -> None:
+    """The builder owns the instructions it just decoded; placing them is their last assignment."""
+    object.__setattr__(inst, "line", line)
+    object.__setattr__(inst, "column", column)
 
 
 class _StatementLexer(Lexer):
@@ -171,18 +179,16 @@ class _Builder:
         self.pending: list[Instruction] = []
         self.shapeless = False  # some instruction may lack a shape: run the inference
         self.extra: list[Computation] = []  # synthesised async-wrapped computations
+        self.last_statement = Statement("", 1, 1)
         try:
-            tokens = list(split_statements(self.text))
-        except (AttributeSyntaxError, ValueError) as e:  # pragma: no cover - the splitter only slices text
-            raise HloParseError(str(e), file=self.source, line=1, column=1) from None
-        try:
-            self._parse_structure(tokens)
+            # Streamed, not listed: a 30 MB module's statements need not all be alive at once.
+            self._parse_structure(split_statements(self.text))
         except UnexpectedToken as e:
             statement = getattr(e, "statement", None)
             expected = " or ".join(sorted(_READABLE.get(t, t) for t in e.expected))
             got = _READABLE.get(e.token.type, e.token.type)
             if statement is None:
-                last = tokens[-1][1] if tokens else Statement("", 1, 1)
+                last = self.last_statement
                 raise self.error(f"unexpected {got}", last, len(last.text.rstrip()), expected) from None
             raise self.error(f"unexpected {got}", statement, 0, expected) from None
         except UnexpectedInput as e:  # pragma: no cover - every token comes from our own splitter
@@ -217,7 +223,7 @@ class _Builder:
         validate(module, self)
         return module
 
-    def _parse_structure(self, tokens: list[tuple[str, Statement]]) -> None:
+    def _parse_structure(self, tokens: Iterator[tuple[str, Statement]]) -> None:
         """Run the LALR parser over the statements, building the IR as rules reduce."""
         parser = _structure_parser()
         interactive = parser.parse_interactive()
@@ -226,6 +232,7 @@ class _Builder:
         # Inside a computation, instructions are all the grammar allows besides its closing brace,
         # so Lark is shown only those that stand outside one (to report them): its per-token cost
         # stays off the hot path.
+        statement = self.last_statement
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
                 if not inside:
@@ -244,6 +251,7 @@ class _Builder:
                 e.statement = statement  # type: ignore[attr-defined]
                 raise
             getattr(self, "_on_" + kind.lower())(statement)
+        self.last_statement = statement
         interactive.feed_eof()
 
     # Handlers, in the order the grammar allows them.
@@ -326,8 +334,7 @@ class _Builder:
         name = self.current[0]
         inst = decode_fast(st.text, name)
         if inst is not None:
-            inst.__dict__["line"] = st.line
-            inst.__dict__["column"] = st.column
+            set_location(inst, st.line, st.column)
             if inst.is_root:
                 self.roots += 1
                 if self.roots > 1:
@@ -354,12 +361,10 @@ class _Builder:
                 p.name == extra.name for p in self.pending
             ):
                 continue  # `%t#1` used again: one instruction serves both uses
-            extra.__dict__["line"] = line
-            extra.__dict__["column"] = column
+            set_location(extra, line, column)
             self.pending.append(extra)
         # The builder owns these fresh objects; setting the location here saves a copy.
-        inst.__dict__["line"] = line
-        inst.__dict__["column"] = column
+        set_location(inst, line, column)
         if inst.is_root:
             self.roots += 1
             if self.roots > 1:
