@@ -59,6 +59,7 @@ def points_at_same_place(lines: list[str], ours: int, xla: tuple[int, int]) -> b
 def assert_well_formed_error(err: HloParseError, text: str, file: str) -> None:
     """The documented shape of every HloParseError raised on text."""
     lines = text.split("\n")
+    assert "internal parser error" not in err.message, f"a parser bug, wrapped: {err}"
     assert err.file == file
     assert 1 <= err.line <= len(lines), f"line {err.line} outside the input's {len(lines)} lines: {err}"
     assert err.column >= 1, err

@@ -74,6 +74,7 @@ def check(mutant: str, strategy: str) -> None:
         module = hloparse.parse(mutant, path=MUTANT_FILE)
     except HloParseError as err:
         OUTCOMES["error"] += 1
+        assert "internal parser error" not in err.message, f"a parser bug, wrapped: {err}\n{mutant[:3000]}"
         lines = mutant.split("\n")
         where = f"{err!s}\n--- mutant ---\n{mutant[:3000]}"
         assert err.file == MUTANT_FILE, where

@@ -672,6 +672,10 @@ def test_whitespace_free_layouts_xla_accepts(text: str) -> None:
     entry = hloparse.parse(text).entry
     assert entry.name == "e" and entry.root.name in ("c", "n")
     assert entry.root.is_root
+    lines = text.split("\n")
+    for inst in entry.instructions:  # line and column point at the instruction in the text as written
+        at = lines[inst.line - 1][inst.column - 1:]
+        assert at.startswith((inst.name + " =", "ROOT " + inst.name)), (inst.name, inst.line, inst.column, at)
 
 
 def test_module_header_and_entry_without_keyword() -> None:
