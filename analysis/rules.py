@@ -15,15 +15,17 @@ Conventions (the contract in docs/architecture.md):
   body are never charged (XLA copies only flops/transcendentals out of a sub-computation).
 - Inside a fusion body an instruction's bytes are 0: XLA charges bytes at the fusion boundary.
 - XLA special case: a `kind=kCustom` fusion whose body holds a gather or scatter is costed as
-  that gather/scatter alone and XLA never visits the body. The fusion instruction therefore
-  carries the whole cost, and every instruction of that body (and below it) costs 0, so that the
-  sum over instructions still equals XLA's total.
+  that gather/scatter alone and XLA never visits the body. In view "xla" the fusion instruction
+  therefore carries the whole cost, and every instruction of that body (and below it) costs 0,
+  so that the sum over instructions still equals XLA's total. In view "exact" the fusion is an
+  ordinary one (boundary bytes; the fused instructions cost what they cost).
 - A conditional's own cost is 0; XLA charges the per-key maximum over its branches, which only
   `xla_estimate` (or an accounting that knows which branch runs) can apply.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
@@ -424,7 +426,12 @@ def _fusion(ctx: Ctx) -> Charge:
     body = ctx.module.computation(inst.called(CallRole.FUSION)[0])
     special = custom_fusion_gather_or_scatter(inst, body)
     if special is not None:
-        return scatter_charge(body, special) if special.opcode == "scatter" else gather_charge(body, special)
+        # XLA costs the fusion as the gather/scatter alone and never looks inside (view "xla");
+        # in truth the body runs like any fused computation (view "exact": boundary bytes here,
+        # the fused instructions counted as themselves).
+        charge = scatter_charge(body, special) if special.opcode == "scatter" else gather_charge(body, special)
+        boundary = sum(fusion_bytes.boundary_terms(ctx.module, inst, body))
+        return dataclasses.replace(charge, exact=Cost(0, 0, boundary))
     return Charge(bytes_terms=tuple(fusion_bytes.boundary_terms(ctx.module, inst, body)), nested=NESTED_FUSION)
 
 
@@ -504,7 +511,7 @@ def own_cost(module: Module, computation: Computation, instruction: Instruction,
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}, not {view!r}")
     info = module_info(module)
-    if computation.name in info.silenced:
+    if view == "xla" and computation.name in info.silenced:
         return OpCost(ZERO)
     try:
         charge = charge_of(module, computation, instruction)

@@ -272,3 +272,16 @@ def test_unknown_opcode_and_unbounded_shapes_are_uncounted_in_the_exact_view():
     inst = module.entry.root
     assert "unbounded" in own_cost(module, module.entry, inst, view="exact").uncounted
     assert own_cost(module, module.entry, inst, view="xla").uncounted is None  # XLA's INT64_MIN arithmetic
+
+
+def test_kcustom_gather_fusion_xla_view_is_the_gather_alone_exact_view_runs_the_body():
+    param = "p = f32[100,64] parameter(0)"
+    body = FUSED_GATHER.replace(param, param + "\n  n = f32[100,64] negate(p)")
+    body = body.replace("gather(p, i)", "gather(n, i)")
+    text = _module("  a = f32[100,64] parameter(0)\n  i = s32[5,1] parameter(1)\n"
+                   "  ROOT f = f32[5,64] fusion(a, i), kind=kCustom, calls=fg", body)
+    _check(text, bytes_accessed=2 * 1280 + 20)  # XLA: HandleGather on the inner gather, body unseen
+    module = hloparse.parse(text)
+    exact, uncounted = loop_once_totals(module, view="exact")
+    assert not uncounted
+    assert (exact.flops, exact.bytes_accessed) == (6400, 25600 + 20 + 1280)  # the negate runs; boundary bytes
