@@ -15,7 +15,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from tests.programs import FAMILIES, FORMULA_KEYS  # noqa: E402
-from tests.programs.compile import compile_program, concrete_args, run_program  # noqa: E402
+from tests.programs.compile import compile_program, concrete_args, executable, run_program  # noqa: E402
 from tests.programs.lax_programs import PROGRAMS  # noqa: E402
 from tests.programs.loop_programs import PAIRS, UNKNOWN_TRIP, UNKNOWN_TRIPS  # noqa: E402
 
@@ -37,8 +37,14 @@ TRANSCENDENTAL_FAMILIES = [
     "erf",
 ]
 # A per-kind formula is only meaningful if the optimized module still holds that kind of op.
-KIND_OPCODE = {"dot_flops": "dot", "conv_flops": "convolution", "sort_flops": "sort", "reduce_flops": "reduce",
-               "reduce_window_flops": "reduce-window", "fft_flops": "fft"}
+KIND_OPCODE = {
+    "dot_flops": "dot",
+    "conv_flops": "convolution",
+    "sort_flops": "sort",
+    "reduce_flops": "reduce",
+    "reduce_window_flops": "reduce-window",
+    "fft_flops": "fft",
+}
 KNOWN_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -96,8 +102,8 @@ def test_loop_pair_is_rolled_unrolled_and_equal(pair):
     known = {int(n) for n in KNOWN_TRIP.findall(rolled_text)}
     assert known <= set(pair.trip_counts), (known, pair.trip_counts)
     args = concrete_args(pair.rolled, seed=1)
-    rolled_out = jax.jit(pair.rolled.fn)(*args)
-    unrolled_out = jax.jit(pair.unrolled.fn)(*args)
+    rolled_out = executable(pair.rolled)(*args)
+    unrolled_out = executable(pair.unrolled)(*args)
     _assert_same_values(rolled_out, unrolled_out)
 
 

@@ -48,12 +48,25 @@ def lower_program(program: Program):
         return jax.jit(program.fn).lower(*program.args)
 
 
+# Executables compiled in this process, by program name, so that running a program right after
+# asking XLA for its text does not compile it a second time.
+_EXECUTABLES: dict[str, Any] = {}
+
+
+def executable(program: Program):
+    """A jax `Compiled` for the program (compiled at most once per process)."""
+    if program.name not in _EXECUTABLES:
+        with _x64_context(program):
+            _EXECUTABLES[program.name] = lower_program(program).compile()
+    return _EXECUTABLES[program.name]
+
+
 def run_program(program: Program) -> Any:
     """Run the program on its (concrete) args; x64 on for this call only if asked."""
     import jax
 
     with _x64_context(program):
-        return jax.block_until_ready(jax.jit(program.fn)(*program.args))
+        return jax.block_until_ready(executable(program)(*program.args))
 
 
 def _cache_path(program: Program, lowered_text: str) -> Path:
@@ -94,6 +107,7 @@ def compile_program(program: Program, *, use_cache: bool = True) -> tuple[str, s
         compiled = lowered.compile()
         compiled_text = compiled.as_text()
         cost = compiled.cost_analysis()
+    _EXECUTABLES[program.name] = compiled
     if isinstance(cost, (list, tuple)):  # jax 0.4.x returned one dict per module
         cost = cost[0]
     xla_cost = {str(k): float(v) for k, v in (cost or {}).items()}
