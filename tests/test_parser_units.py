@@ -678,6 +678,19 @@ def test_whitespace_free_layouts_xla_accepts(text: str) -> None:
         assert at.startswith((inst.name + " =", "ROOT " + inst.name)), (inst.name, inst.line, inst.column, at)
 
 
+def test_operand_shape_glued_to_its_name() -> None:
+    """XLA's lexer needs no space between an operand's shape and its name."""
+    text = """HloModule glued
+
+ENTRY e {
+  p = (f32[2], (f32[2], f32[2])) parameter(0)
+  ROOT g = (f32[2], f32[2]) get-tuple-element((f32[2],(f32[2],f32[2]))p), index=1
+}
+"""
+    root = hloparse.parse(text).entry.root
+    assert root.operands == ("p",) and root.attributes["index"] == "1"
+
+
 def test_module_header_and_entry_without_keyword() -> None:
     text = """HloModule hdr, is_scheduled=true, entry_computation_layout={(f32[2]{0})->f32[2]{0}}
 
