@@ -226,6 +226,7 @@ def xla_structures(paths: Iterable[Path], workers: int = 2, chunk: int = 40) -> 
     """{text hash: XLA's structure (or {"error": ...})} for every file, from the cache where it
     has the text's hash, else from XLA in `workers` child processes (then saved)."""
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
 
     store = cache_file()
@@ -243,9 +244,21 @@ def xla_structures(paths: Iterable[Path], workers: int = 2, chunk: int = 40) -> 
     if wanted:
         todo = list(wanted.values())
         chunks = [todo[i : i + chunk] for i in range(0, len(todo), chunk)]
+        crashed: list[str] = []
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            for result in pool.map(_xla_structures_of_files, chunks):
-                cached.update(result)
+            futures = [(part, pool.submit(_xla_structures_of_files, part)) for part in chunks]
+            for part, future in futures:
+                try:
+                    cached.update(future.result())
+                except BrokenProcessPool:  # XLA aborted in some file of the chunk (or one before it)
+                    crashed += part
+        for path in crashed:  # one process per file: the one that aborts is recorded, not fatal
+            with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as single:
+                try:
+                    cached.update(single.submit(_xla_structures_of_files, [path]).result())
+                except BrokenProcessPool:
+                    text = Path(path).read_text(encoding="utf-8")
+                    cached[text_key(text)] = {"error": "XLA aborted (its process died) parsing this text"}
         store.parent.mkdir(parents=True, exist_ok=True)
         tmp = store.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cached, separators=(",", ":")))
