@@ -106,11 +106,34 @@ def _worker_main(conn: multiprocessing.connection.Connection, fn: WorkerFn, opti
             conn.send({"status": ANALYSIS_ERROR, "error": f"result could not be sent back: {type(e).__name__}: {e}"})
 
 
-def _mp_context() -> multiprocessing.context.BaseContext:
-    # fork starts a worker in milliseconds with the engine already imported, which matters when
-    # timeouts and crashes make us start many; elsewhere spawn is the only safe choice.
+# Libraries that start native threads at import: forking a process that holds them can deadlock
+# the child on a lock some other thread held (jax warns about exactly this).
+_THREADED_LIBRARIES = ("jax", "jaxlib", "tensorflow", "torch")
+# What a forkserver preloads, so that the workers it forks start with the engine imported.
+_ENGINE_MODULES = ["analysis.batch_worker", "hloparse", "analysis.api", "analysis.accounting"]
+
+
+def _parent_has_threads() -> bool:
+    return threading.active_count() > 1 or any(name in sys.modules for name in _THREADED_LIBRARIES)
+
+
+def _mp_context(start_method: str | None = None) -> multiprocessing.context.BaseContext:
+    """fork when it is safe: a worker starts in milliseconds with the engine already imported,
+    which matters when timeouts and crashes make us start many. With threads in this process
+    (jax imported, a dask client), a forkserver: forked from a clean single-threaded process that
+    preloaded the engine. spawn where neither exists."""
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    if start_method is None:
+        if "fork" in methods and not _parent_has_threads():
+            start_method = "fork"
+        elif "forkserver" in methods:
+            start_method = "forkserver"
+        else:
+            start_method = "spawn"
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(_ENGINE_MODULES)  # no effect once the server runs; harmless
+    return ctx
 
 
 class _Slot:
@@ -157,10 +180,14 @@ def run_local(
     on_done: OnDone,
     processes: int | None = None,
     timeout_s: float | None = None,
+    start_method: str | None = None,
 ) -> None:
-    """Run `fn` over `jobs` in `processes` worker processes; see the module docstring."""
+    """Run `fn` over `jobs` in `processes` worker processes; see the module docstring.
+
+    `start_method` ("fork", "forkserver", "spawn"; default: see `_mp_context`). Except with fork,
+    `fn` must be importable by the workers (a module-level function)."""
     processes = processes or default_processes()
-    ctx = _mp_context()
+    ctx = _mp_context(start_method)
     pending: Iterator[Job] = iter(jobs)
     exhausted = False
     idle: list[_Slot] = []

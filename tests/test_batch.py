@@ -7,7 +7,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import multiprocessing
 import sqlite3
+import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 from analysis.api import analyze
 from analysis.batch import cli_main, format_summary, run_batch
 from analysis.batch_db import ResultsDB, comparable_rows, export
+from analysis.batch_pool import Job, run_local
+from analysis.batch_worker import WorkerOptions
 from tests.batch_fixtures import fake_by_content, fake_ok, make_mixed_dir
 
 
@@ -215,3 +219,34 @@ def test_cli(mixed: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert cli_main(["--db", str(tmp_path / "missing.sqlite"), "--export", str(tmp_path / "x.csv")]) == 2
     assert cli_main(["batch"]) == 2
     assert list(comparable_rows([{"path": "p", "run_id": 3, "seconds": 1.0, "finished_at": "t"}])) == [{"path": "p"}]
+
+
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_every_start_method_survives_hangs_and_crashes(start_method: str) -> None:
+    # fork is used when this process has no threads; with jax imported (as in the full test suite)
+    # a forkserver; spawn where neither exists. Each must kill a stuck worker and outlive a dead one.
+    if start_method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{start_method} does not exist on this platform")
+    jobs = [Job(f"/in/{name}", data) for name, data in
+            [("hang", b"HANG"), ("crash", b"CRASH"), ("a", b"aa"), ("b", b"bbb"), ("c", b"c")]]
+    records: dict[str, dict] = {}
+    run_local(jobs, fn=fake_by_content, options=WorkerOptions(), processes=2, timeout_s=2,
+              start_method=start_method, on_done=lambda job, record: records.__setitem__(job.path, record))
+    assert records["/in/hang"]["status"] == "timeout"
+    assert records["/in/crash"]["status"] == "crashed" and "exit code 7" in records["/in/crash"]["error"]
+    assert {p: r["transcendentals"] for p, r in records.items() if r["status"] == "ok"} == {
+        "/in/a": 2, "/in/b": 3, "/in/c": 1}
+
+
+def test_start_method_follows_threads_in_the_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    from analysis import batch_pool
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    monkeypatch.setattr(batch_pool, "_parent_has_threads", lambda: False)
+    assert batch_pool._mp_context().get_start_method() == "fork"
+    monkeypatch.setattr(batch_pool, "_parent_has_threads", lambda: True)
+    assert batch_pool._mp_context().get_start_method() == "forkserver"
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "jax", object())
+    assert batch_pool._parent_has_threads()
