@@ -72,7 +72,7 @@ _FAST = re.compile(
 )
 
 
-def decode_fast(stmt: str, computation: str) -> Instruction | None:
+def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> Instruction | None:
     """The common form of a compiled module's instruction, in one regular-expression match:
     an array shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
     None for anything else; decode_statement then does the full job (and reports errors)."""
@@ -117,11 +117,11 @@ def decode_fast(stmt: str, computation: str) -> Instruction | None:
                         return None
                 operand_shapes.append(operand_shape)
             return _finish_fast(stmt, m, root, name, shape, opcode, operands, tuple(operand_shapes), attributes,
-                                computation)
+                                computation, line, column)
         operands = tuple(_PERCENT_NAME.findall(body))
     else:
         return None
-    return _finish_fast(stmt, m, root, name, shape, opcode, operands, None, attributes, computation)
+    return _finish_fast(stmt, m, root, name, shape, opcode, operands, None, attributes, computation, line, column)
 
 
 def _finish_fast(
@@ -135,6 +135,8 @@ def _finish_fast(
     operand_shapes: tuple[Shape, ...] | None,
     attributes: dict[str, str],
     computation: str,
+    line: int,
+    column: int,
 ) -> Instruction | None:
     tail = stmt[m.end():]
     if tail and not tail.isspace():
@@ -155,7 +157,7 @@ def _finish_fast(
         except StatementError:
             return None
     return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
-                           operand_shapes)
+                           operand_shapes, line, column)
 
 
 def decode_statement(
@@ -290,8 +292,8 @@ def _operands(
             piece = _INDEX_COMMENT.sub(" ", piece)
         piece = piece.strip()
         m = _OPERAND.fullmatch(piece)
-        if m is None and "%" in piece and "(" not in piece[piece.rfind("%"):]:  # `(s32[], f32[])%name`
-            m = _OPERAND.fullmatch(piece[: piece.rfind("%")] + " " + piece[piece.rfind("%"):])
+        if m is None and piece[:1] != "%" and not _NESTED.match(piece):
+            m = _glued_operand(piece)  # `(s32[], f32[])%name` or `f32[2]name`: no space needed
         if m is None and nested is not None and _NESTED.match(piece):
             # An operand written as an instruction: XLA names it `<opcode>.anon`.
             auto = f"{user}.operand{len(names)}.anon"
@@ -323,6 +325,15 @@ def _operands(
             shapes.append(None)
         names.append(operand)
     return tuple(names), (tuple(shapes) if any_shape else None)
+
+
+def _glued_operand(piece: str) -> re.Match[str] | None:
+    """`shape name` with nothing between them, re-spaced for _OPERAND (None if it is not that)."""
+    try:
+        _, end = shape_at(piece, 0)
+    except ShapeSyntaxError:
+        return None
+    return _OPERAND.fullmatch(piece[:end] + " " + piece[end:].lstrip())
 
 
 def _compact_tuple_access(operand: str, computation: str, nested: list[Instruction] | None, offset: int) -> str:

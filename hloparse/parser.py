@@ -49,8 +49,9 @@ def parse(text: str, path: str | None = None) -> Module:
                 raise error from None  # the original text's error is the one that makes sense
             origins = rearranged[1]
             for _, inst in module.instructions():
-                line = origins[inst.line - 1] if 0 < inst.line <= len(origins) else inst.line
-                object.__setattr__(inst, "line", line)
+                if 0 < inst.line <= len(origins):
+                    line, shift = origins[inst.line - 1]
+                    set_location(inst, line, inst.column + shift)
             return module
     except HloParseError:
         raise
@@ -96,6 +97,14 @@ def _offset_of_line(text: str, line: int) -> int:
     for _ in range(line - 1):
         offset = text.index("\n", offset) + 1
     return offset
+
+
+def _column_at(st: Statement, offset: int) -> int:
+    """1-based column in the file of st.text[offset] (st.column is that of its first non-blank)."""
+    line_start = st.text.rfind("\n", 0, offset) + 1
+    if line_start == 0:
+        return st.column - (len(st.text) - len(st.text.lstrip(" \t"))) + offset
+    return offset - line_start + 1
 
 
 def set_location(inst: Instruction, line: int, column: int) -> None:
@@ -233,9 +242,16 @@ class _Builder:
         # so Lark is shown only those that stand outside one (to report them): its per-token cost
         # stays off the hot path.
         statement = self.last_statement
+        computation, append = "", self.pending.append
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
-                if not inside:
+                if inside:
+                    # The hot path: most instructions decode in one match and are not the ROOT.
+                    inst = decode_fast(statement.text, computation, statement.line, statement.column)
+                    if inst is not None and not inst.is_root:
+                        append(inst)
+                        continue
+                else:
                     try:
                         interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
                     except UnexpectedToken as e:
@@ -251,6 +267,8 @@ class _Builder:
                 e.statement = statement  # type: ignore[attr-defined]
                 raise
             getattr(self, "_on_" + kind.lower())(statement)
+            if inside:
+                computation, append = self.current[0], self.pending.append
         self.last_statement = statement
         interactive.feed_eof()
 
@@ -332,9 +350,8 @@ class _Builder:
 
     def _on_instruction(self, st: Statement) -> None:
         name = self.current[0]
-        inst = decode_fast(st.text, name)
+        inst = decode_fast(st.text, name, st.line, st.column)
         if inst is not None:
-            set_location(inst, st.line, st.column)
             if inst.is_root:
                 self.roots += 1
                 if self.roots > 1:
@@ -378,10 +395,9 @@ class _Builder:
                                           execution_thread=None))
 
     def _sub_statement(self, st: Statement, offset: int, text: str) -> Statement:
-        line = st.line + st.text.count("\n", 0, offset)
-        line_start = st.text.rfind("\n", 0, offset) + 1
-        column = (st.column + offset) if line_start == 0 else (offset - line_start + 1)
-        return Statement(text, line, column)
+        """The statement `text`, which starts at `offset` in st.text, located in the file."""
+        lead = len(text) - len(text.lstrip(" \t"))
+        return Statement(text, st.line + st.text.count("\n", 0, offset), _column_at(st, offset + lead))
 
     def _inline_computation(self, name: str, body: Statement) -> None:
         """A computation written as an attribute value: `to_apply={ x = ... ROOT y = ... }`."""

@@ -194,12 +194,12 @@ _LAYOUT_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*|[(){}\[\]\n=]'
 _BREAK = "\x00"  # marks a line break we insert (never occurs in HLO text)
 
 
-def one_statement_per_line(text: str) -> tuple[str, list[int]] | None:
+def one_statement_per_line(text: str) -> tuple[str, list[tuple[int, int]]] | None:
     """XLA's lexer ignores line breaks, so `ENTRY e { ROOT c = f32[] constant(1) }` is a module too.
     Put every computation body's braces on lines of their own (and a heading that shares the
     `HloModule` line on the next one). Returns the new text and, for each of its lines, the line
-    of the original it came from; None when that moves nothing. Only used after the
-    line-oriented reading failed, so it may take its time."""
+    of the original it came from and the columns that preceded it there; None when that moves
+    nothing. Only used after the line-oriented reading failed, so it may take its time."""
     breaks: list[int] = []  # offsets at which to break the line
     stack: list[str] = []  # "body", or the closing bracket expected
     has_equals = False  # the current statement has an '=' at depth 0 (so a '{' is a value)
@@ -239,11 +239,13 @@ def one_statement_per_line(text: str) -> tuple[str, list[int]] | None:
     pieces.append(text[last:])
     marked = "".join(pieces)
     lines: list[str] = []
-    origins: list[int] = []
+    origins: list[tuple[int, int]] = []  # (original line, columns before the piece on it)
     for number, original in enumerate(marked.split("\n"), start=1):
+        shift = 0
         for piece in original.split(_BREAK):
             lines.append(piece)
-            origins.append(number)
+            origins.append((number, shift))
+            shift += len(piece)
     if [x for x in lines if x.strip()] == [x for x in text.split("\n") if x.strip()]:
         return None  # every brace already stood on its own line
     return "\n".join(lines), origins
