@@ -84,7 +84,8 @@ def run_batch(
     scheduler address (or Client) to use instead. `timeout_s`: per-file limit (None: none).
     `scopes`: also store per-scope sums (`scope_depth` frames of the name stack). `force`:
     re-analyse files even when their row is up to date. `worker_fn`: the per-file function
-    (tests substitute fakes; it must be importable by the workers).
+    (tests substitute fakes; it must be importable by the workers; one may carry an
+    `engine_version` attribute, a callable returning the version its rows are cached under).
     """
     log = log or (lambda message: print(f"hloflops batch: {message}", file=sys.stderr))
     started = time.monotonic()
@@ -94,10 +95,14 @@ def run_batch(
     order = sorted(found.files, key=lambda mf: (-mf.size, str(mf.path)))
     if scheduler is None:
         _preload_engine()
-    # Hashed afresh for every run (not once per process), right after loading the engine that
-    # forked workers inherit, so the version names the code that produces this run's rows.
-    engine_version.cache_clear()
-    version = engine_version()
+    version_of = getattr(worker_fn, "engine_version", None)  # a substitute engine names its own
+    if version_of is None:
+        # Hashed afresh for every run (not once per process), right after loading the engine that
+        # forked workers inherit, so the version names the code that produces this run's rows.
+        engine_version.cache_clear()
+        version = engine_version()
+    else:
+        version = str(version_of())
     options = WorkerOptions(scopes=scopes, scope_depth=scope_depth)
     counts = {"analyzed": 0, "cached": 0}
     bar = Progress(len(order), found.total_bytes, enabled=progress)
