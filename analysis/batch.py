@@ -338,6 +338,9 @@ def cli_main(argv: list[str]) -> int:
             print("hloflops batch: interrupted; finished files are in the database, rerun to resume",
                   file=sys.stderr)
             return 130
+        except RuntimeError as e:  # no dask, an unreachable scheduler, a database of another schema
+            print(f"hloflops batch: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
         if not args.quiet:
             sys.stdout.write(format_summary(summary, top=args.top))
         status = summary.exit_code

@@ -279,10 +279,16 @@ def run_dask(
     log: Callable[[str], None] = lambda message: None,
 ) -> None:
     """Run `fn` over `jobs` on the dask cluster at `scheduler` (an address or a `Client`)."""
-    from distributed import Client, as_completed
+    try:
+        from distributed import Client, as_completed
+    except ImportError as e:
+        raise RuntimeError("--scheduler needs dask.distributed: python3 -m pip install 'dask[distributed]'") from e
 
     own_client = not isinstance(scheduler, Client)
-    client = Client(scheduler, set_as_default=False) if own_client else scheduler
+    try:
+        client = Client(scheduler, set_as_default=False, timeout=30) if own_client else scheduler
+    except (OSError, TimeoutError) as e:
+        raise RuntimeError(f"cannot reach the dask scheduler at {scheduler}: {e}") from e
     try:
         threads = sum(client.nthreads().values()) or 1
         # One file per worker thread in flight. More would keep the threads busier between files,
