@@ -7,6 +7,7 @@ each test's own directory, so tests can add, change and remove files freely.
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import os
 import shutil
@@ -49,6 +50,7 @@ _cache: dict[str, Path] = {}
 def _make_dump() -> Path:
     if "dump" not in _cache:
         out = Path(tempfile.mkdtemp(prefix="hloflops-batch-dump-"))
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
         env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={out}", JAX_PLATFORMS="cpu")
         subprocess.run([sys.executable, "-c", _JAX_PROGRAM], env=env, check=True, timeout=300)
         _cache["dump"] = out
