@@ -98,7 +98,8 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
         raise AttributeSyntaxError(f"expected a list of integers, got {raw!r}", 0, "{i,j,...}") from None
 
 
-_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("(?:[^"\\]|\\.)*"|[^\s,}]+)')  # fields may be comma-separated
+# `key="string"`, `key={1,2}` (profile_type) or `key=bare`; fields may be comma-separated.
+_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^\s,}]+)')
 
 
 def parse_metadata(raw: str) -> dict[str, str]:
