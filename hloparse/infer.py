@@ -40,6 +40,10 @@ def infer_missing_shapes(computations: list[Computation], builder: _Builder) -> 
             return
         shapes: dict[str, Shape] = {}
         for inst in comp.instructions:
+            if inst.opcode in DERIVED_SHAPE_OPCODES and inst.shape is not None:
+                derived = derived_shape(inst, comp)
+                if derived is not None:
+                    object.__setattr__(inst, "shape", derived)  # before anything is inferred from it
             if inst.shape is None:
                 for site in inst.calls:  # callees first: call/fusion/while results come from them
                     callee = by_name.get(site.computation)
@@ -192,4 +196,20 @@ def _infer(inst: Instruction, comp: Computation, shapes: dict[str, Shape], compu
     raise _CannotInfer("")
 
 
-__all__ = ["infer_missing_shapes", "HloParseError"]
+DERIVED_SHAPE_OPCODES = frozenset({"send", "send-done", "outfeed", "recv"})
+
+
+def derived_shape(inst: Instruction, comp: Computation) -> Shape | None:
+    """The shape XLA gives send, send-done and outfeed whatever the text says (its parser
+    re-derives them from the operands); None for every other opcode."""
+    if inst.opcode == "send" and inst.operands:
+        data = comp.by_name[inst.operands[0]].shape
+        return Shape("tuple", tuple_shapes=(data, Shape("u32"), Shape("token")))
+    if inst.opcode in ("send-done", "outfeed"):
+        return Shape("token")
+    if inst.opcode == "recv" and inst.shape is not None and inst.shape.is_tuple and inst.shape.tuple_shapes:
+        return Shape("tuple", tuple_shapes=(inst.shape.tuple_shapes[0], Shape("u32"), Shape("token")))
+    return None
+
+
+__all__ = ["infer_missing_shapes", "derived_shape", "HloParseError"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from hloparse import opcodes
 from hloparse.attributes import AttributeSyntaxError, parse_dim_labels, parse_slice, parse_window, split_top_level
+from hloparse.infer import DERIVED_SHAPE_OPCODES, derived_shape
 from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
@@ -115,7 +116,7 @@ def _plain(shape: Shape) -> str:
 
 
 _LAYOUT_LEVEL = re.compile(r"D\(([^)]*)\)")
-_CHECKED_OPCODES = frozenset({"constant", "infeed", "recv", "conditional", "scan"})
+_CHECKED_OPCODES = frozenset({"constant", "infeed", "conditional", "scan"}) | DERIVED_SHAPE_OPCODES
 _INT_LIST = re.compile(r"\{\s*(?:-?\d+(?:\s*,\s*-?\d+)*)?\s*\}")
 _INT = re.compile(r"-?\d+")
 _INT_LIST_ATTRIBUTES = frozenset(
@@ -141,6 +142,9 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
         raise builder.error_at_instruction(
             inst, f"expects {arity} operands, but has {len(inst.operands)} operands", f"{arity} operands")
     attrs = inst.attributes
+    derived = derived_shape(inst, module.computation(comp_name))
+    if derived is not None and not compatible(derived, inst.shape):
+        object.__setattr__(inst, "shape", derived)  # what XLA's parser makes of it, so the IR agrees
     if op not in _CHECKED_OPCODES and _CHECKED_ATTRIBUTES.isdisjoint(attrs) and (
         inst.shape.is_tuple or inst.shape.layout is None or not inst.shape.layout.details
     ):
