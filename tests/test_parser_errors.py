@@ -353,6 +353,46 @@ def test_duplicate_parameter_number() -> None:
     assert err.line == 5, "XLA points at the second parameter(0)"
 
 
+@pytest.mark.parametrize(
+    "good,bad,line",
+    [
+        ("z = f32[] constant(0)", "z = f32[] add(z, z)", 11),  # uses itself
+        ("z = f32[] constant(0)", "z = f32[] negate(w)\n  w = f32[] negate(z)", 11),  # a cycle of two
+        ("  z = f32[] constant(0)\n  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add",
+         "  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add\n  z = f32[] constant(0)", 11),  # used first
+    ],
+    ids=["self-use", "cycle", "use-before-definition"],
+)
+def test_operands_must_be_defined_before_use(good: str, bad: str, line: int) -> None:
+    """XLA's parser resolves an operand only among the instructions above it ("cannot parse as an
+    instruction name or as a nested instruction" at the use); a dataflow cycle must never reach the
+    analysis."""
+    text = GOOD.replace(good, bad)
+    assert text != GOOD
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == line, err
+
+
+def test_computation_calling_itself() -> None:
+    """XLA: "computation does not exist: add" (a callee must be defined above its caller); a
+    recursive call graph has no execution count."""
+    text = GOOD.replace("ROOT s = f32[] add(x, y)", "ROOT s = f32[] call(x, y), to_apply=add")
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == 6, err
+
+
+def test_get_tuple_element_index_out_of_range() -> None:
+    """A tuple of one element has no element 3 (XLA 0.10.2 hangs on this text; it must not parse)."""
+    gte = "t = (f32[]) tuple(z0)\n  z = f32[] get-tuple-element(t), index=3"
+    text = GOOD.replace("z = f32[] constant(0)", gte).replace(
+        "  p = f32[8] parameter(0)", "  p = f32[8] parameter(0)\n  z0 = f32[] constant(0)")
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert err.line == 13, err
+
+
 def test_unbalanced_brackets_and_stray_text() -> None:
     for text in (GOOD.replace("dimensions={0}", "dimensions={0"),
                  GOOD.replace("reduce(p, z)", "reduce(p, z"),
