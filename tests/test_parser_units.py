@@ -678,6 +678,24 @@ def test_whitespace_free_layouts_xla_accepts(text: str) -> None:
         assert at.startswith((inst.name + " =", "ROOT " + inst.name)), (inst.name, inst.line, inst.column, at)
 
 
+@pytest.mark.parametrize(
+    "instruction",
+    [
+        "ROOT n = f32[4] /* between shape and opcode */ negate(p)",
+        "ROOT n = f32[4] add(p, /* between operands */ p)",
+        "ROOT n = f32[4] negate(p) // trailing } ) ]",
+        'ROOT n = f32[4] negate(p), metadata={op_name="a//b /* not a comment */"}',
+    ],
+    ids=["before-opcode", "between-operands", "line-comment", "inside-string"],
+)
+def test_comments_where_xla_allows_them(instruction: str) -> None:
+    text = f"HloModule c\n\nENTRY e {{\n  p = f32[4] parameter(0)\n  {instruction}\n}}\n"
+    root = hloparse.parse(text).entry.root
+    assert (root.name, root.opcode) == ("n", root.opcode) and root.operands[0] == "p"
+    if "metadata" in instruction:
+        assert root.op_name == "a//b /* not a comment */"
+
+
 def test_operand_shape_glued_to_its_name() -> None:
     """XLA's lexer needs no space between an operand's shape and its name."""
     text = """HloModule glued
