@@ -90,6 +90,27 @@ def test_matches_xla(file: str, corpus_dir: Path, xla_answers: dict) -> None:
     assert not (isinstance(xla, dict) and "error" in xla), f"index.csv says XLA parses it, but: {xla}"
     problems = compare_structures(our_structure(module), xla)
     assert not problems, f"{file}:\n  " + "\n  ".join(problems[:10])
+    assert_locations_point_at_the_text(module, text, file)
+
+
+def assert_locations_point_at_the_text(module: hloparse.Module, text: str, file: str) -> None:
+    """Each instruction's (line, column) is where its statement starts: at its name (or `%name`,
+    or `ROOT`). An instruction the text does not spell out on its own (a nested operand, the op
+    inside an async-start shorthand) carries the location of the statement it came from."""
+    lines = text.split("\n")
+    named: set[tuple[int, int]] = set()
+    unnamed = []
+    for _, inst in module.instructions():
+        assert 1 <= inst.line <= len(lines) and inst.column >= 1, (file, inst.name, inst.line, inst.column)
+        at = lines[inst.line - 1][inst.column - 1:]
+        if at.startswith((inst.name, "%" + inst.name, "ROOT")):
+            named.add((inst.line, inst.column))
+        else:
+            unnamed.append(inst)
+    for inst in unnamed:
+        assert (inst.line, inst.column) in named, (
+            f"{file}: {inst.name} at {inst.line}:{inst.column} is neither its own statement nor another's: "
+            f"{lines[inst.line - 1][inst.column - 1:][:80]!r}")
 
 
 SMALL = """HloModule small
