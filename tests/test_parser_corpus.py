@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from tests.conftest import CORPUS_DIR
+from tests.conftest import CORPUS_DIR, EXAMPLES_DIR
 from tests.parser_xla_structure import compare_structures, our_structure, text_key, xla_structures
 
 
@@ -198,3 +198,60 @@ def test_other_rejected_modules_parse_or_raise_hlo_parse_error(file: str, corpus
         hloparse.load(corpus_dir / file)
     except hloparse.HloParseError as e:
         assert e.line >= 1 and e.column >= 1 and e.message
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES_DIR.glob("*.hlo")) or ["<no examples>"])
+def test_bundled_examples_match_xla(name: str) -> None:
+    """The bundled jax dumps (before and after optimizations) agree with XLA's parse too."""
+    pytest.importorskip("jaxlib")
+    from tests.parser_xla_structure import xla_structure
+
+    path = EXAMPLES_DIR / name
+    if not path.is_file():
+        pytest.skip(f"no bundled examples in {EXAMPLES_DIR}")
+    text = path.read_text(encoding="utf-8")
+    module = hloparse.load(path)
+    assert compare_structures(our_structure(module), xla_structure(text)) == []
+    assert_locations_point_at_the_text(module, text, name)
+
+
+def _jax_programs():  # noqa: ANN202 - built lazily: jax is imported only when the test runs
+    import jax
+    import jax.numpy as jnp
+
+    def scan_remat(w, xs):
+        step = jax.checkpoint(lambda c, x: (jnp.tanh(c @ w + x), c.sum()))
+        return jax.lax.scan(step, jnp.zeros(8), xs)
+
+    def cond_loop(x, n):
+        y = jax.lax.fori_loop(0, n, lambda i, v: v * 1.5 + i, x)
+        return jax.lax.cond(y.sum() > 0, jnp.sin, jnp.cos, y)
+
+    def conv_sort(img, k):
+        out = jax.lax.conv_general_dilated(img, k, (1, 1), "SAME")
+        return jnp.sort(out.reshape(-1)), jnp.argmax(out)
+
+    f32 = jnp.float32
+    return {
+        "scan_remat_grad": (jax.grad(lambda w, xs: scan_remat(w, xs)[1].sum()),
+                            (jnp.ones((8, 8), f32), jnp.ones((5, 8), f32))),
+        "cond_loop": (cond_loop, (jnp.ones(4, f32), 3)),
+        "conv_sort": (conv_sort, (jnp.ones((1, 3, 8, 8), f32), jnp.ones((4, 3, 3, 3), f32))),
+    }
+
+
+@pytest.mark.parametrize("program", ["scan_remat_grad", "cond_loop", "conv_sort"])
+@pytest.mark.parametrize("stage", ["before", "after"])
+def test_fresh_jax_modules_match_xla(program: str, stage: str) -> None:
+    """HLO text as jax prints it today (lowered, and compiled for CPU) parses as XLA parses it."""
+    pytest.importorskip("jax")
+    import jax
+
+    from tests.parser_xla_structure import xla_structure
+
+    f, args = _jax_programs()[program]
+    lowered = jax.jit(f).lower(*args)
+    text = lowered.as_text(dialect="hlo") if stage == "before" else lowered.compile().as_text()
+    module = hloparse.parse(text)
+    assert compare_structures(our_structure(module), xla_structure(text)) == []
+    assert_locations_point_at_the_text(module, text, f"{program}.{stage}")
