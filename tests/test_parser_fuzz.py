@@ -218,3 +218,41 @@ def test_mutants_parse_or_raise_hlo_parse_error(strategy: str) -> None:
 def test_mutant_total_is_over_ten_thousand() -> None:
     """The issue asks for at least 10,000 mutants a run: the strategies' budgets add up to that."""
     assert len(STRATEGIES) * EXAMPLES >= 10_000
+
+
+def test_the_property_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` is not vacuous: each way a parser can misbehave on a mutant is caught."""
+    good = "HloModule m\n\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT n = f32[2] negate(p)\n}\n"
+    real_parse = hloparse.parse
+
+    def fake(outcome):  # noqa: ANN001, ANN202
+        def parse(text, path=None):  # noqa: ANN001, ANN202
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome(text, path)
+        return parse
+
+    def located(message: str, expected: str = "a thing", line: int = 5, column: int = 3) -> HloParseError:
+        return HloParseError(message, file=MUTANT_FILE, line=line, column=column, text="ROOT n", expected=expected)
+
+    bad_outcomes = [
+        KeyError("x"),
+        IndexError("list index out of range"),
+        located("no expected", expected=""),
+        located("beyond the input", line=99),
+        located("beyond the line", column=200),
+        located("internal parser error (KeyError: 'x'); please report it"),
+    ]
+    for outcome in bad_outcomes:
+        monkeypatch.setattr(hloparse, "parse", fake(outcome))
+        with pytest.raises(AssertionError):
+            check(good, "self-test")
+    monkeypatch.setattr(hloparse, "parse", fake(located("a fine error")))
+    check(good, "self-test")
+    monkeypatch.setattr(hloparse, "parse", real_parse)
+    check(good, "self-test")
+    module = real_parse(good)
+    object.__setattr__(module.entry.root, "operands", ("ghost",))
+    monkeypatch.setattr(hloparse, "parse", fake(lambda text, path: module))
+    with pytest.raises(AssertionError):
+        check(good, "self-test")
