@@ -36,7 +36,7 @@ InlineComputations = list[tuple[str, str, int]]
 
 
 _HEAD = re.compile(r"\s*(ROOT\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*=\s*")
-_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
+_OPCODE = re.compile(r"(?:\s|/\*.*?\*/)*([a-z][a-z0-9\-]*)\s*\(", re.S)  # a /* comment */ may precede it
 _ATTR = re.compile(r"\s*([A-Za-z_][\w\-.]*)\s*=\s*", re.S)
 _OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*(?:#\d+)*)\s*", re.S)
 _INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)

@@ -46,15 +46,18 @@ def validate(module: Module, builder: _Builder) -> None:
                     raise builder.error_at_instruction(inst, f"instruction name {inst.name!r} is used twice",
                                                        "unique instruction names")
                 seen.add(inst.name)
-        used = {o for inst in comp.instructions for o in inst.operands}
-        check_operands = not used.issubset(by_name)
+        defined: set[str] = set()
         for inst in comp.instructions:
-            if check_operands:
+            if not defined.issuperset(inst.operands):
+                # XLA resolves an operand among the instructions above it: a later one, or none,
+                # is an error (and a dataflow cycle could not be written otherwise).
                 for operand in inst.operands:
-                    if operand not in by_name:
+                    if operand not in defined:
+                        where = "is defined after its use" if operand in by_name else "does not exist"
                         raise builder.error_at_instruction(
-                            inst, f"operand {operand!r} of {inst.name!r} does not exist in computation {comp.name!r}",
-                            "an instruction defined in the same computation", needle=operand)
+                            inst, f"operand {operand!r} of {inst.name!r} {where} in computation {comp.name!r}",
+                            "an instruction defined above, in the same computation", needle=operand)
+            defined.add(inst.name)
             for site in inst.calls:
                 if site.computation not in names:
                     raise builder.error_at_instruction(
@@ -84,7 +87,37 @@ def validate(module: Module, builder: _Builder) -> None:
                 _check_instruction(inst, comp.name, module, builder)
         _check_signature(comp, builder)
         _check_parameter_numbers(comp, builder)
+    _check_call_cycles(module, builder)
     _check_header(module, builder)
+
+
+def _check_call_cycles(module: Module, builder: _Builder) -> None:
+    """A computation may not call itself, directly or through others (the call graph is a DAG)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    names = module.by_name
+    for root in names:
+        if root in state:
+            continue
+        stack = [(root, iter(_callees(names[root])))]
+        state[root] = 1
+        while stack:
+            name, pending = stack[-1]
+            for inst, callee in pending:
+                if state.get(callee) == 1:
+                    raise builder.error_at_instruction(
+                        inst, f"computation {callee!r} calls itself (through {name!r})", "a call graph without cycles",
+                        needle=callee)
+                if callee not in state and callee in names:
+                    state[callee] = 1
+                    stack.append((callee, iter(_callees(names[callee]))))
+                    break
+            else:
+                state[name] = 2
+                stack.pop()
+
+
+def _callees(comp):  # noqa: ANN001, ANN202
+    return [(inst, site.computation) for inst in comp.instructions for site in inst.calls]
 
 
 def _check_parameter_numbers(comp, builder: _Builder) -> None:  # noqa: ANN001
@@ -116,7 +149,7 @@ def _plain(shape: Shape) -> str:
 
 
 _LAYOUT_LEVEL = re.compile(r"D\(([^)]*)\)")
-_CHECKED_OPCODES = frozenset({"constant", "infeed", "conditional", "scan"}) | DERIVED_SHAPE_OPCODES
+_CHECKED_OPCODES = frozenset({"constant", "infeed", "conditional", "scan", "get-tuple-element"}) | DERIVED_SHAPE_OPCODES
 _INT_LIST = re.compile(r"\{\s*(?:-?\d+(?:\s*,\s*-?\d+)*)?\s*\}")
 _INT = re.compile(r"-?\d+")
 _INT_LIST_ATTRIBUTES = frozenset(
@@ -158,6 +191,13 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
         raise builder.error_at_instruction(inst, "infeed must have a non-empty tuple shape", "a tuple shape")
     elif op == "recv" and not inst.shape.is_tuple:
         raise builder.error_at_instruction(inst, f"{op} must have a tuple shape", "(shape, u32[], token[])")
+    elif op == "get-tuple-element" and inst.operands:
+        tuple_shape = module.computation(comp_name).by_name[inst.operands[0]].shape
+        index = int(attrs.get("index", "0")) if _INT.fullmatch(attrs.get("index", "0")) else -1
+        if not tuple_shape.is_tuple or not 0 <= index < len(tuple_shape.tuple_shapes):
+            raise builder.error_at_instruction(
+                inst, f"get-tuple-element index {attrs.get('index')} is out of range for {_plain(tuple_shape)}",
+                "an index into the operand's tuple", needle="index=")
     elif op == "conditional" and "branch_computations" in attrs and inst.operands:
         index_shape = module.computation(comp_name).by_name[inst.operands[0]].shape
         if index_shape.dims:
