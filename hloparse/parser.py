@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from lark import Lark, Token
+from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, UnexpectedToken
 from lark.lexer import Lexer
 
@@ -133,6 +133,16 @@ _SIMPLE_SIGNATURE = re.compile(
     rf"\s*\(\s*(?:%?[\w.\-]+\s*:\s*{_SHAPE_PATTERN}\s*(?:,\s*(?=%?[\w.\-]+\s*:)|(?=\))))*\)"
     rf"\s*->\s*{_SHAPE_PATTERN}\s*"
 )
+class _NoTree(Transformer):
+    """The builder's handlers make the IR as the statements arrive; Lark only has to check their
+    order, so its rules build nothing (no parse tree is ever materialised)."""
+
+    def _nothing(self, children: list) -> None:  # noqa: ANN001
+        return None
+
+    start = module_header = stack_table = computation = instruction = _nothing
+
+
 _GRAMMAR_PATH = Path(__file__).with_name("hlo.lark")
 _lark: Lark | None = None
 
@@ -140,7 +150,7 @@ _lark: Lark | None = None
 def _structure_parser() -> Lark:
     global _lark
     if _lark is None:
-        _lark = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer=_StatementLexer)
+        _lark = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer=_StatementLexer, transformer=_NoTree())
     return _lark
 
 
