@@ -75,20 +75,17 @@ _FAST = re.compile(
 def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> Instruction | None:
     """The common form of a compiled module's instruction, in one regular-expression match:
     an array shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
-    None for anything else; decode_statement then does the full job (and reports errors)."""
+    None for anything else; decode_statement then does the full job (and reports errors).
+    This runs once per instruction of every module, so it is written for speed, in one piece."""
     m = _FAST.match(stmt)
     if m is None:
         return None
     root, name, shape_text, opcode, body = m.groups()
-    shape = _shape_cache.get(shape_text)
+    shape = _shape_cache.get(shape_text) or _cached_shape(shape_text)
     if shape is None:
-        try:
-            shape = parse_shape(shape_text)
-        except ShapeSyntaxError:
-            return None
-        if len(_shape_cache) < 50_000:
-            _shape_cache[shape_text] = shape
+        return None
     attributes: dict[str, str] = {}
+    operand_shapes: tuple[Shape, ...] | None = None
     if opcode == "parameter":
         if not body.isdigit():
             return None
@@ -106,38 +103,14 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             body = _INDEX_COMMENT.sub("", body)
         pairs = _SHAPED_OPERAND.findall(body)
         if len(pairs) == body.count("%"):  # every operand written `shape %name`: keep the shapes
-            operands = tuple(name for _, name in pairs)
-            operand_shapes = []
-            for text, _ in pairs:
-                operand_shape = _shape_cache.get(text)
-                if operand_shape is None:
-                    try:
-                        operand_shape = _shape_cache[text] = parse_shape(text)
-                    except ShapeSyntaxError:
-                        return None
-                operand_shapes.append(operand_shape)
-            return _finish_fast(stmt, m, root, name, shape, opcode, operands, tuple(operand_shapes), attributes,
-                                computation, line, column)
-        operands = tuple(_PERCENT_NAME.findall(body))
+            operands = tuple([operand for _, operand in pairs])
+            operand_shapes = tuple([_shape_cache.get(text) or _cached_shape(text) for text, _ in pairs])
+            if None in operand_shapes:
+                return None
+        else:
+            operands = tuple(_PERCENT_NAME.findall(body))
     else:
         return None
-    return _finish_fast(stmt, m, root, name, shape, opcode, operands, None, attributes, computation, line, column)
-
-
-def _finish_fast(
-    stmt: str,
-    m: re.Match[str],
-    root: str | None,
-    name: str,
-    shape: Shape,
-    opcode: str,
-    operands: tuple[str, ...],
-    operand_shapes: tuple[Shape, ...] | None,
-    attributes: dict[str, str],
-    computation: str,
-    line: int,
-    column: int,
-) -> Instruction | None:
     tail = stmt[m.end():]
     if tail and not tail.isspace():
         parts = _ATTR_SPLIT.split(tail)
@@ -158,6 +131,17 @@ def _finish_fast(
             return None
     return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
                            operand_shapes, line, column)
+
+
+def _cached_shape(text: str) -> Shape | None:
+    """parse_shape through the decoder's cache; None if the text is not a shape."""
+    try:
+        shape = parse_shape(text)
+    except ShapeSyntaxError:
+        return None
+    if len(_shape_cache) < 50_000:
+        _shape_cache[text] = shape
+    return shape
 
 
 def decode_statement(
@@ -229,23 +213,31 @@ def new_instruction(
     line: int = 0,
     column: int = 0,
 ) -> Instruction:
-    """Instruction(...) without the dataclass __init__'s keyword handling and defaults, which
-    cost a noticeable share of the decode time on large modules."""
-    inst = object.__new__(Instruction)
-    init = object.__setattr__  # the fields are frozen; this is their one assignment
-    init(inst, "name", name)
-    init(inst, "opcode", opcode)
-    init(inst, "shape", shape)
-    init(inst, "operands", operands)
-    init(inst, "attributes", attributes)
-    init(inst, "calls", calls)
-    init(inst, "is_root", is_root)
-    init(inst, "line", line)
-    init(inst, "column", column)
-    init(inst, "computation", computation)
-    init(inst, "inline_operand_shapes", operand_shapes)
-    init(inst, "_decoded", None)
+    """Instruction(...) at a third of the dataclass __init__'s cost: the fields are set through
+    their slot descriptors directly (the frozen class's one assignment of each)."""
+    inst = _new(Instruction)
+    _set_name(inst, name)
+    _set_opcode(inst, opcode)
+    _set_shape(inst, shape)
+    _set_operands(inst, operands)
+    _set_attributes(inst, attributes)
+    _set_calls(inst, calls)
+    _set_is_root(inst, is_root)
+    _set_line(inst, line)
+    _set_column(inst, column)
+    _set_computation(inst, computation)
+    _set_inline_operand_shapes(inst, operand_shapes)
+    _set_decoded(inst, None)
     return inst
+
+
+_new = object.__new__
+(_set_name, _set_opcode, _set_shape, _set_operands, _set_attributes, _set_calls, _set_is_root, _set_line, _set_column,
+ _set_computation, _set_inline_operand_shapes, _set_decoded) = (
+    Instruction.__dict__[field].__set__
+    for field in ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "line", "column",
+                  "computation", "inline_operand_shapes", "_decoded")
+)
 
 
 def _operands(
