@@ -14,6 +14,7 @@ from typing import Iterator
 
 TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _TABLE_ROW = re.compile(r"\s*\d+\s")
+_LEADING_COMMENT = re.compile(r"^[ \t]*/\*", re.M)
 _STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//.*')
 
 
@@ -87,7 +88,8 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
     line does not start a statement of its own (attributes wrapped onto their own lines)."""
     lines = text.split("\n")
     in_string = False  # inside a string that began on an earlier line
-    for k, line in enumerate(lines):
+    has_comments = "//" in text or _LEADING_COMMENT.search(text) is not None
+    for k, line in enumerate(lines if has_comments else ()):
         if in_string or ("//" in line and '"' in line):
             line, in_string = _strip_comment_across_lines(line, in_string)
             lines[k] = line

@@ -47,6 +47,7 @@ def validate(module: Module, builder: _Builder) -> None:
                                                        "unique instruction names")
                 seen.add(inst.name)
         defined: set[str] = set()
+        parameter_numbers: set[str] = set()
         for inst in comp.instructions:
             if not defined.issuperset(inst.operands):
                 # XLA resolves an operand among the instructions above it: a later one, or none,
@@ -74,6 +75,12 @@ def validate(module: Module, builder: _Builder) -> None:
                             f"the shape of the operand instruction, {_plain(actual)}",
                             "the operand's own shape", needle=operand)
             op = inst.opcode
+            if op == "parameter":
+                number = inst.attributes["parameter_number"]
+                if number in parameter_numbers:
+                    raise builder.error_at_instruction(inst, f"duplicate parameter number {number} in {comp.name}",
+                                                       "each parameter number once")
+                parameter_numbers.add(number)
             arity = arity_of(op)
             attrs = inst.attributes
             layout = inst.shape.layout
@@ -86,7 +93,6 @@ def validate(module: Module, builder: _Builder) -> None:
                     continue
                 _check_instruction(inst, comp.name, module, builder)
         _check_signature(comp, builder)
-        _check_parameter_numbers(comp, builder)
     _check_call_cycles(module, builder)
     _check_header(module, builder)
 
@@ -118,17 +124,6 @@ def _check_call_cycles(module: Module, builder: _Builder) -> None:
 
 def _callees(comp):  # noqa: ANN001, ANN202
     return [(inst, site.computation) for inst in comp.instructions for site in inst.calls]
-
-
-def _check_parameter_numbers(comp, builder: _Builder) -> None:  # noqa: ANN001
-    seen: set[str] = set()
-    for inst in comp.instructions:
-        if inst.opcode == "parameter":
-            number = inst.attributes["parameter_number"]
-            if number in seen:
-                raise builder.error_at_instruction(inst, f"duplicate parameter number {number} in {comp.name}",
-                                                   "each parameter number once")
-            seen.add(number)
 
 
 def _check_signature(comp, builder: _Builder) -> None:  # noqa: ANN001
