@@ -33,6 +33,11 @@ OPTIMAL_SECONDS = "optimal_seconds"
 KEYS = (FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS)
 
 
+class EstimateUnavailable(ValueError):
+    """XLA's number cannot be predicted for this module: an opcode no rule knows (XLA's parser
+    would refuse the module) or an instruction XLA itself cannot cost (it aborts on those)."""
+
+
 def xla_estimate(module: Module, *, diagnostics: bool = False) -> dict[str, float]:
     """XLA's cost dict for the module's ENTRY computation (loops counted once). With
     `diagnostics`, also XLA's per-operand keys (`bytes accessed0{}`, `utilization0{}`,
@@ -115,9 +120,12 @@ class _Estimator:
         return sums
 
     def instruction(self, comp: Computation, inst: Instruction) -> dict[str, np.float32]:
-        charge = rules.charge_of(self.module, comp, inst)
+        try:
+            charge = rules.charge_of(self.module, comp, inst)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise EstimateUnavailable(f"{inst.opcode} {inst.name!r} (line {inst.line}): {err}") from err
         if charge is None:
-            raise ValueError(f"no rule for opcode {inst.opcode!r} ({inst.name})")
+            raise EstimateUnavailable(f"no rule for opcode {inst.opcode!r} ({inst.name}, line {inst.line})")
         if charge.nested is None:
             props = self._own(charge)
             if self.diagnostics:
