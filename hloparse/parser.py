@@ -258,7 +258,9 @@ class _Builder:
                 if inside:
                     # The hot path: most instructions decode in one match and are not the ROOT.
                     inst = decode_fast(statement.text, computation, statement.line, statement.column)
-                    if inst is not None and not inst.is_root:
+                    if inst is not None:
+                        if inst.is_root:
+                            self._count_root(statement)
                         append(inst)
                         continue
                 else:
@@ -363,9 +365,7 @@ class _Builder:
         inst = decode_fast(st.text, name, st.line, st.column)
         if inst is not None:
             if inst.is_root:
-                self.roots += 1
-                if self.roots > 1:
-                    raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
+                self._count_root(st)
             self.pending.append(inst)
             return
         nested: list[Instruction] = []
@@ -393,9 +393,7 @@ class _Builder:
         # The builder owns these fresh objects; setting the location here saves a copy.
         set_location(inst, line, column)
         if inst.is_root:
-            self.roots += 1
-            if self.roots > 1:
-                raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
+            self._count_root(st)
         self.pending.append(inst)
         if wrapped:
             for w in wrapped:
@@ -403,6 +401,11 @@ class _Builder:
                 object.__setattr__(w, "column", column)
             self.extra.append(Computation(wrapped[0].computation, tuple(wrapped), line=line,
                                           execution_thread=None))
+
+    def _count_root(self, st: Statement) -> None:
+        self.roots += 1
+        if self.roots > 1:
+            raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
 
     def _sub_statement(self, st: Statement, offset: int, text: str) -> Statement:
         """The statement `text`, which starts at `offset` in st.text, located in the file."""
