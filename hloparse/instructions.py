@@ -118,7 +118,9 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             return None
         for k in range(1, len(parts), 2):
             value = parts[k + 1]
-            if not _balanced(value) or " = " in value or parts[k] in attributes:
+            # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
+            # attribute value nests `, key=` in parentheses or brackets alone).
+            if value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes:
                 return None
             attributes[parts[k]] = value.strip()
     calls: tuple[CallSite, ...] = ()
