@@ -47,9 +47,11 @@ def validate(module: Module, builder: _Builder) -> None:
                                                        "unique instruction names")
                 seen.add(inst.name)
         defined: set[str] = set()
+        add_defined = defined.add
         parameter_numbers: set[str] = set()
         for inst in comp.instructions:
-            if not defined.issuperset(inst.operands):
+            operands = inst.operands
+            if operands and not defined.issuperset(operands):
                 # XLA resolves an operand among the instructions above it: a later one, or none,
                 # is an error (and a dataflow cycle could not be written otherwise).
                 for operand in inst.operands:
@@ -58,7 +60,7 @@ def validate(module: Module, builder: _Builder) -> None:
                         raise builder.error_at_instruction(
                             inst, f"operand {operand!r} of {inst.name!r} {where} in computation {comp.name!r}",
                             "an instruction defined above, in the same computation", needle=operand)
-            defined.add(inst.name)
+            add_defined(inst.name)
             for site in inst.calls:
                 if site.computation not in names:
                     raise builder.error_at_instruction(
@@ -89,9 +91,10 @@ def validate(module: Module, builder: _Builder) -> None:
             ):
                 _check_instruction(inst, comp.name, module, builder)
             elif not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
-                if all((k, attrs[k]) in _GOOD_VALUES for k in _CHECKED_ATTRIBUTES.intersection(attrs)):
-                    continue
-                _check_instruction(inst, comp.name, module, builder)
+                for key in _CHECKED_ATTRIBUTES.intersection(attrs):
+                    if (key, attrs[key]) not in _GOOD_VALUES:  # a value not seen before: check it
+                        _check_instruction(inst, comp.name, module, builder)
+                        break
         _check_signature(comp, builder)
     _check_call_cycles(module, builder)
     _check_header(module, builder)
