@@ -47,6 +47,7 @@ _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
 _EMBEDDED_STATEMENT = re.compile(
     r"\s(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()"
 )
+_BARE_NAMES = re.compile(r"[A-Za-z_][\w.\-]*(?:, ?[A-Za-z_][\w.\-]*)*")
 _SHAPED_OPERAND = re.compile(r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s+%([\w.\-]+)")
 _PERCENT_NAME = re.compile(r"%([\w.\-]+)")
 _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
@@ -109,6 +110,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
                 return None
         else:
             operands = tuple(_PERCENT_NAME.findall(body))
+    elif _BARE_NAMES.fullmatch(body):  # `add(a, b)`: jax's HLO dialect writes no '%' and no shapes
+        operands = tuple(body.replace(" ", "").split(","))
     else:
         return None
     tail = stmt[m.end():]

@@ -126,7 +126,12 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             # cut short here by an open '{' or '[' fails to decode: an error, not a different module.)
             if left.rstrip()[-1] not in ",={([" and line.count("(") == line.count(")"):
                 nxt = lines[i + 1].lstrip()
-                if (nxt[:1] == "%" or nxt[:1] == "}" or nxt.startswith("ROOT ")):
+                if (
+                    nxt[:1] == "%"
+                    or nxt[:1] == "}"
+                    or nxt.startswith("ROOT ")
+                    or (" = " in nxt and _STATEMENT_START.match(nxt))  # names written without '%'
+                ):
                     yield "INSTRUCTION", _statement(Statement, (line, i + 1, len(line) - len(left) + 1))
                     i += 1
                     continue
