@@ -242,8 +242,14 @@ def parse_slice(raw: str) -> tuple[tuple[int, int, int], ...]:
     return tuple(dims)
 
 
+_ONE_NAME = re.compile(r"%?([\w.\-:]+)")
+
+
 def parse_computation_list(raw: str) -> tuple[str, ...]:
     """`{%a, %b}` or `%a` -> names without '%'."""
+    single = _ONE_NAME.fullmatch(raw)
+    if single is not None:  # the usual `calls=%fused_computation.12`
+        return (single.group(1),)
     body = raw.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]
