@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hloparse.attributes import AttributeSyntaxError, parse_padding
-from hloparse.errors import HloParseError
 from hloparse.ir import Computation, Instruction, Layout, Shape
 
 if TYPE_CHECKING:
@@ -212,4 +211,4 @@ def derived_shape(inst: Instruction, comp: Computation) -> Shape | None:
     return None
 
 
-__all__ = ["infer_missing_shapes", "derived_shape", "HloParseError"]
+__all__ = ["infer_missing_shapes", "derived_shape"]

@@ -24,7 +24,7 @@ from hloparse.attributes import AttributeSyntaxError, find_close, split_top_leve
 from hloparse.errors import HloParseError
 from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
-from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
+from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.statements import Statement, one_statement_per_line, split_statements
 
 _COMP_HEAD = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*(.*?)\{\s*$", re.S)
@@ -256,13 +256,15 @@ class _Builder:
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
                 if inside:
-                    # The hot path: most instructions decode in one match and are not the ROOT.
+                    # The hot path: most instructions decode in one match.
                     inst = decode_fast(statement.text, computation, statement.line, statement.column)
                     if inst is not None:
                         if inst.is_root:
                             self._count_root(statement)
                         append(inst)
                         continue
+                    on_instruction(statement, True)  # the full decoder, without a second fast try
+                    continue
                 else:
                     try:
                         interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
@@ -360,9 +362,9 @@ class _Builder:
             raise self.error(str(e), st, lead + e.offset, e.expected) from None
         return tuple(params), result
 
-    def _on_instruction(self, st: Statement) -> None:
+    def _on_instruction(self, st: Statement, fast_path_tried: bool = False) -> None:
         name = self.current[0]
-        inst = decode_fast(st.text, name, st.line, st.column)
+        inst = None if fast_path_tried else decode_fast(st.text, name, st.line, st.column)
         if inst is not None:
             if inst.is_root:
                 self._count_root(st)
@@ -521,4 +523,4 @@ class _Builder:
             raise self.error(str(e), st, offset + arrow + 2 + e.offset, e.expected) from None
 
 
-__all__ = ["parse", "load", "split_statements", "shape_at"]
+__all__ = ["parse", "load"]

@@ -17,7 +17,6 @@ class ShapeSyntaxError(ValueError):
 
 
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:[ \t]*\{([^{}]*)\})?")
-_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 _VALID_TYPES = frozenset(ELEMENT_BYTES) | NON_ARRAY_TYPES
 _cache: dict[str, Shape] = {}
 
@@ -124,7 +123,3 @@ def _skip_space_and_comments(text: str, i: int) -> int:
         else:
             break
     return i
-
-
-def strip_index_comments(text: str) -> str:
-    return _INDEX_COMMENT.sub("", text) if "/*" in text else text
