@@ -6,7 +6,7 @@ for the rest (broadcast, reshape, convert, custom-call, ...) a missing shape is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from hloparse.attributes import AttributeSyntaxError, parse_padding
 from hloparse.ir import Computation, Instruction, Layout, Shape
@@ -40,7 +40,7 @@ def infer_missing_shapes(computations: list[Computation], builder: _Builder) -> 
         shapes: dict[str, Shape] = {}
         for inst in comp.instructions:
             if inst.opcode in DERIVED_SHAPE_OPCODES and inst.shape is not None:
-                derived = derived_shape(inst, comp)
+                derived = derived_shape(inst, comp.by_name)
                 if derived is not None:
                     object.__setattr__(inst, "shape", derived)  # before anything is inferred from it
             if inst.shape is None:
@@ -198,11 +198,11 @@ def _infer(inst: Instruction, comp: Computation, shapes: dict[str, Shape], compu
 DERIVED_SHAPE_OPCODES = frozenset({"send", "send-done", "outfeed", "recv"})
 
 
-def derived_shape(inst: Instruction, comp: Computation) -> Shape | None:
+def derived_shape(inst: Instruction, by_name: Mapping[str, Instruction]) -> Shape | None:
     """The shape XLA gives send, send-done and outfeed whatever the text says (its parser
-    re-derives them from the operands); None for every other opcode."""
+    re-derives them from the operands); None for every other opcode. `by_name` resolves operands."""
     if inst.opcode == "send" and inst.operands:
-        data = comp.by_name[inst.operands[0]].shape
+        data = by_name[inst.operands[0]].shape
         return Shape("tuple", tuple_shapes=(data, Shape("u32"), Shape("token")))
     if inst.opcode in ("send-done", "outfeed"):
         return Shape("token")

@@ -41,6 +41,14 @@ _ATTR = re.compile(r"\s*([A-Za-z_][\w\-.]*)\s*=\s*", re.S)
 _OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*(?:#\d+)*)\s*", re.S)
 _INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
+_OPCODE_NAMES = {op: op for op in _KNOWN}
+_KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen in any module)
+
+
+def _key_name(key: str) -> str:
+    if len(_KEY_NAMES) < 1024:  # bounded: a long batch of odd files must not grow it forever
+        _KEY_NAMES[key] = key
+    return key
 _shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
 _ONLY_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?")
 _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
@@ -82,6 +90,9 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     if m is None:
         return None
     root, name, shape_text, opcode, body = m.groups()
+    opcode = _OPCODE_NAMES.get(opcode)  # one shared string per opcode (a module holds 200k of them)
+    if opcode is None:
+        return None
     shape = _shape_cache.get(shape_text) or _cached_shape(shape_text)
     if shape is None:
         return None
@@ -95,8 +106,6 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     elif opcode == "constant":
         attributes["literal"] = body.strip()
         operands = ()
-    elif opcode not in _KNOWN:
-        return None
     elif not body:
         operands = ()
     elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
@@ -125,7 +134,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             # attribute value nests `, key=` in parentheses or brackets alone).
             if value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes:
                 return None
-            attributes[parts[k]] = value.strip()
+            key = _KEY_NAMES.get(parts[k]) or _key_name(parts[k])
+            attributes[key] = value.strip()
     calls: tuple[CallSite, ...] = ()
     if not _CALL_ATTRIBUTES.isdisjoint(attributes):
         if any(attributes[k][:1] == "{" and "=" in attributes[k] for k in _CALL_ATTRIBUTES.intersection(attributes)):

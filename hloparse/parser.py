@@ -27,7 +27,7 @@ from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, 
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.statements import Statement, one_statement_per_line, split_statements
 
-_COMP_HEAD = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*(.*?)\{\s*$", re.S)
+_COMP_NAME = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*")  # then the signature, then '{'
 _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
 
 
@@ -107,6 +107,19 @@ def _column_at(st: Statement, offset: int) -> int:
     return offset - line_start + 1
 
 
+def new_computation(name: str, instructions: tuple[Instruction, ...], is_entry: bool = False,
+                    execution_thread: str | None = None, line: int = 0) -> Computation:
+    """Computation(...) without the frozen dataclass's per-field object.__setattr__: a module of
+    thousands of small fusion computations makes one each."""
+    comp = _new_object(Computation)
+    comp.__dict__.update(name=name, instructions=instructions, is_entry=is_entry, execution_thread=execution_thread,
+                         line=line, is_fusion_body=False)
+    return comp
+
+
+_new_object = object.__new__
+
+
 def set_location(inst: Instruction, line: int, column: int) -> None:
     """The builder owns the instructions it just decoded; placing them is their last assignment."""
     object.__setattr__(inst, "line", line)
@@ -153,6 +166,11 @@ def _structure_parser() -> Lark:
         _lark = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer=_StatementLexer, transformer=_NoTree())
     return _lark
 
+
+# One token object per kind, fed again and again: the rules build nothing from them, and an
+# error is located from the statement being fed (making a Token per statement cost 2 us each).
+_TOKENS = {kind: Token(kind, "") for kind in
+           ("MODULE_HEADER", "TABLE_NAME", "TABLE_ROW", "COMPUTATION_HEADER", "INSTRUCTION", "COMPUTATION_END")}
 
 _READABLE = {
     "MODULE_HEADER": "'HloModule name'",
@@ -225,12 +243,9 @@ class _Builder:
         entry = self.entry_name or self.computations[-1].name
         fusion_bodies = {site.computation for c in computations for i in c.instructions for site in i.calls
                          if site.role == "fusion"}
-        if fusion_bodies:
-            computations = tuple(
-                Computation(c.name, c.instructions, c.is_entry, c.execution_thread, c.line, True)
-                if c.name in fusion_bodies else c
-                for c in computations
-            )
+        for c in computations:
+            if c.name in fusion_bodies:
+                c.__dict__["is_fusion_body"] = True  # our fresh object; its one assignment of the field
         module = Module(
             name=self.module_name,
             computations=computations,
@@ -246,6 +261,7 @@ class _Builder:
         """Run the LALR parser over the statements, building the IR as rules reduce."""
         parser = _structure_parser()
         interactive = parser.parse_interactive()
+        feed = interactive.feed_token
         on_instruction = self._on_instruction
         inside = False
         # Inside a computation, instructions are all the grammar allows besides its closing brace,
@@ -267,7 +283,7 @@ class _Builder:
                     continue
                 else:
                     try:
-                        interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
+                        feed(_TOKENS[kind])
                     except UnexpectedToken as e:
                         e.statement = statement  # type: ignore[attr-defined]
                         raise
@@ -275,7 +291,7 @@ class _Builder:
                 continue
             inside = kind == "COMPUTATION_HEADER"
             try:
-                interactive.feed_token(Token(kind, "", line=statement.line, column=statement.column))
+                feed(_TOKENS[kind])
             except UnexpectedToken as e:
                 e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
                 e.statement = statement  # type: ignore[attr-defined]
@@ -317,10 +333,11 @@ class _Builder:
         self.current_table.append(st)
 
     def _on_computation_header(self, st: Statement) -> None:
-        m = _COMP_HEAD.match(st.text)
+        text = st.text.rstrip()
+        m = _COMP_NAME.match(text) if text[-1:] == "{" else None
         if m is None:
             raise self.error("expected a computation heading", st, 0, "[ENTRY] %name [(params) -> shape] {")
-        is_entry, name, signature = m.group(1) is not None, m.group(2), m.group(3)
+        is_entry, name, signature = m.group(1) is not None, m.group(2), text[m.end():-1]
         if is_entry:
             if self.entry_name is not None:
                 raise self.error("expects only one ENTRY computation", st, 0, "a single ENTRY")
@@ -329,9 +346,9 @@ class _Builder:
             raise self.error(f"computation {name!r} is defined twice", st, m.start(2), "unique computation names")
         # Parsed on demand: only the result shape is always needed (to check the root against).
         # A heading the quick pattern does not vouch for is parsed now, to report its errors.
-        self.signatures[name] = (st, signature, m.start(3))
-        if signature.strip() and not _SIMPLE_SIGNATURE.fullmatch(signature):
-            self._signature(st, signature, m.start(3))
+        self.signatures[name] = (st, signature, m.end())
+        if signature and not _SIMPLE_SIGNATURE.fullmatch(signature):
+            self._signature(st, signature, m.end())
         self.current = (name, is_entry, st)
         self.pending = []
         self.roots = 0
@@ -401,8 +418,7 @@ class _Builder:
             for w in wrapped:
                 object.__setattr__(w, "line", line)
                 object.__setattr__(w, "column", column)
-            self.extra.append(Computation(wrapped[0].computation, tuple(wrapped), line=line,
-                                          execution_thread=None))
+            self.extra.append(new_computation(wrapped[0].computation, tuple(wrapped), line=line))
 
     def _count_root(self, st: Statement) -> None:
         self.roots += 1
@@ -425,7 +441,7 @@ class _Builder:
             self._on_instruction(shifted)
         if not self.pending:
             raise self.error("empty inline computation", body, 0, "at least one instruction")
-        self.computations.insert(0, Computation(name, tuple(self.pending), line=body.line))
+        self.computations.insert(0, new_computation(name, tuple(self.pending), line=body.line))
         self.current, self.pending, self.roots = saved
 
     def _on_computation_end(self, st: Statement) -> None:
@@ -440,9 +456,7 @@ class _Builder:
             thread = m.group(1)
         if not self.pending:
             raise self.error(f"computation {name!r} has no instructions", head, 0, "at least one instruction")
-        self.computations.append(
-            Computation(name, tuple(self.pending), is_entry=is_entry, execution_thread=thread, line=head.line)
-        )
+        self.computations.append(new_computation(name, tuple(self.pending), is_entry, thread, head.line))
         self.pending = []
 
     def _stack_frames(self) -> StackFrames:

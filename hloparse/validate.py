@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from hloparse import opcodes
 from hloparse.attributes import AttributeSyntaxError, parse_dim_labels, parse_slice, parse_window, split_top_level
@@ -38,29 +38,24 @@ def validate(module: Module, builder: _Builder) -> None:
     names = module.by_name
     arity_of = opcodes.ARITY.get
     for comp in module.computations:
-        by_name = comp.by_name
-        if len(by_name) != len(comp.instructions):
-            seen: set[str] = set()
-            for inst in comp.instructions:
-                if inst.name in seen:
-                    raise builder.error_at_instruction(inst, f"instruction name {inst.name!r} is used twice",
-                                                       "unique instruction names")
-                seen.add(inst.name)
-        defined: set[str] = set()
-        add_defined = defined.add
+        # The instructions seen so far, by name: what an operand may refer to. Once the whole
+        # computation is checked it is exactly Computation.by_name, so it is kept as that.
+        defined: dict[str, Instruction] = {}
         parameter_numbers: set[str] = set()
         for inst in comp.instructions:
-            operands = inst.operands
-            if operands and not defined.issuperset(operands):
-                # XLA resolves an operand among the instructions above it: a later one, or none,
-                # is an error (and a dataflow cycle could not be written otherwise).
-                for operand in inst.operands:
-                    if operand not in defined:
-                        where = "is defined after its use" if operand in by_name else "does not exist"
-                        raise builder.error_at_instruction(
-                            inst, f"operand {operand!r} of {inst.name!r} {where} in computation {comp.name!r}",
-                            "an instruction defined above, in the same computation", needle=operand)
-            add_defined(inst.name)
+            for operand in inst.operands:
+                if operand not in defined:
+                    # XLA resolves an operand among the instructions above it: a later one, or none,
+                    # is an error (and a dataflow cycle could not be written otherwise).
+                    later = any(i.name == operand for i in comp.instructions)
+                    where = "is defined after its use" if later else "does not exist"
+                    raise builder.error_at_instruction(
+                        inst, f"operand {operand!r} of {inst.name!r} {where} in computation {comp.name!r}",
+                        "an instruction defined above, in the same computation", needle=operand)
+            if inst.name in defined:
+                raise builder.error_at_instruction(inst, f"instruction name {inst.name!r} is used twice",
+                                                   "unique instruction names")
+            defined[inst.name] = inst
             for site in inst.calls:
                 if site.computation not in names:
                     raise builder.error_at_instruction(
@@ -69,7 +64,7 @@ def validate(module: Module, builder: _Builder) -> None:
             declared = inst.inline_operand_shapes
             if declared is not None:
                 for operand, shape in zip(inst.operands, declared):
-                    actual = by_name[operand].shape
+                    actual = defined[operand].shape
                     # Shapes come from one cache, so the same text is the same object.
                     if shape is not actual and shape is not None and not compatible(shape, actual):
                         raise builder.error_at_instruction(
@@ -89,12 +84,13 @@ def validate(module: Module, builder: _Builder) -> None:
             if (arity is not None and len(inst.operands) != arity) or op in _CHECKED_OPCODES or (
                 layout is not None and layout.details
             ):
-                _check_instruction(inst, comp.name, module, builder)
+                _check_instruction(inst, defined, builder)
             elif not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
                 for key in _CHECKED_ATTRIBUTES.intersection(attrs):
                     if (key, attrs[key]) not in _GOOD_VALUES:  # a value not seen before: check it
-                        _check_instruction(inst, comp.name, module, builder)
+                        _check_instruction(inst, defined, builder)
                         break
+        comp.__dict__["by_name"] = defined  # the cached_property's value, already made
         _check_signature(comp, builder)
     _check_call_cycles(module, builder)
     _check_header(module, builder)
@@ -166,14 +162,15 @@ _VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
 _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups"}
 
 
-def _check_instruction(inst: Instruction, comp_name: str, module: Module, builder: _Builder) -> None:
+def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
+    """The checks few instructions need; `above` has the instructions before inst, by name."""
     op = inst.opcode
     arity = opcodes.ARITY.get(op)
     if arity is not None and len(inst.operands) != arity and op not in ("parameter", "constant"):
         raise builder.error_at_instruction(
             inst, f"expects {arity} operands, but has {len(inst.operands)} operands", f"{arity} operands")
     attrs = inst.attributes
-    derived = derived_shape(inst, module.computation(comp_name))
+    derived = derived_shape(inst, above)
     if derived is not None and not compatible(derived, inst.shape):
         object.__setattr__(inst, "shape", derived)  # what XLA's parser makes of it, so the IR agrees
     if op not in _CHECKED_OPCODES and _CHECKED_ATTRIBUTES.isdisjoint(attrs) and (
@@ -190,14 +187,14 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
     elif op == "recv" and not inst.shape.is_tuple:
         raise builder.error_at_instruction(inst, f"{op} must have a tuple shape", "(shape, u32[], token[])")
     elif op == "get-tuple-element" and inst.operands:
-        tuple_shape = module.computation(comp_name).by_name[inst.operands[0]].shape
+        tuple_shape = above[inst.operands[0]].shape
         index = int(attrs.get("index", "0")) if _INT.fullmatch(attrs.get("index", "0")) else -1
         if not tuple_shape.is_tuple or not 0 <= index < len(tuple_shape.tuple_shapes):
             raise builder.error_at_instruction(
                 inst, f"get-tuple-element index {attrs.get('index')} is out of range for {_plain(tuple_shape)}",
                 "an index into the operand's tuple", needle="index=")
     elif op == "conditional" and "branch_computations" in attrs and inst.operands:
-        index_shape = module.computation(comp_name).by_name[inst.operands[0]].shape
+        index_shape = above[inst.operands[0]].shape
         if index_shape.dims:
             raise builder.error_at_instruction(inst, "The first operand must be a scalar", "a scalar branch index")
     for key in _VALUE_CHECKED.intersection(attrs):
@@ -229,12 +226,12 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
         except AttributeSyntaxError as e:
             raise builder.error_at_instruction(inst, f"dim_labels: {e}", e.expected, needle="dim_labels=") from None
     if "operand_layout_constraints" in attrs:
-        _check_layout_constraints(inst, module.computation(comp_name), builder)
+        _check_layout_constraints(inst, above, builder)
     if "replica_groups" in attrs and attrs["replica_groups"].startswith("mesh"):
         _check_mesh_groups(inst, builder)
     if op == "scan" and "dimensions" in attrs:
         dims = inst.dimensions or ()
-        rank = module.computation(comp_name).by_name[inst.operands[0]].shape.rank if inst.operands else 0
+        rank = above[inst.operands[0]].shape.rank if inst.operands else 0
         if any(d < 0 or d >= rank for d in dims):
             raise builder.error_at_instruction(inst, f"scan dimension {dims} out of range", "0 <= dimension < rank")
     if "D(" not in str(inst.shape) if inst.shape.is_tuple else (
@@ -251,7 +248,7 @@ def _check_instruction(inst: Instruction, comp_name: str, module: Module, builde
                                 inst, f"expected a DimLevelType abbreviation, got {level.strip()!r}", "D, C or S")
 
 
-def _check_layout_constraints(inst: Instruction, comp, builder: _Builder) -> None:  # noqa: ANN001
+def _check_layout_constraints(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
     raw = inst.attributes["operand_layout_constraints"].strip()
     body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
     try:
@@ -263,9 +260,9 @@ def _check_layout_constraints(inst: Instruction, comp, builder: _Builder) -> Non
             inst, f"Expected {len(inst.operands)} operand layout constraints, {len(shapes)} given",
             f"{len(inst.operands)} constraints", needle="operand_layout_constraints")
     for i, (shape, operand) in enumerate(zip(shapes, inst.operands)):
-        if not compatible(shape, comp.by_name[operand].shape):
+        if not compatible(shape, above[operand].shape):
             raise builder.error_at_instruction(
-                inst, f"operand {i} is not compatible with operand shape {_plain(comp.by_name[operand].shape)}",
+                inst, f"operand {i} is not compatible with operand shape {_plain(above[operand].shape)}",
                 "a compatible shape", needle="operand_layout_constraints")
 
 

@@ -443,3 +443,18 @@ last {
     assert module.is_scheduled
     assert module.attributes["entry_computation_layout"] == "{(f32[2]{0})->f32[2]{0}}"
     assert module.entry_name == "last"  # no ENTRY keyword: XLA takes the last computation
+
+
+def test_fast_computation_constructor_sets_every_field() -> None:
+    # new_computation bypasses the dataclass __init__ for speed; a field added to Computation
+    # must not be left unset by it.
+    import dataclasses
+
+    from hloparse.ir import Computation
+    from hloparse.parser import new_computation
+
+    made = new_computation("c", (), True, "main", 7)
+    assert set(made.__dict__) == {f.name for f in dataclasses.fields(Computation)}
+    assert made == made and made.is_entry and made.execution_thread == "main" and made.line == 7
+    module = hloparse.parse("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
+    assert module.computations[0].by_name == {"p": module.computations[0].instructions[0]}
