@@ -7,7 +7,7 @@ For each module it reports MB/s and instructions/s (from CPU time: both parsers 
 single-threaded, and on a shared machine wall time mostly measures the neighbours) and peak
 memory for hloparse.parse and for jaxlib's hlo_module_from_text, each in a fresh subprocess (so
 peak RSS is that process's alone: the interpreter plus the text plus the parsed module), the
-median of --repeat runs, and the ratios. The generated module (a deep transformer train
+median of --repeat runs (hloparse and XLA alternating), and the ratios. The generated module (a deep transformer train
 step, compiled by XLA:CPU, >= 25 MB) is cached under ~/.cache/hloflops-bench.
 
 Note what is compared: XLA builds its full in-memory module (every attribute decoded); hloparse
@@ -52,13 +52,23 @@ print(json.dumps({"seconds": seconds, "cpu": cpu, "instructions": count(module),
 """
 
 
-def measure(which: str, path: Path, repeat: int) -> dict[str, float]:
-    runs = []
+def run_once(which: str, path: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, which, str(path), str(ROOT)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def measure_both(path: Path, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """hloparse and XLA, alternating run by run: a neighbour's burst of load then falls on both."""
+    runs: dict[str, list[dict[str, float]]] = {"hloparse": [], "xla": []}
     for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, "-c", _CHILD, which, str(path), str(ROOT)], capture_output=True, text=True, check=True
-        )
-        runs.append(json.loads(out.stdout))
+        for which in runs:
+            runs[which].append(run_once(which, path))
+    return summarise(runs["hloparse"], path), summarise(runs["xla"], path)
+
+
+def summarise(runs: list[dict[str, float]], path: Path) -> dict[str, float]:
     # CPU seconds, not wall: on a shared 2-core machine the wall clock mostly measures the
     # neighbours. Both parsers are single-threaded, so CPU time is their cost.
     seconds = statistics.median(r["cpu"] for r in runs)
@@ -129,8 +139,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for path in paths:
-        ours = measure("hloparse", path, args.repeat)
-        xla = measure("xla", path, args.repeat)
+        ours, xla = measure_both(path, args.repeat)
         ratio = ours["mb_per_s"] / xla["mb_per_s"]
         size = path.stat().st_size / 1e6
         print(f"{path.name[-48:]:48} {size:6.1f} {ours['instructions']:8d} | {ours['mb_per_s']:13.2f} "

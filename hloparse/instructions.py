@@ -58,6 +58,7 @@ _EMBEDDED_STATEMENT = re.compile(
 _BARE_NAMES = re.compile(r"[A-Za-z_][\w.\-]*(?:, ?[A-Za-z_][\w.\-]*)*")
 _SHAPED_OPERAND = re.compile(r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s+%([\w.\-]+)")
 _PERCENT_NAME = re.compile(r"%([\w.\-]+)")
+_PERCENT_NAMES = re.compile(r"%[\w.\-]+(?:, %[\w.\-]+)*")
 _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
 _SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
@@ -108,6 +109,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
         operands = ()
     elif not body:
         operands = ()
+    elif _PERCENT_NAMES.fullmatch(body):  # `%a, %b`: names only, as current XLA prints operands
+        operands = tuple(body[1:].split(", %"))
     elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
         if "/*" in body:
             body = _INDEX_COMMENT.sub("", body)

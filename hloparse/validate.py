@@ -37,6 +37,7 @@ def compatible(a: Shape, b: Shape) -> bool:
 def validate(module: Module, builder: _Builder) -> None:
     names = module.by_name
     arity_of = opcodes.ARITY.get
+    callees: dict[str, list[tuple[Instruction, str]]] = {}  # the call graph, for the cycle check
     for comp in module.computations:
         # The instructions seen so far, by name: what an operand may refer to. Once the whole
         # computation is checked it is exactly Computation.by_name, so it is kept as that.
@@ -61,6 +62,7 @@ def validate(module: Module, builder: _Builder) -> None:
                     raise builder.error_at_instruction(
                         inst, f"computation {site.computation!r} called by {inst.name!r} does not exist",
                         "a computation defined in the module", needle=site.computation)
+                callees.setdefault(comp.name, []).append((inst, site.computation))
             declared = inst.inline_operand_shapes
             if declared is not None:
                 for operand, shape in zip(inst.operands, declared):
@@ -92,18 +94,20 @@ def validate(module: Module, builder: _Builder) -> None:
                         break
         comp.__dict__["by_name"] = defined  # the cached_property's value, already made
         _check_signature(comp, builder)
-    _check_call_cycles(module, builder)
+    _check_call_cycles(module, callees, builder)
     _check_header(module, builder)
 
 
-def _check_call_cycles(module: Module, builder: _Builder) -> None:
-    """A computation may not call itself, directly or through others (the call graph is a DAG)."""
+def _check_call_cycles(module: Module, callees: Mapping[str, list[tuple[Instruction, str]]],
+                       builder: _Builder) -> None:
+    """A computation may not call itself, directly or through others (the call graph is a DAG).
+    `callees` lists each computation's call sites as (calling instruction, callee name)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     names = module.by_name
-    for root in names:
+    for root in callees:
         if root in state:
             continue
-        stack = [(root, iter(_callees(names[root])))]
+        stack = [(root, iter(callees[root]))]
         state[root] = 1
         while stack:
             name, pending = stack[-1]
@@ -114,15 +118,11 @@ def _check_call_cycles(module: Module, builder: _Builder) -> None:
                         needle=callee)
                 if callee not in state and callee in names:
                     state[callee] = 1
-                    stack.append((callee, iter(_callees(names[callee]))))
+                    stack.append((callee, iter(callees.get(callee, ()))))
                     break
             else:
                 state[name] = 2
                 stack.pop()
-
-
-def _callees(comp):  # noqa: ANN001, ANN202
-    return [(inst, site.computation) for inst in comp.instructions for site in inst.calls]
 
 
 def _check_signature(comp, builder: _Builder) -> None:  # noqa: ANN001
@@ -158,6 +158,7 @@ _INT_ATTRIBUTES = frozenset(
 )
 # Decoded lazily by the analysis, so checked here: a bad value must fail the parse, not the analysis.
 _GOOD_VALUES: set[tuple[str, str]] = set()
+_GOOD_LITERALS: set[tuple[str, Shape]] = set()
 _VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
 _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups"}
 
@@ -178,10 +179,15 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
     ):
         return
     if op == "constant":
-        try:
-            check_literal(attrs.get("literal", ""), inst.shape)
-        except LiteralError as e:
-            raise builder.error_at_instruction(inst, str(e), e.expected, needle="constant(") from None
+        literal = attrs.get("literal", "")
+        key = (literal, inst.shape)
+        if key not in _GOOD_LITERALS:
+            try:
+                check_literal(literal, inst.shape)
+            except LiteralError as e:
+                raise builder.error_at_instruction(inst, str(e), e.expected, needle="constant(") from None
+            if len(literal) < 64 and len(_GOOD_LITERALS) < 10_000:
+                _GOOD_LITERALS.add(key)  # constant(0), constant(-inf), ... recur thousands of times
     elif op == "infeed" and not (inst.shape.is_tuple and inst.shape.tuple_shapes):
         raise builder.error_at_instruction(inst, "infeed must have a non-empty tuple shape", "a tuple shape")
     elif op == "recv" and not inst.shape.is_tuple:
