@@ -1,0 +1,603 @@
+"""The token-level grammar (the second half of hloparse/hlo.lark, run by hloparse/grammar.py)
+covers the HLO text format, and reads it as hloparse.parse does.
+
+- Every statement form of the corpus modules XLA accepts is accepted: each statement gets a form
+  key (its kind; for an instruction its opcode, the forms of its attribute values, its shape and
+  layout forms, whether its operands carry shapes, ...), and the first statement of every form
+  plus a deterministic sample of the rest is parsed, each from the start symbol of its kind.
+  Whole small modules are parsed from `hlo_module`.
+- On those statements and modules, the instruction names, opcodes, operand names (in order), ROOT
+  flags and attribute keys read from the grammar's tree equal those of hloparse.parse on the same
+  module, and so do computation names, the ENTRY and the module header's attribute keys.
+- On `_malformed/`, the grammar rejects every file whose XLA error is a syntax error (by the
+  category of XLA's message, never file by file), at the line XLA reports; the rest are
+  well-formed text XLA rejects for what it means, which the grammar may accept.
+- explain() finds garbage and truncation inside the text and accepts good statements.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from lark import Token, Tree
+
+import hloparse
+from hloparse import grammar
+from hloparse.errors import HloParseError
+from hloparse.ir import Instruction, Module
+from hloparse.statements import split_statements
+
+START_OF_KIND = {
+    "MODULE_HEADER": "module_header_statement",
+    "TABLE_NAME": "table_name_statement",
+    "TABLE_ROW": "table_row_statement",
+    "COMPUTATION_HEADER": "computation_heading_statement",
+    "INSTRUCTION": "instruction_statement",
+    "COMPUTATION_END": "computation_end",
+}
+SAMPLE_ONE_IN = 293  # besides the first of each form, about one statement in this many
+SMALL_MODULE_BYTES = 20_000  # whole modules up to this size are parsed from hlo_module
+
+
+# ---- reading the grammar's tree --------------------------------------------------------------------
+
+@dataclass
+class Inst:
+    """What the grammar says of one instruction."""
+
+    name: str
+    opcode: str
+    operands: tuple[str, ...]
+    is_root: bool
+    attribute_keys: tuple[str, ...]  # sorted
+    inline: dict[str, list[Inst]] = field(default_factory=dict)  # attribute key -> inline body
+
+
+INSTRUCTION_RULES = ("hlo_instruction", "root_instruction")
+OPERATIONS = ("call_operation", "parameter_operation", "constant_operation")
+
+
+def _name(node: Tree | Token) -> str:
+    token = node.children[0] if isinstance(node, Tree) else node
+    return str(token).lstrip("%")
+
+
+def read_instruction(tree: Tree) -> Inst:
+    is_root = tree.data == "root_instruction"
+    children = tree.children[1:] if is_root else tree.children
+    name = _name(children[0])
+    at = next(k for k, c in enumerate(children) if isinstance(c, Tree) and c.data in OPERATIONS)
+    operation, attributes = children[at], children[at + 1:]
+    keys = [str(a.children[0]) for a in attributes]
+    if operation.data == "parameter_operation":
+        opcode, operands = "parameter", ()
+        keys.append("parameter_number")
+    elif operation.data == "constant_operation":
+        opcode, operands = "constant", ()
+        keys.append("literal")
+    else:
+        opcode = _name(operation.children[0])
+        names = []
+        for i, operand in enumerate(operation.children[1:]):
+            if operand.data == "nested_operand":  # XLA (and hloparse) name it after its user
+                names.append(f"{name}.operand{i}.anon")
+            else:
+                ref = operand.children[-1]
+                names.append("".join(str(t) for t in ref.children).lstrip("%"))
+        operands = tuple(names)
+    inline = {str(a.children[0]): read_instructions(a.children[1]) for a in attributes
+              if a.data == "callee_attribute" and isinstance(a.children[1], Tree)
+              and a.children[1].data == "inline_computation"}
+    return Inst(name, opcode, operands, is_root, tuple(sorted(keys)), inline)
+
+
+def read_instructions(parent: Tree) -> list[Inst]:
+    return [read_instruction(c) for c in parent.children if isinstance(c, Tree) and c.data in INSTRUCTION_RULES]
+
+
+@dataclass
+class Comp:
+    name: str
+    is_entry: bool
+    instructions: list[Inst]
+
+
+def read_module(tree: Tree) -> tuple[list[str], list[Comp]]:
+    """(header attribute keys, computations) of an hlo_module tree."""
+    header_keys: list[str] = []
+    computations = []
+    for child in tree.children:
+        if child.data == "module_header_statement":
+            header_keys = [str(a.children[0]) for a in child.children[2:]]
+        elif child.data in ("hlo_computation", "entry_computation"):
+            heading = child.children[0]
+            is_entry = heading.data == "entry_heading"
+            name = _name(heading.children[1] if is_entry else heading.children[0])
+            computations.append(Comp(name, is_entry, read_instructions(child)))
+    return header_keys, computations
+
+
+# ---- what hloparse read -----------------------------------------------------------------------------
+
+_SYNTHESISED_INSTRUCTION = re.compile(r"\.operand\d+\.anon$|#")  # nested operands, `%t#1` accesses
+_ASYNC_SUFFIX = {"async-start": "-start", "async-update": "-update", "async-done": "-done"}
+
+
+def written(module: Module, inst: Instruction) -> tuple[str, tuple[str, ...]]:
+    """(opcode, sorted attribute keys) as the text wrote them. hloparse expands the async
+    shorthand (`all-gather-start`) into an async-start and its wrapped computation, whose op takes
+    the attributes that are not the wrapper's."""
+    keys = set(inst.attributes)
+    base = inst.attributes.get("async_wrapped_opcode")
+    if base is None or inst.opcode not in _ASYNC_SUFFIX:
+        return inst.opcode, tuple(sorted(keys))
+    keys.discard("async_wrapped_opcode")
+    if inst.opcode == "async-start":
+        wrapped = module.computation(f"{inst.name}.async_wrapped").by_name[f"{inst.name}.wrapped"]
+        keys |= set(wrapped.attributes)
+    return base + _ASYNC_SUFFIX[inst.opcode], tuple(sorted(keys))
+
+
+def compare(module: Module, computation: str, ours: list[Inst], theirs: list[Instruction], where: str) -> list[str]:
+    """Differences between the grammar's and hloparse's reading of the same instructions."""
+    theirs = [i for i in theirs if not _SYNTHESISED_INSTRUCTION.search(i.name)]
+    if [i.name for i in ours] != [i.name for i in theirs]:
+        return [f"{where}: names {[i.name for i in ours]} != hloparse {[i.name for i in theirs]}"]
+    problems = []
+    for a, b in zip(ours, theirs):
+        opcode, keys = written(module, b)
+        mine = (a.opcode, a.operands, a.is_root, a.attribute_keys)
+        if mine != (opcode, b.operands, b.is_root, keys):
+            problems.append(f"{where}: {a.name}: grammar {mine} != hloparse {(opcode, b.operands, b.is_root, keys)}")
+        for key, body in a.inline.items():
+            inner = f"{computation}.{a.name}.{key}.inline"
+            problems += compare(module, inner, body, list(module.computation(inner).instructions), f"{where} {inner}")
+    return problems
+
+
+def compare_module(module: Module, tree: Tree, where: str) -> list[str]:
+    header_keys, computations = read_module(tree)
+    problems = []
+    if sorted(header_keys) != sorted(module.attributes):
+        problems.append(f"{where}: header keys {sorted(header_keys)} != hloparse {sorted(module.attributes)}")
+    named = [c for c in module.computations if not c.name.endswith((".inline", ".async_wrapped"))]
+    if [c.name for c in computations] != [c.name for c in named]:
+        return problems + [f"{where}: computations {[c.name for c in computations]} != {[c.name for c in named]}"]
+    entries = [c.name for c in computations if c.is_entry] or [computations[-1].name]
+    if entries != [module.entry_name]:
+        problems.append(f"{where}: entry {entries} != hloparse {module.entry_name}")
+    for comp, theirs in zip(computations, named):
+        problems += compare(module, comp.name, comp.instructions, list(theirs.instructions), f"{where} {comp.name}")
+    return problems
+
+
+# ---- form keys ----------------------------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_WORD = re.compile(r"%?[A-Za-z_][\w.\-]*")
+_DIGITS = re.compile(r"\d+")
+_SPACE = re.compile(r"\s+")
+_RUN = re.compile(r"([%\w]+|\{[^{}]*\}|\([^()]*\)|\[[^\[\]]*\])(?:\s*,\s*\1)+")
+_LAYOUT_DETAILS = re.compile(r"\{[\d,]*:([^{}]*)\}")
+
+
+def value_form(text: str, limit: int = 60) -> str:
+    """The shape of a piece of text: strings, words and numbers replaced by S, a and N, spaces
+    collapsed, and runs of the same item (`N,N,N`, `{N,N},{N,N}`) written once."""
+    s = _DIGITS.sub("N", _WORD.sub("a", _STRING.sub("S", text[:400])))
+    s = _SPACE.sub(" ", s)
+    while True:
+        shorter = _RUN.sub(r"\1", s)
+        if shorter == s:
+            return s[:limit]
+        s = shorter
+
+
+_METADATA_FIELD = re.compile(r"([\w]+)=")
+_forms: dict[str, str] = {}
+
+
+def attribute_form(key: str, value: str) -> str:
+    """value_form, cached (most values recur); metadata, different in every instruction, by the
+    names of its fields."""
+    if key == "metadata":
+        return " ".join(_METADATA_FIELD.findall(_STRING.sub("S", value)))
+    form = _forms.get(value)
+    if form is None:
+        form = _forms[value] = value_form(value)
+    return form
+
+
+def instruction_form(text: str, inst: Instruction) -> tuple:
+    shape = inst.shape
+    shape_kind = "none" if shape is None else "tuple" if shape.is_tuple else shape.element_type[:1]
+    layouts = tuple(sorted({_DIGITS.sub("N", d) for d in _LAYOUT_DETAILS.findall(text)}))
+    attributes = tuple(sorted((k, attribute_form(k, v)) for k, v in inst.attributes.items()
+                              if k not in ("literal", "parameter_number")))
+    literal = attribute_form("literal", inst.attributes.get("literal", ""))[:30]
+    flags = ("%" in text, "\n" in text.strip(), "/*" in text, "#" in text, text.lstrip().startswith("ROOT"))
+    return (inst.opcode, shape_kind, layouts, inst.inline_operand_shapes is not None, attributes, literal, flags)
+
+
+# ---- the corpus pass ------------------------------------------------------------------------------------
+
+@dataclass
+class CorpusReport:
+    modules: int = 0
+    statements: int = 0  # in all modules
+    forms: int = 0
+    checked: int = 0  # statements parsed (first of each form, plus the sample)
+    whole_modules: int = 0
+    whole_module_bytes: int = 0
+    compared: int = 0  # instructions whose reading was compared with hloparse's
+    rejected: list[str] = field(default_factory=list)  # statements the grammar rejects
+    disagreements: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _accepted_files(corpus_index: list[dict[str, str]]) -> list[str]:
+    return sorted(r["file"] for r in corpus_index if r["xla_parses"] == "yes")
+
+
+def _check_statement(report: CorpusReport, module: Module, where: str, kind: str, text: str,
+                     computation: str | None, lines: range, by_line: dict[tuple[str, int], list[Instruction]]) -> None:
+    try:
+        tree = grammar.parse_tree(text, START_OF_KIND[kind])
+    except HloParseError as e:
+        report.rejected.append(f"{where}: {e.one_line()} | {e.text[:120]}")
+        return
+    if kind == "INSTRUCTION":
+        if computation is None:
+            report.disagreements.append(f"{where}: an instruction outside any computation hloparse read")
+            return
+        ours = read_instructions(tree)
+        theirs = [i for line in lines for i in by_line.get((computation, line), ())]
+        report.disagreements += compare(module, computation, ours, theirs, where)
+        report.compared += len(ours)
+    elif kind == "COMPUTATION_HEADER":
+        heading = tree.children[0]
+        is_entry = heading.data == "entry_heading"
+        name = _name(heading.children[1] if is_entry else heading.children[0])
+        theirs = [c for c in module.computations if c.line == lines.start]
+        if [(name, is_entry)] != [(c.name, c.is_entry) for c in theirs]:
+            read = [(c.name, c.is_entry) for c in theirs]
+            report.disagreements.append(f"{where}: heading {(name, is_entry)} != hloparse {read}")
+    elif kind == "MODULE_HEADER":
+        keys = sorted(str(a.children[0]) for a in tree.children[2:])
+        if keys != sorted(module.attributes) or _name(tree.children[1]).rstrip(":") != module.name:
+            report.disagreements.append(f"{where}: header {keys} != hloparse {sorted(module.attributes)}")
+
+
+@pytest.fixture(scope="session")
+def corpus_report(corpus_dir: Path, corpus_index: list[dict[str, str]]) -> CorpusReport:
+    report = CorpusReport()
+    seen: set[tuple] = set()
+    began = time.perf_counter()
+    for file in _accepted_files(corpus_index):
+        text = (corpus_dir / file).read_text()
+        whole = len(text) <= SMALL_MODULE_BYTES  # parsed whole below, so the sample skips it
+        module = hloparse.parse(text, path=file)
+        report.modules += 1
+        computation_at = {c.line: c.name for c in module.computations}
+        instructions_at: dict[int, Instruction] = {}
+        by_line: dict[tuple[str, int], list[Instruction]] = {}
+        computation = None
+        for comp in module.computations:
+            for inst in comp.instructions:
+                by_line.setdefault((comp.name, inst.line), []).append(inst)
+                if not _SYNTHESISED_INSTRUCTION.search(inst.name):
+                    instructions_at.setdefault(inst.line, inst)
+        for kind, st in split_statements(text):
+            report.statements += 1
+            if kind == "COMPUTATION_HEADER":
+                computation = computation_at.get(st.line)
+            inst = instructions_at.get(st.line) if kind == "INSTRUCTION" else None
+            if inst is not None:
+                form: tuple = (kind, instruction_form(st.text, inst))
+            else:
+                form = (kind, value_form(st.text, 80))
+            new = form not in seen
+            if new:
+                seen.add(form)
+            elif whole or zlib.crc32(f"{file}:{st.line}".encode()) % SAMPLE_ONE_IN:
+                continue
+            report.checked += 1
+            lines = range(st.line, st.line + st.text.count("\n") + 1)
+            _check_statement(report, module, f"{file}:{st.line}", kind, st.text, computation, lines, by_line)
+        if whole:
+            report.whole_modules += 1
+            report.whole_module_bytes += len(text)
+            try:
+                tree = grammar.parse_tree(text, "hlo_module")
+            except HloParseError as e:
+                report.rejected.append(f"{file} (whole module): {e.one_line()} | {e.text[:120]}")
+                continue
+            report.disagreements += compare_module(module, tree, file)
+            report.compared += sum(len(c.instructions) for c in read_module(tree)[1])
+    report.forms = len(seen)
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def test_grammar_accepts_every_statement_form_of_the_corpus(corpus_report: CorpusReport) -> None:
+    r = corpus_report
+    assert r.modules >= 4000 and r.forms > 1000, "the corpus pass checked less than the corpus holds"
+    print(f"\n{r.modules} modules, {r.statements} statements, {r.forms} forms, {r.checked} statements "
+          f"parsed, {r.whole_modules} whole modules ({r.whole_module_bytes / 1e6:.1f} MB), {r.compared} "
+          f"instructions compared with hloparse, {r.seconds:.1f} s")
+    assert not r.rejected, f"{len(r.rejected)} rejected:\n" + "\n".join(r.rejected[:20])
+
+
+def test_grammar_reads_what_hloparse_reads(corpus_report: CorpusReport) -> None:
+    assert corpus_report.compared > 20_000 and corpus_report.whole_modules > 1000
+    problems = corpus_report.disagreements
+    assert not problems, f"{len(problems)} disagreements:\n" + "\n".join(problems[:20])
+
+
+# ---- the comparison itself can fail ---------------------------------------------------------------------
+
+SMALL = """HloModule m, is_scheduled=true
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY main (p: f32[4]) -> f32[] {
+  %p = f32[4]{0} parameter(0)
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(f32[4]{0} %p, f32[] %z), dimensions={0}, to_apply=add
+}
+"""
+
+
+def test_the_comparison_sees_a_difference() -> None:
+    module = hloparse.parse(SMALL)
+    assert compare_module(module, grammar.parse_tree(SMALL), "SMALL") == []
+    renamed = SMALL.replace("ROOT %r = f32[] reduce(f32[4]{0} %p, f32[] %z)", "ROOT %r = f32[] reduce(%z, %p)")
+    assert compare_module(module, grammar.parse_tree(renamed), "SMALL"), "swapped operands went unnoticed"
+    extra = SMALL.replace("to_apply=add", "to_apply=add, metadata={op_name=\"r\"}")
+    assert compare_module(module, grammar.parse_tree(extra), "SMALL"), "an extra attribute went unnoticed"
+
+
+def test_value_forms_tell_apart_what_the_grammar_reads_differently() -> None:
+    assert value_form("{devices=[2,2]0,1,2,3}") == value_form("{devices=[4,1]3,2,1,0}")
+    assert value_form("[2,4]<=[8]") != value_form("{{0,1},{2,3}}")
+    assert value_form("{{0,1},{2,3},{4,5}}") == value_form("{{0,1}}")
+
+
+# ---- the format's corners, one statement each ------------------------------------------------------------
+
+GOOD_STATEMENTS = [
+    ("instruction_statement", "ROOT %x = f32[2,3]{1,0:T(8,128)(2,1)S(1)} add(f32[2,3]{1,0} %a, %b)"),
+    ("instruction_statement", "add.1 = f32[] add(a, b)"),
+    ("instruction_statement", "c = f8e4m3fn[2]{0:E(8)} constant({1, 2})"),
+    ("instruction_statement", "p = f32[<=4,?]{1,0:D(D,C+)} parameter(0)"),
+    ("instruction_statement", "t = ((f32[2]), f32[4], u32[]) all-gather-start(f32[2] x), dimensions={0}, "
+                              "replica_groups=[2,4]<=[4,2]T(1,0)"),
+    ("instruction_statement", "t = () tuple()"),
+    ("instruction_statement", "k = token[] after-all()"),
+    ("instruction_statement", "c = f32[2,2] constant({ { 1, 2 }, { 3, 4 } })"),
+    ("instruction_statement", "c = (f32[], s32[2]) constant(( 1, {2, 3} ))"),
+    ("instruction_statement", "c = f32[3] constant({-inf, nan(0x7f), inf})"),
+    ("instruction_statement", "c = pred[2] constant({true, false})"),
+    ("instruction_statement", "c = s32[] constant(0x1F)"),
+    ("instruction_statement", "c = f32[100] constant({...})"),
+    ("instruction_statement", "p = f32[5] pad(a, b), padding=0_0x1_1_2"),
+    ("instruction_statement", "r = f32[] reduce-window(a, b), window={size=3x3 stride=2x2 pad=1_1x1_-1 "
+                              "lhs_dilate=1x1 rhs_reversal=0x1}, to_apply=%add"),
+    ("instruction_statement", "r = f32[] convolution(a, b), dim_labels=b01f_01io->b01f, window={size=3x3}"),
+    ("instruction_statement", "s = f32[2] slice(a), slice={[0:4:1], [2:3]}"),
+    ("instruction_statement", "d = f32[] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+                              "lhs_batch_dims={}, rhs_batch_dims={}"),
+    ("instruction_statement", "r = f32[] all-reduce(a), replica_groups={{0,1},{2,3}}, channel_id=1, "
+                              "to_apply={ x = f32[] parameter(0) y = f32[] parameter(1) ROOT z = f32[] add(x, y) }"),
+    ("instruction_statement", "c = f32[] collective-permute(a), source_target_pairs={{0,1},{1,0}}"),
+    ("instruction_statement", "s = f32[] copy(a), sharding={{replicated}, {maximal device=0}, "
+                              "/*index=2*/{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}}"),
+    ("instruction_statement", "s = f32[] copy(a), sharding={devices=[2,2]<=[4] last_tile_dims={manual} "
+                              "metadata={op_name=\"x\"}}"),
+    ("instruction_statement", "s = f32[] copy(a), sharding={mesh['x'=2,'y'=2] [{'x'}, {}], unreduced={'y'}}"),
+    ("instruction_statement", "g = f32[] get-tuple-element(%t#1), index=0, control-predecessors={%a, b}"),
+    ("instruction_statement", "c = f32[] custom-call(), custom_call_target=\"x\", "
+                              "backend_config=\"{\\\"a\\\":\\\"b\\\"}\", "
+                              "frontend_attributes={_xla_x=\"y\", z={{0,1}}}, "
+                              "metadata={op_name=\"a\" source_file=\"x.py\" source_line=12 stack_frame_id=3}"),
+    ("instruction_statement", "c = f32[] custom-call(), backend_config={\"a\": {\"b\": [1, {}]}, \"c\": 2}"),
+    ("instruction_statement", "w = (s32[], f32[]) while(t), condition=%c, body=%b"),
+    ("instruction_statement", "c = f32[] conditional(p, a, b), branch_computations={%b0, %b1}"),
+    ("instruction_statement", "s = f32[4] sort(a), dimensions={0}, is_stable=true, to_apply=cmp"),
+    ("instruction_statement", "a = f32[] add(f32[] constant(1), multiply(x, y))"),
+    ("instruction_statement", "a = f32[] add(f32[] x, /*index=1*/f32[] y) // a comment"),
+    ("instruction_statement", "s = f32[2] async-start(x), calls=%comp, async_execution_thread=\"host\""),
+    ("computation_heading_statement", "ENTRY %main (p: f32[2], q: (s32[], f32[])) -> f32[2]{0} {"),
+    ("computation_heading_statement", "%fused_computation {"),
+    ("computation_end", "}, execution_thread=\"host\""),
+    ("module_header_statement", "HloModule m, is_scheduled=true, entry_computation_layout={(f32[2]{0})->f32[2]{0}}, "
+                                "input_output_alias={ {0}: (0, {}, may-alias) }, num_partitions=2"),
+    ("table_name_statement", "FileLocations"),
+    ("table_row_statement", "1 {file_name_id=1 function_name_id=1 line=153 end_line=153 column=2 end_column=31}"),
+    ("table_row_statement", '2 "jax_tests/example_a.py"'),
+    ("hlo_module", "HloModule m\nENTRY e { ROOT c = f32[] constant(1) }"),
+]
+
+
+@pytest.mark.parametrize("start,text", GOOD_STATEMENTS)
+def test_good_statements_are_accepted(start: str, text: str) -> None:
+    assert grammar.explain(text, start) is None, grammar.explain(text, start)
+    assert isinstance(grammar.parse_tree(text, start), Tree)
+
+
+BAD_STATEMENTS = [
+    "x = f32[2 add(a)",                         # unclosed dimensions
+    "x = f33[2] add(a)",                        # no such element type
+    "x = f32[2] add(a",                         # truncated
+    "x = f32[2] add(a), dimensions={1,",        # truncated attribute
+    "x = f32[2]{1,0:Q(1)} add(a)",              # no such layout item
+    "x = f32[] convolution(a, b), dim_labels=00_01->10",
+    "x = f32[] reduce-window(a), window={pad=1_1_0 size=1}",
+    "x = f32[] all-reduce(a), replica_groups=[2,4]<=",
+    "x = f32[] copy(a), sharding={devices=[2]0,1 bogus}",
+    "x = f32[] constant(}{1, 2}})",
+    "x = f32[] add(a, b) garbage",
+    "ROOT ROOT x = f32[] add(a)",
+    "= f32[] add(a)",
+    "",
+    "   ",
+    "\x00\x01\x02",
+    "x = f32[] add(a), metadata={op_name=\"unterminated}",
+    "x = f32[] add(a), , y=1",
+]
+
+
+@pytest.mark.parametrize("text", BAD_STATEMENTS)
+def test_explain_points_into_the_text(text: str) -> None:
+    result = grammar.explain(text, "instruction_statement")
+    assert result is not None, f"accepted {text!r}"
+    offset, expected = result
+    assert 0 <= offset <= len(text)
+    assert expected.strip()
+    with pytest.raises(HloParseError) as info:
+        grammar.parse_tree(text, "instruction_statement")
+    assert info.value.line == text.count("\n", 0, offset) + 1
+    assert info.value.expected == expected
+
+
+def test_explain_names_the_place_and_what_was_expected() -> None:
+    text = "x = f32[2] add(a), dimensions={1,x}"
+    offset, expected = grammar.explain(text, "instruction_statement")
+    assert text[offset:] == "x}"
+    assert "integer" in expected
+    offset, expected = grammar.explain("x = f32[2] add(a", "instruction_statement")
+    assert offset == len("x = f32[2] add(a")
+    assert "')'" in expected
+
+
+def test_explain_survives_truncation_and_noise_anywhere() -> None:
+    """Every prefix, and every one-character corruption, of real statements: explain never raises,
+    and always answers inside the text."""
+    statements = [text for start, text in GOOD_STATEMENTS if start == "instruction_statement"][:12]
+    for text in statements:
+        for cut in range(len(text) + 1):
+            result = grammar.explain(text[:cut], "instruction_statement")
+            assert result is None or 0 <= result[0] <= cut
+        for k in range(0, len(text), 3):
+            noisy = text[:k] + "\u00e9}" + text[k + 1:]
+            result = grammar.explain(noisy, "instruction_statement")
+            assert result is None or (0 <= result[0] <= len(noisy) and result[1])
+
+
+def test_parse_tree_error_carries_line_column_and_text() -> None:
+    text = "HloModule m\n\nENTRY e {\n  ROOT c = f32[2] constant({1, 2)\n}\n"
+    with pytest.raises(HloParseError) as info:
+        grammar.parse_tree(text)
+    err = info.value
+    assert (err.line, err.text) == (4, "ROOT c = f32[2] constant({1, 2)")
+    assert err.column == text.split("\n")[3].index(")") + 1
+    assert err.expected and "expected" in str(err)
+
+
+def test_wrong_start_is_a_programming_error() -> None:
+    with pytest.raises(ValueError):
+        grammar.explain("x = f32[] add(a)", "instruction")
+    with pytest.raises(TypeError):
+        grammar.explain(b"x = f32[] add(a)", "instruction_statement")  # type: ignore[arg-type]
+
+
+def test_statement_level_parser_compiles_only_the_statement_rules() -> None:
+    """parser.py builds the statement level from hlo.lark as it is: the token level must stay
+    behind its `//| ` prefix, or every process would pay for compiling it."""
+    from hloparse.parser import _structure_parser
+
+    rules = {rule.origin.name for rule in _structure_parser().rules}
+    assert rules <= {"start", "module_header", "_top_level", "stack_table", "computation", "instruction"} | {
+        r for r in rules if r.startswith("__")}, rules
+    lines = grammar.GRAMMAR_PATH.read_text().split("\n")
+    statement_level_end = next(k for k, line in enumerate(lines) if line.startswith("%declare"))
+    live = [line for line in lines[statement_level_end + 1:] if line.strip() and not line.startswith("//")]
+    assert not live, f"token-level lines without the //| prefix: {live[:3]}"
+
+
+def test_grammar_has_no_lalr_conflicts() -> None:
+    """Lark resolves a shift/reduce conflict silently (as a shift): the grammar must have none, so
+    that every text has one reading."""
+    import logging
+
+    from lark import Lark, logger
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    level, handlers = logger.level, logger.handlers
+    logger.handlers = [handler]  # Lark's own handler would print every unused rule
+    logger.setLevel(logging.DEBUG)
+    try:
+        Lark(grammar.grammar_text(), parser="lalr", lexer="contextual", start=list(grammar.STARTS))
+    finally:
+        logger.handlers = handlers
+        logger.setLevel(level)
+    assert not [r for r in records if "conflict" in r.lower()], records
+
+
+def test_every_start_symbol_is_in_the_grammar() -> None:
+    for start in grammar.STARTS:
+        assert re.search(rf"^(//\| )?{start}:", grammar.GRAMMAR_PATH.read_text(), re.M), start
+
+
+# ---- malformed inputs ------------------------------------------------------------------------------------
+
+# XLA's messages that mean the text does not follow the format (as opposed to text that follows
+# it but means something XLA refuses). Each category must match some file of _malformed/.
+SYNTAX_ERRORS: dict[str, re.Pattern[str]] = {
+    "an unexpected token": re.compile(r"error: unexpected '.+' token"),
+    "a token XLA expected is missing": re.compile(r"error: (expects|Expects) '.+'|error: expects string"),
+    "a layout item that does not exist": re.compile(r"error: expected a DimLevelType abbreviation"),
+    "window padding that is not low_high": re.compile(r"expects padding_low and padding_high separated by '_'"),
+    "a second ENTRY": re.compile(r"error: expects only one ENTRY"),
+    "a second ROOT": re.compile(r"error: one computation should have only one ROOT"),
+}
+
+
+def _malformed(corpus_dir: Path) -> list[dict[str, str]]:
+    with open(corpus_dir / "_malformed" / "index.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _xla_line(xla_error: str) -> int | None:
+    m = re.search(r"was parsing (\d+):(\d+): error", xla_error)
+    return int(m.group(1)) if m else None
+
+
+def test_malformed_syntax_is_rejected_where_xla_rejects_it(corpus_dir: Path) -> None:
+    rows = _malformed(corpus_dir)
+    assert len(rows) >= 20
+    matched = {category: 0 for category in SYNTAX_ERRORS}
+    accepted_semantic, rejected_semantic = [], []
+    for row in rows:
+        path = corpus_dir / row["file"]
+        text = path.read_text()
+        with pytest.raises(HloParseError):
+            hloparse.parse(text)  # hloparse rejects them all
+        categories = [c for c, pattern in SYNTAX_ERRORS.items() if pattern.search(row["xla_error"])]
+        try:
+            grammar.parse_tree(text)
+            error = None
+        except HloParseError as e:
+            error = e
+        if not categories:
+            (accepted_semantic if error is None else rejected_semantic).append(path.name)
+            continue
+        matched[categories[0]] += 1
+        assert error is not None, f"{path.name}: XLA says {categories[0]}, the grammar accepts it"
+        assert error.line == _xla_line(row["xla_error"]), f"{path.name}: {error} vs XLA {row['xla_error'][:200]}"
+        assert error.text == text.split("\n")[error.line - 1].strip()
+    assert all(matched.values()), f"categories matching no file: {[c for c, n in matched.items() if not n]}"
+    print(f"\nwell-formed but refused by XLA, accepted by the grammar: {sorted(accepted_semantic)}"
+          f"\n... and rejected by it: {sorted(rejected_semantic)}")
