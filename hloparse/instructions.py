@@ -45,6 +45,22 @@ _OPCODE_NAMES = {op: op for op in _KNOWN}
 _KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen in any module)
 
 
+# Attribute values, one string each: the same metadata, dimensions, kind, ... recur on thousands
+# of instructions (80,683 instructions of a transformer carry 855 distinct metadata values), and a
+# module's memory is most of its parse time. Emptied at each module's start (forget_values).
+_VALUES: dict[str, str] = {}
+
+
+def _value(value: str) -> str:
+    if len(_VALUES) < 100_000:
+        _VALUES[value] = value
+    return value
+
+
+def forget_values() -> None:
+    _VALUES.clear()
+
+
 def _key_name(key: str) -> str:
     if len(_KEY_NAMES) < 1024:  # bounded: a long batch of odd files must not grow it forever
         _KEY_NAMES[key] = key
@@ -77,14 +93,15 @@ _TO_APPLY_OPCODES = frozenset(
 
 
 _FAST = re.compile(
-    r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)"
+    r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*"
+    r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?|\([^()]*\))"  # an array, or a tuple of arrays
     r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"]*)\)"
 )
 
 
 def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> Instruction | None:
     """The common form of a compiled module's instruction, in one regular-expression match:
-    an array shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
+    an array or flat tuple shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
     None for anything else; decode_statement then does the full job (and reports errors).
     This runs once per instruction of every module, so it is written for speed, in one piece."""
     m = _FAST.match(stmt)
@@ -138,7 +155,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             if value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes:
                 return None
             key = _KEY_NAMES.get(parts[k]) or _key_name(parts[k])
-            attributes[key] = value.strip()
+            value = value.strip()
+            attributes[key] = _VALUES.get(value) or _value(value)
     calls: tuple[CallSite, ...] = ()
     if not _CALL_ATTRIBUTES.isdisjoint(attributes):
         if any(attributes[k][:1] == "{" and "=" in attributes[k] for k in _CALL_ATTRIBUTES.intersection(attributes)):

@@ -22,7 +22,7 @@ from lark.lexer import Lexer
 
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
 from hloparse.errors import HloParseError
-from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement
+from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement, forget_values
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.statements import Statement, one_statement_per_line, split_statements
@@ -146,6 +146,12 @@ _SIMPLE_SIGNATURE = re.compile(
     rf"\s*\(\s*(?:%?[\w.\-]+\s*:\s*{_SHAPE_PATTERN}\s*(?:,\s*(?=%?[\w.\-]+\s*:)|(?=\))))*\)"
     rf"\s*->\s*{_SHAPE_PATTERN}\s*"
 )
+# Stack-frame table rows as XLA prints them (other spellings take a slower, general path).
+_LOCATION_ROW = re.compile(
+    r"\{file_name_id=(\d+) function_name_id=(\d+) line=(\d+) end_line=(\d+) column=(\d+) end_column=(\d+)\}")
+_FRAME_ROW = re.compile(r"\{file_location_id=(\d+) parent_frame_id=(\d+)\}")
+
+
 class _NoTree(Transformer):
     """The builder's handlers make the IR as the statements arrive; Lark only has to check their
     order, so its rules build nothing (no parse tree is ever materialised)."""
@@ -207,6 +213,7 @@ class _Builder:
     def build(self) -> Module:
         if not self.text.strip():
             raise HloParseError("empty input", file=self.source, line=1, column=1, expected="'HloModule name'")
+        forget_values()  # the previous module's attribute values need not stay alive
         self.header: dict[str, str] = {}
         self.module_name = ""
         self.tables: dict[str, list[Statement]] = {}
@@ -265,11 +272,15 @@ class _Builder:
         on_instruction = self._on_instruction
         inside = False
         # Inside a computation, instructions are all the grammar allows besides its closing brace,
-        # so Lark is shown only those that stand outside one (to report them): its per-token cost
-        # stays off the hot path.
+        # and inside a stack-frame table, rows; so Lark is shown only instructions and rows that
+        # stand outside one (to report them): its per-token cost stays off the hot path.
         statement = self.last_statement
         computation, append = "", self.pending.append
+        in_table = False
         for kind, statement in tokens:
+            if kind == "TABLE_ROW" and in_table:
+                self.current_table.append(statement)
+                continue
             if kind == "INSTRUCTION":
                 if inside:
                     # The hot path: most instructions decode in one match.
@@ -290,6 +301,7 @@ class _Builder:
                 on_instruction(statement)
                 continue
             inside = kind == "COMPUTATION_HEADER"
+            in_table = kind == "TABLE_NAME"
             try:
                 feed(_TOKENS[kind])
             except UnexpectedToken as e:
@@ -475,15 +487,18 @@ class _Builder:
 
             return tuple(unquote(r) for _, r in rows(table))
 
-        def fields(st: Statement, rest: str, keys: tuple[str, ...]) -> tuple[int, ...]:
-            found = dict(re.findall(r"(\w+)=(-?\d+)", rest))
+        def fields(rest: str, keys: tuple[str, ...], as_printed: re.Pattern[str]) -> tuple[int, ...]:
+            m = as_printed.fullmatch(rest)
+            if m is not None:
+                return tuple(map(int, m.groups()))
+            found = dict(re.findall(r"(\w+)=(-?\d+)", rest))  # fields reordered, missing or negative
             return tuple(int(found.get(k, 0)) for k in keys)
 
         locations = tuple(
-            fields(st, r, ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column"))
-            for st, r in rows("FileLocations")
+            fields(r, ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column"), _LOCATION_ROW)
+            for _, r in rows("FileLocations")
         )
-        frames = tuple(fields(st, r, ("file_location_id", "parent_frame_id")) for st, r in rows("StackFrames"))
+        frames = tuple(fields(r, ("file_location_id", "parent_frame_id"), _FRAME_ROW) for _, r in rows("StackFrames"))
         return StackFrames(names("FileNames"), names("FunctionNames"), locations, frames)  # type: ignore[arg-type]
 
     # Used by the validator to place its errors.
