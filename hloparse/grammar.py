@@ -3,7 +3,8 @@
 hloparse.parse does not run it: the fast parser feeds Lark whole statements and decodes their
 inside by hand (see the top of hlo.lark). This grammar is the reference: `parse_tree` parses text
 with it into a Lark tree, and `explain` says where a text stops making sense and what the grammar
-expected there, for the parser's error path to say more than "cannot parse".
+expected there. The parser's error path uses it when the hand-written decoder cannot read even
+the head (`[ROOT] name =`) of an instruction.
 
 The parser (LALR, contextual lexer, all start symbols) is built on first use, about 0.2 s, and
 kept for the life of the process.
@@ -21,7 +22,6 @@ from lark.lexer import PatternStr
 from hloparse.errors import HloParseError
 
 GRAMMAR_PATH = Path(__file__).with_name("hlo.lark")
-TOKEN_LEVEL_PREFIX = "//| "  # hlo.lark writes the token level behind this, see its first lines
 
 # The token level's start symbols: a whole module, or one statement as the statement splitter
 # (hloparse/statements.py) cuts it.
@@ -41,10 +41,8 @@ _readable: dict[str, str] = {}
 
 
 def grammar_text() -> str:
-    """hlo.lark with the token level's `//| ` prefixes removed: both levels, one Lark grammar."""
-    lines = GRAMMAR_PATH.read_text().split("\n")
-    n = len(TOKEN_LEVEL_PREFIX)
-    return "\n".join(line[n:] if line.startswith(TOKEN_LEVEL_PREFIX) else line for line in lines)
+    """The whole of hlo.lark: both levels, one Lark grammar."""
+    return GRAMMAR_PATH.read_text()
 
 
 def _lark() -> Lark:

@@ -22,6 +22,7 @@ from lark.lexer import Lexer
 
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
 from hloparse.errors import HloParseError
+from hloparse.grammar import explain
 from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement, forget_values
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape
@@ -163,13 +164,15 @@ class _NoTree(Transformer):
 
 
 _GRAMMAR_PATH = Path(__file__).with_name("hlo.lark")
+TOKEN_LEVEL_MARKER = "// ---- TOKEN LEVEL"  # hlo.lark's second half, which only grammar.py compiles
 _lark: Lark | None = None
 
 
 def _structure_parser() -> Lark:
     global _lark
     if _lark is None:
-        _lark = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer=_StatementLexer, transformer=_NoTree())
+        statement_level = _GRAMMAR_PATH.read_text().partition(TOKEN_LEVEL_MARKER)[0]
+        _lark = Lark(statement_level, parser="lalr", lexer=_StatementLexer, transformer=_NoTree())
     return _lark
 
 
@@ -404,6 +407,15 @@ class _Builder:
         try:
             inst, wrapped = decode_statement(st.text, name, nested, inline)
         except StatementError as e:
+            if e.offset == 0:
+                # The decoder could not read even `[ROOT] name =`: the reference grammar can say
+                # where the text stops making sense and what it wanted there.
+                found = explain(st.text, "instruction_statement")
+                if found is not None:
+                    offset, expected = found
+                    words = st.text[offset:].split()
+                    got = repr(words[0][:30]) if words else "end of statement"
+                    raise self.error(f"unexpected {got} in an instruction", st, offset, expected) from None
             raise self.error(str(e), st, e.offset, e.expected) from None
         except NextStatementAt as split:
             self._on_instruction(Statement(st.text[: split.offset], st.line, st.column))

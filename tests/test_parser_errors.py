@@ -402,6 +402,20 @@ def test_unbalanced_brackets_and_stray_text() -> None:
         assert_well_formed_error(err, text, "bad.hlo")
 
 
+@pytest.mark.parametrize("bad, column, expected", [
+    ("  ROOT .s = f32[] add(x, y)", 8, "a name"),  # a name cannot start with '.'
+    ("  %=s = f32[] add(x, y)", 3, "a %name"),
+])
+def test_an_unreadable_instruction_head_is_placed_by_the_grammar(bad: str, column: int, expected: str) -> None:
+    # The decoder cannot read `[ROOT] name =` here at all; the reference grammar (hlo.lark's token
+    # level) says at which character the text stops being HLO and what it wanted there.
+    text = GOOD.replace("  ROOT s = f32[] add(x, y)", bad)
+    err = parse_error(text)
+    assert_well_formed_error(err, text, "bad.hlo")
+    assert (err.line, err.column) == (6, column), err
+    assert expected in err.expected, err
+
+
 # ---- hloparse.load on files --------------------------------------------------------------
 
 def test_load_plain_and_gzip_give_the_same_module(tmp_path: Path) -> None:
