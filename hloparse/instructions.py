@@ -159,12 +159,18 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             attributes[key] = _VALUES.get(value) or _value(value)
     calls: tuple[CallSite, ...] = ()
     if not _CALL_ATTRIBUTES.isdisjoint(attributes):
-        if any(attributes[k][:1] == "{" and "=" in attributes[k] for k in _CALL_ATTRIBUTES.intersection(attributes)):
+        present = _CALL_ATTRIBUTES.intersection(attributes)
+        single = _SINGLE_CALLEE.get(opcode)
+        callee = attributes.get(single[0]) if single is not None and len(present) == 1 else None
+        if callee is not None and _ONE_CALLEE.fullmatch(callee):  # `calls=%fused_computation.12`
+            calls = (new_call_site(single[1], callee[1:]),)
+        elif any(attributes[k][:1] == "{" and "=" in attributes[k] for k in present):
             return None  # an inline computation
-        try:
-            calls = _call_sites(opcode, attributes, name, [])
-        except StatementError:
-            return None
+        else:
+            try:
+                calls = _call_sites(opcode, attributes, name, [])
+            except StatementError:
+                return None
     return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
                            operand_shapes, line, column)
 
@@ -267,7 +273,25 @@ def new_instruction(
     return inst
 
 
+def new_call_site(role: str, computation: str, index: int = 0) -> CallSite:
+    """CallSite(...) the way new_instruction makes an Instruction (one per fusion, reduce, ...)."""
+    site = _new(CallSite)
+    _set_role(site, role)
+    _set_callee(site, computation)
+    _set_index(site, index)
+    return site
+
+
+# The opcodes that name one computation in one attribute, as (attribute, role of the call).
+_SINGLE_CALLEE = {
+    "fusion": ("calls", CallRole.FUSION),
+    "call": ("to_apply", CallRole.CALL),
+    **{opcode: ("to_apply", CallRole.TO_APPLY) for opcode in _TO_APPLY_OPCODES},
+}
+_ONE_CALLEE = re.compile(r"%[\w.\-]+")
+
 _new = object.__new__
+_set_role, _set_callee, _set_index = (CallSite.__dict__[field].__set__ for field in ("role", "computation", "index"))
 (_set_name, _set_opcode, _set_shape, _set_operands, _set_attributes, _set_calls, _set_is_root, _set_line, _set_column,
  _set_computation, _set_inline_operand_shapes, _set_decoded) = (
     Instruction.__dict__[field].__set__

@@ -296,3 +296,21 @@ ENTRY e {
     assert entry.by_name["c"].attributes["literal"] == "{1.5, -2}"
     assert entry.by_name["g"].attributes["index"] == "1"
     assert entry.parameters == (entry.by_name["p"],)
+
+
+@pytest.mark.parametrize("statement", [
+    "%f = f32[2]{0} fusion(%a), kind=kLoop, calls=%fused_computation.1",
+    "%c = f32[2]{0} call(%a), to_apply=%helper",
+    "%r = f32[] reduce(%a, %z), dimensions={0}, to_apply=%add.1",
+    "%s = f32[2]{0} sort(%a), dimensions={0}, to_apply=%less",
+    "%w = f32[2]{0} while(%t), condition=%cond, body=%body",
+    "%k = f32[2]{0} custom-call(%a), custom_call_target=\"x\", called_computations={%g, %h}",
+])
+def test_fast_and_full_decoders_agree_on_call_sites(statement: str) -> None:
+    # decode_fast has its own path for the usual single callee; it must make what the full
+    # decoder makes.
+    from hloparse.instructions import decode_fast, decode_statement
+
+    fast = decode_fast(statement, "c")
+    full, _ = decode_statement(statement, "c", [], [])
+    assert fast is not None and fast.calls == full.calls and fast.calls
