@@ -44,7 +44,8 @@ def validate(module: Module, builder: _Builder) -> None:
         defined: dict[str, Instruction] = {}
         parameter_numbers: set[str] = set()
         for inst in comp.instructions:
-            for operand in inst.operands:
+            name, operands = inst.name, inst.operands
+            for operand in operands:
                 if operand not in defined:
                     # XLA resolves an operand among the instructions above it: a later one, or none,
                     # is an error (and a dataflow cycle could not be written otherwise).
@@ -53,19 +54,20 @@ def validate(module: Module, builder: _Builder) -> None:
                     raise builder.error_at_instruction(
                         inst, f"operand {operand!r} of {inst.name!r} {where} in computation {comp.name!r}",
                         "an instruction defined above, in the same computation", needle=operand)
-            if inst.name in defined:
-                raise builder.error_at_instruction(inst, f"instruction name {inst.name!r} is used twice",
+            if name in defined:
+                raise builder.error_at_instruction(inst, f"instruction name {name!r} is used twice",
                                                    "unique instruction names")
-            defined[inst.name] = inst
-            for site in inst.calls:
-                if site.computation not in names:
-                    raise builder.error_at_instruction(
-                        inst, f"computation {site.computation!r} called by {inst.name!r} does not exist",
-                        "a computation defined in the module", needle=site.computation)
-                callees.setdefault(comp.name, []).append((inst, site.computation))
+            defined[name] = inst
+            if inst.calls:
+                for site in inst.calls:
+                    if site.computation not in names:
+                        raise builder.error_at_instruction(
+                            inst, f"computation {site.computation!r} called by {name!r} does not exist",
+                            "a computation defined in the module", needle=site.computation)
+                    callees.setdefault(comp.name, []).append((inst, site.computation))
             declared = inst.inline_operand_shapes
             if declared is not None:
-                for operand, shape in zip(inst.operands, declared):
+                for operand, shape in zip(operands, declared):
                     actual = defined[operand].shape
                     # Shapes come from one cache, so the same text is the same object.
                     if shape is not actual and shape is not None and not compatible(shape, actual):
@@ -83,13 +85,13 @@ def validate(module: Module, builder: _Builder) -> None:
             arity = arity_of(op)
             attrs = inst.attributes
             layout = inst.shape.layout
-            if (arity is not None and len(inst.operands) != arity) or op in _CHECKED_OPCODES or (
+            if (arity is not None and len(operands) != arity) or op in _CHECKED_OPCODES or (
                 layout is not None and layout.details
             ):
                 _check_instruction(inst, defined, builder)
             elif not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
                 for key in _CHECKED_ATTRIBUTES.intersection(attrs):
-                    if (key, attrs[key]) not in _GOOD_VALUES:  # a value not seen before: check it
+                    if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
                         _check_instruction(inst, defined, builder)
                         break
         comp.__dict__["by_name"] = defined  # the cached_property's value, already made
@@ -157,10 +159,11 @@ _INT_ATTRIBUTES = frozenset(
      "num_carries", "mantissa_bits", "exponent_bits"}
 )
 # Decoded lazily by the analysis, so checked here: a bad value must fail the parse, not the analysis.
-_GOOD_VALUES: set[tuple[str, str]] = set()
 _GOOD_LITERALS: set[tuple[str, Shape]] = set()
 _VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
 _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups"}
+# Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
+_GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
 
 
 def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
@@ -205,7 +208,7 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
             raise builder.error_at_instruction(inst, "The first operand must be a scalar", "a scalar branch index")
     for key in _VALUE_CHECKED.intersection(attrs):
         value = attrs[key]
-        if (key, value) in _GOOD_VALUES:
+        if value in _GOOD_VALUES[key]:
             continue
         ok = (_INT_LIST.fullmatch(value) if key in _INT_LIST_ATTRIBUTES else
               _INT.fullmatch(value) if key in _INT_ATTRIBUTES else True)
@@ -214,8 +217,8 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
                 parse_slice(value)
             except AttributeSyntaxError:
                 ok = None
-        if ok and len(_GOOD_VALUES) < 10_000:
-            _GOOD_VALUES.add((key, value))  # the same few values recur thousands of times
+        if ok and len(_GOOD_VALUES[key]) < 1_000:
+            _GOOD_VALUES[key].add(value)  # the same few values recur thousands of times
         if not ok:
             expected = ("a list of integers such as {0,1}" if key in _INT_LIST_ATTRIBUTES else
                         "an integer" if key in _INT_ATTRIBUTES else "[start:limit:stride] for each dimension")
