@@ -273,6 +273,9 @@ class _Builder:
         interactive = parser.parse_interactive()
         feed = interactive.feed_token
         on_instruction = self._on_instruction
+        handlers = {"MODULE_HEADER": self._on_module_header, "TABLE_NAME": self._on_table_name,
+                    "TABLE_ROW": self._on_table_row, "COMPUTATION_HEADER": self._on_computation_header,
+                    "COMPUTATION_END": self._on_computation_end}
         inside = False
         # Inside a computation, instructions are all the grammar allows besides its closing brace,
         # and inside a stack-frame table, rows; so Lark is shown only instructions and rows that
@@ -281,13 +284,11 @@ class _Builder:
         computation, append = "", self.pending.append
         in_table = False
         for kind, statement in tokens:
-            if kind == "TABLE_ROW" and in_table:
-                self.current_table.append(statement)
-                continue
             if kind == "INSTRUCTION":
                 if inside:
                     # The hot path: most instructions decode in one match.
-                    inst = decode_fast(statement.text, computation, statement.line, statement.column)
+                    text, line, column = statement
+                    inst = decode_fast(text, computation, line, column)
                     if inst is not None:
                         if inst.is_root:
                             self._count_root(statement)
@@ -303,6 +304,9 @@ class _Builder:
                         raise
                 on_instruction(statement)
                 continue
+            if kind == "TABLE_ROW" and in_table:
+                self.current_table.append(statement)
+                continue
             inside = kind == "COMPUTATION_HEADER"
             in_table = kind == "TABLE_NAME"
             try:
@@ -311,7 +315,7 @@ class _Builder:
                 e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
                 e.statement = statement  # type: ignore[attr-defined]
                 raise
-            getattr(self, "_on_" + kind.lower())(statement)
+            handlers[kind](statement)
             if inside:
                 computation, append = self.current[0], self.pending.append
         self.last_statement = statement
@@ -470,7 +474,7 @@ class _Builder:
 
     def _on_computation_end(self, st: Statement) -> None:
         name, is_entry, head = self.current
-        rest = st.text.strip()[1:].strip()
+        rest = st.text.strip()[1:].strip() if len(st.text) > 1 else ""  # usually just `}`
         thread = None
         if rest:
             m = re.fullmatch(r',\s*execution_thread\s*=\s*"([^"]*)"', rest)
