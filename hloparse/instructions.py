@@ -22,6 +22,10 @@ class StatementError(ValueError):
         self.expected = expected
 
 
+class UnreadableHead(StatementError):
+    """Not even `[ROOT] name =` could be read: the statement is not an instruction as written."""
+
+
 class NextStatementAt(Exception):
     """Another statement starts at `offset` on the same line (XLA's parser allows it)."""
 
@@ -194,7 +198,7 @@ def decode_statement(
     Operands written as instructions (`add(f32[] parameter(0), ...)`) are appended to `nested`."""
     head = _HEAD.match(stmt)
     if head is None:
-        raise StatementError("expected an instruction", 0, "[ROOT] name = shape opcode(operands)")
+        raise UnreadableHead("expected an instruction", 0, "[ROOT] name = shape opcode(operands)")
     is_root = head.group(1) is not None
     name = head.group(2)
     pos = head.end()

@@ -23,7 +23,14 @@ from lark.lexer import Lexer
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
 from hloparse.errors import HloParseError
 from hloparse.grammar import explain
-from hloparse.instructions import NextStatementAt, StatementError, decode_fast, decode_statement, forget_values
+from hloparse.instructions import (
+    NextStatementAt,
+    StatementError,
+    UnreadableHead,
+    decode_fast,
+    decode_statement,
+    forget_values,
+)
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.statements import Statement, one_statement_per_line, split_statements
@@ -411,9 +418,10 @@ class _Builder:
         try:
             inst, wrapped = decode_statement(st.text, name, nested, inline)
         except StatementError as e:
-            if e.offset == 0:
+            if isinstance(e, UnreadableHead) and len(st.text) < 100_000:
                 # The decoder could not read even `[ROOT] name =`: the reference grammar can say
-                # where the text stops making sense and what it wanted there.
+                # where the text stops making sense and what it wanted there. (It reads some
+                # 0.4 MB/s, hence the bound: a huge literal must not make an error slow.)
                 found = explain(st.text, "instruction_statement")
                 if found is not None:
                     offset, expected = found
