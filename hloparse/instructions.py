@@ -333,8 +333,15 @@ def _operands(
         and "/*" not in body
         and _BRACKETED.sub("", body).count(",") + 1 == body.count("%")
     ):
-        # Compiled modules write every operand as `shape %name`: the names are all we need.
-        return tuple(_PERCENT_NAME.findall(body)), None
+        # Compiled modules write every operand as `%name` or `shape %name`, as decode_fast reads
+        # them: keep the shapes, for the validator to hold them to the operands' own.
+        pairs = _SHAPED_OPERAND.findall(body)
+        if len(pairs) != body.count("%"):
+            return tuple(_PERCENT_NAME.findall(body)), None
+        declared = tuple([_shape_cache.get(text) or _cached_shape(text) for text, _ in pairs])
+        if None not in declared:
+            return tuple([operand for _, operand in pairs]), declared
+        # a shape that does not parse: the general path below says where
     names: list[str] = []
     shapes: list[Shape | None] = []
     any_shape = False

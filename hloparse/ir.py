@@ -174,8 +174,8 @@ class Instruction:
     line: int = 0  # 1-based line of the instruction in the parsed text
     column: int = 0  # 1-based column where the instruction starts
     computation: str = ""  # the enclosing computation's name
-    # Operand shapes written inline in hand-written text (`add(f32[2] a, f32[2] b)`); None where the
-    # text omitted them and, for speed, in compiled modules (`shape %name` operands). Use
+    # Operand shapes as written before the operands (`add(f32[2] %a, f32[2] %b)`), which the parser
+    # holds to the operands' own shapes as XLA does; None where the text omitted them. Use
     # Computation.operand_shapes, which resolves operands by name.
     inline_operand_shapes: tuple[Shape | None, ...] | None = None
     # Attribute values decoded so far (slots keep a 200k-instruction module small, so no

@@ -255,3 +255,27 @@ def test_fresh_jax_modules_match_xla(program: str, stage: str) -> None:
     module = hloparse.parse(text)
     assert compare_structures(our_structure(module), xla_structure(text)) == []
     assert_locations_point_at_the_text(module, text, f"{program}.{stage}")
+
+
+@pytest.mark.skipif(not ACCEPTED, reason="the shared corpus is not beside this checkout")
+def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
+    """decode_fast is an optimisation of decode_statement: on every instruction of the corpus it
+    takes, it must make exactly what the full decoder makes (the full decoder is what the XLA
+    comparisons exercise on the rest)."""
+    from hloparse.instructions import decode_fast, decode_statement
+    from hloparse.statements import split_statements
+
+    fields = ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "computation",
+              "inline_operand_shapes")
+    taken = 0
+    for file in ACCEPTED:
+        for kind, statement in split_statements((CORPUS_DIR / file).read_text()):
+            fast = decode_fast(statement.text, "c") if kind == "INSTRUCTION" else None
+            if fast is None:
+                continue
+            taken += 1
+            full, wrapped = decode_statement(statement.text, "c", [], [])
+            assert not wrapped
+            differ = [f for f in fields if getattr(fast, f) != getattr(full, f)]
+            assert not differ, (file, statement.text[:200], differ)
+    assert taken > 400_000  # the fast path is the common case: it must not silently stop matching
