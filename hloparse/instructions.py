@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 from hloparse import opcodes
-from hloparse.attributes import AttributeSyntaxError, find_close, parse_computation_list, split_top_level
-from hloparse.ir import CallRole, CallSite, Instruction, Shape
+from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
+from hloparse.call_sites import CALL_ATTRIBUTES, call_sites, wrapped_computation_name
+from hloparse.ir import CallSite, Instruction, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
 
 
@@ -84,18 +85,6 @@ _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:
 _SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
 _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
 
-# Attributes that name computations, by opcode: (attribute, role). Any other opcode carrying one
-# of these attributes is rejected, as XLA's parser does.
-_CALL_ATTRIBUTES = frozenset(
-    {"calls", "to_apply", "body", "condition", "true_computation", "false_computation",
-     "branch_computations", "select", "scatter", "called_computations"}
-)
-_TO_APPLY_OPCODES = frozenset(
-    {"reduce", "reduce-window", "map", "scatter", "sort", "all-reduce", "all-reduce-start", "reduce-scatter",
-     "scan", "topk", "ragged-all-to-all", "all-to-all", "collective-broadcast"}
-)
-
-
 _FAST = re.compile(
     r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*"
     r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?|\([^()]*\))"  # an array, or a tuple of arrays
@@ -162,19 +151,11 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             value = value.strip()
             attributes[key] = _VALUES.get(value) or _value(value)
     calls: tuple[CallSite, ...] = ()
-    if not _CALL_ATTRIBUTES.isdisjoint(attributes):
-        present = _CALL_ATTRIBUTES.intersection(attributes)
-        single = _SINGLE_CALLEE.get(opcode)
-        callee = attributes.get(single[0]) if single is not None and len(present) == 1 else None
-        if callee is not None and _ONE_CALLEE.fullmatch(callee):  # `calls=%fused_computation.12`
-            calls = (new_call_site(single[1], callee[1:]),)
-        elif any(attributes[k][:1] == "{" and "=" in attributes[k] for k in present):
-            return None  # an inline computation
-        else:
-            try:
-                calls = _call_sites(opcode, attributes, name, [])
-            except StatementError:
-                return None
+    if not CALL_ATTRIBUTES.isdisjoint(attributes):
+        try:
+            calls = call_sites(opcode, attributes, name, False)
+        except AttributeSyntaxError:
+            return None  # an inline computation, or a mistake the full decoder reports
     return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
                            operand_shapes, line, column)
 
@@ -233,15 +214,18 @@ def decode_statement(
     _attributes(stmt, close + 1, attributes)
 
     wrapped: list[Instruction] = []
-    if inline is not None and not _CALL_ATTRIBUTES.isdisjoint(attributes):
+    if inline is not None and not CALL_ATTRIBUTES.isdisjoint(attributes):
         _inline_computations(stmt, f"{computation}.{name}", attributes, inline)
     if opcode not in _KNOWN:
         base = opcodes.async_shorthand_base(opcode)
         if base is not None:
             opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
     calls: tuple[CallSite, ...] = ()
-    if wrapped or not _CALL_ATTRIBUTES.isdisjoint(attributes):
-        calls = _call_sites(opcode, attributes, name, wrapped)
+    if wrapped or not CALL_ATTRIBUTES.isdisjoint(attributes):
+        try:
+            calls = call_sites(opcode, attributes, name, bool(wrapped))
+        except AttributeSyntaxError as e:
+            raise StatementError(str(e), 0, e.expected) from None
     inst = new_instruction(name, opcode, shape, operands, attributes, calls, is_root, computation, operand_shapes)
     return inst, wrapped
 
@@ -277,25 +261,7 @@ def new_instruction(
     return inst
 
 
-def new_call_site(role: str, computation: str, index: int = 0) -> CallSite:
-    """CallSite(...) the way new_instruction makes an Instruction (one per fusion, reduce, ...)."""
-    site = _new(CallSite)
-    _set_role(site, role)
-    _set_callee(site, computation)
-    _set_index(site, index)
-    return site
-
-
-# The opcodes that name one computation in one attribute, as (attribute, role of the call).
-_SINGLE_CALLEE = {
-    "fusion": ("calls", CallRole.FUSION),
-    "call": ("to_apply", CallRole.CALL),
-    **{opcode: ("to_apply", CallRole.TO_APPLY) for opcode in _TO_APPLY_OPCODES},
-}
-_ONE_CALLEE = re.compile(r"%[\w.\-]+")
-
 _new = object.__new__
-_set_role, _set_callee, _set_index = (CallSite.__dict__[field].__set__ for field in ("role", "computation", "index"))
 (_set_name, _set_opcode, _set_shape, _set_operands, _set_attributes, _set_calls, _set_is_root, _set_line, _set_column,
  _set_computation, _set_inline_operand_shapes, _set_decoded) = (
     Instruction.__dict__[field].__set__
@@ -476,61 +442,8 @@ def _balanced(value: str) -> bool:
     )
 
 
-def _call_sites(opcode: str, attributes: dict[str, str], name: str, wrapped: list[Instruction]) -> tuple[CallSite, ...]:
-    present = _CALL_ATTRIBUTES.intersection(attributes)
-    if not present and not wrapped:
-        return ()
-    sites: list[CallSite] = []
-
-    def names(key: str) -> tuple[str, ...]:
-        try:
-            return parse_computation_list(attributes[key])
-        except AttributeSyntaxError as e:
-            raise StatementError(f"{key}: {e}", 0, "computation names") from None
-
-    def unexpected(key: str) -> StatementError:
-        return StatementError(f'unexpected attribute "{key}" for {opcode}', 0, "attributes this opcode takes")
-
-    for key in sorted(present):
-        if opcode == "fusion" and key == "calls":
-            sites += [CallSite(CallRole.FUSION, c) for c in names(key)]
-        elif opcode == "while" and key in ("body", "condition"):
-            role = CallRole.WHILE_BODY if key == "body" else CallRole.WHILE_CONDITION
-            sites += [CallSite(role, c) for c in names(key)]
-        elif opcode == "conditional" and key in ("true_computation", "false_computation", "branch_computations"):
-            if key == "branch_computations":
-                sites += [CallSite(CallRole.BRANCH, c, i) for i, c in enumerate(names(key))]
-            else:
-                index = 0 if key == "true_computation" else 1
-                sites += [CallSite(CallRole.BRANCH, c, index) for c in names(key)]
-        elif opcode == "call" and key in ("to_apply", "calls"):
-            sites += [CallSite(CallRole.CALL, c) for c in names(key)]
-        elif opcode == "async-start" and key == "calls":
-            if not wrapped:
-                sites += [CallSite(CallRole.ASYNC, c) for c in names(key)]
-        elif opcode in ("async-update", "async-done") and key == "calls":
-            pass  # the same computation as its async-start's: executed there, not again here
-        elif opcode == "custom-call" and key in ("called_computations", "to_apply", "calls"):
-            sites += [CallSite(CallRole.CUSTOM_CALL, c, i) for i, c in enumerate(names(key))]
-        elif opcode == "select-and-scatter" and key in ("select", "scatter"):
-            sites += [CallSite(CallRole.TO_APPLY, c, 0 if key == "select" else 1) for c in names(key)]
-        elif key == "to_apply" and opcode in _TO_APPLY_OPCODES:
-            sites += [CallSite(CallRole.TO_APPLY, c) for c in names(key)]
-        elif opcode in ("async-start",) and wrapped:
-            pass  # attributes of the wrapped op; the wrapped op owns the call
-        elif not opcodes.is_known(opcode):
-            sites += [CallSite(CallRole.TO_APPLY, c) for c in names(key)]  # newer op: keep the edge
-        else:
-            raise unexpected(key)
-    if wrapped:
-        sites.insert(0, CallSite(CallRole.ASYNC, wrapped_computation_name(name)))
-    if opcode in ("select-and-scatter", "conditional"):
-        sites.sort(key=lambda s: s.index)  # branch 0 (true) before branch 1 (false), as XLA stores them
-    return tuple(sites)
-
-
 def _inline_computations(stmt: str, name: str, attributes: dict[str, str], inline: InlineComputations) -> None:
-    for key in _CALL_ATTRIBUTES.intersection(attributes):
+    for key in CALL_ATTRIBUTES.intersection(attributes):
         value = attributes[key]
         body = value.strip()
         if body.startswith("{") and "=" in body and "(" in body:
@@ -538,10 +451,6 @@ def _inline_computations(stmt: str, name: str, attributes: dict[str, str], inlin
             offset = stmt.find(value)
             inline.append((inner, body[1:-1], offset + value.find("{") + 1))
             attributes[key] = inner
-
-
-def wrapped_computation_name(start_name: str) -> str:
-    return f"{start_name}.async_wrapped"
 
 
 # Attributes that belong to the async wrapper rather than to the op it wraps.
@@ -594,7 +503,7 @@ def _async_shorthand(
         shape=shape.tuple_shapes[1],
         operands=tuple(p.name for p in params),
         attributes=inner_attributes,
-        calls=_call_sites(base, inner_attributes, f"{name}.wrapped", []),
+        calls=_wrapped_call_sites(base, inner_attributes, name),
         is_root=True,
         computation=comp,
     )
@@ -603,3 +512,11 @@ def _async_shorthand(
             del attributes[key]
     attributes["async_wrapped_opcode"] = base
     return "async-start", params + [inner]
+
+
+def _wrapped_call_sites(opcode: str, attributes: dict[str, str], start_name: str) -> tuple[CallSite, ...]:
+    """The call sites of the op an async shorthand wraps."""
+    try:
+        return call_sites(opcode, attributes, f"{start_name}.wrapped", False)
+    except AttributeSyntaxError as e:
+        raise StatementError(str(e), 0, e.expected) from None

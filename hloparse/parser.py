@@ -482,7 +482,7 @@ class _Builder:
 
     def _on_computation_end(self, st: Statement) -> None:
         name, is_entry, head = self.current
-        rest = st.text.strip()[1:].strip() if len(st.text) > 1 else ""  # usually just `}`
+        rest = st.text.strip()[1:].strip()
         thread = None
         if rest:
             m = re.fullmatch(r',\s*execution_thread\s*=\s*"([^"]*)"', rest)
