@@ -29,14 +29,14 @@ import dataclasses
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping
+from typing import Any, Callable, Generator, Mapping
 
 from analysis import custom_calls, fusion_bytes
 from analysis.windows import convolution_flops, reduce_window_count
 from analysis.costs import ZERO, Cost, OpCost
 from analysis.xla_shapes import array_subshapes, elements, elements_recursive, has_unbounded, output_size, size
 from analysis.xla_shapes import transpose_is_bitcast
-from hloparse.ir import CallRole, Computation, Instruction, Module, Shape
+from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, trampoline
 
 VIEWS = ("exact", "xla")
 
@@ -551,37 +551,43 @@ def applied_total(module: Module, name: str, view: str) -> Cost | str:
     cache = _APPLIED_TOTALS.setdefault(module, {})
     key = (name, view)
     if key not in cache:
-        cache[key] = _computation_total(module, module.computation(name), view, frozenset())
+        cache[key] = trampoline(_computation_total(module, module.computation(name), view, set()))
     return cache[key]
 
 
-def _computation_total(module: Module, comp: Computation, view: str, stack: frozenset[str]) -> Cost | str:
+def _computation_total(module: Module, comp: Computation, view: str,
+                       stack: set[str]) -> Generator[Any, Any, Cost | str]:
+    # Run by `trampoline` (a nested computation's total comes back from `yield`): no depth limit.
+    # `stack` is shared and unwound on the way out: copying it per level would be quadratic.
     if comp.name in stack:
         return f"recursive call of {comp.name}"
-    stack = stack | {comp.name}
-    flops = transcendentals = 0
-    for inst in comp.instructions:
-        own = own_cost(module, comp, inst, view=view)
-        if own.uncounted is not None:
-            return f"{inst.name}: {own.uncounted}"
-        flops += own.cost.flops
-        transcendentals += own.cost.transcendentals
-        branches: list[Cost] = []
-        for site in inst.calls:
-            if site.role not in CallRole.CONTROL:
-                continue
-            sub = _computation_total(module, module.computation(site.computation), view, stack)
-            if isinstance(sub, str):
-                return sub
-            if site.role == CallRole.BRANCH:
-                branches.append(sub)
-            else:
-                flops += sub.flops
-                transcendentals += sub.transcendentals
-        if branches:
-            flops += branch_max([b.flops for b in branches])
-            transcendentals += branch_max([b.transcendentals for b in branches])
-    return Cost(flops, transcendentals, 0)
+    stack.add(comp.name)
+    try:
+        flops = transcendentals = 0
+        for inst in comp.instructions:
+            own = own_cost(module, comp, inst, view=view)
+            if own.uncounted is not None:
+                return f"{inst.name}: {own.uncounted}"
+            flops += own.cost.flops
+            transcendentals += own.cost.transcendentals
+            branches: list[Cost] = []
+            for site in inst.calls:
+                if site.role not in CallRole.CONTROL:
+                    continue
+                sub = yield _computation_total(module, module.computation(site.computation), view, stack)
+                if isinstance(sub, str):
+                    return sub
+                if site.role == CallRole.BRANCH:
+                    branches.append(sub)
+                else:
+                    flops += sub.flops
+                    transcendentals += sub.transcendentals
+            if branches:
+                flops += branch_max([b.flops for b in branches])
+                transcendentals += branch_max([b.transcendentals for b in branches])
+        return Cost(flops, transcendentals, 0)
+    finally:
+        stack.discard(comp.name)
 
 
 def branch_max(values: list[int]) -> int:

@@ -18,12 +18,13 @@ are not predicted.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any, Generator
 
 import numpy as np
 
 from analysis import rules, xla_diagnostics
 from analysis.costs import Cost
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, trampoline
 
 F32 = np.float32
 FLOPS = "flops"
@@ -108,18 +109,23 @@ class _Estimator:
     def computation(self, comp: Computation) -> dict[str, np.float32]:
         """Totals of one fresh nested analysis of `comp` (cached: the result does not depend on
         the caller)."""
+        return trampoline(self._computation(comp))
+
+    def _computation(self, comp: Computation) -> Generator[Any, Any, dict[str, np.float32]]:
+        # A generator run by `trampoline`: a callee's totals come back from `yield`, so a chain of
+        # thousands of nested calls needs no Python stack.
         cached = self.cache.get(comp.name)
         if cached is not None:
             return cached
         sums = {k: F32(0) for k in KEYS}
         for inst in visit_order(comp):
-            props = self.instruction(comp, inst)
+            props = yield from self.instruction(comp, inst)
             for k, v in props.items():
                 sums[k] = F32(sums.get(k, F32(0)) + v)
         self.cache[comp.name] = sums
         return sums
 
-    def instruction(self, comp: Computation, inst: Instruction) -> dict[str, np.float32]:
+    def instruction(self, comp: Computation, inst: Instruction) -> Generator[Any, Any, dict[str, np.float32]]:
         try:
             charge = rules.charge_of(self.module, comp, inst)
         except (KeyError, IndexError, TypeError, ValueError) as err:
@@ -127,13 +133,13 @@ class _Estimator:
         if charge is None:
             raise EstimateUnavailable(f"no rule for opcode {inst.opcode!r} ({inst.name}, line {inst.line})")
         if charge.nested is None:
-            props = self._own(charge)
+            props = yield from self._own(charge)
             if self.diagnostics:
                 props.update(_f32_keys(xla_diagnostics.own_keys(self.module, comp, inst)))
             return props
         callees = [self.module.computation(s.computation) for s in inst.calls if s.role in CallRole.CONTROL]
         if charge.nested == rules.NESTED_FUSION:
-            props = dict(self.computation(callees[0]))
+            props = dict((yield self._computation(callees[0])))
             total = F32(0)
             for term in charge.bytes_terms:
                 total = F32(total + f32(term))
@@ -143,33 +149,33 @@ class _Estimator:
                 props.update(_f32_keys(xla_diagnostics.fusion_keys(self.module, inst, callees[0])))
             return props
         if charge.nested == rules.NESTED_CALL:
-            return dict(self.computation(callees[0]))
+            return dict((yield self._computation(callees[0])))
         if charge.nested == rules.NESTED_ASYNC:
-            props = dict(self.computation(callees[0]))
+            props = dict((yield self._computation(callees[0])))
             props[OPTIMAL_SECONDS] = F32(0)
             return props
         if charge.nested == rules.NESTED_WHILE:
-            body = self.computation(self.module.computation(inst.called(CallRole.WHILE_BODY)[0]))
-            cond = self.computation(self.module.computation(inst.called(CallRole.WHILE_CONDITION)[0]))
+            body = (yield self._computation(self.module.computation(inst.called(CallRole.WHILE_BODY)[0])))
+            cond = (yield self._computation(self.module.computation(inst.called(CallRole.WHILE_CONDITION)[0])))
             keys = dict.fromkeys(list(body) + list(cond))
             return {k: F32(F32(F32(0) + body.get(k, F32(0))) + cond.get(k, F32(0))) for k in keys}
         if charge.nested == rules.NESTED_CONDITIONAL:
             branches = [self.module.computation(n) for n in inst.called(CallRole.BRANCH)]
-            props = dict(self.computation(branches[0]))
+            props = dict((yield self._computation(branches[0])))
             for branch in branches[1:]:
-                other = self.computation(branch)
+                other = (yield self._computation(branch))
                 for k, v in other.items():
                     if v != 0:  # XLA's Properties::ForEach skips zero values
                         props[k] = max(props.get(k, F32(0)), v)
             return props
         raise ValueError(f"unknown nesting {charge.nested!r}")
 
-    def _own(self, charge: rules.Charge) -> dict[str, np.float32]:
+    def _own(self, charge: rules.Charge) -> Generator[Any, Any, dict[str, np.float32]]:
         props: dict[str, np.float32] = {}
         flops = f32(charge.flops)
         transcendentals = f32(charge.transcendentals)
         for applied in charge.applied:
-            body = self.computation(self.module.computation(applied.computation))
+            body = (yield self._computation(self.module.computation(applied.computation)))
             count = f32(applied.count)
             flops = F32(flops + F32(body[FLOPS] * count))
             transcendentals = F32(transcendentals + F32(body[TRANSCENDENTALS] * count))
@@ -192,7 +198,7 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
     uncounted: list[str] = []
     cache: dict[str, Cost] = {}
 
-    def total(comp: Computation) -> Cost:
+    def total(comp: Computation) -> Generator[Any, Any, Cost]:
         if comp.name in cache:
             return cache[comp.name]
         flops = transcendentals = bytes_accessed = 0
@@ -207,7 +213,7 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
             for site in inst.calls:
                 if site.role not in CallRole.CONTROL:
                     continue
-                sub = total(module.computation(site.computation))
+                sub = yield total(module.computation(site.computation))
                 if site.role == CallRole.BRANCH:
                     branches.append(sub)
                 else:
@@ -221,7 +227,7 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
         cache[comp.name] = Cost(flops, transcendentals, bytes_accessed)
         return cache[comp.name]
 
-    return total(module.entry), tuple(uncounted)
+    return trampoline(total(module.entry)), tuple(uncounted)
 
 
 

@@ -19,7 +19,9 @@ class AttributeSyntaxError(ValueError):
 
 
 # Strings (with escapes), comments, brackets and commas: everything that decides nesting.
-_SIGNIFICANT = re.compile(r'"(?:[^"\\]|\\.)*"?|/\*.*?\*/|[(){}\[\],]', re.S)
+# Strings unrolled (`"(?:[^"\\]|\\.)*"` costs ~170 bytes of backtracking state a character), and an
+# unterminated comment runs to the end (not a rescan of the rest from every '/*').
+_SIGNIFICANT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|/\*.*?(?:\*/|\Z)|[(){}\[\],]', re.S)
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 _CLOSE = frozenset(")}]")
 
@@ -99,7 +101,7 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
 
 
 # `key="string"`, `key={1,2}` (profile_type) or `key=bare`; fields may be comma-separated.
-_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^\s,}]+)')
+_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|[^\s,}]+)')
 
 
 def parse_metadata(raw: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ Errors carry an offset into the statement; the caller turns it into a line and c
 from __future__ import annotations
 
 import re
+import zlib
 
 from hloparse import opcodes
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
@@ -41,10 +42,12 @@ InlineComputations = list[tuple[str, str, int]]
 
 
 _HEAD = re.compile(r"\s*(ROOT\s+)?%?([A-Za-z0-9_][\w.\-]*)\s*=\s*")
-_OPCODE = re.compile(r"(?:\s|/\*.*?\*/)*([a-z][a-z0-9\-]*)\s*\(", re.S)  # a /* comment */ may precede it
+_OPCODE = re.compile(r"\s*(?:/\*.*?\*/\s*)*([a-z][a-z0-9\-]*)\s*\(", re.S)  # a /* comment */ may precede it
 _ATTR = re.compile(r"\s*([A-Za-z_][\w\-.]*)\s*=\s*", re.S)
-_OPERAND = re.compile(r"(?:(.*?)\s+)?%?([A-Za-z0-9_][\w.\-]*(?:#\d+)*)\s*", re.S)
-_INDEX_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_OPERAND_NAME = re.compile(r"%?([A-Za-z0-9_][\w.\-]*)")
+# An unterminated comment runs to the end: matching `/\*.*?\*/` from every `/*` of a long run
+# of them would rescan the rest of the text each time.
+_INDEX_COMMENT = re.compile(r"/\*.*?(?:\*/|\Z)", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
 _OPCODE_NAMES = {op: op for op in _KNOWN}
 _KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen in any module)
@@ -320,7 +323,7 @@ def _operands(
         if "/*" in piece:
             piece = _INDEX_COMMENT.sub(" ", piece)
         piece = piece.strip()
-        m = _OPERAND.fullmatch(piece)
+        m = _operand(piece)
         if m is None and piece[:1] != "%" and not _NESTED.match(piece):
             m = _glued_operand(piece)  # `(s32[], f32[])%name` or `f32[2]name`: no space needed
         if m is None and nested is not None and _NESTED.match(piece):
@@ -341,7 +344,7 @@ def _operands(
             continue  # XLA reads a lone `f32[],` as the shape of the operand after it
         if m is None:
             raise StatementError(f"cannot parse operand {piece.strip()!r}", s, "[shape] %name")
-        shape_text, operand = m.groups()
+        shape_text, operand = m
         if "#" in operand:
             operand = _compact_tuple_access(operand, computation, nested, s)
         if shape_text:
@@ -362,7 +365,23 @@ def _glued_operand(piece: str) -> re.Match[str] | None:
         _, end = shape_at(piece, 0)
     except ShapeSyntaxError:
         return None
-    return _OPERAND.fullmatch(piece[:end] + " " + piece[end:].lstrip())
+    return _operand(piece[:end] + " " + piece[end:].lstrip())
+
+
+def _operand(piece: str) -> tuple[str | None, str] | None:
+    """`[shape] %name[#i#j...]` (stripped) -> (shape text or None, name), or None. A scan, not
+    one regular expression: `(.*?)\\s+name` backtracks quadratically over a run of blanks."""
+    parts = piece.rsplit(None, 1)
+    if not parts:
+        return None
+    m = _OPERAND_NAME.match(parts[-1])
+    if m is None:
+        return None
+    name = m.group(1)
+    rest = parts[-1][m.end():]
+    if rest and (rest[0] != "#" or not all(i.isdigit() and i.isascii() for i in rest[1:].split("#"))):
+        return None
+    return (parts[0] if len(parts) == 2 else None), name + rest
 
 
 def _compact_tuple_access(operand: str, computation: str, nested: list[Instruction] | None, offset: int) -> str:
@@ -372,8 +391,12 @@ def _compact_tuple_access(operand: str, computation: str, nested: list[Instructi
         raise StatementError(f"compact tuple access {operand!r} is not allowed here", offset, "a name")
     base, *indices = operand.split("#")
     name = base
-    for index in indices:
-        element = f"{name}#{index}"
+    path = 0
+    for depth, index in enumerate(indices):
+        path = hash((path, zlib.crc32(index.encode())))  # the same in every process (str hashes are not)
+        # Beyond a few levels the path-spelled names would grow quadratically with the chain:
+        # deeper elements are named by a hash of their path instead.
+        element = f"{name}#{index}" if depth < 16 else f"{base}#~{path & 0xFFFFFFFFFFFF:x}"
         nested.append(new_instruction(element, "get-tuple-element", None, (name,), {"index": index}, (), False,
                                       computation, None))
         name = element

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping
 
 # Bytes per element, as XLA's ShapeUtil::ByteSizeOfPrimitiveType counts them. Sub-byte types
 # (s4, u4, s2, u2, s1, u1, f4e2m1fn, ...) occupy one byte each in an unpacked layout.
@@ -467,3 +467,31 @@ class Module:
         from hloparse.callgraph import build_call_graph
 
         return build_call_graph(self)
+
+
+def trampoline(walk: Generator[Any, Any, Any]) -> Any:
+    """Run a recursive walk without Python recursion: where the walk would call itself on a
+    callee, it yields the callee's generator (`sub = yield walk(callee)`) and receives its
+    result, or its exception. The walk keeps its exact visiting order and results, and any
+    nesting depth XLA accepts (chains of thousands of calls) costs heap, not stack."""
+    stack = [walk]
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        top = stack[-1]
+        try:
+            request = top.throw(error) if error is not None else top.send(value)
+        except StopIteration as stop:
+            stack.pop()
+            value, error = stop.value, None
+            if not stack:
+                return value
+            continue
+        except BaseException as exc:
+            stack.pop()
+            if not stack:
+                raise
+            value, error = None, exc
+            continue
+        stack.append(request)
+        value, error = None, None

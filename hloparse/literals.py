@@ -18,7 +18,7 @@ class LiteralError(ValueError):
 
 
 _TOKEN = re.compile(r"[-+]?nan\([^)]*\)|[{}(),]|[^\s{}(),]+")
-_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_COMMENT = re.compile(r"/\*.*?(?:\*/|\Z)", re.S)  # unterminated: to the end, not a rescan per '/*'
 
 _INT_RANGE = {
     "s1": (-1, 0), "s2": (-2, 1), "s4": (-8, 7), "s8": (-(2**7), 2**7 - 1), "s16": (-(2**15), 2**15 - 1),

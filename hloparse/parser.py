@@ -234,6 +234,7 @@ class _Builder:
         self.shapeless = False  # some instruction may lack a shape: run the inference
         self.extra: list[Computation] = []  # synthesised async-wrapped computations
         self.last_statement = Statement("", 1, 1)
+        self.compact_names: set[tuple[str, str]] = set()
         try:
             # Streamed, not listed: a 30 MB module's statements need not all be alive at once.
             self._parse_structure(split_statements(self.text))
@@ -439,10 +440,13 @@ class _Builder:
             self._inline_computation(inner_name, self._sub_statement(st, offset, body))
         line, column = st.line, st.column
         for extra in nested:
-            if extra.opcode == "get-tuple-element" and "#" in extra.name and any(
-                p.name == extra.name for p in self.pending
-            ):
-                continue  # `%t#1` used again: one instruction serves both uses
+            if extra.opcode == "get-tuple-element" and "#" in extra.name:
+                # `%t#1` used again: one instruction serves both uses (a set, not a scan of the
+                # computation so far: that was quadratic in a long chain of tuple accesses).
+                key = (name, extra.name)
+                if key in self.compact_names:
+                    continue
+                self.compact_names.add(key)
             set_location(extra, line, column)
             self.pending.append(extra)
         # The builder owns these fresh objects; setting the location here saves a copy.

@@ -15,7 +15,11 @@ TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFr
 _TABLE_ROW = re.compile(r"\s*\d+\s")
 _NOT_PLAIN = frozenset({"", "}", "/"})  # first characters the fast path leaves to the full one
 
-_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//.*')
+# Strings as `"[^"\\]*(?:\\.[^"\\]*)*"`, never `"(?:[^"\\]|\\.)*"`: Python's engine keeps a
+# backtracking frame per repetition of a group (~170 bytes a character), but none for a
+# repeated character class.
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_STRING_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//.*')
 
 
 class Statement(NamedTuple):
@@ -50,8 +54,10 @@ def _strip_comment_across_lines(line: str, in_string: bool) -> tuple[str, bool]:
                 j = line.find('"', j)
                 if j < 0:
                     return line, True
-                backslashes = len(line[:j]) - len(line[:j].rstrip("\\"))
-                if backslashes % 2 == 0:
+                k = j  # count the backslashes before the quote by walking back, not by slicing
+                while k > i and line[k - 1] == "\\":
+                    k -= 1
+                if (j - k) % 2 == 0:
                     break
                 j += 1
             in_string = False
@@ -80,11 +86,14 @@ def _has_leading_comment(text: str) -> bool:
     return False
 
 
+_STRING_RE = re.compile(_STRING)
+
+
 def _balance(text: str) -> int:
     depth = text.count("(") + text.count("{") + text.count("[") - text.count(")") - text.count("}") - text.count("]")
     if depth and '"' in text:  # brackets inside strings do not count
         depth = 0
-        for piece in re.split(r'"(?:[^"\\]|\\.)*"', text):
+        for piece in _STRING_RE.split(text):
             depth += piece.count("(") + piece.count("{") + piece.count("[")
             depth -= piece.count(")") + piece.count("}") + piece.count("]")
     return depth
@@ -157,17 +166,22 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             i += 1
             continue
         is_heading = not in_computation and not stripped.startswith("HloModule")
-        depth = _balance(line)
+        quotes = line.count('"') - line.count('\\"')
+        open_string = quotes % 2 == 1
+        depth = 0 if open_string else _balance(line)
         parts = [line]
-        open_string = (line.count('"') - line.count('\\"')) % 2 == 1
+        string_from = 0  # the part where the open string began (its brackets are counted at its end)
         while i + 1 < n:
-            if open_string:  # a string spans lines: join until it closes, then count brackets anew
+            if open_string:
+                # A string spans lines: count quotes line by line (re-joining and re-counting
+                # every line so far would be quadratic), and the brackets of the lines it spans
+                # once it closes.
                 i += 1
                 parts.append(lines[i])
-                joined = "\n".join(parts)
-                open_string = (joined.count('"') - joined.count('\\"')) % 2 == 1
+                quotes += lines[i].count('"') - lines[i].count('\\"')
+                open_string = quotes % 2 == 1
                 if not open_string:
-                    depth = _balance(joined)
+                    depth += _balance("\n".join(parts[string_from:]))
                     line = lines[i]
                 continue
             if is_heading and depth == 1 and line.rstrip().endswith("{"):
@@ -183,8 +197,10 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             i += 1
             parts.append(nxt)
             line = nxt
-            if (nxt.count('"') - nxt.count('\\"')) % 2:
+            quotes = nxt.count('"') - nxt.count('\\"')
+            if quotes % 2:
                 open_string = True  # the brackets are counted once the string closes
+                string_from = len(parts) - 1
                 continue
             depth += _balance(nxt)
         while len(parts) > 1 and not parts[-1].strip():
@@ -208,7 +224,7 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
 
 
 
-_LAYOUT_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*|[(){}\[\]\n=]', re.S)
+_LAYOUT_TOKEN = re.compile(_STRING + r'|/\*.*?(?:\*/|\Z)|//[^\n]*|[(){}\[\]\n=]', re.S)
 _BREAK = "\x00"  # marks a line break we insert (never occurs in HLO text)
 
 
@@ -220,11 +236,12 @@ def one_statement_per_line(text: str) -> tuple[str, list[tuple[int, int]]] | Non
     nothing. Only used after the line-oriented reading failed, so it may take its time."""
     breaks: list[int] = []  # offsets at which to break the line
     stack: list[str] = []  # "body", or the closing bracket expected
+    values = 0  # entries of `stack` that are not "body": kept, not recounted per token (deep nesting)
     has_equals = False  # the current statement has an '=' at depth 0 (so a '{' is a value)
     statement_start = 0
     for m in _LAYOUT_TOKEN.finditer(text):
         tok = m.group()
-        inside = any(s != "body" for s in stack)
+        inside = values > 0
         if tok == "\n" or tok[0] in "\"/":
             if tok == "\n" and not inside:
                 has_equals, statement_start = False, m.end()
@@ -232,9 +249,11 @@ def one_statement_per_line(text: str) -> tuple[str, list[tuple[int, int]]] | Non
             has_equals = has_equals or not inside
         elif tok in "([":
             stack.append(")" if tok == "(" else "]")
+            values += 1
         elif tok == "{":
             if inside or has_equals:
                 stack.append("}")
+                values += 1
                 continue
             statement = text[statement_start:m.start()]
             if statement.lstrip().startswith("HloModule") and " ENTRY " in statement:
@@ -247,7 +266,7 @@ def one_statement_per_line(text: str) -> tuple[str, list[tuple[int, int]]] | Non
             breaks += [m.start(), m.end()]
             has_equals, statement_start = False, m.end()
         elif stack:
-            stack.pop()
+            values -= stack.pop() != "body"
     if not breaks:
         return None
     pieces, last = [], 0

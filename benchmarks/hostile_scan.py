@@ -1,0 +1,44 @@
+"""Exploratory scan for superlinear inputs: every slot x every character run, and every
+structural case, at two sizes; prints the time and memory ratios, worst first.
+
+    python3 benchmarks/hostile_scan.py [--small 20000] [--factor 8] [--only SLOT|KIND ...]
+
+The suite's `tests/test_hostile_input.py` runs a fixed sample of the same cases."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.support.hostile import CHARS, SLOTS, STRUCTURAL, measure, slot_case, structural_case  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", type=int, default=20_000)
+    ap.add_argument("--factor", type=int, default=8)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args()
+    cases = [(f"{s}:{c!r}", lambda n, s=s, c=c: slot_case(s, c, n)) for s in SLOTS for c in CHARS]
+    cases += [(k, lambda n, k=k: structural_case(k, n)) for k in STRUCTURAL]
+    if args.only:
+        cases = [c for c in cases if c[0].split(":")[0] in args.only]
+    rows = []
+    for name, make in cases:
+        small, big = make(args.small), make(args.small * args.factor)
+        t1, m1, o1 = measure(small, 1, args.timeout)
+        t2, m2, o2 = measure(big, 1, args.timeout)
+        ratio = t2 / max(t1, 0.01)
+        rows.append((ratio, name, t1, t2, m2 / len(big), o2))
+        print(f"{name:24} {t1:7.3f}s {t2:7.3f}s x{ratio:6.1f}  mem {m2 / len(big):6.1f} B/char  {o2}", flush=True)
+    print("\nworst:")
+    for r in sorted(rows, reverse=True)[:15]:
+        print(f"{r[1]:24} x{r[0]:6.1f}  {r[3]:7.3f}s  {r[4]:6.1f} B/char  {r[5]}")
+
+
+if __name__ == "__main__":
+    main()
