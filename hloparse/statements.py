@@ -18,7 +18,7 @@ _NOT_PLAIN = frozenset({"", "}", "/"})  # first characters the fast path leaves 
 # Strings as `"[^"\\]*(?:\\.[^"\\]*)*"`, never `"(?:[^"\\]|\\.)*"`: Python's engine keeps a
 # backtracking frame per repetition of a group (~170 bytes a character), but none for a
 # repeated character class.
-_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)'  # unterminated: to the end, not a rescan per quote
 _STRING_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//.*')
 
 

@@ -25,7 +25,8 @@ ENTRY e {{
   c0 = f32[] constant(0{LITERAL})
   t = (f32[2]{{0}}, f32[]) tuple(p{OPERAND}, c0){COMMENT}
   g = f32[2]{{0}} get-tuple-element(t), index=0
-  r = f32[] reduce(p, c0), dimensions={{0{ATTR}}}, to_apply=add, metadata={{op_name="x{STRING}" source_file="f.py" source_line=1}}
+  r = f32[] reduce(p, c0), dimensions={{0{ATTR}}}, to_apply=add,
+      metadata={{op_name="x{STRING}" source_file="f.py" source_line=1}}
   ROOT n{INSTNAME} = f32[2]{{0}} negate(g), backend_config={{"a":"b{JSON}"}}
 }}
 """
