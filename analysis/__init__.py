@@ -4,7 +4,7 @@
     report = analyze("examples/seed000_remat_scan.after_optimizations.hlo")
     report.flops, report.xla_estimate["flops"], report.loops
 
-The names are resolved lazily (PEP 562) so that importing a submodule (`analysis.costs`, the
+The names are resolved lazily (PEP 562) so that importing a submodule (`analysis.cost.costs`, the
 accounting) never drags in the product layer, and `import analysis` stays cheap.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analysis.api import Comparison, analyze, compare
-    from analysis.report import MFU, Report
+    from analysis.report.report import MFU, Report
 
 __all__ = ["MFU", "Comparison", "Report", "analyze", "compare"]
 
@@ -22,8 +22,8 @@ _HOME = {
     "analyze": "analysis.api",
     "compare": "analysis.api",
     "Comparison": "analysis.api",
-    "Report": "analysis.report",
-    "MFU": "analysis.report",
+    "Report": "analysis.report.report",
+    "MFU": "analysis.report.report",
 }
 
 

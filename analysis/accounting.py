@@ -6,11 +6,11 @@
 
 `trip_counts` keys are either a while instruction's name (always used, even over a count
 found in the HLO) or a pattern matched against the while's `op_name` with fnmatch (`*`, `?`,
-`[...]`); a pattern only fills in a count the analysis could not find. See analysis.tripcount.
+`[...]`); a pattern only fills in a count the analysis could not find. See analysis.loops.tripcount.
 
 Totals:
 - Each instruction: `rules.own_cost(..., view="exact")` times the executions of its
-  computation (analysis.execution). Exact Python ints.
+  computation (analysis.loops.execution). Exact Python ints.
 - A loop with an unknown trip count counts its body at the certain lower bound (0 unless the
   evaluation proved more) and its condition once more than that; its rows are marked
   `executions_known=False` and the loop is listed with `trip_count=None`: the total is then
@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
-from analysis.costs import ZERO, Cost, OpCost
-from analysis.execution import ExecutionCounts, execution_counts, is_executing_site
+from analysis.cost.costs import ZERO, Cost, OpCost
+from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
-from analysis.tripcount import TripCount, trip_count
+from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 RESIDUAL = "residual"
@@ -81,7 +81,7 @@ class LoopAccounting(Accounting):
 
 
 def exact_cost(module: Module, computation: Computation, instruction: Instruction) -> OpCost:
-    from analysis.rules import own_cost
+    from analysis.cost.rules import own_cost
 
     return own_cost(module, computation, instruction, view="exact")
 
@@ -141,7 +141,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     `xla_estimate(module)` (tests use both to check the bookkeeping on its own)."""
     cost_fn = cost_fn or exact_cost
     if xla is None:
-        from analysis.xla_estimate import EstimateUnavailable, xla_estimate
+        from analysis.xla.estimate import EstimateUnavailable, xla_estimate
 
         try:
             xla = xla_estimate(module)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from analysis.report import Report, ratio
+from analysis.report.report import Report, ratio
 from hloparse.ir import Module
 
 COST_KEYS = ("flops", "transcendentals", "bytes accessed")
@@ -105,7 +105,7 @@ def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[
 def xla_cost_analysis(source: Any) -> dict[str, float]:
     """What XLA itself says, asked through jax: `Compiled.cost_analysis()` or
     `Lowered.cost_analysis()` for a jax stage, XLA's HloCostAnalysis of the text otherwise."""
-    from analysis import xla_compare
+    from analysis.xla import compare as xla_compare
 
     if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
         raw = xla_compare.xla_cost_of_compiled(source)  # Lowered.cost_analysis() has the same shape

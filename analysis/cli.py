@@ -4,7 +4,7 @@
                     [--top N] [--trip-count NAME=N ...] [--folded PATH] [--html PATH] [--compare-xla]
                     [--strict] [--traceback]
     hloflops diff A B [--fail-above PCT] [--by ...] [--depth N] [--json]
-    hloflops DIR ... | hloflops batch ...     (analysis.batch)
+    hloflops DIR ... | hloflops batch ...     (analysis.batch.run)
 
 Exit codes: 0 success; 1 the analysis found what you asked it to fail on (`--strict` with an
 unknown trip count or uncounted op, `diff --fail-above` exceeded); 2 usage or input error (bad
@@ -24,141 +24,17 @@ import os
 import sys
 from typing import Sequence
 
-from analysis.report import GROUP_KEYS, Report, format_table, ratio
+from analysis.report.report import GROUP_KEYS, Report
+from analysis.report.text import render_summary
 
 EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
-MAX_UNCOUNTED_LINES = 12  # beyond this the summary groups uncounted ops by kind
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
-
-
-# ---- the readable summary ------------------------------------------------------------------
-def _num(value: float | int) -> str:
-    if isinstance(value, float):
-        return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
-    return f"{value:,}"
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{share * 100:.1f}%"
-
-
-def unknown_trip_text(bounds: tuple[int, int | None]) -> str:
-    low, high = bounds
-    if high is not None:
-        return f"UNKNOWN ({low:,}..{high:,})"
-    return f"UNKNOWN (>={low:,})" if low else "UNKNOWN"
-
-
-def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
-    xla = report.xla_estimate
-    lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
-    if not report.is_exact:
-        lines.append("NOTE: totals are LOWER BOUNDS: some trip counts or op costs are unknown (see below)")
-    lines.append("")
-    header = ["", "exact (loop-aware)", "XLA cost_analysis", "exact / XLA"]
-    if report.xla_reported is not None:
-        header.insert(3, "XLA via jax")
-    table = []
-    for label, key, exact in (
-        ("flops", "flops", report.flops),
-        ("transcendentals", "transcendentals", report.transcendentals),
-        ("bytes accessed", "bytes_accessed", report.bytes_accessed),
-    ):
-        r = ratio(exact, xla[key])
-        cells = [label, _num(exact), _num(xla[key]), "-" if r is None else f"{r:.2f}x"]
-        if report.xla_reported is not None:
-            live = report.xla_reported.get(key, report.xla_reported.get(key.replace("_", " "), 0.0))
-            cells.insert(3, _num(float(live)))
-        table.append(cells)
-    lines += format_table(header, table)
-    lines.append("")
-    overhead = report.remat_overhead
-    lines.append(
-        f"model flops {report.model_flops:,}   remat flops {report.remat_flops:,}"
-        + (f"   remat overhead +{overhead * 100:.1f}% over model flops" if overhead is not None else "")
-    )
-    phases = report.phase_flops
-    lines.append(
-        "phases: " + "   ".join(f"{p} {phases[p]:,} ({_pct(ratio(phases[p], report.flops))})" for p in phases)
-    )
-    lines.append("")
-    if report.loops:
-        lines.append(f"loops ({len(report.loops)}): XLA counts each body once; these are multiplied")
-        rows = []
-        for lp in report.loops:
-            known = lp.trip_count is not None
-            rows.append(
-                [
-                    lp.name,
-                    f"{lp.trip_count:,}" if known else unknown_trip_text(lp.bounds),
-                    lp.source,
-                    f"{lp.executions:,}",
-                    f"{lp.total.flops:,}" if known else f">={lp.total.flops:,}",
-                    _pct(report.loop_share(lp)),
-                    f"{lp.extra_over_xla.flops:,}" if known else "?",  # a lower bound minus XLA means nothing
-                    lp.parent or "",
-                ]
-            )
-        header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside"]
-        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrl")
-        for lp in report.loops:
-            if lp.trip_count is None:
-                lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "
-                             f"(give it with --trip-count {lp.name}=N)")
-    else:
-        lines.append("loops: none")
-    if report.conditionals:
-        lines.append("")
-        lines.append(f"conditionals ({len(report.conditionals)}): the totals count the branch with the most FLOPs")
-        for c in report.conditionals:
-            costs = ", ".join(f"{b.index}: {b.cost.flops:,}" for b in c.branches)
-            lines.append(f"  {c.name} x{c.executions:,}: branch flops {{{costs}}}; counted {c.chosen}, "
-                         f"smallest {c.smallest}")
-    lines.append("")
-    groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
-    title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
-    if by in ("scope", "module"):
-        title += f" (depth {'all' if depth is None else depth})"
-    lines.append(title)
-    rows = [
-        [
-            "  " + g.key,
-            f"{g.total.flops:,}",
-            _pct(ratio(g.total.flops, report.flops)),
-            f"{g.remat_flops:,}",
-            f"{g.total.transcendentals:,}",
-            f"{g.total.bytes_accessed:,}",
-        ]
-        for g in groups[:top]
-    ]
-    lines += format_table([f"  {by}", "flops", "share", "remat flops", "transcendentals", "bytes accessed"], rows)
-    lines.append("")
-    if report.uncounted:
-        lines.append(f"UNCOUNTED ops ({len(report.uncounted)}): their cost is unknown and NOT in the totals")
-        if len(report.uncounted) <= MAX_UNCOUNTED_LINES:
-            for u in report.uncounted:
-                target = f" target={u.target}" if u.target else ""
-                lines.append(f"  ! {u.name} ({u.opcode}{target}) in {u.computation} x{u.executions:,}: {u.reason}")
-        else:  # many: one line per kind, with a few names (all of them are in --json)
-            kinds: dict[tuple[str, str, str], list[str]] = {}
-            for u in report.uncounted:
-                kinds.setdefault((u.opcode, u.target or "", u.reason), []).append(u.name)
-            for (opcode, target, reason), names in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-                shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-                what = opcode + (f" target={target}" if target else "")
-                lines.append(f"  ! {len(names):,} x {what}: {reason} ({shown})")
-    else:
-        lines.append("uncounted ops: none")
-    residual = report.accounting.reconciliation.get("residual")
-    if residual:
-        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops")
-    return "\n".join(lines) + "\n"
 
 
 # ---- argument parsing ------------------------------------------------------------------------
@@ -337,7 +213,7 @@ def _run_file(argv: Sequence[str]) -> int:
 
 
 def _run_diff(argv: Sequence[str]) -> int:
-    from analysis.diff import diff_reports, render_diff
+    from analysis.report.diff import diff_reports, render_diff
 
     args = build_diff_parser().parse_args(argv)
     trips = dict(args.trip_count)
@@ -384,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] == "diff":
             return _run_diff(argv[1:])
         if _is_batch(argv):
-            from analysis.batch import cli_main
+            from analysis.batch.run import cli_main
 
             return cli_main(argv[1:] if argv[0] == "batch" else argv)
         if not argv or argv[0] in ("-h", "--help"):

@@ -28,57 +28,12 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from analysis.scopes import WRAPPER, is_absolute, model_path, phase, scope, split_components  # noqa: F401
 from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
 XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
-# Name-stack components that say how an op was produced, not which model part it belongs to.
-WRAPPER = re.compile(r"^(jit|pjit|jvp|vjp|transpose|remat\d*|checkpoint|closed_call|core_call|custom_jvp_call"
-                     r"|custom_vjp_call|rematted_computation|while|body|cond|scan|pmap|xla_pmap|shard_map"
-                     r"|named_call|call|checkpoint_name|branch_\d+_fun)(\(.*\))?$")
 
-
-def phase(op_name: str) -> str:
-    """'backward' for transposed code, 'forward' for jvp'd code, else 'other' (optimizer
-    updates, loss bookkeeping, non-differentiated programs)."""
-    if "transpose(" in op_name:
-        return "backward"
-    if "jvp(" in op_name:
-        return "forward"
-    return "other"
-
-
-def scope(op_name: str) -> str:
-    """The name stack of an op: its op_name without the final (primitive) component."""
-    head, _, _ = op_name.rpartition("/")
-    return head
-
-
-def split_components(op_name: str) -> list[str]:
-    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(op_name):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        elif ch == "/" and depth == 0:
-            parts.append(op_name[start:i])
-            start = i + 1
-    parts.append(op_name[start:])
-    return parts
-
-
-def model_path(op_name: str) -> str:
-    """The op_name with every transformation wrapper removed: the part of the model an op
-    computes, the same for a forward op and its recompute."""
-    return "/".join(p for p in split_components(op_name) if p and not WRAPPER.match(p))
-
-
-def is_absolute(op_name: str) -> bool:
-    """Optimized modules carry whole name stacks (`jit(f)/...`); modules before optimization
-    name the ops of a called function relative to that function."""
-    return op_name.startswith(("jit(", "pjit(", "pmap(", "xla_pmap("))
 
 
 class OpNames:
@@ -90,7 +45,7 @@ class OpNames:
     After optimization the names are already whole and are kept as they are."""
 
     def __init__(self, module: Module, order: Iterable[str] | None = None):
-        from analysis.execution import control_order, is_executing_site
+        from analysis.loops.execution import control_order, is_executing_site
 
         self.prefix: dict[str, str] = {}
         for name in order if order is not None else control_order(module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analysis.costs import Cost
+from analysis.cost.costs import Cost
 from hloparse.ir import SourceLocation
 
 PHASES = ("forward", "backward", "other")

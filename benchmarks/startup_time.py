@@ -7,7 +7,7 @@ command line in a fresh interpreter N times (`python -m analysis.cli FILE --json
 median and best wall time and the median CPU time (user + system; a busy machine inflates it
 least), the time of each phase in one process (imports, parse, account, JSON), then runs it once
 under `python -X importtime` and lists the heavy modules imported (jax, jaxlib, pandas and
-networkx must not be; numpy is, by analysis.xla_estimate) and the slowest imports. Also prints
+networkx must not be; numpy is, by analysis.xla.estimate) and the slowest imports. Also prints
 the bare interpreter's start-up for reference.
 """
 
@@ -31,7 +31,7 @@ import sys, time
 t0 = time.perf_counter()
 import hloparse
 from analysis.accounting import account
-from analysis.report import Report
+from analysis.report.report import Report
 from analysis.api import num_devices
 t1 = time.perf_counter()
 module = hloparse.load(sys.argv[1])

@@ -12,7 +12,7 @@ import pytest
 import analysis
 import hloparse
 from analysis import analyze, compare
-from analysis.report import NO_SCOPE
+from analysis.report.report import NO_SCOPE
 
 ROOT = Path(__file__).resolve().parents[1]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"

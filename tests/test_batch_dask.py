@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.batch import run_batch
-from analysis.batch_db import ResultsDB, comparable_rows
+from analysis.batch.run import run_batch
+from analysis.batch.db import ResultsDB, comparable_rows
 from tests.batch_fixtures import fake_by_content, make_mixed_dir
 
 distributed = pytest.importorskip("distributed")

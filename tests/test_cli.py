@@ -311,9 +311,9 @@ def test_batch_dispatch(monkeypatch, tmp_path):
     from analysis import cli
 
     seen = []
-    fake = types.ModuleType("analysis.batch")
+    fake = types.ModuleType("analysis.batch.run")
     fake.cli_main = lambda argv: seen.append(list(argv)) or 7
-    monkeypatch.setitem(sys.modules, "analysis.batch", fake)
+    monkeypatch.setitem(sys.modules, "analysis.batch.run", fake)
     assert cli.main([str(tmp_path), "--jobs", "2"]) == 7
     assert cli.main(["batch", "--help"]) == 7
     assert seen == [[str(tmp_path), "--jobs", "2"], ["--help"]]
@@ -366,7 +366,7 @@ def test_small_module_answers_in_well_under_a_second_of_cpu():
 
 
 def test_compare_xla_asks_xla():
-    from analysis.xla_compare import xla_cost_of_text
+    from analysis.xla.compare import xla_cost_of_text
 
     live = xla_cost_of_text(FORI.read_text())
     out = run_cli(FORI, "--compare-xla").stdout

@@ -6,8 +6,8 @@ import pytest
 
 import hloparse
 from analysis.accounting import RESIDUAL, account
-from analysis.costs import Cost, OpCost
-from analysis.execution import execution_counts
+from analysis.cost.costs import Cost, OpCost
+from analysis.loops.execution import execution_counts
 from tests.test_tripcount import DATA_DEPENDENT, NESTED
 
 # Two calls of one computation (which holds a fusion), a conditional with two branches and an

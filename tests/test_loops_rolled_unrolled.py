@@ -23,7 +23,7 @@ pytest.importorskip("flax")
 import hloparse  # noqa: E402
 from analysis.accounting import RESIDUAL, account  # noqa: E402
 from analysis.remat import model_path  # noqa: E402
-from analysis.tripcount import all_trip_counts  # noqa: E402
+from analysis.loops.tripcount import all_trip_counts  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
 from tests.programs.loop_programs import BY_NAME, PAIRS, UNKNOWN_TRIPS  # noqa: E402
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from analysis.rules import KNOWN_OPCODES, RULES, own_cost
-from analysis.xla_estimate import loop_once_totals, xla_estimate
+from analysis.cost.rules import KNOWN_OPCODES, RULES, own_cost
+from analysis.xla.estimate import loop_once_totals, xla_estimate
 
 
 def _module(body: str, extra: str = "") -> str:
@@ -32,7 +32,7 @@ def _check(text: str, flops: int = 0, transcendentals: int = 0, bytes_accessed: 
     for key, value in want.items():
         assert estimate.get(key, 0.0) == float(value), (key, estimate)
     try:
-        from analysis.xla_compare import main_keys, xla_cost_of_text
+        from analysis.xla.compare import main_keys, xla_cost_of_text
     except ImportError:  # pragma: no cover
         return
     pytest.importorskip("jax")
@@ -83,7 +83,7 @@ def test_float32_running_sum_follows_xlas_post_order():
     assert xla_estimate(hloparse.parse(first_adds))["flops"] == 16777218.0
     assert xla_estimate(hloparse.parse(dot_first))["flops"] == 16777216.0
     pytest.importorskip("jax")
-    from analysis.xla_compare import xla_cost_of_text
+    from analysis.xla.compare import xla_cost_of_text
 
     assert xla_cost_of_text(first_adds)["flops"] == 16777218.0
     assert xla_cost_of_text(dot_first)["flops"] == 16777216.0
@@ -254,7 +254,7 @@ def test_ragged_dot_xla_drops_a_dimension_exact_does_not():
     assert own_cost(module, comp, inst, view="xla").cost.flops == 2 * 16 * 32  # XLA deletes result dim 0
     assert own_cost(module, comp, inst, view="exact").cost.flops == 2 * 64 * 32 * 16
     pytest.importorskip("jax")
-    from analysis.xla_compare import xla_cost_of_text
+    from analysis.xla.compare import xla_cost_of_text
 
     assert xla_cost_of_text(text)["flops"] == 2 * 16 * 32
 

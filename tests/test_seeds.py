@@ -14,7 +14,7 @@ import pytest
 import hloparse
 from analysis.accounting import RESIDUAL, account, remat_by_loop, remat_by_scope
 from analysis.remat import find_remat, model_path
-from analysis.tripcount import all_trip_counts
+from analysis.loops.tripcount import all_trip_counts
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -148,7 +148,7 @@ def row_from_result(
     engine_version: str,
     run_id: int,
 ) -> dict[str, Any]:
-    """A `modules` row from what the per-file worker returned (see `analysis.batch_worker`)."""
+    """A `modules` row from what the per-file worker returned (see `analysis.batch.worker`)."""
     loops = result.get("loops")
     uncounted = result.get("uncounted")
     row: dict[str, Any] = {

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis.costs import Cost
-from analysis.report import Report, format_table
+from analysis.cost.costs import Cost
+from analysis.report.format import format_table
+
+if TYPE_CHECKING:
+    from analysis.report.report import Report
 
 METRICS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops")
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from analysis.costs import Cost
-from analysis.windows import convolution_flops
-from analysis.xla_shapes import elements, output_size, size
+from analysis.cost.costs import Cost
+from analysis.cost.windows import convolution_flops
+from analysis.cost.shapes import elements, output_size, size
 from hloparse.ir import CallRole, Computation, Instruction, Shape
 
 _GEMM = re.compile(r"__cublas\$(gemm|lt\$matmul.*)$")

@@ -2,7 +2,7 @@
 
 Each rule is a small function from an instruction (with its operand shapes) to a `Charge`: the
 values XLA's `HloCostAnalysis` handler for that opcode sets, kept in the form XLA computes them
-(so that `analysis.xla_estimate` can redo XLA's float32 arithmetic step by step), plus what the
+(so that `analysis.xla.estimate` can redo XLA's float32 arithmetic step by step), plus what the
 exact view charges where it differs from XLA (custom-calls, ragged-dot). `own_cost` turns a
 charge into exact integers (`OpCost`).
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Generator, Mapping
 
-from analysis import custom_calls, fusion_bytes
-from analysis.windows import convolution_flops, reduce_window_count
-from analysis.costs import ZERO, Cost, OpCost
-from analysis.xla_shapes import array_subshapes, elements, elements_recursive, has_unbounded, output_size, size
-from analysis.xla_shapes import transpose_is_bitcast
+from analysis.cost import custom_calls, fusion_bytes
+from analysis.cost.windows import convolution_flops, reduce_window_count
+from analysis.cost.costs import ZERO, Cost, OpCost
+from analysis.cost.shapes import array_subshapes, elements, elements_recursive, has_unbounded, output_size, size
+from analysis.cost.shapes import transpose_is_bitcast
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, trampoline
 
 VIEWS = ("exact", "xla")

@@ -14,10 +14,11 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
-from analysis.report import NO_SCOPE, format_table, ratio, split_scope
+from analysis.report.format import format_table, ratio
+from analysis.scopes import NO_SCOPE, split_scope
 
 if TYPE_CHECKING:
-    from analysis.report import Report
+    from analysis.report.report import Report
 
 
 def scope_tree(report: Report, depth: int | None = None) -> dict[str, Any]:

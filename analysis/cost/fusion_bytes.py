@@ -10,7 +10,7 @@ The terms are returned in that order because XLA adds them to a float running su
 
 from __future__ import annotations
 
-from analysis.xla_shapes import array_subshapes, elements, size
+from analysis.cost.shapes import array_subshapes, elements, size
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 

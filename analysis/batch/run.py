@@ -5,8 +5,8 @@ into a SQLite database, with a closing summary. `hloflops DIR ...` / `hloflops b
     summary.exit_code   # 0: every file analysed; 1: some failed (each failure has its row)
 
 The parent process discovers the files, reads and hashes each one, skips those whose row already
-has the same content hash and engine version, hands the rest to workers (`analysis.batch_pool`)
-and writes each record to the database as it arrives (`analysis.batch_db`, one commit per file),
+has the same content hash and engine version, hands the rest to workers (`analysis.batch.pool`)
+and writes each record to the database as it arrives (`analysis.batch.db`, one commit per file),
 so a killed run resumes where it stopped.
 """
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from analysis.batch_db import OK, READ_ERROR, ResultsDB, export, row_from_result
-from analysis.batch_discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
-from analysis.batch_pool import Job, default_processes, run_dask, run_local
-from analysis.batch_worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version
-from analysis.progress import Progress, format_duration
+from analysis.batch.db import OK, READ_ERROR, ResultsDB, export, row_from_result
+from analysis.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
+from analysis.batch.pool import Job, default_processes, run_dask, run_local
+from analysis.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version
+from analysis.batch.progress import Progress, format_duration
 
 DEFAULT_DB = "hloflops-batch.sqlite"
 DEFAULT_TIMEOUT_S = 600.0

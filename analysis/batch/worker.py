@@ -1,7 +1,7 @@
 """What a batch worker does with one file: bytes in, one flat, picklable result record out.
 
 `analyze_file(path, data, options)` never raises: every failure becomes a record with a
-`status` (see `analysis.batch_db`) and a one-line `error`, so that one bad file cannot stop a
+`status` (see `analysis.batch.db`) and a one-line `error`, so that one bad file cannot stop a
 batch. It runs in a local worker process or on a dask worker; it receives the file's bytes from
 the parent (which hashed them) so that remote workers need no shared filesystem.
 """
@@ -18,23 +18,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from analysis.batch_db import ANALYSIS_ERROR, OK, PARSE_ERROR, READ_ERROR
+from analysis.batch.db import ANALYSIS_ERROR, OK, PARSE_ERROR, READ_ERROR
 
 GZIP_MAGIC = b"\x1f\x8b"
 
-# Files whose changes cannot change a module's numbers: the batch machinery itself and the
-# presentation layers. Every other source file of the engine is part of the engine version.
-_NOT_ENGINE = frozenset(
-    {
-        "batch.py",
-        "batch_db.py",
-        "batch_discovery.py",
-        "batch_pool.py",
-        "progress.py",
-        "cli.py",
-        "html.py",
-    }
-)
+# What decides a module's numbers: every source file of the parser and the analysis except the
+# batch machinery and the pure presentation layers. Changing any other file invalidates cached rows.
+_ENGINE_DIRS = ("hloparse", "analysis")
+_NOT_ENGINE_DIRS = ("analysis/batch",)
+_NOT_ENGINE_FILES = ("analysis/cli.py", "analysis/report/html.py", "analysis/report/text.py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +60,16 @@ def package_version() -> str:
 @lru_cache(maxsize=1)
 def engine_version() -> str:
     """`hloflops` version plus a hash of the engine's sources, so changed rules invalidate cached rows."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
-    for package in ("hloparse", "analysis"):
-        for source in sorted((root / package).iterdir()):
-            if source.suffix not in (".py", ".lark") or source.name in _NOT_ENGINE:
+    for package in _ENGINE_DIRS:
+        for source in sorted((root / package).rglob("*")):
+            rel = source.relative_to(root).as_posix()
+            if source.suffix not in (".py", ".lark") or rel in _NOT_ENGINE_FILES:
                 continue
-            digest.update(f"{package}/{source.name}\0".encode())
+            if any(rel.startswith(d + "/") for d in _NOT_ENGINE_DIRS):
+                continue
+            digest.update(f"{rel}\0".encode())
             digest.update(source.read_bytes())
             digest.update(b"\0")
     return f"{package_version()}+{digest.hexdigest()[:16]}"

@@ -1,6 +1,6 @@
 """Predict the dict XLA's `compiled.cost_analysis()` returns, without XLA.
 
-The per-instruction values come from the same rules as our exact count (`analysis.rules`); what
+The per-instruction values come from the same rules as our exact count (`analysis.cost.rules`); what
 this module adds is XLA's arithmetic, which is float32 (C++ `float`) throughout:
 - each instruction's values are float32 (an int64 count is rounded when it is assigned; the
   default bytes are a float running sum over result then operands);
@@ -22,8 +22,9 @@ from typing import Any, Generator
 
 import numpy as np
 
-from analysis import rules, xla_diagnostics
-from analysis.costs import Cost
+from analysis.cost import rules
+from analysis.xla import diagnostics as xla_diagnostics
+from analysis.cost.costs import Cost
 from hloparse.ir import CallRole, Computation, Instruction, Module, trampoline
 
 F32 = np.float32

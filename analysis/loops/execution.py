@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analysis.tripcount import TripCount, trip_count
+from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 

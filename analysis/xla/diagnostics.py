@@ -9,9 +9,9 @@ estimator rounds each to float32 where XLA stores it.
 
 from __future__ import annotations
 
-from analysis import fusion_bytes
-from analysis.rules import custom_fusion_gather_or_scatter, value_size
-from analysis.xla_shapes import array_subshapes, elements, output_size, size, transpose_is_bitcast
+from analysis.cost import fusion_bytes
+from analysis.cost.rules import custom_fusion_gather_or_scatter, value_size
+from analysis.cost.shapes import array_subshapes, elements, output_size, size, transpose_is_bitcast
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 

@@ -13,61 +13,19 @@ from __future__ import annotations
 import html as _html
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from analysis.costs import Cost
+from analysis.cost.costs import Cost
+from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
+from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
 
 SCHEMA = "hloflops.report/1"
+# The text, HTML and folded-stack views import Report; Report reaches them through this table,
+# which analysis/report/__init__.py fills, so that no two modules import each other.
+VIEWS: dict[str, Callable[..., str]] = {}
 GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
-NO_SCOPE = "(no scope)"
-NO_MODULE = "(no module)"
 NO_SOURCE = "(no source)"
-RATIO_DIGITS = 6  # ratios and shares in the JSON: enough to read, few enough to be stable
-
-
-def split_scope(scope: str) -> tuple[str, ...]:
-    """Split an op_name name stack on '/', but not inside brackets: a frame such as
-    `pjit[name=a/b]` or `transpose(jvp(Dense_0))` stays whole."""
-    if not scope:
-        return ()
-    frames: list[str] = []
-    depth = 0
-    start = 0
-    for i, ch in enumerate(scope):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-        elif ch == "/" and depth == 0:
-            frames.append(scope[start:i])
-            start = i + 1
-    frames.append(scope[start:])
-    return tuple(f for f in frames if f)
-
-
-def scope_prefix(scope: str, depth: int | None) -> str:
-    """The first `depth` frames of a scope (all of them when depth is None)."""
-    frames = split_scope(scope)
-    if not frames:
-        return NO_SCOPE
-    if depth is not None and depth > 0:
-        frames = frames[:depth]
-    return "/".join(frames)
-
-
-def module_path(scope: str, depth: int | None = None) -> str:
-    """The model part (the Flax module path, e.g. `stack/Dense_0`): the scope without jax's
-    transformation wrappers (jit, jvp, transpose, while/body, checkpoint, ...), so a layer's
-    forward, backward and recompute land in one group."""
-    from analysis.remat import model_path
-
-    path = model_path(scope)
-    if not path:
-        return NO_MODULE
-    if depth is not None and depth > 0:
-        path = "/".join(split_scope(path)[:depth])
-    return path
 
 
 def source_key(row: Row) -> str:
@@ -88,28 +46,6 @@ def group_key(row: Row, by: str, depth: int | None = None) -> str:
     if by == "module":
         return module_path(row.scope, depth)
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
-
-
-def ratio(numerator: float, denominator: float) -> float | None:
-    """numerator / denominator rounded for stable output; None when the denominator is 0."""
-    if not denominator:
-        return None
-    return round(numerator / denominator, RATIO_DIGITS)
-
-
-def format_table(header: list[str], rows: list[list[str]], *, align: str = "") -> list[str]:
-    """Plain-text columns; `align` has one letter per column ('l' or 'r', default right except
-    the first column)."""
-    widths = [len(h) for h in header]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
-    aligns = align or ("l" + "r" * (len(header) - 1))
-
-    def line(cells: list[str]) -> str:
-        out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)]
-        return "  ".join(out).rstrip()
-
-    return [line(header)] + [line(r) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,9 +379,7 @@ class Report:
 
     def to_folded(self, metric: str = "flops") -> str:
         """Folded stacks of `metric` by scope (flamegraph.pl, speedscope, inferno read them)."""
-        from analysis.folded import folded_stacks
-
-        return folded_stacks(self, metric=metric)
+        return VIEWS["folded"](self, metric=metric)
 
     def write_folded(self, path: str, metric: str = "flops") -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -453,9 +387,7 @@ class Report:
 
     def to_html(self, *, depth: int | None = None) -> str:
         """A self-contained HTML page: summary, loops and an icicle chart of FLOPs by scope."""
-        from analysis.html import render_html
-
-        return render_html(self, depth=depth)
+        return VIEWS["html"](self, depth=depth)
 
     def write_html(self, path: str, *, depth: int | None = None) -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -487,9 +419,7 @@ class Report:
     # ---- display -------------------------------------------------------------------------
     def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
         """The readable text `hloflops FILE` prints."""
-        from analysis.cli import render_summary
-
-        return render_summary(self, by=by, depth=depth, top=top)
+        return VIEWS["summary"](self, by=by, depth=depth, top=top)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,27 @@
+"""Plain-text number and table formatting shared by every text view."""
+
+from __future__ import annotations
+
+RATIO_DIGITS = 6  # ratios and shares in the JSON: enough to read, few enough to be stable
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator rounded for stable output; None when the denominator is 0."""
+    if not denominator:
+        return None
+    return round(numerator / denominator, RATIO_DIGITS)
+
+
+def format_table(header: list[str], rows: list[list[str]], *, align: str = "") -> list[str]:
+    """Plain-text columns; `align` has one letter per column ('l' or 'r', default right except
+    the first column)."""
+    widths = [len(h) for h in header]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    aligns = align or ("l" + "r" * (len(header) - 1))
+
+    def line(cells: list[str]) -> str:
+        out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)]
+        return "  ".join(out).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]

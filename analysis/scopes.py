@@ -1,0 +1,99 @@
+"""Everything about op_name name stacks in one place: how a stack splits into frames, which
+frames are jax's transformation wrappers rather than the model's own names, and the phase
+(forward, backward, other) a stack says an op belongs to."""
+
+from __future__ import annotations
+
+import re
+
+NO_SCOPE = "(no scope)"
+NO_MODULE = "(no module)"
+# Name-stack components that say how an op was produced, not which model part it belongs to.
+WRAPPER = re.compile(r"^(jit|pjit|jvp|vjp|transpose|remat\d*|checkpoint|closed_call|core_call|custom_jvp_call"
+                     r"|custom_vjp_call|rematted_computation|while|body|cond|scan|pmap|xla_pmap|shard_map"
+                     r"|named_call|call|checkpoint_name|branch_\d+_fun)(\(.*\))?$")
+
+
+def phase(op_name: str) -> str:
+    """'backward' for transposed code, 'forward' for jvp'd code, else 'other' (optimizer
+    updates, loss bookkeeping, non-differentiated programs)."""
+    if "transpose(" in op_name:
+        return "backward"
+    if "jvp(" in op_name:
+        return "forward"
+    return "other"
+
+
+def scope(op_name: str) -> str:
+    """The name stack of an op: its op_name without the final (primitive) component."""
+    head, _, _ = op_name.rpartition("/")
+    return head
+
+
+def split_components(op_name: str) -> list[str]:
+    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(op_name):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == "/" and depth == 0:
+            parts.append(op_name[start:i])
+            start = i + 1
+    parts.append(op_name[start:])
+    return parts
+
+
+def model_path(op_name: str) -> str:
+    """The op_name with every transformation wrapper removed: the part of the model an op
+    computes, the same for a forward op and its recompute."""
+    return "/".join(p for p in split_components(op_name) if p and not WRAPPER.match(p))
+
+
+def is_absolute(op_name: str) -> bool:
+    """Optimized modules carry whole name stacks (`jit(f)/...`); modules before optimization
+    name the ops of a called function relative to that function."""
+    return op_name.startswith(("jit(", "pjit(", "pmap(", "xla_pmap("))
+
+
+def split_scope(scope: str) -> tuple[str, ...]:
+    """Split an op_name name stack on '/', but not inside brackets: a frame such as
+    `pjit[name=a/b]` or `transpose(jvp(Dense_0))` stays whole."""
+    if not scope:
+        return ()
+    frames: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(scope):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "/" and depth == 0:
+            frames.append(scope[start:i])
+            start = i + 1
+    frames.append(scope[start:])
+    return tuple(f for f in frames if f)
+
+
+def scope_prefix(scope: str, depth: int | None) -> str:
+    """The first `depth` frames of a scope (all of them when depth is None)."""
+    frames = split_scope(scope)
+    if not frames:
+        return NO_SCOPE
+    if depth is not None and depth > 0:
+        frames = frames[:depth]
+    return "/".join(frames)
+
+
+def module_path(scope: str, depth: int | None = None) -> str:
+    """The model part (the Flax module path, e.g. `stack/Dense_0`): the scope without jax's
+    transformation wrappers (jit, jvp, transpose, while/body, checkpoint, ...), so a layer's
+    forward, backward and recompute land in one group."""
+    path = model_path(scope)
+    if not path:
+        return NO_MODULE
+    if depth is not None and depth > 0:
+        path = "/".join(split_scope(path)[:depth])
+    return path
