@@ -8,7 +8,6 @@ Errors carry an offset into the statement; the caller turns it into a line and c
 from __future__ import annotations
 
 import re
-import zlib
 
 from hloparse import opcodes
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
@@ -113,7 +112,7 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     attributes: dict[str, str] = {}
     operand_shapes: tuple[Shape, ...] | None = None
     if opcode == "parameter":
-        if not body.isdigit():
+        if not body.isdigit() or len(body) > 9:  # odd or huge numbers: the full decoder checks them
             return None
         attributes["parameter_number"] = body
         operands: tuple[str, ...] = ()
@@ -289,8 +288,10 @@ def _operands(
         return (), None
     if opcode == "parameter":
         number = body.strip()
-        if not number.isdigit():
+        if not (number.isdigit() and number.isascii()):
             raise StatementError("parameter expects its number", start, "parameter(N)")
+        if len(number) > 19 or int(number) > 2**63 - 1:
+            raise StatementError("parameter number beyond int64", start, "parameter(N), N an int64")
         attributes["parameter_number"] = number
         return (), None
     if not body.strip():
@@ -384,19 +385,24 @@ def _operand(piece: str) -> tuple[str | None, str] | None:
     return (parts[0] if len(parts) == 2 else None), name + rest
 
 
+MAX_TUPLE_ACCESS_CHAIN = 64
+
+
 def _compact_tuple_access(operand: str, computation: str, nested: list[Instruction] | None, offset: int) -> str:
     """`%t#1#0` (newer XLA) is get-tuple-element(get-tuple-element(t, 1), 0): add those
     instructions (named `t#1` and `t#1#0`; the builder drops repeats) and use the last."""
     if nested is None:
         raise StatementError(f"compact tuple access {operand!r} is not allowed here", offset, "a name")
     base, *indices = operand.split("#")
+    if len(indices) > MAX_TUPLE_ACCESS_CHAIN:
+        # Each index is an instruction of its own: a chain as long as the file would cost hundreds
+        # of bytes per character. No tuple nests this deep in practice (jaxlib 0.10.2 does not
+        # read the syntax at all).
+        raise StatementError(f"compact tuple access chain of {len(indices)} indices", offset,
+                             f"at most {MAX_TUPLE_ACCESS_CHAIN} '#index' steps")
     name = base
-    path = 0
-    for depth, index in enumerate(indices):
-        path = hash((path, zlib.crc32(index.encode())))  # the same in every process (str hashes are not)
-        # Beyond a few levels the path-spelled names would grow quadratically with the chain:
-        # deeper elements are named by a hash of their path instead.
-        element = f"{name}#{index}" if depth < 16 else f"{base}#~{path & 0xFFFFFFFFFFFF:x}"
+    for index in indices:
+        element = f"{name}#{index}"
         nested.append(new_instruction(element, "get-tuple-element", None, (name,), {"index": index}, (), False,
                                       computation, None))
         name = element

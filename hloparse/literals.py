@@ -24,8 +24,9 @@ _INT_RANGE = {
     "s1": (-1, 0), "s2": (-2, 1), "s4": (-8, 7), "s8": (-(2**7), 2**7 - 1), "s16": (-(2**15), 2**15 - 1),
     "s32": (-(2**31), 2**31 - 1), "s64": (-(2**63), 2**63 - 1),
     "u1": (0, 1), "u2": (0, 3), "u4": (0, 15), "u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1),
-    "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1),
+    "u32": (0, 2**32 - 1), "u64": (-(2**63), 2**64 - 1),  # XLA reads u64 values as int64 too: -1 is 2**64-1
 }
+_MANTISSA_BITS = {"f16": 10, "bf16": 7, "f32": 23, "f64": 52}  # a NaN payload must fit, and not be 0
 # (largest finite value, half an ulp at that value): anything at or beyond their sum rounds to
 # infinity (or is out of range for types without infinity).
 _FLOAT_LIMIT = {
@@ -132,9 +133,17 @@ def _check_float(token: str, element_type: str) -> None:
     low = token.lower()
     if low.lstrip("-+").startswith("nan"):
         if "(" in low or "0x" in low:
+            payload = low[low.find("0x"):].rstrip(")") if "0x" in low else ""
             if element_type in _NO_NAN_PAYLOAD:
-                raise LiteralError(f"tries to set NaN payload {low[low.find('0x'):].rstrip(')')} on {element_type}",
-                                   "nan without a payload")
+                raise LiteralError(f"tries to set NaN payload {payload} on {element_type}", "nan without a payload")
+            bits = _MANTISSA_BITS.get(element_type)
+            try:
+                value = int(payload, 16)
+            except ValueError:
+                raise LiteralError(f"bad NaN payload in {token!r}", "nan(0x...) with a hexadecimal payload") from None
+            if bits is not None and not 0 < value < 2**bits:
+                raise LiteralError(f"tries to set NaN payload {payload} to a literal of type {element_type}",
+                                   f"a payload in 0x1..{2**bits - 1:#x}")
         return
     if low.lstrip("-+") in ("inf", "infinity"):
         return

@@ -33,7 +33,7 @@ from hloparse.instructions import (
 )
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
 from hloparse.shapes import ShapeSyntaxError, parse_shape
-from hloparse.statements import Statement, one_statement_per_line, split_statements
+from hloparse.statements import Statement, blank_multiline_comments, one_statement_per_line, split_statements
 
 _COMP_NAME = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*")  # then the signature, then '{'
 _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
@@ -42,6 +42,7 @@ _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
 def parse(text: str, path: str | None = None) -> Module:
     """Parse HLO text. Raises HloParseError (and nothing else) for bad input."""
     source = path or "<string>"
+    text = blank_multiline_comments(text) if isinstance(text, str) else text
     enabled = gc.isenabled()
     gc.disable()  # the parse allocates many long-lived objects; collecting midway only costs time
     try:

@@ -16,7 +16,9 @@ class ShapeSyntaxError(ValueError):
         self.expected = expected
 
 
-_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:[ \t]*\{([^{}]*)\})?")
+# XLA's lexer allows blanks between the element type and its dimensions (`s32 [5696,10,4]`).
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)[ \t]*\[([^\]]*)\](?:[ \t]*\{([^{}]*)\})?")
+INT64_MAX = 2**63 - 1  # XLA reads dimensions (and most integers) as int64: beyond is a syntax error
 _VALID_TYPES = frozenset(ELEMENT_BYTES) | NON_ARRAY_TYPES
 _cache: dict[str, Shape] = {}
 
@@ -66,8 +68,12 @@ def shape_at(text: str, pos: int) -> tuple[Shape, int]:
                 dims.append(-1)
                 dynamic.append(True)
                 continue
-            if not raw.isdigit():
-                raise ShapeSyntaxError(f"bad dimension {raw!r}", pos + len(element_type) + 1, "a dimension size")
+            if not (raw.isdigit() and raw.isascii()):
+                raise ShapeSyntaxError(f"bad dimension {raw[:30]!r}", pos + len(element_type) + 1, "a dimension size")
+            raw = raw.lstrip("0") or "0"
+            if len(raw) > 19 or int(raw) > INT64_MAX:  # (the length first: int() of 10^6 digits is slow)
+                raise ShapeSyntaxError(f"dimension {raw[:30]} is beyond int64", pos + len(element_type) + 1,
+                                       f"a dimension size up to {INT64_MAX}")
             dims.append(int(raw))
             dynamic.append(is_dynamic)
     if element_type in NON_ARRAY_TYPES and dims:

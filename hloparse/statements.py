@@ -9,6 +9,8 @@ a statement of its own (attributes wrapped onto their own lines).
 from __future__ import annotations
 
 import re
+from array import array
+from itertools import zip_longest
 from typing import Iterator, NamedTuple
 
 TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
@@ -72,6 +74,32 @@ def _strip_comment_across_lines(line: str, in_string: bool) -> tuple[str, bool]:
         in_string = True
         i = quote + 1
     return line, in_string
+
+
+def blank_multiline_comments(text: str) -> str:
+    """XLA's lexer skips a `/* ... */` comment wherever it is, across lines too; the statement
+    splitter reads line by line. Replace each comment that spans lines by blanks, keeping its
+    line breaks, so that every line and column stays where it was. (A quote before the comment
+    on its line, in odd number, means it is inside a string and stays.)"""
+    pieces: list[str] = []
+    last = 0
+    pos = text.find("/*")
+    while pos >= 0:
+        end = text.find("*/", pos + 2)
+        if end < 0:
+            break  # unterminated: no later '/*' can close either (and rescanning would be quadratic)
+        if text.find("\n", pos, end) >= 0:
+            line_start = text.rfind("\n", 0, pos) + 1
+            before = text[line_start:pos]
+            if (before.count('"') - before.count('\\"')) % 2 == 0:
+                comment = text[pos:end + 2]
+                pieces += [text[last:pos], "".join(c if c == "\n" else " " for c in comment)]
+                last = end + 2
+        pos = text.find("/*", end + 2)
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _has_leading_comment(text: str) -> bool:
@@ -228,7 +256,7 @@ _LAYOUT_TOKEN = re.compile(_STRING + r'|/\*.*?(?:\*/|\Z)|//[^\n]*|[(){}\[\]\n=]'
 _BREAK = "\x00"  # marks a line break we insert (never occurs in HLO text)
 
 
-def one_statement_per_line(text: str) -> tuple[str, list[tuple[int, int]]] | None:
+def one_statement_per_line(text: str) -> tuple[str, Origins] | None:
     """XLA's lexer ignores line breaks, so `ENTRY e { ROOT c = f32[] constant(1) }` is a module too.
     Put every computation body's braces on lines of their own (and a heading that shares the
     `HloModule` line on the next one). Returns the new text and, for each of its lines, the line
@@ -275,14 +303,32 @@ def one_statement_per_line(text: str) -> tuple[str, list[tuple[int, int]]] | Non
         last = offset
     pieces.append(text[last:])
     marked = "".join(pieces)
+    # Two int arrays, not a tuple per line: a file of a million blank lines must not cost
+    # a hundred bytes per character here.
+    origins = Origins()
     lines: list[str] = []
-    origins: list[tuple[int, int]] = []  # (original line, columns before the piece on it)
     for number, original in enumerate(marked.split("\n"), start=1):
         shift = 0
         for piece in original.split(_BREAK):
             lines.append(piece)
-            origins.append((number, shift))
+            origins.lines.append(number)
+            origins.shifts.append(shift)
             shift += len(piece)
-    if [x for x in lines if x.strip()] == [x for x in text.split("\n") if x.strip()]:
+    if all(a == b for a, b in zip_longest((x for x in lines if x.strip()),
+                                          (x for x in text.split("\n") if x.strip()))):
         return None  # every brace already stood on its own line
     return "\n".join(lines), origins
+
+
+class Origins:
+    """For each line of the re-laid text: (its line in the original, columns before it there)."""
+
+    def __init__(self) -> None:
+        self.lines = array("q")
+        self.shifts = array("q")
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        return self.lines[i], self.shifts[i]

@@ -18,6 +18,8 @@ from hloparse.infer import DERIVED_SHAPE_OPCODES, derived_shape
 from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
+from hloparse.xla_checks import CHECKED_OPCODES as XLA_CHECKED_OPCODES
+from hloparse.xla_checks import check_control_predecessors, check_opcode_rules
 
 if TYPE_CHECKING:
     from hloparse.parser import _Builder
@@ -94,6 +96,18 @@ def validate(module: Module, builder: _Builder) -> None:
                     if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
                         _check_instruction(inst, defined, builder)
                         break
+            if op in XLA_CHECKED_OPCODES:
+                check_opcode_rules(inst, defined, builder)
+            if "control-predecessors" in attrs:
+                check_control_predecessors(inst, defined, builder)
+        if parameter_numbers and max(map(int, parameter_numbers)) >= len(parameter_numbers):
+            # XLA's computation aborts (CHECK param_no < parameter_count) on a gap or a number
+            # beyond the count; for us it is input at fault.
+            bad = next(i for i in comp.instructions if i.opcode == "parameter"
+                       and int(i.attributes["parameter_number"]) >= len(parameter_numbers))
+            raise builder.error_at_instruction(
+                bad, f"parameter number {bad.attributes['parameter_number']} is not below the parameter count "
+                f"{len(parameter_numbers)} of {comp.name}", "parameters numbered 0..N-1", needle="parameter(")
         comp.__dict__["by_name"] = defined  # the cached_property's value, already made
         _check_signature(comp, builder)
     _check_call_cycles(module, callees, builder)
