@@ -40,6 +40,7 @@ loop-free module without custom-calls the residual is exactly XLA's float32 roun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
@@ -181,7 +182,9 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     conditionals = _conditionals(module, ex, upper, lower)
 
     total = upper.exact[module.entry_name]
-    xla_flops = int(xla.get("flops", 0.0))
+    xla_flops = xla.get("flops", 0.0)
+    # XLA's float32 estimate overflows to inf for counts near int64 squared: nothing to reconcile to.
+    xla_flops = int(xla_flops) if math.isfinite(xla_flops) else 0
     reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
     reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
     phase_flops = {p: 0 for p in PHASES}

@@ -70,6 +70,10 @@ def trip_count(module: Module, computation: Computation | str, while_instruction
     inferred = backend_config_trip_count(inst)
     if inferred is None:
         inferred = infer_trip_count(module, comp, inst)
+    elif not inferred.known:  # a known_trip_count XLA cannot have written: the loop's own HLO decides
+        own = infer_trip_count(module, comp, inst)
+        inferred = own if own.known else unknown(f"{inferred.note}; {own.note}" if own.note else inferred.note,
+                                                 own.lower)
     else:
         own = infer_trip_count(module, comp, inst)
         if own.known and own.value != inferred.value:  # hand-written configs can disagree
@@ -108,7 +112,16 @@ def backend_config_trip_count(inst: Instruction) -> TripCount | None:
         value = int(entry["n"])
     except (TypeError, ValueError):
         return None
+    if not 0 <= value <= INT64_MAX:
+        # XLA stores the count as an int64 and never writes a negative one: such a value is
+        # the file's fault, and multiplying by it would give negative or absurd "exact" totals.
+        shown = str(value) if len(str(value)) <= 24 else f"a {len(str(value))}-digit number"
+        why = "negative" if value < 0 else "beyond int64"
+        return unknown(f"backend_config's known_trip_count {shown} is {why}: ignored")
     return known(value, "backend_config", "XLA's known_trip_count")
+
+
+INT64_MAX = 2**63 - 1
 
 
 def while_callees(module: Module, inst: Instruction) -> tuple[Computation, Computation]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 RATIO_DIGITS = 6  # ratios and shares in the JSON: enough to read, few enough to be stable
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
     """numerator / denominator rounded for stable output; None when the denominator is 0."""
-    if not denominator:
+    if not denominator or (isinstance(denominator, float) and not math.isfinite(denominator)):
         return None
-    return round(numerator / denominator, RATIO_DIGITS)
+    try:
+        return round(numerator / denominator, RATIO_DIGITS)
+    except OverflowError:  # exact counts far beyond float range (a module of 100,000 dimensions)
+        return None
 
 
 def format_table(header: list[str], rows: list[list[str]], *, align: str = "") -> list[str]:

@@ -221,7 +221,10 @@ _JS = r"""
   function keyOf(n) { var s = []; for (; n; n = n.p) s.unshift(n.n); return s.join('\u241f'); }
   function fromHash() {
     var m = /^#focus=(.*)$/.exec(window.location.hash);
-    var found = m ? find(decodeURIComponent(m[1])) : null;
+    var path = null;
+    // a malformed address (`#focus=%E0%A4%A`) makes decodeURIComponent throw: show the whole chart
+    try { path = m ? decodeURIComponent(m[1]) : null; } catch (e) { path = null; }
+    var found = path !== null ? find(path) : null;
     focus = found || data.tree;
   }
   var plainRender = render;

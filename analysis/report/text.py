@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from analysis.report.format import format_table, ratio
@@ -14,6 +15,8 @@ MAX_UNCOUNTED_LINES = 12  # beyond this the summary groups uncounted ops by kind
 
 def _num(value: float | int) -> str:
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)  # XLA's float32 estimate of a count beyond float range
         return f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
     return f"{value:,}"
 

@@ -51,9 +51,12 @@ def xla_estimate(module: Module, *, diagnostics: bool = False) -> dict[str, floa
 
 def f32(value: int | Fraction | float) -> np.float32:
     """A count assigned to a C++ float (round to nearest even)."""
-    if isinstance(value, Fraction):
-        return F32(float(value))
-    return F32(value)
+    try:
+        if isinstance(value, Fraction):
+            return F32(float(value))
+        return F32(value)
+    except OverflowError:  # beyond any double (dimensions near int64, multiplied): a float's infinity
+        return F32(np.inf if value > 0 else -np.inf)
 
 
 def visit_order(computation: Computation) -> list[Instruction]:
