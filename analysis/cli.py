@@ -25,6 +25,7 @@ import sys
 from typing import Sequence
 
 from analysis.report.report import GROUP_KEYS, Report
+from analysis.report.format import csv_cell, escape_controls
 from analysis.report.text import render_summary
 
 EXIT_OK = 0
@@ -49,6 +50,26 @@ def _trip_count(text: str) -> tuple[str, int]:
     if n < 0:
         raise argparse.ArgumentTypeError(f"trip count of {name} must be >= 0, got {n}")
     return name.lstrip("%"), n
+
+
+def _count(text: str) -> int:
+    """--top N: a count of lines, 0 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version as installed
+
+        return installed("hloflops")
+    except (ImportError, PackageNotFoundError):
+        return "0.1.0"  # pyproject.toml's, for a checkout that is not installed
 
 
 def _depth(text: str) -> int:
@@ -86,11 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 ok, 1 --strict/--fail-above tripped, 2 usage or input error, 3 internal error.",
     )
     p.add_argument("file", help="HLO text file (compiled.as_text() or an XLA dump); '-' reads stdin")
+    p.add_argument("--version", action="version", version=f"hloflops {version()}")
     _add_common(p)
     p.add_argument("--csv", action="store_true",
                    help="print CSV: one line per instruction, or per group with --by given explicitly")
     p.add_argument("--rows", action="store_true", help="with --json: include one entry per instruction")
-    p.add_argument("--top", type=int, default=15, help="lines of the grouped table in the summary (default 15)")
+    p.add_argument("--top", type=_count, default=15, help="lines of the grouped table in the summary (default 15)")
     p.add_argument("--folded", metavar="PATH", help="write folded stacks of FLOPs by scope (flamegraph.pl, speedscope)")
     p.add_argument("--folded-metric", choices=("flops", "transcendentals", "bytes_accessed"), default="flops")
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML page with an icicle chart")
@@ -107,7 +129,7 @@ def build_diff_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="the old module (HLO text file)")
     p.add_argument("b", help="the new module (HLO text file)")
     _add_common(p)
-    p.add_argument("--top", type=int, default=20, help="lines of the per-group table (default 20)")
+    p.add_argument("--top", type=_count, default=20, help="lines of the per-group table (default 20)")
     p.add_argument("--fail-above", type=float, metavar="PCT", default=None,
                    help="exit 1 when B's FLOPs exceed A's by more than PCT percent (a CI budget)")
     return p
@@ -162,6 +184,13 @@ def _write(path: str, text: str) -> None:
         raise UsageError(f"{path}: cannot write: {error.strerror}") from None
 
 
+def _unlimit_int_digits() -> None:
+    """Exact counts may have more than the 4,300 digits Python prints by default (f32 with
+    100,000 dimensions). Lifted only once the input is read: the limit guards int() of text."""
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
+
+
 def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
     buffer = io.StringIO()
     if by is None:
@@ -169,14 +198,14 @@ def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
         fields = list(records[0]) if records else ["computation", "name", "opcode"]
         writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(records)
+        writer.writerows({k: csv_cell(v) for k, v in r.items()} for r in records)
     else:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([by, "flops", "transcendentals", "bytes_accessed", "remat_flops", "instructions", "executions",
                          "uncounted"])
         for g in report.group_by(by, depth=depth):
-            writer.writerow([g.key, g.total.flops, g.total.transcendentals, g.total.bytes_accessed, g.remat_flops,
-                             g.instructions, g.executions, g.uncounted])
+            writer.writerow([csv_cell(g.key), g.total.flops, g.total.transcendentals, g.total.bytes_accessed,
+                             g.remat_flops, g.instructions, g.executions, g.uncounted])
     return buffer.getvalue()
 
 
@@ -187,6 +216,7 @@ def _run_file(argv: Sequence[str]) -> int:
     trips = dict(args.trip_count)
     report = _load_report(args.file, trips, compare_xla=args.compare_xla)
     _check_trip_counts(trips, report)
+    _unlimit_int_digits()
     by_explicit = _explicit(argv, "--by")
     depth = args.depth or None  # 0 means the whole stack
     if args.folded:
@@ -196,10 +226,10 @@ def _run_file(argv: Sequence[str]) -> int:
     if args.json:
         sys.stdout.write(report.to_json(by=(args.by,) if by_explicit else (), depth=depth, rows=args.rows))
     elif args.csv:
-        sys.stdout.write(_csv_text(report, args.by if by_explicit else None, depth))
+        sys.stdout.write(escape_controls(_csv_text(report, args.by if by_explicit else None, depth)))
     else:
         summary_depth = 3 if args.depth is None else depth
-        sys.stdout.write(render_summary(report, by=args.by, depth=summary_depth, top=args.top))
+        sys.stdout.write(escape_controls(render_summary(report, by=args.by, depth=summary_depth, top=args.top)))
     if args.strict and not report.is_exact:
         unknown = [lp.name for lp in report.unknown_loops]
         what = []
@@ -220,6 +250,7 @@ def _run_diff(argv: Sequence[str]) -> int:
     a = _load_report(args.a, trips)
     b = _load_report(args.b, trips)
     _check_trip_counts(trips, a, b)
+    _unlimit_int_digits()
     depth = args.depth or None
     if not _explicit(argv, "--depth") and args.by == "scope":
         depth = 3
@@ -227,7 +258,7 @@ def _run_diff(argv: Sequence[str]) -> int:
     if args.json:
         sys.stdout.write(result.to_json(fail_above=args.fail_above))
     else:
-        sys.stdout.write(render_diff(result, top=args.top, fail_above=args.fail_above))
+        sys.stdout.write(escape_controls(render_diff(result, top=args.top, fail_above=args.fail_above)))
     if args.fail_above is not None and result.exceeds(args.fail_above):
         print(
             f"hloflops: FLOPs grew {result.flops_growth_text()} (budget {args.fail_above:g}%): {args.a} -> {args.b}",
@@ -263,12 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from analysis.batch.run import cli_main
 
             return cli_main(argv[1:] if argv[0] == "batch" else argv)
+        if argv and argv[0] == "--version":
+            print(f"hloflops {version()}")
+            return EXIT_OK
         if not argv or argv[0] in ("-h", "--help"):
             build_parser().print_help()
             return EXIT_OK if argv else EXIT_USAGE
         return _run_file(argv)
     except UsageError as error:
-        print(f"hloflops: error: {error}", file=sys.stderr)
+        print(escape_controls(f"hloflops: error: {error}"), file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as exit_:  # argparse --help
         return int(exit_.code or 0) if isinstance(exit_.code, int) or exit_.code is None else EXIT_USAGE
@@ -286,12 +320,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hloparse.errors import HloParseError
 
         if isinstance(error, HloParseError):
-            print(f"hloflops: error: {error.one_line()}", file=sys.stderr)
+            print(escape_controls(f"hloflops: error: {error.one_line()}"), file=sys.stderr)
             return EXIT_USAGE
         if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError)):
-            print(f"hloflops: error: {error}", file=sys.stderr)
+            print(escape_controls(f"hloflops: error: {error}"), file=sys.stderr)
             return EXIT_USAGE
-        print(f"hloflops: internal error: {type(error).__name__}: {error} (rerun with --traceback)", file=sys.stderr)
+        if isinstance(error, MemoryError):  # the input is too big for this machine, not a bug
+            print("hloflops: error: out of memory reading the input", file=sys.stderr)
+            return EXIT_USAGE
+        print(escape_controls(f"hloflops: internal error: {type(error).__name__}: {error} (rerun with --traceback)"),
+              file=sys.stderr)
         return EXIT_INTERNAL
 
 

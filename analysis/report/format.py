@@ -17,6 +17,24 @@ def ratio(numerator: float, denominator: float) -> float | None:
         return None
 
 
+# C0 controls but the line break and tab, DEL and C1 controls: from a file, they would reach
+# the terminal raw (`\x1b]0;title\x07`, `\x1b[2J`).
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x0A, 0x09)}
+
+
+def escape_controls(text: str) -> str:
+    """Text for a terminal: every control character that could act on it written as `\\xNN`."""
+    return text.translate(_CONTROLS)
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell a spreadsheet will not run: text starting with = + - @ (or tab, CR) gets a
+    leading apostrophe, as OWASP recommends; numbers stay numbers."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def format_table(header: list[str], rows: list[list[str]], *, align: str = "") -> list[str]:
     """Plain-text columns; `align` has one letter per column ('l' or 'r', default right except
     the first column)."""
