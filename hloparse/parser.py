@@ -9,9 +9,7 @@ well-formed text but inconsistent. Every failure surfaces as one HloParseError.
 from __future__ import annotations
 
 import gc
-import gzip
 import os
-import zlib
 import re
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +21,7 @@ from lark.lexer import Lexer
 from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
 from hloparse.errors import HloParseError
 from hloparse.grammar import explain
+from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 from hloparse.instructions import (
     NextStatementAt,
     StatementError,
@@ -81,11 +80,11 @@ def load(path: str | os.PathLike[str]) -> Module:
         raw = Path(path).read_bytes()
     except OSError as e:
         raise HloParseError(f"cannot read file: {e.strerror or e}", file=path) from None
-    if raw[:2] == b"\x1f\x8b":
+    if raw[:2] == GZIP_MAGIC:
         try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise HloParseError(f"corrupt gzip data: {e}", file=path, line=1, column=1,
+            raw = inflate(raw)  # streamed, with a cap on the inflated size (a gzip bomb is refused)
+        except InflateError as e:
+            raise HloParseError(str(e), file=path, line=1, column=1,
                                 text="(binary gzip data)", expected="a complete gzip stream") from None
     try:
         text = raw.decode("utf-8")

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from analysis.report.format import csv_cell
 
 SCHEMA_VERSION = "1"
 INT64_MAX = 2**63 - 1
@@ -31,10 +34,11 @@ READ_ERROR = "read_error"  # not readable, not a regular file, bad gzip, not UTF
 ANALYSIS_ERROR = "error"  # the text parsed but the analysis raised: an engine bug worth reporting
 TIMEOUT = "timeout"  # exceeded the per-file time limit; the worker was killed
 CRASHED = "crashed"  # the worker process died (segfault, out of memory, os._exit)
+MEMORY = "memory"  # the worker hit its memory limit (--memory-limit) on this file
 # A failure that may not happen again with the same bytes (a larger limit, another machine) is
 # retried by a rerun; the rest are properties of the file's content. Files that could not be read
 # at all have no content hash, so they are always retried.
-RETRYABLE = frozenset({TIMEOUT, CRASHED})
+RETRYABLE = frozenset({TIMEOUT, CRASHED, MEMORY})
 
 EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops")
 JSON_COLUMNS = ("loops", "uncounted")
@@ -178,11 +182,50 @@ def row_from_result(
     return row
 
 
+class DatabaseUnusable(RuntimeError):
+    """The --db path cannot hold hloflops results: a usage error, found before anything is written."""
+
+
+def check_database(path: str | Path) -> None:
+    """Raise DatabaseUnusable unless `path` is an hloflops database we may write, or a new (or
+    empty) file in a writable directory. Opened read-only: another program's SQLite file gets
+    no tables added, a corrupt one no journal."""
+    path = Path(path)
+    if path.is_dir():
+        raise DatabaseUnusable(f"{path}: is a directory, not a database file")
+    if not path.exists():
+        parent = path.parent if str(path.parent) else Path(".")
+        existing = next((p for p in [parent, *parent.parents] if p.exists()), Path("."))
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise DatabaseUnusable(f"{path}: cannot create the database here ({existing} is not writable)")
+        return
+    if not path.is_file():
+        raise DatabaseUnusable(f"{path}: not a regular file")
+    if not os.access(path, os.R_OK | os.W_OK) or not path.stat().st_mode & 0o222:  # (root ignores the bits)
+        raise DatabaseUnusable(f"{path}: database file is not readable and writable")
+    if path.stat().st_size == 0:
+        return  # an empty file is a new SQLite database
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60.0)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
+                if "meta" in tables else None
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise DatabaseUnusable(f"{path}: not a usable SQLite database ({e})") from None
+    if found is None or not {"runs", "modules"} <= tables:
+        raise DatabaseUnusable(f"{path}: an SQLite database, but not an hloflops batch database "
+                               f"(tables: {', '.join(sorted(tables)) or 'none'}); choose another --db")
+
+
 class ResultsDB:
     """One batch database. Not shared between threads; the batch parent process owns it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        check_database(self.path)
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(str(self.path), timeout=60.0)
@@ -323,7 +366,7 @@ def _write_csv(rows: list[dict[str, Any]], columns: Sequence[str], out: str | Pa
         writer = csv.DictWriter(f, fieldnames=list(columns))
         writer.writeheader()
         for row in rows:
-            writer.writerow({c: row.get(c) for c in columns})
+            writer.writerow({c: csv_cell(row.get(c)) for c in columns})  # no formula a spreadsheet would run
 
 
 def _json_ready(row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:

@@ -85,9 +85,25 @@ def _exit_with_parent() -> None:
         pass
 
 
+def _limit_memory(limit_bytes: int) -> None:
+    """Cap this worker's address space: a file that needs more makes the analysis raise
+    MemoryError (a `memory` row) instead of the machine swapping or the OOM killer taking it."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit_bytes = min(limit_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
+    except (ImportError, ValueError, OSError):  # not on this platform: run unlimited
+        pass
+
+
 def _worker_main(conn: multiprocessing.connection.Connection, fn: WorkerFn, options: WorkerOptions) -> None:
     _exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if options.memory_limit:
+        _limit_memory(options.memory_limit)
     while True:
         try:
             job = conn.recv()

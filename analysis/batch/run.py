@@ -21,15 +21,56 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from analysis.batch.db import OK, READ_ERROR, ResultsDB, export, row_from_result
+from analysis.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
 from analysis.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
 from analysis.batch.pool import Job, default_processes, run_dask, run_local
-from analysis.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version
+from analysis.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
+from analysis.report.format import escape_controls
 from analysis.batch.progress import Progress, format_duration
 
 DEFAULT_DB = "hloflops-batch.sqlite"
 DEFAULT_TIMEOUT_S = 600.0
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class NoModulesFound(RuntimeError):
+    """The paths hold no HLO module: a usage error (and no database is created)."""
+
+
+def default_memory_limit(processes: int) -> int:
+    """Each local worker's address-space cap: an equal share of the machine's memory, at least
+    2 GiB (the engine needs ~30x a module's size at worst; the parent holds little)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+    return max(2 << 30, total // max(1, processes))
+
+
+def _size(text: str) -> int:
+    """`--memory-limit 4G`, `512M`, `1000000`: bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(text[-1:], 1)
+    try:
+        value = int(float(text[:-1] if text[-1:] in units else text) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4G or 512M, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def _non_negative(kind: type):  # noqa: ANN202
+    def parse(text: str):  # noqa: ANN202
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value >= 0:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+    return parse
 
 
 @dataclass(frozen=True)
@@ -77,20 +118,29 @@ def run_batch(
     worker_fn: WorkerFn = analyze_file,
     argv: Sequence[str] | None = None,
     log=None,
+    max_inflated: int | None = None,
+    memory_limit: int | None = None,
 ) -> BatchSummary:
     """Analyse every module file under `paths` into the database `db`; see the module docstring.
 
     `processes`: local worker processes (default: every core). `scheduler`: a dask.distributed
     scheduler address (or Client) to use instead. `timeout_s`: per-file limit (None: none).
     `scopes`: also store per-scope sums (`scope_depth` frames of the name stack). `force`:
-    re-analyse files even when their row is up to date. `worker_fn`: the per-file function
+    re-analyse files even when their row is up to date. `max_inflated`: cap on a gzip file's
+    inflated bytes; `memory_limit`: address-space limit of each local worker, bytes (a file that
+    needs more gets a `memory` row). Raises NoModulesFound (before any database is made) when the
+    paths hold no module, DatabaseUnusable when `db` is not an hloflops database. `worker_fn`: the per-file function
     (tests substitute fakes; it must be importable by the workers; one may carry an
     `engine_version` attribute, a callable returning the version its rows are cached under).
     """
-    log = log or (lambda message: print(f"hloflops batch: {message}", file=sys.stderr))
+    log = log or (lambda message: print(escape_controls(f"hloflops batch: {message}"), file=sys.stderr))
     started = time.monotonic()
     paths = list(paths)
+    check_database(db)
     found: Discovery = discover(paths, stage)
+    if not found.files and not found.problems:
+        raise NoModulesFound(f"no HLO modules found under {', '.join(map(os.fspath, paths))} (stage {stage!r}; "
+                             f"{found.ignored} other files ignored)")
     # Largest first: the long files start early, so the pool does not wait on one at the end.
     order = sorted(found.files, key=lambda mf: (-mf.size, str(mf.path)))
     if scheduler is None:
@@ -103,7 +153,8 @@ def run_batch(
         version = engine_version()
     else:
         version = str(version_of())
-    options = WorkerOptions(scopes=scopes, scope_depth=scope_depth)
+    options = WorkerOptions(scopes=scopes, scope_depth=scope_depth, max_inflated=max_inflated,
+                            memory_limit=memory_limit if scheduler is None else None)
     counts = {"analyzed": 0, "cached": 0}
     bar = Progress(len(order), found.total_bytes, enabled=progress)
     by_path: dict[str, ModuleFile] = {}
@@ -281,17 +332,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="which dump text per module: after_optimizations (default, any platform prefix), "
         "before_optimizations, all, or an exact stage name / fnmatch pattern",
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+    parser.add_argument("--timeout", type=_non_negative(float), default=DEFAULT_TIMEOUT_S,
                         help=f"per-file time limit in seconds (default {DEFAULT_TIMEOUT_S:g}; 0: none)")
     parser.add_argument("--scheduler", default=None, help="dask.distributed scheduler address to run on instead")
-    parser.add_argument("--scopes", nargs="?", const=3, type=int, default=None, metavar="DEPTH",
+    parser.add_argument("--scopes", nargs="?", const=3, type=_non_negative(int), default=None, metavar="DEPTH",
                         help="also store per-scope sums, DEPTH frames of the name stack (default 3; 0: whole stack)")
     parser.add_argument("--force", action="store_true", help="re-analyse files even when unchanged")
     parser.add_argument("--export", action="append", default=[], metavar="FILE",
                         help="write the module rows to FILE (.csv, .jsonl, .parquet); repeatable")
     parser.add_argument("--export-scopes", action="append", default=[], metavar="FILE",
                         help="write the per-scope rows to FILE (.csv, .jsonl, .parquet)")
-    parser.add_argument("--top", type=int, default=20, help="rows in each summary table (default 20)")
+    parser.add_argument("--top", type=_non_negative(int), default=20, help="rows in each summary table (default 20)")
+    parser.add_argument("--memory-limit", type=_size, default=None, metavar="SIZE",
+                        help="address-space limit of each worker process, e.g. 4G (default: the machine's memory "
+                        "divided among the workers, at least 2G); a file that needs more gets a 'memory' row")
+    parser.add_argument("--max-inflated-size", type=_size, default=None, metavar="SIZE",
+                        help="refuse a gzip file that inflates beyond SIZE (default: 64x its size, "
+                        "at least 256M, at most 4G)")
+    parser.add_argument("--version", action="version", version=f"hloflops {package_version()}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary on stdout")
     return parser
@@ -318,6 +376,16 @@ def cli_main(argv: list[str]) -> int:
     if not args.paths and not os.path.exists(args.db):
         print(f"hloflops batch: error: no database {args.db} to export", file=sys.stderr)
         return EXIT_USAGE
+    # Everything that can be checked is checked before any file is analysed or written.
+    try:
+        for out, _ in exports:
+            export_format_for(out)
+        check_database(args.db)
+    except (ValueError, RuntimeError) as e:
+        print(escape_controls(f"hloflops batch: error: {e}"), file=sys.stderr)
+        return EXIT_USAGE
+    processes = args.processes or default_processes()
+    memory_limit = args.memory_limit or (default_memory_limit(processes) if args.scheduler is None else None)
     status = EXIT_OK
     if args.paths:
         try:
@@ -333,23 +401,25 @@ def cli_main(argv: list[str]) -> int:
                 scope_depth=args.scopes or None,
                 force=args.force,
                 argv=["hloflops", "batch", *argv],
+                max_inflated=args.max_inflated_size,
+                memory_limit=memory_limit,
             )
         except KeyboardInterrupt:
             print("hloflops batch: interrupted; finished files are in the database, rerun to resume",
                   file=sys.stderr)
             return 130
-        except RuntimeError as e:  # no dask, an unreachable scheduler, a database of another schema
-            print(f"hloflops batch: error: {e}", file=sys.stderr)
+        except RuntimeError as e:  # no dask, an unreachable scheduler, a database of another schema, no modules
+            print(escape_controls(f"hloflops batch: error: {e}"), file=sys.stderr)
             return EXIT_USAGE
         if not args.quiet:
-            sys.stdout.write(format_summary(summary, top=args.top))
+            sys.stdout.write(escape_controls(format_summary(summary, top=args.top)))
         status = summary.exit_code
     for out, table in exports:
         try:
             with ResultsDB(args.db) as results:
                 n = export(results, out, table=table)
         except (ValueError, RuntimeError, OSError) as e:
-            print(f"hloflops batch: error: export to {out}: {e}", file=sys.stderr)
+            print(escape_controls(f"hloflops batch: error: export to {out}: {e}"), file=sys.stderr)
             return EXIT_USAGE
         print(f"hloflops batch: wrote {n} {table} rows to {out}", file=sys.stderr)
     return status

@@ -8,19 +8,16 @@ the parent (which hashed them) so that remote workers need no shared filesystem.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import time
 import traceback
-import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from analysis.batch.db import ANALYSIS_ERROR, OK, PARSE_ERROR, READ_ERROR
-
-GZIP_MAGIC = b"\x1f\x8b"
+from analysis.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
+from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 
 # What decides a module's numbers: every source file of the parser and the analysis except the
 # batch machinery and the pure presentation layers. Changing any other file invalidates cached rows.
@@ -33,6 +30,8 @@ _NOT_ENGINE_FILES = ("analysis/cli.py", "analysis/report/html.py", "analysis/rep
 class WorkerOptions:
     scopes: bool = False  # also return per-scope sums
     scope_depth: int | None = 3  # frames of the op_name name stack per scope (None: whole stack)
+    max_inflated: int | None = None  # cap on a gzip file's inflated bytes (None: hloparse.gzipped's rule)
+    memory_limit: int | None = None  # address-space limit of a local worker process, bytes (None: none)
 
 
 WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
@@ -79,12 +78,12 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def decode_module_text(data: bytes) -> str:
+def decode_module_text(data: bytes, max_inflated: int | None = None) -> str:
     """The HLO text in a file's bytes (gunzipped when they are gzip). Raises ValueError."""
     if data[:2] == GZIP_MAGIC:
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
+            data = inflate(data, max_inflated)  # streamed and capped: a gzip bomb is a read_error row
+        except InflateError as e:
             raise ValueError(f"bad gzip data: {e}") from None
     try:
         return data.decode("utf-8")
@@ -106,12 +105,17 @@ def _where(error: BaseException) -> str:
     return f" [at {Path(last.filename).name}:{last.lineno} in {last.name}]"
 
 
+_MEMORY_MESSAGE = "analysis needed more memory than the worker's limit (--memory-limit); stopped"
+
+
 def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions()) -> dict[str, Any]:
     """Analyse one module file's bytes; see the module docstring."""
     start = time.perf_counter()
     base: dict[str, Any] = {"engine_version": engine_version()}
     try:
-        text = decode_module_text(data)
+        text = decode_module_text(data, options.max_inflated)
+    except MemoryError:
+        return {**base, "status": MEMORY, "error": _MEMORY_MESSAGE, "seconds": time.perf_counter() - start}
     except ValueError as e:
         return {**base, "status": READ_ERROR, "error": str(e), "seconds": time.perf_counter() - start}
     try:
@@ -126,6 +130,8 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         result = report.to_dict(by=("scope",) if options.scopes else (), depth=options.scope_depth)
     except hloparse.HloParseError as e:
         return {**base, "status": PARSE_ERROR, "error": _one_line(str(e)), "seconds": time.perf_counter() - start}
+    except MemoryError:  # the worker's memory limit (--memory-limit): the file's size, not a bug
+        return {**base, "status": MEMORY, "error": _MEMORY_MESSAGE, "seconds": time.perf_counter() - start}
     except Exception as e:  # anything else (RecursionError included) is the engine's fault, not the file's
         message = _one_line(f"{type(e).__name__}: {e}{_where(e)}")
         return {**base, "status": ANALYSIS_ERROR, "error": message, "seconds": time.perf_counter() - start}
