@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from analysis.batch.db import ANALYSIS_ERROR, CRASHED, TIMEOUT
+from analysis.batch.db import ANALYSIS_ERROR, CRASHED, MEMORY, TIMEOUT
 from analysis.batch.worker import WorkerFn, WorkerOptions
 
 
@@ -114,6 +114,9 @@ def _worker_main(conn: multiprocessing.connection.Connection, fn: WorkerFn, opti
         path, data = job
         try:
             record = fn(path, data, options)
+        except MemoryError:  # over --memory-limit: the file's row says so, and the worker lives on
+            record = {"status": MEMORY, "error": "analysis needed more memory than the worker's limit "
+                      "(--memory-limit); stopped"}
         except BaseException as e:  # the function is meant not to raise; keep the worker alive if it does
             record = {"status": ANALYSIS_ERROR, "error": f"{type(e).__name__}: {e}"}
         try:
