@@ -13,7 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.support.hostile import CHARS, SLOTS, STRUCTURAL, measure, slot_case, structural_case  # noqa: E402
+from tests.support.hostile import (  # noqa: E402
+    CHARS, SLOTS, STRUCTURAL, measure, measure_here, slot_case, structural_case)
 
 
 def main() -> None:
@@ -22,6 +23,7 @@ def main() -> None:
     ap.add_argument("--factor", type=int, default=8)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--here", action="store_true", help="measure in this process (tracemalloc), not a fresh one")
     args = ap.parse_args()
     cases = [(f"{s}:{c!r}", lambda n, s=s, c=c: slot_case(s, c, n)) for s in SLOTS for c in CHARS]
     cases += [(k, lambda n, k=k: structural_case(k, n)) for k in STRUCTURAL]
@@ -30,14 +32,19 @@ def main() -> None:
     rows = []
     for name, make in cases:
         small, big = make(args.small), make(args.small * args.factor)
-        t1, m1, o1 = measure(small, 1, args.timeout)
-        t2, m2, o2 = measure(big, 1, args.timeout)
+        t1, m1, o1 = measure_here(small, 1) if args.here else measure(small, 1, args.timeout)
+        t2, m2, o2 = measure_here(big, 1) if args.here else measure(big, 1, args.timeout)
         ratio = t2 / max(t1, 0.01)
-        rows.append((ratio, name, t1, t2, m2 / len(big), o2))
-        print(f"{name:24} {t1:7.3f}s {t2:7.3f}s x{ratio:6.1f}  mem {m2 / len(big):6.1f} B/char  {o2}", flush=True)
-    print("\nworst:")
+        slope = (m2 - m1) / (len(big) - len(small))
+        rows.append((ratio, name, t1, t2, slope, o2))
+        print(f"{name:24} {t1:7.3f}s {t2:7.3f}s x{ratio:6.1f}  mem {m2 / len(big):6.1f} B/char "
+              f"(growth {slope:6.1f})  {o2}", flush=True)
+    print("\nworst time ratios:")
     for r in sorted(rows, reverse=True)[:15]:
-        print(f"{r[1]:24} x{r[0]:6.1f}  {r[3]:7.3f}s  {r[4]:6.1f} B/char  {r[5]}")
+        print(f"{r[1]:24} x{r[0]:6.1f}  {r[3]:7.3f}s  growth {r[4]:6.1f} B/char  {r[5]}")
+    print("\nworst memory growth:")
+    for r in sorted(rows, key=lambda r: -r[4])[:15]:
+        print(f"{r[1]:24} x{r[0]:6.1f}  {r[3]:7.3f}s  growth {r[4]:6.1f} B/char  {r[5]}")
 
 
 if __name__ == "__main__":

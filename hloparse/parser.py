@@ -48,6 +48,9 @@ def parse(text: str, path: str | None = None) -> Module:
         try:
             return _Builder(text, source).build()
         except HloParseError as error:
+            # Its traceback holds the failed builder's frames and all they read: let them go
+            # before the text is read a second time (peak memory on hostile input).
+            error.__traceback__ = None
             rearranged = one_statement_per_line(text)
             if rearranged is None:
                 raise

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from array import array
-from itertools import zip_longest
 from typing import Iterator, NamedTuple
 
 TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
@@ -297,27 +296,37 @@ def one_statement_per_line(text: str) -> tuple[str, Origins] | None:
             values -= stack.pop() != "body"
     if not breaks:
         return None
+    offsets = sorted(set(breaks))
+    if all(o == 0 or o == len(text) or text[o - 1] == "\n" or text[o] == "\n" for o in offsets):
+        return None  # every brace already stood on its own line: breaking would move nothing
     pieces, last = [], 0
-    for offset in sorted(set(breaks)):
+    for offset in offsets:
         pieces += [text[last:offset], _BREAK]
         last = offset
     pieces.append(text[last:])
     marked = "".join(pieces)
-    # Two int arrays, not a tuple per line: a file of a million blank lines must not cost
-    # a hundred bytes per character here.
+    del pieces
+    # Positions, not a list of line strings (two lists of short strings cost ~40 bytes a character
+    # of a file of short lines), and two int arrays, not a tuple per line.
     origins = Origins()
-    lines: list[str] = []
-    for number, original in enumerate(marked.split("\n"), start=1):
-        shift = 0
-        for piece in original.split(_BREAK):
-            lines.append(piece)
+    number, line_start = 1, 0
+    origins.lines.append(1)
+    origins.shifts.append(0)
+    breaks_on_line = 0
+    for m in _LINE_OR_BREAK.finditer(marked):
+        if m.group() == "\n":
+            number += 1
+            line_start, breaks_on_line = m.end(), 0
             origins.lines.append(number)
-            origins.shifts.append(shift)
-            shift += len(piece)
-    if all(a == b for a, b in zip_longest((x for x in lines if x.strip()),
-                                          (x for x in text.split("\n") if x.strip()))):
-        return None  # every brace already stood on its own line
-    return "\n".join(lines), origins
+            origins.shifts.append(0)
+        else:  # the piece after a break starts this many original columns into its line
+            origins.lines.append(number)
+            origins.shifts.append(m.start() - line_start - breaks_on_line)
+            breaks_on_line += 1
+    return marked.replace(_BREAK, "\n"), origins
+
+
+_LINE_OR_BREAK = re.compile("[\n\x00]")
 
 
 class Origins:

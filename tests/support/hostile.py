@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 TEMPLATE = """HloModule m{MODNAME}, entry_computation_layout={{(f32[2]{{0}})->f32[2]{{0}}}}{HEADER}
 
@@ -120,4 +121,34 @@ def measure(text: str, repeat: int = 3, timeout: float = 120.0) -> tuple[float, 
     return float(best), int(peak), outcome
 
 
-__all__ = ["SLOTS", "CHARS", "STRUCTURAL", "slot_case", "structural_case", "measure"]
+__all__ = ["SLOTS", "CHARS", "STRUCTURAL", "slot_case", "structural_case", "measure", "measure_here"]
+
+
+def measure_here(text: str, repeat: int = 3) -> tuple[float, int, str]:
+    """(best CPU seconds of `repeat` parses + analyses + summaries, peak traced bytes, outcome),
+    in this process: tracemalloc counts what Python allocates, whatever was allocated before."""
+    import tracemalloc
+
+    import analysis.cli
+    import hloparse
+    from analysis import analyze
+
+    def run() -> str:
+        try:
+            analysis.cli.render_summary(analyze(hloparse.parse(text)))
+            return "ok"
+        except hloparse.HloParseError:
+            return "error"
+
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        outcome = run()
+        best = min(best, time.process_time() - start)
+    tracemalloc.start()
+    try:
+        run()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return best, peak, outcome
