@@ -19,7 +19,7 @@ from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.xla_checks import CHECKED_OPCODES as XLA_CHECKED_OPCODES
-from hloparse.xla_checks import check_control_predecessors, check_opcode_rules
+from hloparse.xla_checks import REQUIRED, check_control_predecessors, check_opcode_rules, missing_attribute
 
 if TYPE_CHECKING:
     from hloparse.parser import _Builder
@@ -96,6 +96,8 @@ def validate(module: Module, builder: _Builder) -> None:
                     if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
                         _check_instruction(inst, defined, builder)
                         break
+            if op in REQUIRED and not REQUIRED[op] <= attrs.keys():
+                raise missing_attribute(inst, builder)
             if op in XLA_CHECKED_OPCODES:
                 check_opcode_rules(inst, defined, builder)
             if "control-predecessors" in attrs:

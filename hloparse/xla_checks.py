@@ -11,6 +11,7 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING, Mapping
 
+from hloparse.errors import HloParseError
 from hloparse.ir import Instruction
 
 if TYPE_CHECKING:
@@ -21,6 +22,34 @@ if TYPE_CHECKING:
 _API_VERSIONS = frozenset({"API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
                            "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"})
 _NEED_DIMENSIONS = frozenset({"all-gather", "all-gather-start", "reduce-scatter"})
+# The attributes hlo_parser.cc requires per opcode ("attribute X is expected but not seen"),
+# found by giving XLA every corpus instruction with each of its attributes dropped in turn.
+REQUIRED: dict[str, frozenset[str]] = {op: frozenset(keys.split()) for op, keys in {
+    "all-gather": "dimensions", "all-gather-start": "dimensions", "all-reduce": "to_apply",
+    "all-reduce-start": "to_apply", "batch-norm-grad": "epsilon feature_index",
+    "batch-norm-inference": "epsilon feature_index", "batch-norm-training": "epsilon feature_index",
+    "call": "to_apply", "collective-permute": "source_target_pairs", "collective-permute-start": "source_target_pairs",
+    "compare": "direction", "concatenate": "dimensions", "convolution": "dim_labels",
+    "custom-call": "custom_call_target", "domain": "domain", "dynamic-slice": "dynamic_slice_sizes",
+    "fft": "fft_type fft_length", "fusion": "kind calls",
+    "gather": "offset_dims collapsed_slice_dims start_index_map index_vector_dim slice_sizes",
+    "get-dimension-size": "dimensions", "get-tuple-element": "index", "iota": "iota_dimension", "map": "to_apply",
+    "pad": "padding", "reduce": "dimensions to_apply", "reduce-precision": "exponent_bits mantissa_bits",
+    "reduce-scatter": "to_apply dimensions", "reduce-window": "to_apply", "reverse": "dimensions",
+    "rng": "distribution", "rng-bit-generator": "algorithm", "rng-get-and-update-state": "delta",
+    "scan": "dimensions num_carries to_apply", "select-and-scatter": "select scatter",
+    "scatter": "update_window_dims inserted_window_dims scatter_dims_to_operand_dims index_vector_dim to_apply",
+    "set-dimension-size": "dimensions", "slice": "slice", "sort": "dimensions to_apply", "topk": "k",
+    "transpose": "dimensions", "while": "condition body",
+}.items()}
+
+
+def missing_attribute(inst: Instruction, builder: _Builder) -> HloParseError:
+    missing = sorted(REQUIRED[inst.opcode] - inst.attributes.keys())[0]
+    return builder.error_at_instruction(inst, f"attribute {missing} is expected but not seen",
+                                        f"{missing}=... on {inst.opcode}", needle=f"{inst.opcode}(")
+
+
 CHECKED_OPCODES = frozenset({"reshape", "dynamic-reshape", "conditional", "custom-call"}) | _NEED_DIMENSIONS
 
 
