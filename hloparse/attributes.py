@@ -7,6 +7,7 @@ needs, on first use. Each raises AttributeSyntaxError with an offset into the va
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 from hloparse.ir import ConvDimLabels, WindowDim
 
@@ -19,9 +20,9 @@ class AttributeSyntaxError(ValueError):
 
 
 # Strings (with escapes), comments, brackets and commas: everything that decides nesting.
-# Strings unrolled (`"(?:[^"\\]|\\.)*"` costs ~170 bytes of backtracking state a character), and an
+# Strings unrolled and possessive (`"(?:[^"\\]|\\.)*"` keeps ~170 bytes of backtracking state a character), and an
 # unterminated comment runs to the end (not a rescan of the rest from every '/*').
-_SIGNIFICANT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|/\*.*?(?:\*/|\Z)|[(){}\[\],]', re.S)
+_SIGNIFICANT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*+"?|/\*.*?(?:\*/|\Z)|[(){}\[\],]', re.S)
 _OPEN = {"(": ")", "{": "}", "[": "]"}
 _CLOSE = frozenset(")}]")
 
@@ -52,8 +53,13 @@ def _closed(tok: str) -> bool:
 
 def split_top_level(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
     """(start, end) spans of the comma-separated pieces of text[start:end] at nesting depth 0."""
+    return list(iter_top_level(text, start, end))
+
+
+def iter_top_level(text: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int]]:
+    """split_top_level's spans one by one: a caller that stops at the first bad piece does not
+    pay for a list of a million `,,,,` pieces first."""
     end = len(text) if end is None else end
-    spans: list[tuple[int, int]] = []
     depth = 0
     piece_start = start
     for m in _SIGNIFICANT.finditer(text, start, end):
@@ -66,14 +72,13 @@ def split_top_level(text: str, start: int = 0, end: int | None = None) -> list[t
                 raise AttributeSyntaxError(f"unbalanced {c!r}", m.start(), "matching brackets")
         elif c == ",":
             if depth == 0:
-                spans.append((piece_start, m.start()))
+                yield piece_start, m.start()
                 piece_start = m.end()
         elif c == '"' and not (len(m.group()) >= 2 and m.group().endswith('"') and _closed(m.group())):
             raise AttributeSyntaxError("unterminated string", m.start(), 'a closing "')
     if depth != 0:
         raise AttributeSyntaxError("unbalanced brackets", end, "a closing bracket")
-    spans.append((piece_start, end))
-    return spans
+    yield piece_start, end
 
 
 def unquote(raw: str) -> str:
@@ -101,7 +106,7 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
 
 
 # `key="string"`, `key={1,2}` (profile_type) or `key=bare`; fields may be comma-separated.
-_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|[^\s,}]+)')
+_MD_FIELD = re.compile(r'[\s,]*([A-Za-z_][\w]*)=("[^"\\]*(?:\\.[^"\\]*)*+"|\{[^{}]*\}|[^\s,}]+)')
 
 
 def parse_metadata(raw: str) -> dict[str, str]:

@@ -220,8 +220,9 @@ def decode_statement(
         _inline_computations(stmt, f"{computation}.{name}", attributes, inline)
     if opcode not in _KNOWN:
         base = opcodes.async_shorthand_base(opcode)
-        if base is not None:
-            opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
+        if base is None:  # XLA's list of opcodes is closed: a misspelt one is an error, as there
+            raise StatementError(f"unknown opcode {opcode[:40]!r}", op.start(1), "an HLO opcode such as add")
+        opcode, wrapped = _async_shorthand(name, opcode, base, shape, operands, attributes, computation)
     calls: tuple[CallSite, ...] = ()
     if wrapped or not CALL_ATTRIBUTES.isdisjoint(attributes):
         try:

@@ -18,7 +18,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, UnexpectedToken
 from lark.lexer import Lexer
 
-from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
+from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
 from hloparse.errors import HloParseError
 from hloparse.grammar import explain
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
@@ -345,16 +345,18 @@ class _Builder:
             return
         if not rest.lstrip().startswith(","):
             raise self.error(f"unexpected text {rest.strip()[:30]!r} after the module name", st, rest_start, "','")
+        spans = iter_top_level(st.text, rest_start)
         try:
-            spans = split_top_level(st.text, rest_start)
+            next(spans)  # the text before the first comma: blank, checked above
+            for s, e in spans:
+                piece = st.text[s:e]
+                key, eq, value = piece.partition("=")
+                if not eq or not key.strip():
+                    raise self.error(f"expected attribute=value, got {piece.strip()[:30]!r}", st, s,
+                                     "attribute=value")
+                self.header[key.strip()] = value.strip()
         except AttributeSyntaxError as e:
             raise self.error(str(e), st, e.offset, e.expected) from None
-        for s, e in spans[1:]:
-            piece = st.text[s:e]
-            key, eq, value = piece.partition("=")
-            if not eq or not key.strip():
-                raise self.error(f"expected attribute=value, got {piece.strip()[:30]!r}", st, s, "attribute=value")
-            self.header[key.strip()] = value.strip()
 
     def _on_table_name(self, st: Statement) -> None:
         self.current_table = self.tables.setdefault(st.text, [])

@@ -16,11 +16,11 @@ TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFr
 _TABLE_ROW = re.compile(r"\s*\d+\s")
 _NOT_PLAIN = frozenset({"", "}", "/"})  # first characters the fast path leaves to the full one
 
-# Strings as `"[^"\\]*(?:\\.[^"\\]*)*"`, never `"(?:[^"\\]|\\.)*"`: Python's engine keeps a
-# backtracking frame per repetition of a group (~170 bytes a character), but none for a
-# repeated character class.
-_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)'  # unterminated: to the end, not a rescan per quote
-_STRING_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//.*')
+# Strings as `"[^"\\]*(?:\\.[^"\\]*)*+"` (unrolled, possessive), never `"(?:[^"\\]|\\.)*"`: Python's
+# engine keeps backtracking state for every repetition of a group it may have to give back
+# (~170 bytes a character, or 64 per `\\"`); a possessive group gives nothing back.
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*+(?:"|\Z)'  # unterminated: to the end, not a rescan per quote
+_STRING_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*+"|//.*')
 
 
 class Statement(NamedTuple):
@@ -109,7 +109,12 @@ def _has_leading_comment(text: str) -> bool:
         line_start = text.rfind("\n", 0, pos) + 1
         if not text[line_start:pos].strip():
             return True
-        pos = text.find("/*", pos + 2)
+        # The first comment of a line decides for it: looking back from every '/*' of a long
+        # line would be quadratic.
+        line_end = text.find("\n", pos)
+        if line_end < 0:
+            return False
+        pos = text.find("/*", line_end)
     return False
 
 
@@ -264,6 +269,7 @@ def one_statement_per_line(text: str) -> tuple[str, Origins] | None:
     breaks: list[int] = []  # offsets at which to break the line
     stack: list[str] = []  # "body", or the closing bracket expected
     values = 0  # entries of `stack` that are not "body": kept, not recounted per token (deep nesting)
+    most_breaks = len(text) // 10 + 2
     has_equals = False  # the current statement has an '=' at depth 0 (so a '{' is a value)
     statement_start = 0
     for m in _LAYOUT_TOKEN.finditer(text):
@@ -286,6 +292,8 @@ def one_statement_per_line(text: str) -> tuple[str, Origins] | None:
             if statement.lstrip().startswith("HloModule") and " ENTRY " in statement:
                 breaks.append(statement_start + statement.index(" ENTRY ") + 1)
             breaks.append(m.end())
+            if len(breaks) > most_breaks:
+                return None  # see below: a run of braces, not a layout
             stack.append("body")
             has_equals, statement_start = False, m.end()
         elif tok == "}" and stack and stack[-1] == "body":
@@ -294,7 +302,10 @@ def one_statement_per_line(text: str) -> tuple[str, Origins] | None:
             has_equals, statement_start = False, m.end()
         elif stack:
             values -= stack.pop() != "body"
-    if not breaks:
+    # A module needs at least ~14 characters per brace it puts on a line of its own
+    # (`c{ROOT p=f32[] parameter(0)}`); more breaks than that is not a layout to undo but a
+    # hostile run of braces, whose pieces would cost ~100 bytes a character.
+    if not breaks or len(breaks) > most_breaks:
         return None
     offsets = sorted(set(breaks))
     if all(o == 0 or o == len(text) or text[o - 1] == "\n" or text[o] == "\n" for o in offsets):
