@@ -58,6 +58,7 @@ class RunResult:
     summary: BatchSummary | None
     top_report: Any = None  # the analysis.Report of the top module, None when nothing was analysed
     flags_note: str = ""
+    db_kept: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -148,7 +149,8 @@ def run_command(
         started = time.monotonic()
         code = _run(command, child_env)
         seconds = time.monotonic() - started
-        result = RunResult(list(command), code, seconds, dump_dir, keep is not None, None, flags_note=note)
+        result = RunResult(list(command), code, seconds, dump_dir, keep is not None, None, flags_note=note,
+                           db_kept=db is not None)
         if code is None:
             return result
         result.summary = run_batch(
@@ -188,7 +190,9 @@ def format_run(result: RunResult, *, top: int = 10, sort: str = "flops") -> str:
     if not result.summary.rows:
         lines.append("hloflops run: XLA compiled no module (does the command run jax? is --module too narrow?)")
         return "\n".join(lines) + "\n"
-    text = format_summary(result.summary, top=top, sort=sort, paths=result.kept, prog="hloflops run")
+    db_label = None if result.db_kept else "a temporary database (--db PATH keeps one)"
+    text = format_summary(result.summary, top=top, sort=sort, paths=result.kept, prog="hloflops run",
+                          db_label=db_label)
     lines.append(text.rstrip("\n"))
     if result.top_report is not None:
         report = result.top_report

@@ -100,14 +100,14 @@ def modules_table(rows: Sequence[dict[str, Any]], counts: dict[str, int], *, lea
 
 
 def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops", paths: bool = True,
-                   prog: str = "hloflops batch") -> str:
+                   prog: str = "hloflops batch", db_label: str | None = None) -> str:
     """The closing report: counts, the modules in `sort` order, the other ranking (worst XLA
     undercount, or heaviest when sorting by ratio), then the failures."""
     mb = summary.total_bytes / (1024 * 1024)
     lines = [
         f"{prog}: {summary.files} module files, {mb:.1f} MB: {summary.analyzed} analysed, "
         f"{summary.cached} unchanged (cached), {summary.failed} failed, in {format_duration(summary.seconds)} "
-        f"-> {summary.db_path} (run {summary.run_id})",
+        f"-> {db_label or f'{summary.db_path} (run {summary.run_id})'}",
         "  status: " + ", ".join(f"{status} {n}" for status, n in sorted(summary.status_counts.items())),
     ]
     if summary.ignored:
