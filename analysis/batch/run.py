@@ -17,43 +17,19 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from analysis.batch.db import OK, READ_ERROR, ResultsDB, export, row_from_result
 from analysis.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
 from analysis.batch.pool import Job, default_processes, run_dask, run_local
 from analysis.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version
 from analysis.batch.progress import Progress
-from analysis.batch.summary import SORT_KEYS, format_summary, module_matches
+from analysis.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
 
 DEFAULT_DB = "hloflops-batch.sqlite"
 DEFAULT_TIMEOUT_S = 600.0
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class BatchSummary:
-    db_path: str
-    run_id: int
-    files: int  # module files found
-    analyzed: int  # attempted in this run (sent to a worker, or found unreadable)
-    cached: int  # skipped: unchanged since a previous run
-    failed: int  # rows whose status is not "ok" (this run's and cached ones)
-    status_counts: Mapping[str, int]
-    seconds: float
-    total_bytes: int
-    ignored: int  # dump side files and other stages
-    missing_stage: tuple[str, ...]
-    problems: tuple[tuple[str, str], ...]  # input paths that do not exist, directories not listed
-    rows: tuple[dict[str, Any], ...] = field(repr=False, default=())  # this run's files, from the database
-    module_pattern: str | None = None  # --module: only modules whose name matches are in `rows`
-    filtered: int = 0  # module files left out by module_pattern
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_FAILED if self.failed or self.problems else EXIT_OK
 
 
 def _read_regular_file(path: Path) -> bytes:

@@ -1,19 +1,20 @@
 """The closing summary of a batch (and of `hloflops run`): counts, then the modules in the order
 asked for (`--sort flops|ratio|name|time`, heaviest first by default), then the other view a user
 needs (the worst XLA undercounts, or the heaviest when the first table already ranks by
-undercount), then the failures. `--module PATTERN` narrows the rows before any of this."""
+undercount), then the failures. `--module PATTERN` narrows the rows before any of this.
+`BatchSummary` (what `run_batch` returns) lives here, so that this module needs nothing of run.py."""
 
 from __future__ import annotations
 
 import fnmatch
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
 
 from analysis.batch.db import OK
 from analysis.batch.progress import format_duration
 
-if TYPE_CHECKING:
-    from analysis.batch.run import BatchSummary
+EXIT_OK, EXIT_FAILED = 0, 1
 
 SORT_KEYS = ("flops", "ratio", "name", "time")
 TITLES = {
@@ -22,6 +23,29 @@ TITLES = {
     "name": "Modules by name",
     "time": "Slowest to analyse first (seconds of analysis)",
 }
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    db_path: str
+    run_id: int
+    files: int  # module files found
+    analyzed: int  # attempted in this run (sent to a worker, or found unreadable)
+    cached: int  # skipped: unchanged since a previous run
+    failed: int  # rows whose status is not "ok" (this run's and cached ones)
+    status_counts: Mapping[str, int]
+    seconds: float
+    total_bytes: int
+    ignored: int  # dump side files and other stages
+    missing_stage: tuple[str, ...]
+    problems: tuple[tuple[str, str], ...]  # input paths that do not exist, directories not listed
+    rows: tuple[dict[str, Any], ...] = field(repr=False, default=())  # this run's files, from the database
+    module_pattern: str | None = None  # --module: only modules whose name matches are in `rows`
+    filtered: int = 0  # module files left out by module_pattern
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if self.failed or self.problems else EXIT_OK
 
 
 def module_matches(name: str | None, pattern: str | None) -> bool:
