@@ -286,6 +286,8 @@ def cli_main(argv: Sequence[str]) -> int:
     if args.html and result.top_report is not None:
         Path(args.html).write_text(run_page(result, sort=args.sort), encoding="utf-8")
         print(f"hloflops run: wrote {args.html}", file=sys.stderr)
+    elif args.html:
+        print(f"hloflops run: no module was analysed; {args.html} not written", file=sys.stderr)
     if result.command_exit_code not in (0, None):
         print(f"hloflops run: the command {describe_exit(result.command_exit_code)}; that is our exit code",
               file=sys.stderr)
