@@ -3,7 +3,7 @@
     from analysis import analyze, compare
     report = analyze("examples/seed000_remat_scan.after_optimizations.hlo")
     report.flops, report.xla_estimate["flops"], report.loops
-    report = analysis.count(train_step)(params, batch)   # jit + compile + analyse (needs jax)
+    report = count(train_step)(params, batch)            # from analysis import count: jit + compile + analyse (jax)
 
 The names are resolved lazily (PEP 562) so that importing a submodule (`analysis.cost.costs`, the
 accounting) never drags in the product layer, and `import analysis` stays cheap.
