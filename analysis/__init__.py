@@ -3,6 +3,7 @@
     from analysis import analyze, compare
     report = analyze("examples/seed000_remat_scan.after_optimizations.hlo")
     report.flops, report.xla_estimate["flops"], report.loops
+    report = count(train_step)(params, batch)            # from analysis import count: jit + compile + analyse (jax)
 
 The names are resolved lazily (PEP 562) so that importing a submodule (`analysis.cost.costs`, the
 accounting) never drags in the product layer, and `import analysis` stays cheap.
@@ -14,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analysis.api import Comparison, analyze, compare
+    from analysis.notebook import count
     from analysis.report.report import MFU, Report
 
-__all__ = ["MFU", "Comparison", "Report", "analyze", "compare"]
+__all__ = ["MFU", "Comparison", "Report", "analyze", "compare", "count"]
 
 _HOME = {
     "analyze": "analysis.api",
     "compare": "analysis.api",
+    "count": "analysis.notebook",
     "Comparison": "analysis.api",
     "Report": "analysis.report.report",
     "MFU": "analysis.report.report",

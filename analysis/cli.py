@@ -5,6 +5,7 @@
                     [--strict] [--traceback]
     hloflops diff A B [--fail-above PCT] [--by ...] [--depth N] [--json]
     hloflops DIR ... | hloflops batch ...     (analysis.batch.run)
+    hloflops run [options] -- COMMAND ...     (analysis.batch.run_command)
 
 Exit codes: 0 success; 1 the analysis found what you asked it to fail on (`--strict` with an
 unknown trip count or uncounted op, `diff --fail-above` exceeded); 2 usage or input error (bad
@@ -103,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hloflops",
         allow_abbrev=False,
         description="Exact, loop-aware FLOPs / transcendentals / bytes of an XLA HLO module, next to XLA's estimate.",
-        epilog="Also: 'hloflops diff A B [--fail-above PCT]' and 'hloflops DIR|batch ...'. "
+        epilog="Also: 'hloflops diff A B [--fail-above PCT]', 'hloflops DIR|batch ...' and "
+        "'hloflops run [options] -- python train.py ...'. "
         "Exit codes: 0 ok, 1 --strict/--fail-above tripped, 2 usage or input error, 3 internal error.",
     )
     p.add_argument("file", help="HLO text file (compiled.as_text() or an XLA dump); '-' reads stdin")
@@ -290,6 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] == "diff":
             return _run_diff(argv[1:])
+        if argv and argv[0] == "run":
+            from analysis.batch.run_command import cli_main as run_main
+
+            return run_main(argv[1:])
         if _is_batch(argv):
             from analysis.batch.run import cli_main
 

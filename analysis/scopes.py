@@ -1,6 +1,14 @@
 """Everything about op_name name stacks in one place: how a stack splits into frames, which
 frames are jax's transformation wrappers rather than the model's own names, and the phase
-(forward, backward, other) a stack says an op belongs to."""
+(forward, backward, other) a stack says an op belongs to.
+
+Joined op_names. When XLA (or MLIR before it) merges instructions from several places into one,
+it joins their op_names with ';' (`jit(f)/jvp(Dense_0)/mul;jit(f)/transpose(jvp(Dense_0))/add`,
+or `.../mul;jit(f)`). The rule: an instruction belongs to the FIRST part, the name of the op
+that was kept (the merged ones are appended after it). `scope()` applies it, so every view
+built on a row's scope (grouping by scope and by module, folded stacks, the HTML chart) sees one
+real name stack and never a synthetic key such as `mul;jit(f)`. `first_op_name` is the rule.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +32,28 @@ def phase(op_name: str) -> str:
     return "other"
 
 
+def first_op_name(op_name: str) -> str:
+    """The first (non-empty) part of an op_name XLA joined from several ops with ';': the op
+    that was kept. A ';' inside brackets (`pjit[name=a;b]`) does not split."""
+    if ";" not in op_name:
+        return op_name
+    depth, start = 0, 0
+    for i, ch in enumerate(op_name + ";"):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == ";" and depth == 0:
+            if op_name[start:i]:
+                return op_name[start:i]
+            start = i + 1
+    return ""
+
+
 def scope(op_name: str) -> str:
-    """The name stack of an op: its op_name without the final (primitive) component."""
-    head, _, _ = op_name.rpartition("/")
+    """The name stack of an op: its op_name (the first part of a ';'-joined one, see the module
+    docstring) without the final (primitive) component."""
+    head, _, _ = first_op_name(op_name).rpartition("/")
     return head
 
 

@@ -17,16 +17,16 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from analysis.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
 from analysis.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
 from analysis.batch.pool import Job, default_processes, run_dask, run_local
 from analysis.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
+from analysis.batch.progress import Progress
+from analysis.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
 from analysis.report.format import escape_controls
-from analysis.batch.progress import Progress, format_duration
 
 DEFAULT_DB = "hloflops-batch.sqlite"
 DEFAULT_TIMEOUT_S = 600.0
@@ -73,27 +73,6 @@ def _non_negative(kind: type):  # noqa: ANN202
     return parse
 
 
-@dataclass(frozen=True)
-class BatchSummary:
-    db_path: str
-    run_id: int
-    files: int  # module files found
-    analyzed: int  # attempted in this run (sent to a worker, or found unreadable)
-    cached: int  # skipped: unchanged since a previous run
-    failed: int  # rows whose status is not "ok" (this run's and cached ones)
-    status_counts: Mapping[str, int]
-    seconds: float
-    total_bytes: int
-    ignored: int  # dump side files and other stages
-    missing_stage: tuple[str, ...]
-    problems: tuple[tuple[str, str], ...]  # input paths that do not exist, directories not listed
-    rows: tuple[dict[str, Any], ...] = field(repr=False, default=())  # this run's files, from the database
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_FAILED if self.failed or self.problems else EXIT_OK
-
-
 def _read_regular_file(path: Path) -> bytes:
     """The file's bytes; OSError for anything that is not a readable regular file (a FIFO would block)."""
     st = os.stat(path)
@@ -116,6 +95,7 @@ def run_batch(
     scope_depth: int | None = 3,
     force: bool = False,
     worker_fn: WorkerFn = analyze_file,
+    module: str | None = None,
     argv: Sequence[str] | None = None,
     log=None,
     max_inflated: int | None = None,
@@ -141,8 +121,11 @@ def run_batch(
     if not found.files and not found.problems:
         raise NoModulesFound(f"no HLO modules found under {', '.join(map(os.fspath, paths))} (stage {stage!r}; "
                              f"{found.ignored} other files ignored)")
+    named = [mf for mf in found.files if mf.dump is None or module_matches(mf.dump.module_name, module)]
+    filtered = len(found.files) - len(named)
+    total_bytes = sum(mf.size for mf in named)
     # Largest first: the long files start early, so the pool does not wait on one at the end.
-    order = sorted(found.files, key=lambda mf: (-mf.size, str(mf.path)))
+    order = sorted(named, key=lambda mf: (-mf.size, str(mf.path)))
     if scheduler is None:
         _preload_engine()
     version_of = getattr(worker_fn, "engine_version", None)  # a substitute engine names its own
@@ -156,7 +139,7 @@ def run_batch(
     options = WorkerOptions(scopes=scopes, scope_depth=scope_depth, max_inflated=max_inflated,
                             memory_limit=memory_limit if scheduler is None else None)
     counts = {"analyzed": 0, "cached": 0}
-    bar = Progress(len(order), found.total_bytes, enabled=progress)
+    bar = Progress(len(order), total_bytes, enabled=progress)
     by_path: dict[str, ModuleFile] = {}
 
     with ResultsDB(db) as results:
@@ -213,6 +196,14 @@ def run_batch(
         finally:
             bar.close()
         rows = tuple(results.module_rows(_key(mf.path) for mf in order))
+        if module is not None:
+            def name_of(row: dict[str, Any]) -> str | None:
+                dump = by_path[row["path"]].dump if row["path"] in by_path else None
+                return row["module_name"] or (dump.module_name if dump else None)
+
+            kept = tuple(r for r in rows if module_matches(name_of(r), module))
+            filtered += len(rows) - len(kept)
+            rows = kept
         status_counts: dict[str, int] = {}
         for row in rows:
             status_counts[row["status"]] = status_counts.get(row["status"], 0) + 1
@@ -227,11 +218,13 @@ def run_batch(
         failed=failed,
         status_counts=status_counts,
         seconds=time.monotonic() - started,
-        total_bytes=found.total_bytes,
+        total_bytes=total_bytes,
         ignored=found.ignored,
         missing_stage=found.missing_stage,
         problems=found.problems,
         rows=rows,
+        module_pattern=module,
+        filtered=filtered,
     )
 
 
@@ -251,76 +244,12 @@ def _key(path: Path) -> str:
     return os.path.abspath(path)
 
 
-# ---- the closing summary ---------------------------------------------------------------------
-def _display_path(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
-
-
-def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    out = []
-    for r in [header, *rows]:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        out.append("  " + "  ".join(cells).rstrip())
-    return out
-
-
-def format_summary(summary: BatchSummary, *, top: int = 20) -> str:
-    """The closing report: counts, the worst XLA undercounts first, then the failures."""
-    mb = summary.total_bytes / (1024 * 1024)
-    lines = [
-        f"hloflops batch: {summary.files} module files, {mb:.1f} MB: {summary.analyzed} analysed, "
-        f"{summary.cached} unchanged (cached), {summary.failed} failed, in {format_duration(summary.seconds)} "
-        f"-> {summary.db_path} (run {summary.run_id})",
-        "  status: " + ", ".join(f"{status} {n}" for status, n in sorted(summary.status_counts.items())),
-    ]
-    if summary.ignored:
-        lines.append(f"  ignored {summary.ignored} dump side files / other stages")
-    if summary.missing_stage:
-        lines.append(f"  {len(summary.missing_stage)} dump modules have no text of the selected stage, e.g. "
-                     f"{summary.missing_stage[0]}")
-    for path, why in summary.problems:
-        lines.append(f"  problem: {path}: {why}")
-    ok_rows = [r for r in summary.rows if r["status"] == OK]
-    # Worst undercount first; modules without a positive XLA number (no ratio) after the rest.
-    ok_rows.sort(key=lambda r: (r["ratio"] is None, -(r["ratio"] or 0.0), -r["flops"], r["path"]))
-    if ok_rows:
-        lines += ["", f"Worst XLA undercount first (exact FLOPs / XLA's estimate), top {min(top, len(ok_rows))}:"]
-        table = []
-        for r in ok_rows[:top]:
-            table.append(
-                [
-                    f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
-                    f"{r['flops']:,}",
-                    f"{r['xla_flops']:,.0f}" if r["xla_flops"] is not None else "-",
-                    str(r["n_loops"]),
-                    str(r["n_unknown_trip_counts"]),
-                    str(r["n_uncounted"]),
-                    f"{r['remat_flops']:,}",
-                    r["module_name"] or "",
-                    _display_path(r["path"]),
-                ]
-            )
-        header = ["ratio", "exact flops", "XLA flops", "loops", "unknown", "uncounted", "remat", "module", "path"]
-        lines += _table(header, table, right={0, 1, 2, 3, 4, 5, 6})
-    failed_rows = sorted((r for r in summary.rows if r["status"] != OK), key=lambda r: (r["status"], r["path"]))
-    if failed_rows:
-        lines += ["", f"Failed files ({len(failed_rows)}{', first ' + str(top) if len(failed_rows) > top else ''}):"]
-        for r in failed_rows[:top]:
-            lines.append(f"  {r['status']:<11}  {_display_path(r['path'])}: {r['error']}")
-    return "\n".join(lines) + "\n"
-
-
 # ---- command line ----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hloflops batch",
         description="Analyse every HLO module under the given directories (XLA dump dirs, *.hlo, *.txt, "
-        "gzip) into a SQLite database, in parallel, and print the worst XLA undercounts.",
+        "gzip) into a SQLite database, in parallel, and print the heaviest modules and the worst XLA undercounts.",
         epilog="Exit status: 0 every file analysed, 1 some files failed (each has its row and error), 2 usage.",
     )
     parser.add_argument("paths", nargs="*", help="directories (searched recursively) and files")
@@ -342,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the module rows to FILE (.csv, .jsonl, .parquet); repeatable")
     parser.add_argument("--export-scopes", action="append", default=[], metavar="FILE",
                         help="write the per-scope rows to FILE (.csv, .jsonl, .parquet)")
+    parser.add_argument("--module", metavar="PATTERN", default=None,
+                        help="only modules whose name matches PATTERN (fnmatch, e.g. 'jit_train_step*')")
+    parser.add_argument("--sort", choices=SORT_KEYS, default="flops",
+                        help="order of the summary's table: flops (heaviest first, default), ratio (worst XLA "
+                             "undercount first), name, time (slowest to analyse first)")
     parser.add_argument("--top", type=_non_negative(int), default=20, help="rows in each summary table (default 20)")
     parser.add_argument("--memory-limit", type=_size, default=None, metavar="SIZE",
                         help="address-space limit of each worker process, e.g. 4G (default: the machine's memory "
@@ -400,6 +334,7 @@ def cli_main(argv: list[str]) -> int:
                 scopes=args.scopes is not None,
                 scope_depth=args.scopes or None,
                 force=args.force,
+                module=args.module,
                 argv=["hloflops", "batch", *argv],
                 max_inflated=args.max_inflated_size,
                 memory_limit=memory_limit,
@@ -412,7 +347,7 @@ def cli_main(argv: list[str]) -> int:
             print(escape_controls(f"hloflops batch: error: {e}"), file=sys.stderr)
             return EXIT_USAGE
         if not args.quiet:
-            sys.stdout.write(escape_controls(format_summary(summary, top=args.top)))
+            sys.stdout.write(escape_controls(format_summary(summary, top=args.top, sort=args.sort)))
         status = summary.exit_code
     for out, table in exports:
         try:

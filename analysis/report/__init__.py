@@ -3,4 +3,5 @@
 from analysis.report import folded, html, text
 from analysis.report.report import VIEWS
 
-VIEWS.update(summary=text.render_summary, html=html.render_html, folded=folded.folded_stacks)
+VIEWS.update(summary=text.render_summary, html=html.render_html, folded=folded.folded_stacks,
+             notebook=html.render_notebook)

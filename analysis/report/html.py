@@ -250,29 +250,69 @@ def _json_for_script(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: Report, *, depth: int | None = None, top: int = 20) -> str:
+def render_html(report: Report, *, depth: int | None = None, top: int = 20, preamble_html: str = "",
+                chart_only: bool = False) -> str:
+    """The page; `preamble_html` goes right under the title (`hloflops run` puts its modules table
+    there); `chart_only` leaves out everything but the chart (the notebook view's frame)."""
     title = f"hloflops: {report.module_name}"
     data = {"module": report.module_name, "flops": report.flops, "tree": scope_tree(report, depth)}
     opcode_rows = [[g.key, f"{g.total.flops:,}", _pct(ratio(g.total.flops, report.flops)), f"{g.remat_flops:,}",
                     f"{g.total.bytes_accessed:,}"] for g in report.by_opcode()[:top]]
     text_summary = "\n".join(format_table(["opcode", "flops", "share", "remat flops", "bytes"], opcode_rows))
+    if chart_only:
+        return _page(title, _CHART + _data_and_script(data))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style></head>
 <body>
-<h1>{html.escape(title)}</h1>
+<h1>{html.escape(title)}</h1>{preamble_html}
 <p>{html.escape(report.path or "")}</p>
 {_summary_html(report)}
-<h2>FLOPs by scope</h2>
+{_CHART}<h2>By opcode</h2>
+<pre>{html.escape(text_summary)}</pre>
+{_data_and_script(data)}
+</body></html>
+"""
+
+
+_CHART = """<h2>FLOPs by scope</h2>
 <p class="legend">Width: share of <select id="metric"><option value="0">flops</option>
 <option value="1">transcendentals</option><option value="2">bytes accessed</option></select>
 <span style="background:#c0392b;opacity:.5"></span>hatched: remat recomputation
 &nbsp; &times;N: executions per step (loop trip counts). Click to zoom.</p>
 <div id="info"></div>
 <svg id="chart" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="icicle chart of FLOPs by scope"></svg>
-<h2>By opcode</h2>
-<pre>{html.escape(text_summary)}</pre>
-<script type="application/json" id="hloflops-data">{_json_for_script(data)}</script>
-<script>{_JS}</script>
-</body></html>
 """
+
+
+def _data_and_script(data: dict[str, Any]) -> str:
+    return (f'<script type="application/json" id="hloflops-data">{_json_for_script(data)}</script>\n'
+            f"<script>{_JS}</script>")
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n'
+            f"<style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+
+
+def _tree_depth(node: dict[str, Any]) -> int:
+    return 1 + max((_tree_depth(k) for k in node.get("c", ())), default=0)
+
+
+def render_notebook(report: Report, *, depth: int | None = None, top: int = 10) -> str:
+    """What `Report._repr_html_` shows in a notebook: the summary as the CLI prints it (totals
+    next to XLA's, model and remat FLOPs, phases, every loop with its trip count, source, share
+    and what XLA misses, uncounted ops), the top scopes, and the interactive chart. The chart
+    page sits in an iframe of its own, so its script and element ids cannot collide with the
+    notebook's or with another report's."""
+    head = f"<b>{html.escape(report.module_name)}</b>" + (f" ({html.escape(report.path)})" if report.path else "")
+    scopes = [[g.key, f"{g.total.flops:,}", _pct(ratio(g.total.flops, report.flops)), f"{g.remat_flops:,}"]
+              for g in report.by_scope(3)[:top]]
+    chart = render_html(report, depth=depth, chart_only=True)
+    rows = _tree_depth(scope_tree(report, depth))
+    height = 150 + 18 * rows  # the heading, legend and info line, then one band per level of the icicle
+    frame = (f"<iframe srcdoc=\"{html.escape(chart, quote=True)}\" style=\"width:100%;height:{height}px;"
+             f"border:1px solid #ddd\" sandbox=\"allow-scripts\" title=\"hloflops chart\"></iframe>")
+    return (f"<div class='hloflops-report'>{head}{_summary_html(report)}"
+            f"<h4>top {len(scopes)} scopes (depth 3)</h4>"
+            + _table(["scope", "flops", "share", "remat flops"], scopes, "scopes") + frame + "</div>")

@@ -10,7 +10,6 @@ bytes on every run.
 
 from __future__ import annotations
 
-import html as _html
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -428,44 +427,6 @@ class Report:
         )
 
     def _repr_html_(self) -> str:
-        """Notebook display: the totals, the loops and the top scopes as plain HTML tables."""
-        esc = _html.escape
-        xla = self.xla_estimate
-        parts = [f"<div class='hloflops-report'><b>{esc(self.module_name)}</b>"]
-        parts.append("<table><tr><th></th><th>exact (loop-aware)</th><th>XLA estimate</th><th>ratio</th></tr>")
-        for label, exact, key in (
-            ("flops", self.flops, "flops"),
-            ("transcendentals", self.transcendentals, "transcendentals"),
-            ("bytes accessed", self.bytes_accessed, "bytes_accessed"),
-        ):
-            r = ratio(exact, xla[key])
-            parts.append(
-                f"<tr><td>{label}</td><td>{exact:,}</td><td>{xla[key]:,.0f}</td>"
-                f"<td>{'-' if r is None else f'{r:.3f}x'}</td></tr>"
-            )
-        parts.append("</table>")
-        overhead = self.remat_overhead
-        parts.append(
-            f"<p>model flops {self.model_flops:,}; remat flops {self.remat_flops:,}"
-            f"{'' if overhead is None else f' (+{overhead:.1%})'}</p>"
-        )
-        if self.loops:
-            parts.append("<table><tr><th>loop</th><th>trip count</th><th>source</th><th>executions</th>"
-                         "<th>flops</th><th>share</th></tr>")
-            for lp in self.loops:
-                share = self.loop_share(lp)
-                parts.append(
-                    f"<tr><td>{esc(lp.name)}</td><td>{'unknown' if lp.trip_count is None else lp.trip_count}</td>"
-                    f"<td>{esc(lp.source)}</td><td>{lp.executions:,}</td><td>{lp.total.flops:,}</td>"
-                    f"<td>{'-' if share is None else f'{share:.1%}'}</td></tr>"
-                )
-            parts.append("</table>")
-        parts.append("<table><tr><th>scope (depth 3)</th><th>flops</th><th>remat flops</th></tr>")
-        for g in self.by_scope(3)[:10]:
-            parts.append(f"<tr><td>{esc(g.key)}</td><td>{g.total.flops:,}</td><td>{g.remat_flops:,}</td></tr>")
-        parts.append("</table>")
-        if self.uncounted:
-            parts.append(f"<p><b>{len(self.uncounted)} uncounted op(s)</b>: "
-                         + esc(", ".join(f"{u.name} ({u.reason})" for u in self.uncounted[:10])) + "</p>")
-        parts.append("</div>")
-        return "".join(parts)
+        """Notebook display: the summary as the CLI prints it (loops, remat, phases, uncounted ops),
+        the top scopes and the interactive chart."""
+        return VIEWS["notebook"](self)

@@ -1,0 +1,161 @@
+"""The closing summary of a batch (and of `hloflops run`): counts, then the modules in the order
+asked for (`--sort flops|ratio|name|time`, heaviest first by default), then the other view a user
+needs (the worst XLA undercounts, or the heaviest when the first table already ranks by
+undercount), then the failures. `--module PATTERN` narrows the rows before any of this.
+`BatchSummary` (what `run_batch` returns) lives here, so that this module needs nothing of run.py."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from analysis.batch.db import OK
+from analysis.batch.progress import format_duration
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+SORT_KEYS = ("flops", "ratio", "name", "time")
+TITLES = {
+    "flops": "Heaviest modules first (exact FLOPs executed)",
+    "ratio": "Worst XLA undercount first (exact FLOPs / XLA's estimate)",
+    "name": "Modules by name",
+    "time": "Slowest to analyse first (seconds of analysis)",
+}
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    db_path: str
+    run_id: int
+    files: int  # module files found
+    analyzed: int  # attempted in this run (sent to a worker, or found unreadable)
+    cached: int  # skipped: unchanged since a previous run
+    failed: int  # rows whose status is not "ok" (this run's and cached ones)
+    status_counts: Mapping[str, int]
+    seconds: float
+    total_bytes: int
+    ignored: int  # dump side files and other stages
+    missing_stage: tuple[str, ...]
+    problems: tuple[tuple[str, str], ...]  # input paths that do not exist, directories not listed
+    rows: tuple[dict[str, Any], ...] = field(repr=False, default=())  # this run's files, from the database
+    module_pattern: str | None = None  # --module: only modules whose name matches are in `rows`
+    filtered: int = 0  # module files left out by module_pattern
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if self.failed or self.problems else EXIT_OK
+
+
+def module_matches(name: str | None, pattern: str | None) -> bool:
+    """`--module PATTERN`: fnmatch (case-sensitive) on the module name; no pattern keeps all."""
+    return pattern is None or (name is not None and fnmatch.fnmatchcase(name, pattern))
+
+
+def sort_rows(rows: Iterable[dict[str, Any]], by: str) -> list[dict[str, Any]]:
+    """Rows in `--sort` order; ties broken by path so the order is the same on every run."""
+    if by not in SORT_KEYS:
+        raise ValueError(f"cannot sort by {by!r}; choose one of {', '.join(SORT_KEYS)}")
+    keys = {
+        "flops": lambda r: (-(r["flops"] or 0), r["path"]),
+        # modules without a positive XLA number (no ratio) after the rest
+        "ratio": lambda r: (r["ratio"] is None, -(r["ratio"] or 0.0), -(r["flops"] or 0), r["path"]),
+        "name": lambda r: (r["module_name"] or "", r["path"]),
+        "time": lambda r: (-(r["seconds"] or 0.0), r["path"]),
+    }
+    return sorted(rows, key=keys[by])
+
+
+def compile_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many module files carry each name: how many times XLA compiled it (a function traced
+    again for new shapes or static arguments is compiled again under the same name)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        name = r["module_name"] or ""
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for r in [header, *rows]:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+def modules_table(rows: Sequence[dict[str, Any]], counts: dict[str, int], *, lead: str = "flops",
+                  paths: bool = True, seconds: bool = False) -> list[str]:
+    """One line per module. `lead` is the first column ("flops" or "ratio", what the table ranks
+    by); `compiled` is how many times XLA compiled that module name in this run."""
+    ratio_cell = [lambda r: f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"]
+    flops_cell = [lambda r: f"{r['flops']:,}"]
+    cells = (ratio_cell + flops_cell) if lead == "ratio" else (flops_cell + ratio_cell)
+    header = ["ratio", "exact flops"] if lead == "ratio" else ["exact flops", "ratio"]
+    header += ["XLA flops", "compiled", "loops", "unknown", "uncounted", "remat"]
+    cells += [
+        lambda r: f"{r['xla_flops']:,.0f}" if r["xla_flops"] is not None else "-",
+        lambda r: str(counts.get(r["module_name"] or "", 1)),
+        lambda r: str(r["n_loops"]),
+        lambda r: str(r["n_unknown_trip_counts"]),
+        lambda r: str(r["n_uncounted"]),
+        lambda r: f"{r['remat_flops']:,}",
+    ]
+    if seconds:
+        header.append("seconds")
+        cells.append(lambda r: f"{r['seconds'] or 0.0:.2f}")
+    header.append("module")
+    cells.append(lambda r: r["module_name"] or "")
+    if paths:
+        header.append("path")
+        cells.append(lambda r: display_path(r["path"]))
+    table = [[cell(r) for cell in cells] for r in rows]
+    return _table(header, table, right=set(range(len(header) - (2 if paths else 1))))
+
+
+def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops", paths: bool = True,
+                   prog: str = "hloflops batch", db_label: str | None = None) -> str:
+    """The closing report: counts, the modules in `sort` order, the other ranking (worst XLA
+    undercount, or heaviest when sorting by ratio), then the failures."""
+    mb = summary.total_bytes / (1024 * 1024)
+    lines = [
+        f"{prog}: {summary.files} module files, {mb:.1f} MB: {summary.analyzed} analysed, "
+        f"{summary.cached} unchanged (cached), {summary.failed} failed, in {format_duration(summary.seconds)} "
+        f"-> {db_label or f'{summary.db_path} (run {summary.run_id})'}",
+        "  status: " + ", ".join(f"{status} {n}" for status, n in sorted(summary.status_counts.items())),
+    ]
+    if summary.ignored:
+        lines.append(f"  ignored {summary.ignored} dump side files / other stages")
+    if summary.missing_stage:
+        lines.append(f"  {len(summary.missing_stage)} dump modules have no text of the selected stage, e.g. "
+                     f"{summary.missing_stage[0]}")
+    if summary.module_pattern is not None:
+        lines.append(f"  --module {summary.module_pattern}: {len(summary.rows)} modules match, "
+                     f"{summary.filtered} others left out")
+    for path, why in summary.problems:
+        lines.append(f"  problem: {path}: {why}")
+    counts = compile_counts(summary.rows)
+    ok_rows = [r for r in summary.rows if r["status"] == OK]
+    if ok_rows:
+        second = "flops" if sort == "ratio" else "ratio"
+        for by in (sort, second):
+            shown = sort_rows(ok_rows, by)[:top]
+            lines += ["", f"{TITLES[by]}, top {len(shown)} of {len(ok_rows)}:"]
+            lines += modules_table(shown, counts, lead="ratio" if by == "ratio" else "flops", paths=paths,
+                                   seconds=by == "time")
+    failed_rows = sorted((r for r in summary.rows if r["status"] != OK), key=lambda r: (r["status"], r["path"]))
+    if failed_rows:
+        lines += ["", f"Failed files ({len(failed_rows)}{', first ' + str(top) if len(failed_rows) > top else ''}):"]
+        for r in failed_rows[:top]:
+            lines.append(f"  {r['status']:<11}  {display_path(r['path'])}: {r['error']}")
+    return "\n".join(lines) + "\n"
