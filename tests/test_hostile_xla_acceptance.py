@@ -4,10 +4,10 @@ Each acceptance rule added for the issue has a case here, and every case is put 
 (jaxlib's `hlo_module_from_text`, through `tests/support/xla_oracle.py`): the expected verdict
 is checked against XLA as well as against hloparse, so a case cannot encode a guess. Then a fixed
 sample of corpus mutants (the differential fuzz; `benchmarks/xla_differential_fuzz.py` is the
-exploratory version) must never be rejected by hloparse when XLA accepts it, and must agree
-with XLA on at least 95% (what is left: misspelt attribute names and opcodes, which hloparse
-reads as attributes / opcodes of a newer XLA, and the header's `entry_computation_layout` and
-sharding syntax, which it keeps as text).
+exploratory version) must never be rejected by hloparse when XLA accepts it (but for layouts
+that are no permutation, which XLA's verifier rejects), and must agree with XLA on at least 95%
+(what is left: misspelt attribute names, which hloparse reads as attributes of a newer XLA, and
+the header's `entry_computation_layout` and sharding syntax, which it keeps as text).
 """
 
 from __future__ import annotations
@@ -148,7 +148,10 @@ def test_differential_fuzz_fixed_sample():
     texts = mutants(_seeds(), 300, seed=12)
     theirs = xla_verdicts(texts)
     ours = [our_verdict(t) for t in texts]
-    too_strict = [(i, o, x) for i, (o, x) in enumerate(zip(ours, theirs)) if x == "accept" and o != "accept"]
+    # Layouts that are no permutation of the dimensions: XLA's parser takes them, its verifier and
+    # our cost rules do not (documented in the README).
+    too_strict = [(i, o, x) for i, (o, x) in enumerate(zip(ours, theirs))
+                  if x == "accept" and o != "accept" and "is not a permutation" not in o]
     assert not too_strict, too_strict[:5]
     agree = sum((o == "accept") == (x == "accept") for o, x in zip(ours, theirs))
     assert agree >= 0.95 * len(texts), f"{agree} of {len(texts)}"

@@ -157,8 +157,9 @@ def run_command(
             result.summary = run_batch(
                 [dump_dir], db=db or os.path.join(workdir, "hloflops.sqlite"), processes=processes, stage=stage,
                 timeout_s=timeout_s, progress=progress, module=module, argv=["hloflops", "run", *command])
-        except NoModulesFound:
-            return result  # the command dumped no module: said as "no module was analysed"
+        except NoModulesFound:  # the command dumped no module: an empty summary says so below
+            result.summary = BatchSummary(db or "", 0, 0, 0, 0, 0, {}, 0.0, 0, 0, (), (), module_pattern=module)
+            return result
         ok = [r for r in result.summary.rows if r["status"] == OK]
         if ok:
             from analysis.api import analyze
