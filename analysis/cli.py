@@ -48,8 +48,8 @@ def _trip_count(text: str) -> tuple[str, int]:
         n = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"trip count of {name} must be an integer, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"trip count of {name} must be >= 0, got {n}")
+    if not 0 <= n <= 2**63 - 1:  # XLA's trip counts are int64s
+        raise argparse.ArgumentTypeError(f"trip count of {name} must be between 0 and 2**63-1, got {n}")
     return name.lstrip("%"), n
 
 

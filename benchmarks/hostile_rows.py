@@ -54,6 +54,18 @@ def rows(scale: float) -> list[tuple[str, str]]:
     ]
 
 
+# The CLI in this process, then its own peak RSS (KB) as the last line of stderr.
+_CHILD = """
+import resource, sys
+from analysis.cli import main
+try:
+    code = main([sys.argv[1]])
+finally:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -68,15 +80,17 @@ def main() -> None:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.monotonic()
             try:
-                proc = subprocess.run([sys.executable, "-m", "analysis.cli", path], cwd=args.root, capture_output=True,
+                proc = subprocess.run([sys.executable, "-c", _CHILD, path], cwd=args.root, capture_output=True,
                                       text=True, timeout=args.timeout, env={**os.environ, "PYTHONPATH": args.root})
-                code, last = proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1][:90]
+                *lines, rss = proc.stderr.strip().splitlines() or ["", "0"]
+                code, last = proc.returncode, (lines or [""])[-1][:90]
+                rss_mb = int(rss) / 1024 if rss.isdigit() else float("nan")
             except subprocess.TimeoutExpired:
-                code, last = "timeout", f"not finished after {args.timeout:g} s"
+                code, last, rss_mb = "timeout", f"not finished after {args.timeout:g} s", float("nan")
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             print(f"{name:38} cpu {cpu:7.2f} s  wall {time.monotonic() - start:7.2f} s  "
-                  f"rss {after.ru_maxrss / 1024:7.0f} MB  exit {code}  {last}", flush=True)
+                  f"rss {rss_mb:7.0f} MB  exit {code}  {last}", flush=True)
 
 
 if __name__ == "__main__":

@@ -52,9 +52,10 @@ def xla_estimate(module: Module, *, diagnostics: bool = False) -> dict[str, floa
 def f32(value: int | Fraction | float) -> np.float32:
     """A count assigned to a C++ float (round to nearest even)."""
     try:
-        if isinstance(value, Fraction):
-            return F32(float(value))
-        return F32(value)
+        with np.errstate(over="ignore"):  # beyond float32: inf, as C++ gives, without a warning on stderr
+            if isinstance(value, Fraction):
+                return F32(float(value))
+            return F32(value)
     except OverflowError:  # beyond any double (dimensions near int64, multiplied): a float's infinity
         return F32(np.inf if value > 0 else -np.inf)
 
