@@ -37,8 +37,8 @@ def rows(scale: float) -> list[tuple[str, str]]:
          + "a" * n(5_000_000) + '"}\n}\n'),
         (f"unterminated string over {n(100_000):,} lines", HEAD + '  ROOT c = f32[] constant(1), metadata={op_name="x\n'
          + "a\n" * n(100_000) + "}\n"),
-        (f"operand + {n(50_000):,} spaces", HEAD + "  p = f32[] parameter(0)\n  ROOT n = f32[] negate(f32[] p"
-         + " " * n(50_000) + "x)\n}\n"),
+        (f"operand + {n(50_000):,} spaces", HEAD + "  p = f32[] parameter(0)\n  ROOT n = f32[] negate(x"
+         + " " * n(50_000) + "!)\n}\n"),
         (f"x#1 x {n(20_000):,}", HEAD + "  p = (f32[]) parameter(0)\n  ROOT n = f32[] negate(f32[] p" + "#1" * n(20_000)
          + ")\n}\n"),
         (f'{n(50_000):,} \\" in an open op_name', HEAD + '  ROOT c = f32[] constant(1), metadata={op_name="'
