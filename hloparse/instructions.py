@@ -8,9 +8,10 @@ Errors carry an offset into the statement; the caller turns it into a line and c
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 from hloparse import opcodes
-from hloparse.attributes import AttributeSyntaxError, find_close, split_top_level
+from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
 from hloparse.call_sites import CALL_ATTRIBUTES, call_sites, wrapped_computation_name
 from hloparse.ir import CallSite, Instruction, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape, shape_at
@@ -317,7 +318,10 @@ def _operands(
     shapes: list[Shape | None] = []
     any_shape = False
     try:
-        spans = split_top_level(stmt, start, end)
+        # All spans at once when few; a long run of commas is read lazily, so that its first empty
+        # piece fails before a list of a span per character is made.
+        spans = (split_top_level(stmt, start, end) if end - start < 100_000
+                 else _checked(iter_top_level(stmt, start, end)))
     except AttributeSyntaxError as e:
         raise StatementError(str(e), e.offset, e.expected) from None
     for s, e in spans:
@@ -440,10 +444,11 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
             raise NextStatementAt(start + len(rest) - len(rest.lstrip()))
         raise StatementError(f"unexpected text after operands: {rest.strip()[:30]!r}", start, "',' or end of line")
     try:
-        spans = split_top_level(stmt, start)
+        spans = split_top_level(stmt, start) if len(stmt) - start < 100_000 else _checked(iter_top_level(stmt, start))
     except AttributeSyntaxError as e:
         raise StatementError(str(e), e.offset, e.expected) from None
-    for s, e in spans[1:]:
+    next(spans := iter(spans))  # the text before the first comma: blank, checked above
+    for s, e in spans:
         m = _ATTR.match(stmt, s, e)
         if m is None:
             if not stmt[s:e].strip():
@@ -453,6 +458,14 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
         if key in attributes and key not in ("literal", "parameter_number"):
             raise StatementError(f"attribute {key!r} appears twice", s, "each attribute once")
         attributes[key] = stmt[m.end():e].strip()
+
+
+def _checked(spans: Iterator[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Spans of a huge piece of text, streamed, with its syntax errors raised as StatementError."""
+    try:
+        yield from spans
+    except AttributeSyntaxError as e:
+        raise StatementError(str(e), e.offset, e.expected) from None
 
 
 def _embedded_statement(value: str) -> int | None:
