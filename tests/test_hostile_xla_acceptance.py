@@ -111,6 +111,9 @@ CASES = [
                                   "ROOT r = f32[] reduce(p, z), dimensions={0}"), False),
     ("while-no-body", module("p = f32[] parameter(0)", "ROOT w = f32[] while(p), condition=add", before=ADD), False),
     ("dense-physical-layout", module("ROOT p = f32[2]{0:D(D)} parameter(0)"), True),
+    ("dense-with-physical-shape", module("ROOT p = f32[2]{0:D(D)P(f32[2]{0})} parameter(0)"), False),
+    ("physical-shape-not-sparse", module("ROOT p = f32[2]{0:P(f32[2]{0})} parameter(0)"), False),
+    ("unknown-opcode", module("p = f32[] parameter(0)", "ROOT n = f32[] ngate(p)"), False),
 ]
 
 
