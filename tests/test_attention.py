@@ -312,3 +312,25 @@ def test_unknown_attention_configuration_is_reported_not_guessed():
     (u,) = report.uncounted
     assert u.target == "te_fused_attn_forward_ffi" and "mask_type 6" in u.reason
     assert report.flops == 0 and not report.is_exact
+
+
+@pytest.mark.parametrize("mask_type,causal", [(0, False), (2, True)])
+@pytest.mark.parametrize("window", [(2, 5), (3, 0)])
+@pytest.mark.parametrize("q_len,kv_len", [(16, 16), (7, 16)])
+def test_te_windows_are_top_left_like_jax_unless_bottom_right(mask_type, causal, window, q_len, kv_len):
+    from jax._src.nn.functions import _get_causal_mask, _get_window_mask
+
+    mask = np.asarray(_get_window_mask(q_len, kv_len, window))[0, 0]
+    if causal:
+        mask = mask & np.asarray(_get_causal_mask(q_len, kv_len))[0, 0]
+    entries, rows = int(mask.sum()), int(mask.any(axis=1).sum())
+    report = analyze(fused_te("bfloat16", 2, mask_type, window, q_len=q_len, kv_len=kv_len))
+    assert report.flops == forward_formula(B * N * entries, B * N * rows)
+    # the bottom-right form of the causal mask shifts the same window by Sk - Sq
+    shifted = np.zeros_like(mask)
+    offset = kv_len - q_len
+    for i in range(q_len):
+        for j in range(kv_len):
+            shifted[i, j] = i + offset - window[0] <= j <= min(i + offset + window[1], i + offset)
+    bottom_right = analyze(fused_te("bfloat16", 2, 4, window, q_len=q_len, kv_len=kv_len))
+    assert bottom_right.flops == forward_formula(B * N * int(shifted.sum()), B * N * int(shifted.any(axis=1).sum()))

@@ -21,7 +21,8 @@ score entries (i, j) the mask keeps; grouped-query attention counts every query 
 
 Masks by their definitions: none (every j < Sk), causal top-left (j <= i), causal bottom-right
 (j <= i + Sk - Sq), sliding windows (cuDNN: the last W keys up to the diagonal; TE: left/right
-window sizes around the diagonal, -1 unbounded). Padding masks keep i < q_len, j < kv_len of each
+window sizes around the diagonal, -1 unbounded, the diagonal bottom-right for its *_BOTTOM_RIGHT
+masks and top-left otherwise). Padding masks keep i < q_len, j < kv_len of each
 sequence; those lengths are operands. When they are constants in the HLO they are used; when
 they are runtime values the count takes every sequence at its full length (q_max_seqlen,
 kv_max_seqlen: an upper bound, the usual MFU convention) and the row's note says so. FP8 forms
@@ -229,9 +230,9 @@ def _te(inst: Instruction) -> Attention | str:
         q_len=int(attrs["q_max_seqlen"]), kv_len=int(attrs["kv_max_seqlen"]),
         qk_dim=int(attrs["qk_head_dim"]), v_dim=int(attrs["v_head_dim"]),
         causal="causal" in mask,
-        # TE aligns windows (and bottom-right causal masks) to the bottom-right corner; its
-        # plain causal masks to the top-left one.
-        bottom_right=mask_code not in (2, 3),
+        # TE's make_swa_mask (jax/attention.py): the diagonal (of the causal mask and of the
+        # window) is the bottom-right one for the *_BOTTOM_RIGHT masks, the top-left one otherwise.
+        bottom_right=mask_code in (4, 5),
         left=int(attrs.get("window_size_left", -1)), right=int(attrs.get("window_size_right", -1)),
         bias=int(attrs.get("bias_type", 0)) != 0,
         dropout=float(attrs.get("dropout_probability", 0.0)) > 0,
