@@ -21,6 +21,8 @@ uncounted with its name (never 0, never folded into a total):
 - Sharding / layout / placement annotations (`Sharding`, `xla.sdy.*`, `Pin`, ...): nothing;
   host/device moves and dynamic-shape padding (`MoveToHost`, `SliceToDynamic`, ...): bytes only.
 Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
+Fused attention, TopK, block-scaled dots, cuDNN conv graphs and Mosaic GPU are asked of
+analysis.cost.kernels first.
 """
 
 from __future__ import annotations
