@@ -36,7 +36,7 @@ def kernel_cost(computation: Computation, inst: Instruction) -> Cost | str | Non
     target = inst.custom_call_target or ""
     if attention.is_attention(target):
         return attention.attention_cost(computation, inst)
-    rule = _RULES.get(target)
+    rule = RULES.get(target)
     if rule is None:
         return None
     try:
@@ -100,9 +100,11 @@ def mosaic_gpu_cost(computation: Computation, inst: Instruction) -> str:
             "(jax drops Pallas' cost_estimate for GPU kernels)")
 
 
-_RULES = {
+RULES = {
     "TopK": topk_cost,
     "__cudnn$convForwardGraph": conv_graph_cost,
     **{t: block_scaled_dot_cost for t in BLOCK_SCALED_DOT},
     **{t: mosaic_gpu_cost for t in MOSAIC_GPU},
 }
+# Every target kernel_cost answers for (a custom-call registry registers kernel_cost for each).
+TARGETS = attention.TARGETS | frozenset(RULES)
