@@ -45,6 +45,7 @@ from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
 from analysis.cost.costs import ZERO, Cost, OpCost
+from analysis.cost.kernels import row_note
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
@@ -233,6 +234,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str]
                 scope=remat_analysis.scope(op_name),
                 source=module.source_location(inst),
                 uncounted=oc.uncounted,
+                target=inst.custom_call_target,
+                note=row_note(comp, inst) if oc.uncounted is None else None,
             ))
             if oc.uncounted is not None:
                 uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,

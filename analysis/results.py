@@ -30,6 +30,8 @@ class Row:
     scope: str  # the op_name name stack ("" if none)
     source: SourceLocation | None
     uncounted: str | None = None  # why this op's cost is unknown, if it is
+    target: str | None = None  # custom_call_target, where there is one
+    note: str | None = None  # how a counted kernel was counted (attention convention, author's estimate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from analysis.cost.attention import ATTENTION, CONVENTION
 from analysis.cost.costs import Cost
+from analysis.cost.kernels import op_group
 from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
 from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
@@ -35,7 +37,7 @@ def source_key(row: Row) -> str:
 
 def group_key(row: Row, by: str, depth: int | None = None) -> str:
     if by == "opcode":
-        return row.opcode
+        return op_group(row.opcode, row.target)  # fused attention: a line of its own
     if by == "computation":
         return row.computation
     if by == "scope":
@@ -300,6 +302,8 @@ class Report:
                     "source_line": r.source.line if r.source else None,
                     "source_function": r.source.function if r.source else None,
                     "uncounted": r.uncounted,
+                    "target": r.target,
+                    "note": r.note,
                 }
             )
         return records
@@ -350,6 +354,8 @@ class Report:
                 for c in self.conditionals
             ],
         }
+        if any(op_group(r.opcode, r.target) == ATTENTION for r in self.rows):
+            out["conventions"] = {ATTENTION: CONVENTION}
         for key in by:
             if key == "opcode":
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from analysis.cost.attention import ATTENTION, CONVENTION_LINES
 from analysis.report.format import format_table, ratio
 
 if TYPE_CHECKING:
@@ -27,6 +28,20 @@ def unknown_trip_text(bounds: tuple[int, int | None]) -> str:
     if high is not None:
         return f"UNKNOWN ({low:,}..{high:,})"
     return f"UNKNOWN (>={low:,})" if low else "UNKNOWN"
+
+
+def _attention_lines(report: Report) -> list[str]:
+    """The fused attention share and the convention it was counted by (nothing without any)."""
+    group = next((g for g in report.by_opcode() if g.key == ATTENTION), None)
+    if group is None:
+        return []
+    share = _pct(ratio(group.total.flops, report.flops))
+    lines = ["", f"attention: {group.instructions:,} fused ops, {group.total.flops:,} flops ({share} of the total),",
+             *("  " + ("counted by the " if i == 0 else "") + line for i, line in enumerate(CONVENTION_LINES))]
+    bounded = sum(1 for r in report.rows if r.note and "upper bound" in r.note)
+    if bounded:
+        lines.append(f"  {bounded:,} of them have runtime padding lengths: counted at full length (an upper bound)")
+    return lines
 
 
 def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
@@ -94,6 +109,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             costs = ", ".join(f"{b.index}: {b.cost.flops:,}" for b in c.branches)
             lines.append(f"  {c.name} x{c.executions:,}: branch flops {{{costs}}}; counted {c.chosen}, "
                          f"smallest {c.smallest}")
+    lines += _attention_lines(report)
     lines.append("")
     groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
