@@ -14,6 +14,7 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
+from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
 from analysis.scopes import NO_SCOPE, split_scope
 
@@ -247,7 +248,12 @@ def _json_for_script(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: Report, *, depth: int | None = None, top: int = 20) -> str:
+def _sharded_html(report: Report, chip: Any) -> str:
+    lines = sharded_lines(report, chip)
+    return f"<h2>Communication and time</h2>\n<pre>{html.escape(chr(10).join(lines))}</pre>" if lines else ""
+
+
+def render_html(report: Report, *, depth: int | None = None, top: int = 20, chip: Any = None) -> str:
     title = f"hloflops: {report.module_name}"
     data = {"module": report.module_name, "flops": report.flops, "tree": scope_tree(report, depth)}
     opcode_rows = [[g.key, f"{g.total.flops:,}", _pct(ratio(g.total.flops, report.flops)), f"{g.remat_flops:,}",
@@ -269,6 +275,7 @@ def render_html(report: Report, *, depth: int | None = None, top: int = 20) -> s
 <svg id="chart" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="icicle chart of FLOPs by scope"></svg>
 <h2>By opcode</h2>
 <pre>{html.escape(text_summary)}</pre>
+{_sharded_html(report, chip)}
 <script type="application/json" id="hloflops-data">{_json_for_script(data)}</script>
 <script>{_JS}</script>
 </body></html>

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ def unknown_trip_text(bounds: tuple[int, int | None]) -> str:
     return f"UNKNOWN (>={low:,})" if low else "UNKNOWN"
 
 
-def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
+def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
+                   chip: Any = None) -> str:
     xla = report.xla_estimate
     lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
     if not report.is_exact:
@@ -95,6 +97,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             lines.append(f"  {c.name} x{c.executions:,}: branch flops {{{costs}}}; counted {c.chosen}, "
                          f"smallest {c.smallest}")
     lines.append("")
+    sharded = sharded_lines(report, chip)
+    lines += sharded + ([""] if sharded else [])
     groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
     if by in ("scope", "module"):
