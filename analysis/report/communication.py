@@ -6,21 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from analysis.cost.communication import SENDERS
 from analysis.scopes import scope_prefix
 
 if TYPE_CHECKING:
     from analysis.report.report import Report
 
 
-def collective_rows(report: Report) -> list[Any]:
-    """Rows that send (or would send, if their groups could be read)."""
-    return [r for r in report.rows if r.communication or r.communication_uncounted]
-
-
 def by_opcode(report: Report) -> dict[str, dict[str, int]]:
+    """Every collective that sends, by opcode (those that move nothing, n = 1, included)."""
     table: dict[str, dict[str, int]] = {}
     for row in report.rows:
-        if not row.communication and not row.communication_uncounted:
+        if row.opcode not in SENDERS:
             continue
         entry = table.setdefault(row.opcode, {"ops": 0, "executions": 0, "bytes_per_device": 0})
         entry["ops"] += 1
