@@ -182,7 +182,7 @@ ENTRY e {
 }
 """)
     assert sent["bad"][:2] == (0, 0) and "cannot decode its groups" in sent["bad"][2]
-    assert sent["mismatch"][:2] == (0, 0) and "not 2 x its operands" in sent["mismatch"][2]
+    assert sent["mismatch"][:2] == (0, 0) and "says 3 devices but its groups hold 2" in sent["mismatch"][2]
     report = analyze(HEADER + """
 ENTRY e {
   p = f32[8,4] parameter(0)

@@ -84,6 +84,11 @@ class _Ctx:
     def group_size(self) -> int:
         return participants(self.inst.opcode, self.inst.attributes, self.replicas, self.partitions).largest
 
+    def mismatch(self, what: str, ratio_: int, n: int) -> Sent:
+        """Shapes that say `ratio_` devices take part where the groups say `n`: uncounted."""
+        return Sent(uncounted=f"{what} {ratio_} devices but its groups hold {n} (replica_count={self.replicas}, "
+                              f"num_partitions={self.partitions})")
+
     def operand_bytes(self) -> int:
         return sum(_array_bytes(s) for s in _operands(self.comp, self.inst))
 
@@ -108,14 +113,15 @@ def _all_gather(ctx: _Ctx) -> Sent:
     n = ctx.group_size()
     out = _gathered(ctx)
     if _array_elements(out) != n * ctx.operand_elements():
-        return Sent(uncounted=f"all-gather result is not {n} x its operands (groups of {n})")
+        return ctx.mismatch("all-gather result / operands says", _array_elements(out) // max(1, ctx.operand_elements()), n)
     return Sent(all_gather_bytes(_array_bytes(out), n), n)
 
 
 def _reduce_scatter(ctx: _Ctx) -> Sent:
     n = ctx.group_size()
     if ctx.operand_elements() != n * _array_elements(ctx.inst.shape):
-        return Sent(uncounted=f"reduce-scatter operands are not {n} x its result (groups of {n})")
+        return ctx.mismatch("reduce-scatter operands / result says",
+                            ctx.operand_elements() // max(1, _array_elements(ctx.inst.shape)), n)
     return Sent(reduce_scatter_bytes(ctx.operand_bytes(), n), n)
 
 
