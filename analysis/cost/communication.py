@@ -113,7 +113,8 @@ def _all_gather(ctx: _Ctx) -> Sent:
     n = ctx.group_size()
     out = _gathered(ctx)
     if _array_elements(out) != n * ctx.operand_elements():
-        return ctx.mismatch("all-gather result / operands says", _array_elements(out) // max(1, ctx.operand_elements()), n)
+        ratio_ = _array_elements(out) // max(1, ctx.operand_elements())
+        return ctx.mismatch("all-gather result / operands says", ratio_, n)
     return Sent(all_gather_bytes(_array_bytes(out), n), n)
 
 
