@@ -282,3 +282,19 @@ ENTRY e {
 """)
     inst = module.entry.root
     assert parse_replica_groups(inst.attributes["replica_groups"]) == ((0, 1), (2, 3))
+
+
+def test_combined_and_in_place_collective_permutes() -> None:
+    sent = _sent("""
+ENTRY e {
+  p = f32[16] parameter(0)
+  q = f32[8] parameter(1)
+  both = (f32[16], f32[8]) collective-permute(p, q), channel_id=1, source_target_pairs={{0,1},{1,0}}
+  zero = s32[] constant(0)
+  idx = (s32[]) tuple(zero)
+  inplace = f32[16] collective-permute(p, p, idx, idx), channel_id=2, source_target_pairs={{0,1},{1,0}}, slice_sizes={{8}}
+  ROOT t = ((f32[16], f32[8]), f32[16]) tuple(both, inplace)
+}
+""")
+    assert sent["both"] == (64 + 32, 64 + 32, None)
+    assert sent["inplace"][:2] == (0, 0) and "in-place" in sent["inplace"][2]

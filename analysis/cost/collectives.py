@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import product
-from typing import Sequence
+from typing import Mapping, Sequence
 
 CROSS_REPLICA = "cross_replica"
 CROSS_PARTITION = "cross_partition"
@@ -198,10 +198,10 @@ class Participants:
         return max(self.sizes, default=1)
 
 
-def participants(opcode: str, attributes: dict[str, str] | object, replica_count: int,
+def participants(opcode: str, attributes: Mapping[str, str], replica_count: int,
                  num_partitions: int) -> Participants:
     """The group sizes of a collective from its attributes and the module's device counts."""
-    get = attributes.get  # type: ignore[union-attr]
+    get = attributes.get
     flag = get("use_global_device_ids")
     mode = group_mode(opcode, get("channel_id") is not None,
                       None if flag is None else flag.strip().lower() == "true")

@@ -142,9 +142,7 @@ def _collective_permute(ctx: _Ctx) -> Sent:
     if "slice_sizes" in ctx.inst.attributes:
         return Sent(uncounted="in-place collective-permute with slices: the bytes sent are not modelled")
     pairs = parse_source_target_pairs(ctx.inst.attributes.get("source_target_pairs", "{}"))
-    operands = _operands(ctx.comp, ctx.inst)
-    if ctx.inst.opcode == "collective-permute-start":
-        operands = operands[:1]
+    operands = _operands(ctx.comp, ctx.inst)  # combined permutes send every operand
     sends = any(source != target for source, target in pairs)
     return Sent(sum(_array_bytes(s) for s in operands) if sends else 0, None)
 
