@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 from typing import Mapping, Sequence
 
@@ -167,6 +168,7 @@ def _mesh_groups(text: str) -> tuple[tuple[int, ...], ...]:
     return _chunks(ids, _product(dims[g] for g in grouped))
 
 
+@lru_cache(maxsize=4096)  # a module repeats a handful of group texts thousands of times
 def parse_replica_groups(raw: str) -> tuple[tuple[int, ...], ...]:
     """The groups a `replica_groups=` value names; () is the empty list (everyone, by mode)."""
     text = raw.strip()
