@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from analysis.cost.attention import ATTENTION, CONVENTION_LINES
+from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ def _attention_lines(report: Report) -> list[str]:
     return lines
 
 
-def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
+def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
+                   chip: Any = None) -> str:
     xla = report.xla_estimate
     lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
     if not report.is_exact:
@@ -111,6 +113,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                          f"smallest {c.smallest}")
     lines += _attention_lines(report)
     lines.append("")
+    sharded = sharded_lines(report, chip)
+    lines += sharded + ([""] if sharded else [])
     groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
     if by in ("scope", "module"):
