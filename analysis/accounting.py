@@ -45,7 +45,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
+from analysis.cost.communication import with_communication
 from analysis.cost.costs import ZERO, Cost, OpCost
+from analysis.cost.kernels import row_note
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
@@ -178,6 +180,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
+    rows = with_communication(module, rows)
     loops = _loops(module, ex, upper)
     conditionals = _conditionals(module, ex, upper, lower)
 
@@ -236,6 +239,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str]
                 scope=remat_analysis.scope(op_name),
                 source=module.source_location(inst),
                 uncounted=oc.uncounted,
+                target=inst.custom_call_target,
+                note=row_note(comp, inst) if oc.uncounted is None else None,
             ))
             if oc.uncounted is not None:
                 uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,

@@ -98,7 +98,7 @@ def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[
     from analysis.accounting import account
 
     accounting = account(module, trip_counts=dict(trip_counts) if trip_counts else None)
-    return Report(accounting, path=module.path, num_devices=num_devices(module), xla_reported=xla)
+    return Report(accounting, path=module.path, num_devices=num_devices(module), xla_reported=xla, module=module)
 
 
 # ---- XLA's own numbers ---------------------------------------------------------------------

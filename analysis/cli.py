@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also ask XLA (through jax, imported only then) for its own numbers")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when a trip count is unknown or an op's cost is uncounted")
+    p.add_argument("--chip", metavar="NAME|SPEC.json",
+                   help="add the static roofline on this chip (a100, h100, h200, b200, tpu-v4, tpu-v5e, "
+                        "tpu-v5p, tpu-v6e, or a JSON spec)")
     return p
 
 
@@ -211,11 +214,21 @@ def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
     return buffer.getvalue()
 
 
+def _chip(name: str):
+    from analysis.report.chips import load_chip
+
+    try:
+        return load_chip(name)
+    except ValueError as error:
+        raise UsageError(f"--chip: {error}") from None
+
+
 def _run_file(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.json and args.csv:
         raise UsageError("--json and --csv are exclusive")
     trips = dict(args.trip_count)
+    chip = _chip(args.chip) if args.chip else None
     report = _load_report(args.file, trips, compare_xla=args.compare_xla)
     _check_trip_counts(trips, report)
     _unlimit_int_digits()
@@ -224,14 +237,16 @@ def _run_file(argv: Sequence[str]) -> int:
     if args.folded:
         _write(args.folded, report.to_folded(args.folded_metric))
     if args.html:
-        _write(args.html, report.to_html(depth=depth))
+        _write(args.html, report.to_html(depth=depth, chip=chip))
     if args.json:
-        sys.stdout.write(report.to_json(by=(args.by,) if by_explicit else (), depth=depth, rows=args.rows))
+        sys.stdout.write(report.to_json(by=(args.by,) if by_explicit else (), depth=depth, rows=args.rows,
+                                        chip=chip))
     elif args.csv:
         sys.stdout.write(escape_controls(_csv_text(report, args.by if by_explicit else None, depth)))
     else:
         summary_depth = 3 if args.depth is None else depth
-        sys.stdout.write(escape_controls(render_summary(report, by=args.by, depth=summary_depth, top=args.top)))
+        sys.stdout.write(escape_controls(render_summary(report, by=args.by, depth=summary_depth, top=args.top,
+                                                        chip=chip)))
     if args.strict and not report.is_exact:
         unknown = [lp.name for lp in report.unknown_loops]
         what = []
@@ -270,7 +285,8 @@ def _run_diff(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
-_VALUE_OPTIONS = frozenset({"--by", "--depth", "--trip-count", "--top", "--folded", "--folded-metric", "--html"})
+_VALUE_OPTIONS = frozenset({"--by", "--depth", "--trip-count", "--top", "--folded", "--folded-metric", "--html",
+                            "--chip"})
 
 
 def _is_batch(argv: Sequence[str]) -> bool:

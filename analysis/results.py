@@ -30,6 +30,14 @@ class Row:
     scope: str  # the op_name name stack ("" if none)
     source: SourceLocation | None
     uncounted: str | None = None  # why this op's cost is unknown, if it is
+    target: str | None = None  # custom_call_target, where there is one
+    note: str | None = None  # how a counted kernel was counted (attention convention, author's estimate)
+    communication: int = 0  # bytes one execution sends per device (analysis.cost.communication)
+    communication_uncounted: str | None = None  # why a collective's bytes are unknown, if they are
+
+    @property
+    def communication_total(self) -> int:
+        return self.communication * self.executions
 
 
 @dataclass(frozen=True, slots=True)

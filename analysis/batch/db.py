@@ -40,7 +40,7 @@ MEMORY = "memory"  # the worker hit its memory limit (--memory-limit) on this fi
 # at all have no content hash, so they are always retried.
 RETRYABLE = frozenset({TIMEOUT, CRASHED, MEMORY})
 
-EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops")
+EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops", "comm_bytes_per_device")
 JSON_COLUMNS = ("loops", "uncounted")
 # Columns that describe when/how a row was made rather than what the module costs; a rerun that
 # changes only these has reproduced the same result.
@@ -62,6 +62,7 @@ MODULE_COLUMNS = (
     "n_loops",
     "n_unknown_trip_counts",
     "n_uncounted",
+    "devices",
     *JSON_COLUMNS,
     "engine_version",
     *VOLATILE_COLUMNS,
@@ -106,7 +107,9 @@ CREATE TABLE IF NOT EXISTS modules (
     engine_version TEXT NOT NULL,
     run_id INTEGER,
     seconds REAL,
-    finished_at TEXT
+    finished_at TEXT,
+    comm_bytes_per_device,
+    devices INTEGER
 );
 CREATE INDEX IF NOT EXISTS modules_by_hash ON modules (content_hash, engine_version);
 CREATE TABLE IF NOT EXISTS scopes (
@@ -118,6 +121,10 @@ CREATE TABLE IF NOT EXISTS scopes (
     PRIMARY KEY (path, scope)
 );
 """
+
+
+# Columns added after the first schema: (name, declared type), for _add_missing_columns.
+_ADDED_COLUMNS = (("comm_bytes_per_device", ""), ("devices", "INTEGER"))
 
 
 def utc_now() -> str:
@@ -170,6 +177,7 @@ def row_from_result(
         "n_loops": len(loops) if loops is not None else None,
         "n_unknown_trip_counts": sum(1 for lp in loops if lp.get("trip_count") is None) if loops is not None else None,
         "n_uncounted": len(uncounted) if uncounted is not None else None,
+        "devices": result.get("devices"),
         "loops": json.dumps(loops, sort_keys=True) if loops is not None else None,
         "uncounted": json.dumps(uncounted, sort_keys=True) if uncounted is not None else None,
         "engine_version": result.get("engine_version") or engine_version,
@@ -235,12 +243,22 @@ class ResultsDB:
         # power cut can lose the last ones), at a fraction of FULL's fsyncs.
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
+        self._add_missing_columns()
         found = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if found is None:
             self.conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
         elif found[0] != SCHEMA_VERSION:
             raise RuntimeError(f"{self.path}: batch database schema {found[0]}, this hloflops writes {SCHEMA_VERSION}")
         self.conn.commit()
+
+    def _add_missing_columns(self) -> None:
+        """Columns newer than a database's file (a CREATE TABLE IF NOT EXISTS leaves an old table
+        as it is): added empty, so its rows stay readable; the next run fills them in, since the
+        engine version changed with them."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(modules)")}
+        for column, declared in _ADDED_COLUMNS:
+            if column not in have:
+                self.conn.execute(f"ALTER TABLE modules ADD COLUMN {column} {declared}")
 
     def close(self) -> None:
         self.conn.close()
@@ -400,7 +418,7 @@ def _write_parquet(rows: list[dict[str, Any]], columns: Sequence[str], out: str 
                 arrays[column] = pa.array([None if v is None else str(v) for v in values], type=pa.string())
         elif column in ("xla_flops", "xla_transcendentals", "xla_bytes_accessed", "ratio", "seconds"):
             arrays[column] = pa.array(values, type=pa.float64())
-        elif column in ("n_loops", "n_unknown_trip_counts", "n_uncounted", "run_id"):
+        elif column in ("n_loops", "n_unknown_trip_counts", "n_uncounted", "run_id", "devices"):
             arrays[column] = pa.array(values, type=pa.int64())
         else:
             arrays[column] = pa.array(values, type=pa.string())

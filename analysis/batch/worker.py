@@ -153,6 +153,8 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
         "bytes_accessed": report["bytes_accessed"],
         "model_flops": report["model_flops"],
         "remat_flops": report["remat_flops"],
+        "comm_bytes_per_device": (report.get("communication") or {}).get("bytes_per_device"),
+        "devices": report.get("devices"),
         "xla_flops": xla.get("flops"),
         "xla_transcendentals": xla.get("transcendentals"),
         "xla_bytes_accessed": xla.get("bytes_accessed"),

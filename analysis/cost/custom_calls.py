@@ -21,6 +21,8 @@ uncounted with its name (never 0, never folded into a total):
 - Sharding / layout / placement annotations (`Sharding`, `xla.sdy.*`, `Pin`, ...): nothing;
   host/device moves and dynamic-shape padding (`MoveToHost`, `SliceToDynamic`, ...): bytes only.
 Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
+Fused attention, TopK, block-scaled dots, cuDNN conv graphs and Mosaic GPU are asked of
+analysis.cost.kernels first.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from analysis.cost import kernels
 from analysis.cost.costs import Cost
 from analysis.cost.windows import convolution_flops
 from analysis.cost.shapes import elements, output_size, size
@@ -66,6 +69,9 @@ def exact_cost(computation: Computation, inst: Instruction,
         if isinstance(body, str):
             return f"custom-call target {target}: its called computation cannot be costed ({body})"
         return Cost(body.flops, body.transcendentals, moved)
+    kernel = kernels.kernel_cost(computation, inst)  # attention, TopK, block-scaled dot, ...
+    if kernel is not None:
+        return kernel
     try:
         if _GEMM.match(target):
             return Cost(gemm_flops(inst, operands), 0, moved)

@@ -1,7 +1,8 @@
 """What a user reads: the `Report` object and its text, JSON, HTML, folded-stack and diff views."""
 
-from analysis.report import folded, html, text
+from analysis.report import communication, folded, html, roofline, text
 from analysis.report.report import VIEWS
 
 VIEWS.update(summary=text.render_summary, html=html.render_html, folded=folded.folded_stacks,
-             notebook=html.render_notebook)
+             notebook=html.render_notebook,
+             communication=communication.communication_dict, roofline=roofline.roofline)

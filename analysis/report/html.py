@@ -14,6 +14,7 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
+from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
 from analysis.scopes import NO_SCOPE, split_scope
 
@@ -250,8 +251,13 @@ def _json_for_script(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: Report, *, depth: int | None = None, top: int = 20, preamble_html: str = "",
-                chart_only: bool = False) -> str:
+def _sharded_html(report: Report, chip: Any) -> str:
+    lines = sharded_lines(report, chip)
+    return f"<h2>Communication and time</h2>\n<pre>{html.escape(chr(10).join(lines))}</pre>" if lines else ""
+
+
+def render_html(report: Report, *, depth: int | None = None, top: int = 20, chip: Any = None,
+                preamble_html: str = "", chart_only: bool = False) -> str:
     """The page; `preamble_html` goes right under the title (`hloflops run` puts its modules table
     there); `chart_only` leaves out everything but the chart (the notebook view's frame)."""
     title = f"hloflops: {report.module_name}"
@@ -270,6 +276,7 @@ def render_html(report: Report, *, depth: int | None = None, top: int = 20, prea
 {_summary_html(report)}
 {_CHART}<h2>By opcode</h2>
 <pre>{html.escape(text_summary)}</pre>
+{_sharded_html(report, chip)}
 {_data_and_script(data)}
 </body></html>
 """

@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from analysis.cost.attention import ATTENTION, CONVENTION
 from analysis.cost.costs import Cost
+from analysis.cost.kernels import op_group
 from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
 from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
@@ -22,7 +24,7 @@ from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, spli
 SCHEMA = "hloflops.report/1"
 # The text, HTML and folded-stack views import Report; Report reaches them through this table,
 # which analysis/report/__init__.py fills, so that no two modules import each other.
-VIEWS: dict[str, Callable[..., str]] = {}
+VIEWS: dict[str, Callable[..., Any]] = {}
 GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
 NO_SOURCE = "(no source)"
 
@@ -35,7 +37,7 @@ def source_key(row: Row) -> str:
 
 def group_key(row: Row, by: str, depth: int | None = None) -> str:
     if by == "opcode":
-        return row.opcode
+        return op_group(row.opcode, row.target)  # fused attention: a line of its own
     if by == "computation":
         return row.computation
     if by == "scope":
@@ -132,8 +134,10 @@ class Report:
         path: str | None = None,
         num_devices: int = 1,
         xla_reported: Mapping[str, float] | None = None,
+        module: Any = None,
     ) -> None:
         self.accounting = accounting
+        self.module = module  # the parsed hloparse.Module, where the roofline needs dtypes
         self.path = path
         self.num_devices = num_devices  # replica_count * num_partitions of the module header
         # XLA's numbers as jax itself returned them (only after analysis.compare / --compare-xla)
@@ -216,6 +220,31 @@ class Report:
         `conditionals`.)"""
         return (not self.unknown_loops and not self.uncounted
                 and bool(getattr(self.accounting, "executions_known", True)))
+
+    # ---- sharded programs (analysis.report.communication, analysis.report.roofline) ----------
+    @property
+    def devices(self) -> int:
+        """replica_count x num_partitions: how many devices run this one-device program."""
+        return self.num_devices
+
+    @property
+    def global_flops(self) -> int:
+        """FLOPs of the whole step on every device (the module is one device's program)."""
+        return self.flops * self.num_devices
+
+    @property
+    def communication_bytes(self) -> int:
+        """Bytes one device sends over the interconnect in one step, every loop multiplied."""
+        return sum(r.communication_total for r in self.rows if r.communication)
+
+    def roofline(self, chip: Any, *, depth: int | None = 3, top: int = 10) -> Any:
+        """The static roofline on `chip` (a name such as "h100", a spec.json path, or a Chip)."""
+        from analysis.report.chips import load_chip
+
+        if self.module is None:
+            raise ValueError("the roofline needs the module's dtypes: build the report with analyze()")
+        chip = load_chip(chip) if isinstance(chip, str) else chip
+        return VIEWS["roofline"](self, chip, self.module, depth=depth, top=top)
 
     def loop_share(self, loop: Loop) -> float | None:
         return ratio(loop.total.flops, self.flops)
@@ -300,14 +329,20 @@ class Report:
                     "source_line": r.source.line if r.source else None,
                     "source_function": r.source.function if r.source else None,
                     "uncounted": r.uncounted,
+                    "target": r.target,
+                    "note": r.note,
+                    "communication_bytes": r.communication_total,
+                    "communication_bytes_per_execution": r.communication,
                 }
             )
         return records
 
-    def to_dict(self, *, by: Iterable[str] = (), depth: int | None = None, rows: bool = False) -> dict[str, Any]:
+    def to_dict(self, *, by: Iterable[str] = (), depth: int | None = None, rows: bool = False,
+                chip: Any = None) -> dict[str, Any]:
         """The JSON object `hloflops FILE --json` prints (same options: `by` adds `by_<key>`
-        tables next to the always-present `by_opcode`; `rows` adds one entry per instruction).
-        Plain JSON types only; exact values are ints; key order is fixed by `to_json`."""
+        tables next to the always-present `by_opcode`; `rows` adds one entry per instruction;
+        `chip` adds the `roofline`). Plain JSON types only; exact values are ints; key order is
+        fixed by `to_json`."""
         out: dict[str, Any] = {
             "schema": SCHEMA,
             "module": self.module_name,
@@ -349,7 +384,14 @@ class Report:
                 }
                 for c in self.conditionals
             ],
+            "devices": self.devices,
+            "global_flops": self.global_flops,
+            "communication": VIEWS["communication"](self, depth),
         }
+        if any(op_group(r.opcode, r.target) == ATTENTION for r in self.rows):
+            out["conventions"] = {ATTENTION: CONVENTION}
+        if chip is not None:
+            out["roofline"] = self.roofline(chip).as_dict()
         for key in by:
             if key == "opcode":
                 continue
@@ -384,13 +426,14 @@ class Report:
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.to_folded(metric))
 
-    def to_html(self, *, depth: int | None = None) -> str:
-        """A self-contained HTML page: summary, loops and an icicle chart of FLOPs by scope."""
-        return VIEWS["html"](self, depth=depth)
+    def to_html(self, *, depth: int | None = None, chip: Any = None) -> str:
+        """A self-contained HTML page: summary, loops and an icicle chart of FLOPs by scope
+        (and the communication, with the roofline on `chip` when one is given)."""
+        return VIEWS["html"](self, depth=depth, chip=chip)
 
-    def write_html(self, path: str, *, depth: int | None = None) -> None:
+    def write_html(self, path: str, *, depth: int | None = None, chip: Any = None) -> None:
         with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_html(depth=depth))
+            f.write(self.to_html(depth=depth, chip=chip))
 
     # ---- MFU -----------------------------------------------------------------------------
     def mfu(self, step_time_s: float, peak_flops_per_s: float, num_devices: int | None = None) -> MFU:
@@ -416,9 +459,9 @@ class Report:
         )
 
     # ---- display -------------------------------------------------------------------------
-    def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
-        """The readable text `hloflops FILE` prints."""
-        return VIEWS["summary"](self, by=by, depth=depth, top=top)
+    def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15, chip: Any = None) -> str:
+        """The readable text `hloflops FILE` prints (with the roofline on `chip` if given)."""
+        return VIEWS["summary"](self, by=by, depth=depth, top=top, chip=chip)
 
     def __repr__(self) -> str:
         return (

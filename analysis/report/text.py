@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from analysis.cost.attention import ATTENTION, CONVENTION_LINES
+from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
 
 if TYPE_CHECKING:
@@ -32,7 +34,22 @@ def unknown_trip_text(bounds: tuple[int, int | None]) -> str:
     return f"UNKNOWN (>={low:,})" if low else "UNKNOWN"
 
 
-def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15) -> str:
+def _attention_lines(report: Report) -> list[str]:
+    """The fused attention share and the convention it was counted by (nothing without any)."""
+    group = next((g for g in report.by_opcode() if g.key == ATTENTION), None)
+    if group is None:
+        return []
+    share = _pct(ratio(group.total.flops, report.flops))
+    lines = ["", f"attention: {group.instructions:,} fused ops, {group.total.flops:,} flops ({share} of the total),",
+             *("  " + ("counted by the " if i == 0 else "") + line for i, line in enumerate(CONVENTION_LINES))]
+    bounded = sum(1 for r in report.rows if r.note and "upper bound" in r.note)
+    if bounded:
+        lines.append(f"  {bounded:,} of them have runtime padding lengths: counted at full length (an upper bound)")
+    return lines
+
+
+def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
+                   chip: Any = None) -> str:
     xla = report.xla_estimate
     lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
     if not report.is_exact:
@@ -97,7 +114,10 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             costs = ", ".join(f"{b.index}: {b.cost.flops:,}" for b in c.branches)
             lines.append(f"  {c.name} x{c.executions:,}: branch flops {{{costs}}}; counted {c.chosen}, "
                          f"smallest {c.smallest}")
+    lines += _attention_lines(report)
     lines.append("")
+    sharded = sharded_lines(report, chip)
+    lines += sharded + ([""] if sharded else [])
     groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
     if by in ("scope", "module"):

@@ -1,0 +1,50 @@
+"""The batch database's communication columns: comm_bytes_per_device and devices, filled from
+the analysis, and added to a database written before they existed."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+from analysis.api import analyze
+from analysis.batch.db import ResultsDB
+from analysis.batch.run import run_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOP = ROOT / "tests" / "data" / "allreduce_loop.hlo"
+
+
+def test_columns_hold_the_analysis(tmp_path: Path) -> None:
+    shutil.copy(LOOP, tmp_path / "loop.hlo")
+    db = tmp_path / "out.sqlite"
+    run_batch([tmp_path / "loop.hlo"], db=db, processes=1, timeout_s=120, progress=False)
+    with ResultsDB(db) as results:
+        (row,) = results.module_rows()
+    report = analyze(LOOP)
+    assert row["status"] == "ok", row["error"]
+    assert row["comm_bytes_per_device"] == report.communication_bytes == 10 * (2 * 7 * 16384 // 8)
+    assert row["devices"] == report.devices == 8
+
+
+def test_an_older_database_gains_the_columns(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript("""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE modules (path TEXT PRIMARY KEY, content_hash TEXT, size_bytes INTEGER, stage TEXT, module_name TEXT,
+    status TEXT NOT NULL, error TEXT, flops, transcendentals, bytes_accessed, model_flops, remat_flops,
+    xla_flops REAL, xla_transcendentals REAL, xla_bytes_accessed REAL, ratio REAL, n_loops INTEGER,
+    n_unknown_trip_counts INTEGER, n_uncounted INTEGER, loops TEXT, uncounted TEXT, engine_version TEXT NOT NULL,
+    run_id INTEGER, seconds REAL, finished_at TEXT);
+INSERT INTO modules (path, status, flops, engine_version) VALUES ('old.hlo', 'ok', 7, 'old');
+""")
+    conn.commit()
+    conn.close()
+    shutil.copy(LOOP, tmp_path / "loop.hlo")
+    run_batch([tmp_path / "loop.hlo"], db=db, processes=1, timeout_s=120, progress=False)
+    with ResultsDB(db) as results:
+        rows = {r["path"]: r for r in results.module_rows()}
+    assert rows["old.hlo"]["flops"] == 7 and rows["old.hlo"]["comm_bytes_per_device"] is None
+    assert rows[str(tmp_path / "loop.hlo")]["comm_bytes_per_device"] == 10 * (2 * 7 * 16384 // 8)
