@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from analysis.cost.costs import Cost
 from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
-from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
+from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
 
 SCHEMA = "hloflops.report/1"
@@ -192,6 +192,12 @@ class Report:
         return self.accounting.loops
 
     @property
+    def remat_unpaired(self) -> tuple[RematUnpaired, ...]:
+        """Ops carrying a remat marker that pair with no op computing the same value (counted
+        as model FLOPs: CSE merged them with their forward, or the twin was not found)."""
+        return tuple(getattr(self.accounting, "remat_unpaired", ()))
+
+    @property
     def uncounted(self) -> tuple[Uncounted, ...]:
         return self.accounting.uncounted
 
@@ -273,6 +279,9 @@ class Report:
             "extra_over_xla": loop.extra_over_xla.as_dict(),
             "parent": loop.parent,
             "note": loop.note,
+            "scope": loop.scope,
+            "source_line": loop.location or None,
+            "phase": loop.phase,
         }
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -336,6 +345,10 @@ class Report:
                     "executions": u.executions,
                 }
                 for u in self.uncounted
+            ],
+            "remat_unpaired": [
+                {"name": u.name, "computation": u.computation, "opcode": u.opcode, "flops": u.flops}
+                for u in self.remat_unpaired
             ],
             "by_opcode": {g.key: g.as_dict() for g in self.by_opcode()},
             "conditionals": [
