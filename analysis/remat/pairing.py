@@ -51,7 +51,6 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
     values = values or value_numbers(module)
-    no_metadata = not any(inst.op_name for comp in comps for inst in comp.instructions)
     ops: list[_Op] = []
     names: set[str] = set()
     for comp in comps:
@@ -72,7 +71,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 remat.add((comp.name, inst.name))
     first_of_class: set[Key] = set()
     for members in _classes(ops, values.exact).values():
-        remat |= _same_value(members, no_metadata, first_of_class)
+        remat |= _same_value(members, first_of_class)
     remat |= _by_signature(ops, values, remat | first_of_class, module)
     remat |= _across_frames(ops, values, remat | first_of_class)
     merged = tuple(op.key for op in ops if op.named and op.key not in remat)
@@ -88,19 +87,18 @@ def _classes(ops: list[_Op], numbers: Mapping[Key, object]) -> dict[object, list
     return classes
 
 
-def _same_value(members: list[_Op], no_metadata: bool, first_of_class: set[Key]) -> set[Key]:
+def _same_value(members: list[_Op], first_of_class: set[Key]) -> set[Key]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
-    least recomputed marked op, which is model FLOPs. In a module without any op_name
-    metadata (jax's lowered text) a duplicate is the only sign of recomputation left, so every
-    op beyond the first counts."""
+    least recomputed marked op, which is model FLOPs. Unmarked duplicates (XLA's fusion copying
+    a cheap op into several consumers, or hand-written modules) are not remat."""
     if len(members) < 2:
         return set()
-    marked = [m for m in members if m.marked or no_metadata]
+    marked = [m for m in members if m.marked]
     if not marked:
         return set()
-    unmarked = [m for m in members if not (m.marked or no_metadata)]
+    unmarked = [m for m in members if not m.marked]
     if unmarked:
         return {m.key for m in marked}
     first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
