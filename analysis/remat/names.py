@@ -68,7 +68,26 @@ def inner_tail(op_name: str) -> tuple[str, ...]:
     return tuple(model_components(inner))
 
 
+_JVP = re.compile(r"^jvp\((.+)\)$")
+
+
+def _named_components(op_name: str) -> list[str]:
+    """Model components, plus the module name jax writes inside `jvp(...)`: a forward op of a
+    model remat'd as a whole is named `jvp(LM)/decoder/...`, its recompute
+    `.../rematted_computation/LM/decoder/...`."""
+    out: list[str] = []
+    for part in split_components(op_name):
+        named = _JVP.match(part)
+        if named and "(" not in named.group(1):
+            out.extend(p for p in named.group(1).split("/") if p)
+        elif part and not WRAPPER.match(part):
+            out.append(part)
+    return out
+
+
 def ends_with(op_name: str, tail: tuple[str, ...]) -> bool:
+    """Does the op's name end with a recompute's inner name (`inner_tail`)?"""
     if not tail:
         return True
-    return tuple(model_components(op_name)[-len(tail):]) == tail
+    return tuple(model_components(op_name)[-len(tail):]) == tail or \
+        tuple(_named_components(op_name)[-len(tail):]) == tail

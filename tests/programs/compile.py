@@ -93,8 +93,24 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
+# Lowered programs of this process, by program name (lowering is cheap, but not free).
+_LOWERED: dict[str, Any] = {}
+
+
+def _lowered(program: Program):
+    if program.name not in _LOWERED:
+        _LOWERED[program.name] = lower_program(program)
+    return _LOWERED[program.name]
+
+
+def lowered_debug_text(program: Program) -> str:
+    """The module before optimization with op_name metadata (`as_text(debug_info=True)`): what
+    an `--xla_dump_to` dump of it holds. `compile_program`'s lowered text has no metadata."""
+    return _lowered(program).as_text(dialect="hlo", debug_info=True)
+
+
 def compile_program(program: Program, *, use_cache: bool = True) -> tuple[str, str, dict[str, float]]:
-    lowered = lower_program(program)
+    lowered = _lowered(program)
     lowered_text = lowered.as_text(dialect="hlo")
     path = _cache_path(program, lowered_text)
     if use_cache and path.exists():
