@@ -242,9 +242,12 @@ def _fn_pair(name: str, body: Callable[[Callable], Callable], notes: str) -> Rem
     return RematPair(name, programs[0], programs[1], notes)
 
 
-def _python_loop(wrap: Callable[[Callable], Callable]) -> Callable[[bool], Callable]:
+def _python_loop(wrap: Callable[[Callable], Callable],
+                 plain: Callable[[Callable], Callable] = lambda f: f) -> Callable[[bool], Callable]:
+    """Four layers in a Python loop: `wrap(layer)` with remat, `plain(layer)` without."""
+
     def body(remat: bool):
-        layer = wrap(_plain_layer) if remat else _plain_layer
+        layer = wrap(_plain_layer) if remat else plain(_plain_layer)
 
         def run(p, x):
             for i in range(4):
@@ -302,7 +305,8 @@ def mlp_pairs() -> list[RematPair]:
                  _scan_loop(lambda f: jax.checkpoint(f, policy=CP.nothing_saveable)),
                  "lax.scan, jax.checkpoint(policy=nothing_saveable) body"),
         _fn_pair("mlp_checkpoint_in_fori_loop", _fori_loop(jax.checkpoint), "fori_loop with a checkpointed body"),
-        _fn_pair("mlp_checkpoint_nested", _python_loop(lambda f: jax.checkpoint(_pairwise(jax.checkpoint(f)))),
+        _fn_pair("mlp_checkpoint_nested", _python_loop(lambda f: jax.checkpoint(_pairwise(jax.checkpoint(f))),
+                                                       _pairwise),
                  "jax.checkpoint of two jax.checkpoint'd layers: remat inside remat"),
     ]
     for lengths in ((4, 1), (2, 2), (2, 3)):
