@@ -46,8 +46,23 @@ def test_catalogue_is_large_enough():
     assert len(PAIRS) >= 30
 
 
-# Known gaps, checked to still fail (strict xfail) so that a fix shows up.
-KNOWN_GAPS: dict[tuple[str, str], str] = {}
+# Known gaps, checked to still fail (strict xfail) so that a fix shows up. All are modules
+# before optimization WITHOUT op_name metadata (`lowered.as_text()`); the same modules with
+# names (as --xla_dump_to writes them) pass. Without names the only remat marker left is the
+# optimization barrier jax puts on a recompute's inputs.
+NO_MARKER = ("prevent_cse=False: no barrier and no name, so nothing marks the recompute (a duplicate alone "
+             "is not taken as remat: hand-written modules duplicate ops too)")
+NO_LOOP_TWIN = ("recompute in the backward loop body, unnamed: its inputs are built differently from the forward "
+                "loop's (e.g. the LSTM's kernel is concatenated inside the backward loop), so no same-structure twin is found")
+KNOWN_GAPS: dict[tuple[str, str], str] = {
+    ("lm_block_no_prevent_cse", "before_unnamed"): NO_MARKER,
+    ("mlp_remat_alias_no_cse", "before_unnamed"): NO_MARKER,
+    ("mlp_remat_scan_4x1", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
+    ("mlp_remat_scan_2x2", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
+    ("mlp_remat_scan_2x3", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
+    ("lstm_scan", "before_unnamed"): NO_LOOP_TWIN,
+    ("lm_scan_block_dots_no_batch", "before_unnamed"): NO_LOOP_TWIN,
+}
 
 
 def _case(name: str, stage: int):
