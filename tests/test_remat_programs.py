@@ -53,7 +53,8 @@ def test_catalogue_is_large_enough():
 NO_MARKER = ("prevent_cse=False: no barrier and no name, so nothing marks the recompute (a duplicate alone "
              "is not taken as remat: hand-written modules duplicate ops too)")
 NO_LOOP_TWIN = ("recompute in the backward loop body, unnamed: its inputs are built differently from the forward "
-                "loop's (e.g. the LSTM's kernel is concatenated inside the backward loop), so no same-structure twin is found")
+                "loop's (e.g. the LSTM's kernel is concatenated inside the backward loop), so no same-structure "
+                "twin is found")
 KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("lm_block_no_prevent_cse", "before_unnamed"): NO_MARKER,
     ("mlp_remat_alias_no_cse", "before_unnamed"): NO_MARKER,
