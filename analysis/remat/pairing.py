@@ -126,12 +126,15 @@ def _by_signature(ops: list[_Op], values: ValueNumbers, settled: set[Key], modul
     sizes: dict[object, int] = {}
     for op in ops:
         sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
+    candidates = [op for op in ops if op.named and op.key not in settled and sizes[values.exact[op.key]] == 1]
+    if not candidates:
+        return set()
+    opcodes = {op.inst.opcode for op in candidates}
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
     pool: dict[tuple, list[_Op]] = {}
     for op in ops:
-        if op.key not in settled and sizes[values.exact[op.key]] == 1:
+        if op.inst.opcode in opcodes and op.key not in settled and sizes[values.exact[op.key]] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
-    candidates = [op for op in ops if op.named and op.key not in settled and sizes[values.exact[op.key]] == 1]
     candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
     used: set[tuple[Key, int]] = set()
     found: set[Key] = set()
@@ -154,6 +157,8 @@ def _across_frames(ops: list[_Op], values: ValueNumbers, settled: set[Key]) -> s
     unmarked op of another frame (the forward loop's body) that applies the same computation to
     inputs of the same shapes (equal abstract number). Before optimization nothing has
     rewritten either of them, so the structure is the same."""
+    if not any(op.marked and not op.named and op.key not in settled for op in ops):
+        return set()
     sizes: dict[object, int] = {}
     for op in ops:
         sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
