@@ -173,3 +173,21 @@ def test_xla_remat_clone_of_a_fusion_counts_its_whole_body():
     assert acc.total.flops == 32
     assert acc.remat_flops == 8  # the clone's fused multiply
     assert {r.name for r in acc.rows if r.remat and r.opcode != "parameter"} == {"fusion.1.remat", "m.1"}
+
+
+def _gemm(name: str, rhs_contracting: int) -> str:
+    config = ('{\\"dot_dimension_numbers\\":{\\"lhs_contracting_dimensions\\":[\\"1\\"],'
+              f'\\"rhs_contracting_dimensions\\":[\\"{rhs_contracting}\\"]}}}}')
+    return f'  {name} = f32[4,4] custom-call(a, b), custom_call_target="__cublas$gemm", backend_config="{config}"'
+
+
+GEMMS = "\n".join([
+    "HloModule gemms", "", "ENTRY main {", "  a = f32[4,4] parameter(0)", "  b = f32[4,4] parameter(1)",
+    _gemm("g0", 0), _gemm("g1", 1), _gemm("g2", 0),
+    "  ROOT t = (f32[4,4], f32[4,4], f32[4,4]) tuple(g0, g1, g2)", "}",
+])
+
+
+def test_a_library_gemm_keeps_its_dimension_numbers_in_its_value():
+    values = value_numbers(hloparse.parse(GEMMS))
+    assert values.exact[("main", "g0")] == values.exact[("main", "g2")] != values.exact[("main", "g1")]

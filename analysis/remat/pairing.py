@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from analysis.remat.names import XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, is_remat_named, remat_depth
-from analysis.remat.values import IGNORED_ATTRIBUTES, ValueNumbers, shape_key, value_numbers
+from analysis.remat.values import ValueNumbers, result_attributes, shape_key, value_numbers
 from analysis.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
 
@@ -110,8 +110,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     """What an op computes, seen from the op alone: opcode, result and operand shapes, and the
     attributes that change the result (dimension numbers, windows, ...)."""
     inst = op.inst
-    attrs = tuple(sorted((k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES))
-    return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), attrs)
+    return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
 
 
 def _by_signature(ops: list[_Op], values: ValueNumbers, settled: set[Key], module: Module) -> set[Key]:

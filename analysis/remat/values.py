@@ -40,6 +40,17 @@ IGNORED_ATTRIBUTES = frozenset({
     "async_execution_thread", "schedule", "parameter_replication", "output_to_operand_aliasing",
     "custom_call_has_side_effect", "channel_id",
 })
+
+
+def result_attributes(inst: Instruction) -> tuple:
+    """The attributes that change what an instruction computes. A custom-call's backend_config
+    is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
+    there."""
+    keep_config = inst.opcode == "custom-call"
+    return tuple(sorted((k, v) for k, v in inst.attributes.items()
+                        if k not in IGNORED_ATTRIBUTES or (keep_config and k == "backend_config")))
+
+
 # Instructions whose result is not a function of their operands: each is a value of its own.
 UNIQUE = frozenset({
     "rng", "rng-get-and-update-state", "infeed", "outfeed", "recv", "recv-done", "send", "send-done",
@@ -182,7 +193,7 @@ class _Numbering:
                                      and inst.attr("custom_call_has_side_effect") == "true"):
             tag = ("unique", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
-        attrs = tuple(sorted((k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES))
+        attrs = result_attributes(inst)
         appliers = tuple(self.applier_key(s.computation) for s in inst.calls if s.role not in INLINED)
         head = (inst.opcode, shape_key(inst.shape), attrs, appliers)
         exact = self.intern(head + tuple(e for e, _, _ in ops))
