@@ -20,6 +20,7 @@ import json
 import os
 import re
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +94,19 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
-# Lowered programs of this process, by program name (lowering is cheap, but not free).
-_LOWERED: dict[str, Any] = {}
+# The last few programs lowered in this process, by name (lowering is cheap, but not free):
+# enough for compile_program and lowered_debug_text of one program to share one lowering.
+_LOWERED: OrderedDict[str, Any] = OrderedDict()
+_LOWERED_KEPT = 8
 
 
 def _lowered(program: Program):
-    if program.name not in _LOWERED:
+    if program.name in _LOWERED:
+        _LOWERED.move_to_end(program.name)
+    else:
         _LOWERED[program.name] = lower_program(program)
+        while len(_LOWERED) > _LOWERED_KEPT:
+            _LOWERED.popitem(last=False)
     return _LOWERED[program.name]
 
 
