@@ -49,7 +49,7 @@ from analysis.cost.communication import with_communication
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
+from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -181,7 +181,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
     rows = with_communication(module, rows)
-    loops = _loops(module, ex, upper)
+    loops = _loops(module, ex, upper, op_names)
     conditionals = _conditionals(module, ex, upper, lower)
 
     total = upper.exact[module.entry_name]
@@ -206,6 +206,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         phase_flops=phase_flops,
         xla_estimate=dict(xla),
         reconciliation=reconciliation,
+        remat_unpaired=_unpaired(rows, remat_index),
         conditionals=tuple(conditionals),
         total_lower_bound=lower.exact[module.entry_name],
         executions_known=all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites),
@@ -248,7 +249,14 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str]
     return rows, uncounted
 
 
-def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive) -> list[Loop]:
+def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematUnpaired, ...]:
+    merged = set(index.merged)
+    return tuple(RematUnpaired(r.name, r.computation, r.opcode, r.total.flops)
+                 for r in rows if (r.computation, r.name) in merged and not r.remat)
+
+
+def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,
+           op_names: remat_analysis.OpNames | None = None) -> list[Loop]:
     loops: list[Loop] = []
     for name in ex.order:
         for inst in module.by_name[name].instructions:
@@ -275,8 +283,17 @@ def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive) -> list[Loop]:
                 extra_over_xla=extra,
                 parent=ex.loop_of.get(name),
                 note=tc.note,
+                **_loop_names(module, name, inst, op_names),
             ))
     return loops
+
+
+def _loop_names(module: Module, computation: str, inst: Instruction,
+                op_names: remat_analysis.OpNames | None) -> dict[str, str]:
+    op_name = op_names.of(computation, inst) if op_names is not None else inst.op_name
+    where = module.source_location(inst)
+    return {"scope": op_name, "location": f"{where.file}:{where.line}" if where else "",
+            "phase": remat_analysis.phase(op_name)}
 
 
 def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower: _Inclusive) -> list[Conditional]:

@@ -55,6 +55,20 @@ class Loop:
     extra_over_xla: Cost  # what XLA misses for this loop (its share of exact - xla)
     parent: str | None = None  # the enclosing loop, if nested
     note: str = ""  # e.g. why it is unknown
+    scope: str = ""  # the while's op_name name stack (`.../jvp(LM)/decoder/while`)
+    location: str = ""  # the while's source line (`file.py:12`), "" if the module has none
+    phase: str = "other"  # forward / backward / other, from its op_name (one of PHASES)
+
+
+@dataclass(frozen=True, slots=True)
+class RematUnpaired:
+    """An op carrying a remat marker that pairs with no op computing the same value: CSE merged
+    it with its forward (nothing runs twice) or its twin was not found. Counted as model FLOPs."""
+
+    name: str
+    computation: str
+    opcode: str
+    flops: int  # over all its executions
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +94,7 @@ class Accounting:
     # flops - xla_estimate["flops"] by loop name; the "residual" key is what no loop explains
     # (custom-calls XLA counts as -1, float32 rounding); the values sum to the difference.
     reconciliation: Mapping[str, int] = field(default_factory=dict)
+    remat_unpaired: tuple[RematUnpaired, ...] = ()
 
     @property
     def model_flops(self) -> int:

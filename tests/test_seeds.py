@@ -70,14 +70,14 @@ def test_seed000_remat_scan():
     check_reconciliation(acc)
     assert acc.reconciliation[RESIDUAL] == 0  # no custom-calls, every sum below 2^24
     # Per loop: all recomputation runs in the backward loop. Per scope: under stack/Dense_0 the
-    # recomputed dot and its bias add ([8,40] = 320 flops): 24 * (6400 + 320). (XLA's fusion
-    # also copied that add into two more backward fusions; copies without a forward twin of
-    # their own are not recomputation of the model and count as model FLOPs.)
+    # recomputed dot and its bias add ([8,40] = 320 flops), which XLA's fusion copied into two
+    # backward fusions: each copy computes again a value the forward loop already computed, so
+    # both are remat: 24 * (6400 + 2 * 320).
     by_loop = remat_by_loop(acc)
     backward = max(acc.loops, key=lambda loop: loop.total.flops).name
     assert by_loop[backward][1] == acc.remat_flops and sum(f for f, _ in by_loop.values()) == acc.total.flops
     by_scope = remat_by_scope(acc, depth=2)
-    assert by_scope["stack/Dense_0"][1] == L * (DENSE + B * F)
+    assert by_scope["stack/Dense_0"][1] == L * (DENSE + 2 * B * F)
     assert sum(r for _, r in by_scope.values()) == acc.remat_flops
 
 

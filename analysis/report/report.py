@@ -18,7 +18,7 @@ from analysis.cost.attention import ATTENTION, CONVENTION
 from analysis.cost.costs import Cost
 from analysis.cost.kernels import op_group
 from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
-from analysis.results import PHASES, Accounting, Loop, Row, Uncounted
+from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
 
 SCHEMA = "hloflops.report/1"
@@ -195,6 +195,12 @@ class Report:
         return self.accounting.loops
 
     @property
+    def remat_unpaired(self) -> tuple[RematUnpaired, ...]:
+        """Ops carrying a remat marker that pair with no op computing the same value (counted
+        as model FLOPs: CSE merged them with their forward, or the twin was not found)."""
+        return tuple(getattr(self.accounting, "remat_unpaired", ()))
+
+    @property
     def uncounted(self) -> tuple[Uncounted, ...]:
         return self.accounting.uncounted
 
@@ -301,6 +307,9 @@ class Report:
             "extra_over_xla": loop.extra_over_xla.as_dict(),
             "parent": loop.parent,
             "note": loop.note,
+            "scope": loop.scope,
+            "source_line": loop.location or None,
+            "phase": loop.phase,
         }
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -370,6 +379,10 @@ class Report:
                     "executions": u.executions,
                 }
                 for u in self.uncounted
+            ],
+            "remat_unpaired": [
+                {"name": u.name, "computation": u.computation, "opcode": u.opcode, "flops": u.flops}
+                for u in self.remat_unpaired
             ],
             "by_opcode": {g.key: g.as_dict() for g in self.by_opcode()},
             "conditionals": [

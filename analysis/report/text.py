@@ -77,6 +77,11 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         f"model flops {report.model_flops:,}   remat flops {report.remat_flops:,}"
         + (f"   remat overhead +{overhead * 100:.1f}% over model flops" if overhead is not None else "")
     )
+    unpaired = report.remat_unpaired
+    if unpaired:
+        lines.append(f"remat-named ops without a twin: {len(unpaired):,} ({sum(u.flops for u in unpaired):,} flops), "
+                     "counted as model flops (CSE merged them, or their forward was not found): "
+                     "the remat split may be low")
     phases = report.phase_flops
     lines.append(
         "phases: " + "   ".join(f"{p} {phases[p]:,} ({_pct(ratio(phases[p], report.flops))})" for p in phases)
@@ -97,10 +102,13 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                     _pct(report.loop_share(lp)),
                     f"{lp.extra_over_xla.flops:,}" if known else "?",  # a lower bound minus XLA means nothing
                     lp.parent or "",
+                    lp.phase,
+                    lp.scope + (f"  ({lp.location})" if lp.location else ""),
                 ]
             )
-        header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside"]
-        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrl")
+        header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside", "phase",
+                  "scope"]
+        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrlll")
         for lp in report.loops:
             if lp.trip_count is None:
                 lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,30 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
+# The last few programs lowered in this process, by name (lowering is cheap, but not free):
+# enough for compile_program and lowered_debug_text of one program to share one lowering.
+_LOWERED: OrderedDict[str, Any] = OrderedDict()
+_LOWERED_KEPT = 8
+
+
+def _lowered(program: Program):
+    if program.name in _LOWERED:
+        _LOWERED.move_to_end(program.name)
+    else:
+        _LOWERED[program.name] = lower_program(program)
+        while len(_LOWERED) > _LOWERED_KEPT:
+            _LOWERED.popitem(last=False)
+    return _LOWERED[program.name]
+
+
+def lowered_debug_text(program: Program) -> str:
+    """The module before optimization with op_name metadata (`as_text(debug_info=True)`): what
+    an `--xla_dump_to` dump of it holds. `compile_program`'s lowered text has no metadata."""
+    return _lowered(program).as_text(dialect="hlo", debug_info=True)
+
+
 def compile_program(program: Program, *, use_cache: bool = True) -> tuple[str, str, dict[str, float]]:
-    lowered = lower_program(program)
+    lowered = _lowered(program)
     lowered_text = lowered.as_text(dialect="hlo")
     path = _cache_path(program, lowered_text)
     if use_cache and path.exists():

@@ -1,0 +1,93 @@
+"""What op_names say about recomputation: the whole name stack of each instruction, the remat
+markers (jax's `rematted_computation` scope, XLA's `.remat` clone suffix) and the part of a
+recompute's name inside its checkpoint."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from analysis.scopes import WRAPPER, is_absolute, split_components
+from hloparse.ir import Instruction, Module
+
+REMAT_SCOPE = "rematted_computation"
+XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
+
+
+class OpNames:
+    """Every instruction's op_name as a whole name stack. Before optimization, jax lowers each
+    inner jitted function (`closed_call`, `checkpoint`'s body, ...) to a computation whose ops
+    are named relative to it, and the `call` that runs it carries the caller's part
+    (`checkpoint/rematted_computation/while/body/closed_call`): we join them along the call
+    chain. While bodies, conditions and branches continue their enclosing function's names.
+    After optimization the names are already whole and are kept as they are."""
+
+    def __init__(self, module: Module, order: Iterable[str] | None = None):
+        from analysis.loops.execution import control_order, is_executing_site
+
+        self.prefix: dict[str, str] = {}
+        for name in order if order is not None else control_order(module):
+            comp = module.by_name[name]
+            here = self.prefix.setdefault(name, "")
+            for inst in comp.instructions:
+                for site in inst.calls:
+                    if not is_executing_site(inst, site.role) or site.computation in self.prefix:
+                        continue
+                    is_call = inst.opcode == "call"
+                    self.prefix[site.computation] = self.join(here, inst.op_name) if is_call else here
+
+    @staticmethod
+    def join(prefix: str, op_name: str) -> str:
+        if not prefix or is_absolute(op_name):
+            return op_name
+        return f"{prefix}/{op_name}" if op_name else prefix
+
+    def of(self, computation: str, inst: Instruction) -> str:
+        return self.join(self.prefix.get(computation, ""), inst.op_name)
+
+
+def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:
+    return REMAT_SCOPE in (inst.op_name if op_name is None else op_name) or bool(XLA_REMAT_SUFFIX.search(inst.name))
+
+
+def remat_depth(op_name: str) -> int:
+    """How many checkpoints an op_name is recomputed under (nested remat recomputes twice)."""
+    return op_name.count(REMAT_SCOPE)
+
+
+def model_components(op_name: str) -> list[str]:
+    return [p for p in split_components(op_name) if p and not WRAPPER.match(p)]
+
+
+def inner_tail(op_name: str) -> tuple[str, ...]:
+    """A recompute's name inside its innermost checkpoint, wrappers removed:
+    `.../checkpoint/rematted_computation/block_0/mlp/Dense_0/dot_general` gives
+    `('block_0', 'mlp', 'Dense_0', 'dot_general')`. Whatever jax and flax put in front of the checkpoint (a
+    repeated module name, a class name, a scan's name twice) is not part of it."""
+    inner = op_name.rpartition(REMAT_SCOPE)[2]
+    return tuple(model_components(inner))
+
+
+_JVP = re.compile(r"^jvp\((.+)\)$")
+
+
+def _named_components(op_name: str) -> list[str]:
+    """Model components, plus the module name jax writes inside `jvp(...)`: a forward op of a
+    model remat'd as a whole is named `jvp(LM)/decoder/...`, its recompute
+    `.../rematted_computation/LM/decoder/...`."""
+    out: list[str] = []
+    for part in split_components(op_name):
+        named = _JVP.match(part)
+        if named and "(" not in named.group(1):
+            out.extend(p for p in named.group(1).split("/") if p)
+        elif part and not WRAPPER.match(part):
+            out.append(part)
+    return out
+
+
+def ends_with(op_name: str, tail: tuple[str, ...]) -> bool:
+    """Does the op's name end with a recompute's inner name (`inner_tail`)?"""
+    if not tail:
+        return True
+    return tuple(model_components(op_name)[-len(tail):]) == tail or \
+        tuple(_named_components(op_name)[-len(tail):]) == tail

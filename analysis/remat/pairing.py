@@ -1,0 +1,184 @@
+"""Which instructions are real recomputation: pairing each remat-marked op with an op that
+computes the same value (see analysis/remat/__init__.py for the rules and why)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from analysis.remat.names import XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, is_remat_named, remat_depth
+from analysis.remat.values import ValueNumbers, result_attributes, shape_key, value_numbers
+from analysis.scopes import phase
+from hloparse.ir import Computation, Instruction, Module
+
+Key = tuple[str, str]  # (computation, instruction)
+
+# Instructions that hand on a value computed elsewhere (or hold no computation of their own):
+# they never pair, so a fusion and its root, or a copy and its operand, are not twins.
+PASS_THROUGH = frozenset({"parameter", "fusion", "call", "tuple", "get-tuple-element", "copy",
+                          "opt-barrier", "while", "conditional", "constant", "bitcast",
+                          "async-start", "async-update", "async-done"})
+
+
+@dataclass(frozen=True)
+class RematIndex:
+    """Which instructions of a module are real recomputation."""
+
+    remat: frozenset[Key]
+    remat_named: int  # instructions carrying a remat name (some may be merged by CSE)
+    merged: tuple[Key, ...]  # remat-named but left without a twin: counted as model FLOPs
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self.remat
+
+    @property
+    def unpaired(self) -> tuple[Key, ...]:
+        return self.merged
+
+
+@dataclass(frozen=True)
+class _Op:
+    key: Key
+    inst: Instruction
+    op_name: str
+    named: bool  # carries a remat name
+    marked: bool  # named, or computed from an optimization barrier's output
+    order: int
+
+
+def find_remat(module: Module, computations: Iterable[Computation] | None = None,
+               op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
+    comps = list(computations) if computations is not None else list(module.computations)
+    op_names = op_names or OpNames(module)
+    values = values or value_numbers(module)
+    ops: list[_Op] = []
+    names: set[str] = set()
+    for comp in comps:
+        for inst in comp.instructions:
+            names.add(inst.name)
+            key = (comp.name, inst.name)
+            if key not in values.exact or inst.opcode in PASS_THROUGH or comp.name in values.shared:
+                continue
+            op_name = op_names.of(comp.name, inst)
+            named = is_remat_named(inst, op_name)
+            ops.append(_Op(key, inst, op_name, named, named or key in values.tainted, len(ops)))
+
+    remat: set[Key] = set()
+    for comp in comps:  # XLA's clones (fusions too): the original of the same name is the twin
+        for inst in comp.instructions:
+            clone_of = XLA_REMAT_SUFFIX.sub("", inst.name)
+            if clone_of != inst.name and clone_of in names:
+                remat.add((comp.name, inst.name))
+    first_of_class: set[Key] = set()
+    for members in _classes(ops, values.exact).values():
+        remat |= _same_value(members, first_of_class)
+    remat |= _by_signature(ops, values, remat | first_of_class, module)
+    remat |= _across_frames(ops, values, remat | first_of_class)
+    merged = tuple(op.key for op in ops if op.named and op.key not in remat)
+    return RematIndex(frozenset(remat), sum(op.named for op in ops), merged)
+
+
+def _classes(ops: list[_Op], numbers: Mapping[Key, object]) -> dict[object, list[_Op]]:
+    classes: dict[object, list[_Op]] = {}
+    for op in ops:
+        number = numbers[op.key]
+        if not isinstance(number, tuple):
+            classes.setdefault(number, []).append(op)
+    return classes
+
+
+def _same_value(members: list[_Op], first_of_class: set[Key]) -> set[Key]:
+    """Ops that compute one value. The value is computed once by the program; every marked op
+    beyond that first computation is recomputation. The first is an unmarked op if there is
+    one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
+    least recomputed marked op, which is model FLOPs. Unmarked duplicates (XLA's fusion copying
+    a cheap op into several consumers, or hand-written modules) are not remat."""
+    if len(members) < 2:
+        return set()
+    marked = [m for m in members if m.marked]
+    if not marked:
+        return set()
+    unmarked = [m for m in members if not m.marked]
+    if unmarked:
+        return {m.key for m in marked}
+    first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
+    first_of_class.add(first.key)
+    return {m.key for m in marked if m is not first}
+
+
+def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
+    """What an op computes, seen from the op alone: opcode, result and operand shapes, and the
+    attributes that change the result (dimension numbers, windows, ...)."""
+    inst = op.inst
+    return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
+
+
+def _by_signature(ops: list[_Op], values: ValueNumbers, settled: set[Key], module: Module) -> set[Key]:
+    """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
+    forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
+    equal values do not always get equal numbers after optimization, and a recompute in a
+    backward loop reads its inputs from another loop state than its forward. Such an op pairs
+    with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
+    the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
+    and that nothing else recomputes yet; each twin serves one recompute per remat depth. A
+    recompute CSE merged into its forward has no such twin left and stays unpaired."""
+    sizes: dict[object, int] = {}
+    for op in ops:
+        sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
+    candidates = [op for op in ops if op.named and op.key not in settled and sizes[values.exact[op.key]] == 1]
+    if not candidates:
+        return set()
+    opcodes = {op.inst.opcode for op in candidates}
+    shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+    pool: dict[tuple, list[_Op]] = {}
+    for op in ops:
+        if op.inst.opcode in opcodes and op.key not in settled and sizes[values.exact[op.key]] == 1:
+            pool.setdefault(_signature(op, shapes), []).append(op)
+    candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
+    used: set[tuple[Key, int]] = set()
+    found: set[Key] = set()
+    for op in candidates:
+        tail, depth = inner_tail(op.op_name), remat_depth(op.op_name)
+        for twin in pool.get(_signature(op, shapes), ()):
+            if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
+                continue
+            if twin.op_name and not ends_with(twin.op_name, tail):
+                continue
+            used.add((twin.key, depth))
+            found.add(op.key)
+            break
+    return found
+
+
+def _across_frames(ops: list[_Op], values: ValueNumbers, settled: set[Key]) -> set[Key]:
+    """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
+    left without a same-value twin in their own frame: a recompute in a loop body pairs with an
+    unmarked op of another frame (the forward loop's body) that applies the same computation to
+    inputs of the same shapes (equal abstract number). Before optimization nothing has
+    rewritten either of them, so the structure is the same."""
+    if not any(op.marked and not op.named and op.key not in settled for op in ops):
+        return set()
+    sizes: dict[object, int] = {}
+    for op in ops:
+        sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
+    by_abstract = _classes([op for op in ops if not op.marked], values.abstract)
+    found: set[Key] = set()
+    for op in ops:
+        if op.named or not op.marked or op.key in settled or sizes[values.exact[op.key]] > 1:
+            continue
+        number = values.abstract[op.key]
+        frame = values.frame[op.key]
+        if not isinstance(number, tuple) and any(values.frame[t.key] != frame for t in by_abstract.get(number, ())):
+            found.add(op.key)
+    return found
+
+
+def remat_fusion_bodies(module: Module, index: RematIndex) -> Mapping[str, bool]:
+    """Fused computations called by an XLA `.remat` clone of a fusion: everything in them is
+    recomputation too (their instructions keep their original names)."""
+    result: dict[str, bool] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion" and XLA_REMAT_SUFFIX.search(inst.name) and (comp.name, inst.name) in index:
+            for callee in inst.called("fusion"):
+                result[callee] = True
+    return result

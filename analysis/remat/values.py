@@ -1,0 +1,230 @@
+"""Value numbering: which instructions compute the same value.
+
+Every instruction gets two value numbers (ints; equal numbers mean equal values):
+
+* `exact`: the opcode, the attributes that change the result, the result shape and the value
+  numbers of the operands, with ENTRY's parameters keyed by their number and a loop body's
+  state keyed by its loop and tuple index. Two instructions with the same exact number compute
+  the same value from the same inputs. The number looks through what does not change a value:
+  `copy` (a layout change), `optimization-barrier`, `tuple` / `get-tuple-element` pairs, and
+  the boundaries of fusions, `call`s and conditional branches (a callee's parameters are the
+  caller's operands), so a recompute fused differently from its forward still matches it.
+* `abstract`: the same, except that every input of the computation (ENTRY's parameters, a loop
+  body's state, and slices, reshapes and copies of those) is keyed by its shape only. A forward
+  op in the forward loop body and its recompute in the backward loop body read their inputs
+  from different loop states (the forward carry against a slice of the saved residuals); their
+  abstract numbers are equal because they apply the same computation to inputs of the same
+  shapes.
+
+`frame` names the non-inlined computation an instruction's value is taken in (ENTRY or a loop
+body / condition). `tainted` marks values computed from the output of an
+`optimization-barrier` in their frame: jax puts one on the inputs of every recompute it emits
+with `prevent_cse=True`, which is the only remat marker a module without op_name metadata has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number
+
+Val = Union[int, tuple]  # an array's number, or a tuple of Vals for a tuple-shaped value
+
+# Attributes that do not change what an instruction computes (or that name a computation, which
+# is compared by its contents instead).
+IGNORED_ATTRIBUTES = frozenset({
+    "metadata", "backend_config", "frontend_attributes", "sharding", "statistics", "origin",
+    "control-predecessors", "calls", "to_apply", "body", "condition", "branch_computations",
+    "true_computation", "false_computation", "select", "scatter", "called_computations", "comparator",
+    "async_execution_thread", "schedule", "parameter_replication", "output_to_operand_aliasing",
+    "custom_call_has_side_effect", "channel_id",
+})
+
+
+def result_attributes(inst: Instruction) -> tuple:
+    """The attributes that change what an instruction computes. A custom-call's backend_config
+    is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
+    there."""
+    keep_config = inst.opcode == "custom-call"
+    return tuple(sorted((k, v) for k, v in inst.attributes.items()
+                        if k not in IGNORED_ATTRIBUTES or (keep_config and k == "backend_config")))
+
+
+# Instructions whose result is not a function of their operands: each is a value of its own.
+UNIQUE = frozenset({
+    "rng", "rng-get-and-update-state", "infeed", "outfeed", "recv", "recv-done", "send", "send-done",
+    "after-all", "while", "all-reduce-start", "all-gather-start", "collective-permute-start",
+    "copy-start", "async-start", "async-update", "async-done", "domain", "add-dependency",
+})
+# Instructions that pass a value through unchanged (layouts are not part of a value).
+IDENTITY = frozenset({"copy", "opt-barrier"})
+# Reading (part of) an input: the abstract number of such a value is its shape.
+INPUT_VIEWS = frozenset({"dynamic-slice", "slice", "bitcast", "reshape", "copy", "get-tuple-element",
+                         "opt-barrier", "bitcast-convert"})
+INLINED = (CallRole.FUSION, CallRole.CALL, CallRole.BRANCH)
+
+
+def shape_key(shape: Shape) -> tuple:
+    if shape.is_tuple:
+        return ("tuple",) + tuple(shape_key(s) for s in shape.tuple_shapes)
+    return (shape.element_type, shape.dims)
+
+
+@dataclass
+class ValueNumbers:
+    """`exact`, `abstract`, `frame` and `tainted` per (computation, instruction) (see the module
+    docstring). `shared` lists callees inlined from more than one call site: their instructions
+    keep the numbers of the first site."""
+
+    exact: dict[tuple[str, str], Val] = field(default_factory=dict)
+    abstract: dict[tuple[str, str], Val] = field(default_factory=dict)
+    frame: dict[tuple[str, str], str] = field(default_factory=dict)
+    tainted: set[tuple[str, str]] = field(default_factory=set)
+    shared: set[str] = field(default_factory=set)
+
+
+class _Numbering:
+    def __init__(self, module: Module):
+        self.module = module
+        self.ids: dict[tuple, int] = {}
+        self.leaves: set[int] = set()  # abstract numbers that stand for a computation input
+        self.applier_keys: dict[str, tuple] = {}
+        self.out = ValueNumbers()
+        self.evaluated: set[str] = set()
+
+    def intern(self, key: tuple) -> int:
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.ids)
+        return found
+
+    def leaf(self, shape: Shape) -> Val:
+        if shape.is_tuple:
+            return tuple(self.leaf(s) for s in shape.tuple_shapes)
+        number = self.intern(("leaf",) + shape_key(shape))
+        self.leaves.add(number)
+        return number
+
+    def opaque(self, tag: tuple, shape: Shape) -> Val:
+        """A value known only by `tag` (an input of a frame, a loop's result)."""
+        if shape.is_tuple:
+            return tuple(self.opaque(tag + (i,), s) for i, s in enumerate(shape.tuple_shapes))
+        return self.intern(("opaque",) + tag + shape_key(shape))
+
+    def applier_key(self, name: str) -> tuple:
+        """A reducer / comparator / combiner compared by its contents, not its name."""
+        key = self.applier_keys.get(name)
+        if key is None:
+            comp = self.module.by_name.get(name)
+            if comp is None:
+                key = ("missing", name)
+            else:
+                key = tuple((i.opcode, shape_key(i.shape), i.operands and tuple(
+                    comp.instructions.index(comp.by_name[o]) if o in comp.by_name else o for o in i.operands),
+                    tuple(sorted((k, v) for k, v in i.attributes.items() if k not in IGNORED_ATTRIBUTES)))
+                            for i in comp.instructions)
+            self.applier_keys[name] = key
+        return key
+
+    # ---- frames ---------------------------------------------------------------------------
+    def frame(self, comp: Computation, params: list[tuple[Val, Val, bool]]) -> tuple[Val, Val, bool]:
+        """Number a frame or an inlined callee; `params` are (exact, abstract, tainted) of each
+        parameter. Returns the root's."""
+        if comp.name in self.evaluated:
+            self.out.shared.add(comp.name)
+            record = False
+        else:
+            self.evaluated.add(comp.name)
+            record = True
+        local: dict[str, tuple[Val, Val, bool]] = {}
+        frame_name = self._frame_name
+        for inst in comp.instructions:
+            if inst.opcode == "parameter":
+                n = parameter_number(inst)
+                value = params[n] if n < len(params) else (self.opaque(("param", comp.name, n), inst.shape),
+                                                            self.leaf(inst.shape), False)
+            else:
+                value = self.instruction(comp, inst, [local[o] for o in inst.operands if o in local],
+                                         len(inst.operands))
+            local[inst.name] = value
+            if record:
+                key = (comp.name, inst.name)
+                self.out.exact[key], self.out.abstract[key], taint = value
+                self.out.frame[key] = frame_name
+                if taint:
+                    self.out.tainted.add(key)
+        return local[comp.root.name] if comp.instructions else ((), (), False)
+
+    def instruction(self, comp: Computation, inst: Instruction, ops: list[tuple[Val, Val, bool]],
+                    n_operands: int) -> tuple[Val, Val, bool]:
+        if len(ops) != n_operands:  # an operand we cannot see: a value of its own
+            tag = ("unseen", comp.name, inst.name)
+            return self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
+        taint = any(t for _, _, t in ops) or inst.opcode == "opt-barrier"
+        inlined = [s for s in inst.calls if s.role in INLINED]
+        if inlined and inst.opcode != "conditional":
+            callee = self.module.by_name.get(inlined[0].computation)
+            if callee is not None:
+                exact, abstract, inner_taint = self.frame(callee, ops)
+                return exact, abstract, taint or inner_taint
+        if inst.opcode == "conditional":
+            for site in inlined:
+                callee = self.module.by_name.get(site.computation)
+                if callee is not None and site.index + 1 < len(ops):
+                    self.frame(callee, [ops[site.index + 1]])
+            tag = ("conditional", comp.name, inst.name)
+            return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
+        if inst.opcode == "while":
+            self._while(inst, ops)
+            tag = ("while", comp.name, inst.name)
+            return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
+        if inst.opcode == "tuple":
+            return tuple(e for e, _, _ in ops), tuple(a for _, a, _ in ops), taint
+        if inst.opcode == "get-tuple-element":
+            index = int(inst.attr("index", "0"))
+            exact, abstract = ops[0][0], ops[0][1]
+            exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
+            abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
+            return exact, abstract, taint
+        if inst.opcode in IDENTITY and len(ops) == 1:
+            return ops[0][0], ops[0][1], taint
+        if inst.opcode in UNIQUE or (inst.opcode == "custom-call"
+                                     and inst.attr("custom_call_has_side_effect") == "true"):
+            tag = ("unique", comp.name, inst.name)
+            return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
+        attrs = result_attributes(inst)
+        appliers = tuple(self.applier_key(s.computation) for s in inst.calls if s.role not in INLINED)
+        head = (inst.opcode, shape_key(inst.shape), attrs, appliers)
+        exact = self.intern(head + tuple(e for e, _, _ in ops))
+        if inst.opcode in INPUT_VIEWS and ops and not isinstance(ops[0][1], tuple) and ops[0][1] in self.leaves:
+            abstract = self.leaf(inst.shape)
+        else:
+            abstract = self.intern(head + tuple(a for _, a, _ in ops))
+        return exact, abstract, taint
+
+    def _while(self, inst: Instruction, ops: list[tuple[Val, Val, bool]]) -> None:
+        saved = self._frame_name
+        for role in (CallRole.WHILE_CONDITION, CallRole.WHILE_BODY):
+            for name in inst.called(role):
+                comp = self.module.by_name.get(name)
+                if comp is None:
+                    continue
+                self._frame_name = name
+                shape = comp.parameters[0].shape if comp.parameters else inst.shape
+                state = (self.opaque(("loop", name), shape), self.leaf(shape), False)
+                self.frame(comp, [state])
+        self._frame_name = saved
+
+    _frame_name: str = ""
+
+
+def value_numbers(module: Module, order: Iterable[str] | None = None) -> ValueNumbers:
+    """Number every instruction reachable from ENTRY (see the module docstring)."""
+    numbering = _Numbering(module)
+    entry = module.by_name[module.entry_name]
+    numbering._frame_name = entry.name
+    params = [(numbering.opaque(("entry", parameter_number(p)), p.shape), numbering.leaf(p.shape), False)
+              for p in sorted(entry.parameters, key=parameter_number)]
+    numbering.frame(entry, params)
+    return numbering.out

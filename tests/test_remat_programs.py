@@ -1,0 +1,84 @@
+"""Remat attribution on programs written the way users write them (tests/programs/remat_programs.py).
+
+Each program is compiled twice: with its remat wrapper and without it. XLA runs the dots and
+convolutions of the program without remat once; whatever the remat program runs beyond that
+is recomputation. So, exactly, for each stage: the optimized module (`after`), the module before
+optimization with op_name metadata as `--xla_dump_to` writes it (`before`), and the same
+without any metadata as `lowered.as_text()` prints it (`before_unnamed`):
+
+    remat dot+conv FLOPs (ours, remat program)  == dot+conv(remat program) - dot+conv(plain program)
+    model dot+conv FLOPs (ours, remat program)  == dot+conv(plain program)
+
+and the program without remat has no remat FLOPs at all.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+
+import hloparse  # noqa: E402
+from analysis.accounting import account  # noqa: E402
+from tests.programs.compile import compile_program, lowered_debug_text  # noqa: E402
+from tests.programs.remat_programs import BY_NAME, PAIRS  # noqa: E402
+
+MATMUL = ("dot", "convolution")
+
+
+@functools.lru_cache(maxsize=None)
+def accounts(name: str, which: str):
+    pair = BY_NAME[name]
+    program = pair.remat if which == "remat" else pair.plain
+    compiled, lowered, _ = compile_program(program)
+    texts = {"after": compiled, "before": lowered_debug_text(program), "before_unnamed": lowered}
+    return {stage: account(hloparse.parse(text), xla={"flops": 0.0}) for stage, text in texts.items()}
+
+
+def matmul_flops(acc, *, remat: bool | None = None) -> int:
+    return sum(r.total.flops for r in acc.rows if r.opcode in MATMUL and (remat is None or r.remat == remat))
+
+
+def test_catalogue_is_large_enough():
+    assert len(PAIRS) >= 30
+
+
+# Known gaps, checked to still fail (strict xfail) so that a fix shows up. All are modules
+# before optimization WITHOUT op_name metadata (`lowered.as_text()`); the same modules with
+# names (as --xla_dump_to writes them) pass. Without names the only remat marker left is the
+# optimization barrier jax puts on a recompute's inputs.
+NO_MARKER = ("prevent_cse=False: no barrier and no name, so nothing marks the recompute (a duplicate alone "
+             "is not taken as remat: hand-written modules duplicate ops too)")
+NO_LOOP_TWIN = ("recompute in the backward loop body, unnamed: its inputs are built differently from the forward "
+                "loop's (e.g. the LSTM's kernel is concatenated inside the backward loop), so no same-structure "
+                "twin is found")
+KNOWN_GAPS: dict[tuple[str, str], str] = {
+    ("lm_block_no_prevent_cse", "before_unnamed"): NO_MARKER,
+    ("mlp_remat_alias_no_cse", "before_unnamed"): NO_MARKER,
+    ("mlp_remat_scan_4x1", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
+    ("mlp_remat_scan_2x2", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
+    ("mlp_remat_scan_2x3", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
+    ("lstm_scan", "before_unnamed"): NO_LOOP_TWIN,
+    ("lm_scan_block_dots_no_batch", "before_unnamed"): NO_LOOP_TWIN,
+}
+
+
+def _case(name: str, stage: int):
+    if (name, stage) in KNOWN_GAPS:
+        return pytest.param(name, stage, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[(name, stage)]))
+    return pytest.param(name, stage)
+
+
+STAGES = ("after", "before", "before_unnamed")
+
+
+@pytest.mark.parametrize(("name", "stage"), [_case(p.name, s) for p in PAIRS for s in STAGES])
+def test_remat_matmul_flops_are_the_difference_to_the_program_without_remat(name, stage):
+    remat, plain = accounts(name, "remat")[stage], accounts(name, "plain")[stage]
+    assert matmul_flops(plain) > 0
+    assert matmul_flops(plain, remat=True) == 0
+    assert matmul_flops(remat, remat=True) == matmul_flops(remat) - matmul_flops(plain)
+    assert matmul_flops(remat, remat=False) == matmul_flops(plain)
