@@ -201,19 +201,19 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
         quotes = line.count('"') - line.count('\\"')
         open_string = quotes % 2 == 1
         depth = 0 if open_string else _balance(line)
-        parts = [line]
-        string_from = 0  # the part where the open string began (its brackets are counted at its end)
+        # The statement is lines[start:i + 1], joined once at its end (a list of its parts beside
+        # `lines` cost 8 more bytes a line: a string of a million line breaks is that many lines).
+        string_from = start  # the line where the open string began (its brackets are counted at its end)
         while i + 1 < n:
             if open_string:
                 # A string spans lines: count quotes line by line (re-joining and re-counting
                 # every line so far would be quadratic), and the brackets of the lines it spans
                 # once it closes.
                 i += 1
-                parts.append(lines[i])
                 quotes += lines[i].count('"') - lines[i].count('\\"')
                 open_string = quotes % 2 == 1
                 if not open_string:
-                    depth += _balance("\n".join(parts[string_from:]))
+                    depth += _balance("\n".join(lines[string_from:i + 1]))
                     line = lines[i]
                 continue
             if is_heading and depth == 1 and line.rstrip().endswith("{"):
@@ -227,17 +227,17 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             if stripped.startswith("HloModule") and not nxt.lstrip().startswith("}") and _STATEMENT_START.match(nxt):
                 break  # the header ends where a computation begins, balanced or not
             i += 1
-            parts.append(nxt)
             line = nxt
             quotes = nxt.count('"') - nxt.count('\\"')
             if quotes % 2:
                 open_string = True  # the brackets are counted once the string closes
-                string_from = len(parts) - 1
+                string_from = i
                 continue
             depth += _balance(nxt)
-        while len(parts) > 1 and not parts[-1].strip():
-            parts.pop()  # blank lines a statement swallowed while looking for its end
-        statement = Statement("\n".join(parts), start + 1, column)
+        end = i
+        while end > start and not lines[end].strip():
+            end -= 1  # blank lines a statement swallowed while looking for its end
+        statement = Statement(lines[start] if end == start else "\n".join(lines[start:end + 1]), start + 1, column)
         i += 1
         if depth < 0 and in_computation and statement.text.rstrip().endswith("}"):
             # One '}' too many closes the computation (XLA reads JSON values brace by brace).
