@@ -4,8 +4,8 @@ Each case is a text of ~50 KB and the same grown 8x (~400 KB): a long run of one
 one kind of token (every slot of `tests/support/hostile.py` x every character, sampled by
 hypothesis), unbalanced quotes and brackets, deep nesting of each bracket kind, long chains of
 calls and of tuple accesses. Parsing, analysing and rendering the larger one may take at most 12x
-the CPU time of the smaller (best of 3 on a busy 2-core machine, plus 20 ms of slack for timer
-noise on cases of a few milliseconds), and its peak traced memory must stay under 20 bytes per
+the CPU time of the smaller (best of 3 on a busy 2-core machine, measured again up to twice
+when over, plus 20 ms of slack for timer noise on cases of a few milliseconds), and its peak traced memory must stay under 20 bytes per
 character plus 8 MB; the structural cases made of thousands of tiny instructions (call and
 tuple chains) under 64, the size of one instruction's objects per ~30 characters.
 `benchmarks/hostile_scan.py` runs every case, at any size.
@@ -31,8 +31,11 @@ def check_linear(make, name: str, per_char: int = 20) -> None:  # noqa: ANN001
     measure_here(small, 1)  # caches and lazy imports, before anything is timed
     t_small, _, _ = measure_here(small, 3)
     t_big, peak, outcome = measure_here(big, 1)
-    if t_big > FACTOR * 1.5 * t_small + SLACK_S:
-        t_big = min(t_big, measure_here(big, 3)[0])  # a neighbour's burst: measure again
+    for _ in range(2):  # CPU time still varies with what the neighbours do to caches: measure again
+        if t_big <= FACTOR * 1.5 * t_small + SLACK_S:
+            break
+        t_small = min(t_small, measure_here(small, 3)[0])
+        t_big = min(t_big, measure_here(big, 3)[0])
     assert t_big <= FACTOR * 1.5 * t_small + SLACK_S, (
         f"{name}: {len(small)} -> {len(big)} chars took {t_small:.4f} -> {t_big:.4f} CPU s ({outcome})")
     assert peak <= per_char * len(big) + CONSTANT_BYTES, (
