@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from hloparse.ir import ELEMENT_BYTES, Shape
+from hloparse.ir import ELEMENT_BYTES, Computation, Shape
 
 POINTER_SIZE = 8
 _ELEMENT_BITS = re.compile(r"E\((\d+)\)")
@@ -72,6 +72,14 @@ def size(shape: Shape, packed: bool = True) -> int:
     if shape.is_dynamic:
         result += 4 * shape.rank  # the dimension sizes XLA stores after a dynamic array
     return result
+
+
+def value_size(computation: Computation, name: str) -> int:
+    """GetShapeSize of the value an operand names (a constant's shape is never packed)."""
+    producer = computation.by_name[name]
+    if producer.opcode in ("send", "recv"):
+        return 3 * 8  # XLA's own 3-tuple shape for them, whatever the text says
+    return size(producer.shape, packed=producer.opcode != "constant")
 
 
 def output_size(shape: Shape) -> int:

@@ -122,15 +122,15 @@ class _Estimator:
 
     def instruction(self, comp: Computation, inst: Instruction) -> dict[str, np.float32]:
         try:
-            charge = rules.charge_of(self.module, comp, inst)
-        except (KeyError, IndexError, TypeError, ValueError) as err:
-            raise EstimateUnavailable(f"{inst.opcode} {inst.name!r} (line {inst.line}): {err}") from err
+            charge = rules.charge_of(self.module, comp, inst)  # any other exception is an engine bug
+        except rules.MalformedInstruction as bad:
+            raise EstimateUnavailable(f"{inst.name!r} (line {inst.line}): {bad}") from bad
         if charge is None:
             raise EstimateUnavailable(f"no rule for opcode {inst.opcode!r} ({inst.name}, line {inst.line})")
         if charge.nested is None:
             props = self._own(charge)
             if self.diagnostics:
-                props.update(_f32_keys(xla_diagnostics.own_keys(self.module, comp, inst)))
+                props.update(_f32_keys(xla_diagnostics.own_keys(charge, comp, inst)))
             return props
         callees = [self.module.computation(s.computation) for s in inst.calls if s.role in CallRole.CONTROL]
         if charge.nested == rules.NESTED_FUSION:
