@@ -16,7 +16,7 @@ def test_every_output_equals_the_recorded_one() -> None:
     seen, differences = set(), []
     for key, path in module_paths():
         seen.add(key)
-        now = outputs_of(path)
+        now = outputs_of(key, path)
         if golden.get(key) != now:
             differences.append(f"{key}: recorded {golden.get(key)}, now {now}")
     missing = sorted(set(golden) - seen)

@@ -38,7 +38,15 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def outputs_of(path: Path) -> dict[str, Any]:
+def _json(report: Any, key: str, **options: Any) -> str:
+    """`report.to_json(**options)` with the module's path replaced by its key, so that the
+    hashes do not depend on where the checkout and the corpus lie."""
+    out = report.to_dict(**options)
+    out["path"] = key
+    return json.dumps(out, sort_keys=True, indent=2, ensure_ascii=True) + "\n"
+
+
+def outputs_of(key: str, path: Path) -> dict[str, Any]:
     """The record for one module: hashes of its outputs, or the error it raises."""
     from analysis import analyze
     from hloparse import HloParseError
@@ -48,8 +56,8 @@ def outputs_of(path: Path) -> dict[str, Any]:
     except HloParseError as error:
         return {"error": f"HloParseError at {error.line}:{error.column}"}
     return {
-        "json": _sha(report.to_json()),
-        "full": _sha(report.to_json(rows=True, by=ALL_GROUPINGS)),
+        "json": _sha(_json(report, key)),
+        "full": _sha(_json(report, key, rows=True, by=ALL_GROUPINGS)),
         "flops": report.flops,
         "bytes_accessed": report.bytes_accessed,
         "remat_flops": report.remat_flops,
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     golden = read_golden() if args.check else {}
     records, differ = [], 0
     for key, path in module_paths():
-        rec = outputs_of(path)
+        rec = outputs_of(key, path)
         records.append({"key": key, **rec})
         if args.check and golden.get(key) != rec:
             differ += 1
