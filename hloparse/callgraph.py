@@ -13,21 +13,7 @@ from hloparse.ir import Module
 
 
 def build_call_graph(module: Module) -> nx.MultiDiGraph:
-    graph = nx.MultiDiGraph(module=module.name, entry=module.entry_name)
-    for comp in module.computations:
-        graph.add_node(comp.name, computation=comp, is_entry=comp.is_entry)
-    for comp in module.computations:
-        for inst in comp.instructions:
-            for site in inst.calls:
-                graph.add_edge(
-                    comp.name,
-                    site.computation,
-                    key=f"{inst.name}/{site.role}/{site.index}",
-                    role=site.role,
-                    instruction=inst,
-                    index=site.index,
-                )
-    return graph
+    return module.call_graph()
 
 
 def reachable_from_entry(graph: nx.MultiDiGraph) -> set[str]:

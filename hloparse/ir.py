@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping
 
+from hloparse import attributes
+from hloparse.errors import HloParseError
+from hloparse.values import ConvDimLabels, DotDimensionNumbers, WindowDim
+
+__all__ = ["ConvDimLabels", "DotDimensionNumbers", "WindowDim"]  # decoded values, re-exported
+
 # Bytes per element, as XLA's ShapeUtil::ByteSizeOfPrimitiveType counts them. Sub-byte types
 # (s4, u4, s2, u2, s1, u1, f4e2m1fn, ...) occupy one byte each in an unpacked layout.
 ELEMENT_BYTES: Mapping[str, int] = {
@@ -197,8 +203,6 @@ class Instruction:
 
     def int_list(self, key: str) -> tuple[int, ...] | None:
         """`{1,2}` or `{}` -> tuple of ints; None when the attribute is absent."""
-        from hloparse import attributes
-
         raw = self.attributes.get(key)
         return None if raw is None else attributes.parse_int_list(raw)
 
@@ -207,9 +211,6 @@ class Instruction:
         return self._memo("metadata", self._decode_metadata)
 
     def _decode_metadata(self) -> Mapping[str, str]:
-        from hloparse import attributes
-        from hloparse.errors import HloParseError
-
         raw = self.attributes.get("metadata")
         if raw is None:
             return {}
@@ -230,8 +231,6 @@ class Instruction:
         return self._memo("backend_config", self._decode_backend_config)
 
     def _decode_backend_config(self) -> Any:
-        from hloparse import attributes
-
         raw = self.attributes.get("backend_config")
         if raw is None:
             return None
@@ -258,23 +257,17 @@ class Instruction:
 
     @property
     def window(self) -> tuple[WindowDim, ...] | None:
-        from hloparse import attributes
-
         raw = self.attributes.get("window")
         return None if raw is None else self._memo("window", lambda: attributes.parse_window(raw))
 
     @property
     def conv_dim_labels(self) -> ConvDimLabels | None:
-        from hloparse import attributes
-
         raw = self.attributes.get("dim_labels")
         return None if raw is None else self._memo("conv_dim_labels", lambda: attributes.parse_dim_labels(raw))
 
     @property
     def slice_spec(self) -> tuple[tuple[int, int, int], ...] | None:
         """`slice={[0:4:1], [2:8]}` -> ((start, limit, stride), ...)."""
-        from hloparse import attributes
-
         raw = self.attributes.get("slice")
         return None if raw is None else self._memo("slice_spec", lambda: attributes.parse_slice(raw))
 
@@ -296,8 +289,6 @@ class Instruction:
 
     @property
     def custom_call_target(self) -> str | None:
-        from hloparse import attributes
-
         raw = self.attributes.get("custom_call_target")
         return None if raw is None else attributes.unquote(raw)
 
@@ -308,40 +299,6 @@ class Instruction:
     def called(self, role: str) -> tuple[str, ...]:
         """Names of the computations this instruction calls under `role`, in order."""
         return tuple(c.computation for c in self.calls if c.role == role)
-
-
-@dataclass(frozen=True, slots=True)
-class DotDimensionNumbers:
-    lhs_batch: tuple[int, ...]
-    rhs_batch: tuple[int, ...]
-    lhs_contracting: tuple[int, ...]
-    rhs_contracting: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class WindowDim:
-    size: int = 1
-    stride: int = 1
-    pad_low: int = 0
-    pad_high: int = 0
-    lhs_dilation: int = 1  # XLA's base dilation
-    rhs_dilation: int = 1  # XLA's window dilation
-    reversal: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ConvDimLabels:
-    """`b01f_01io->b01f` decoded to dimension numbers (indices into each shape)."""
-
-    input_batch: int
-    input_feature: int
-    input_spatial: tuple[int, ...]
-    kernel_input_feature: int
-    kernel_output_feature: int
-    kernel_spatial: tuple[int, ...]
-    output_batch: int
-    output_feature: int
-    output_spatial: tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -463,7 +420,16 @@ class Module:
             )
         return None
 
-    def call_graph(self):  # -> networkx.MultiDiGraph (imported lazily: it costs 0.14 s)
-        from hloparse.callgraph import build_call_graph
+    def call_graph(self) -> Any:
+        """The call graph of the computations, a networkx MultiDiGraph (see hloparse.callgraph
+        for its nodes and edges; networkx is imported here, on first use: it costs 0.14 s)."""
+        import networkx as nx
 
-        return build_call_graph(self)
+        graph = nx.MultiDiGraph(module=self.name, entry=self.entry_name)
+        graph.add_nodes_from((c.name, {"computation": c, "is_entry": c.is_entry}) for c in self.computations)
+        graph.add_edges_from(
+            (comp.name, site.computation, f"{inst.name}/{site.role}/{site.index}",
+             {"role": site.role, "instruction": inst, "index": site.index})
+            for comp in self.computations for inst in comp.instructions for site in inst.calls
+        )
+        return graph

@@ -26,19 +26,16 @@ Conventions (the contract in docs/architecture.md):
 from __future__ import annotations
 
 import dataclasses
-import weakref
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping
 
 from analysis.cost import custom_calls, fusion_bytes
-from analysis.cost.costs import ZERO, Cost, OpCost
-from analysis.cost.registry import OPERANDS, RULES, Applied, Charge, Ctx, Term, operand_key, out_key, ratio
+from analysis.cost.costs import Cost
+from analysis.cost.registry import RULES, Applied, Charge, Ctx, Term, operand_key, out_key, ratio
 from analysis.cost.registry import register_rule, utilization_key
-from analysis.cost.shapes import array_subshapes, elements, elements_recursive, has_unbounded, output_size, size
-from analysis.cost.shapes import transpose_is_bitcast, value_size
+from analysis.cost.shapes import array_subshapes, elements, elements_recursive, output_size, size
+from analysis.cost.shapes import produced_size, transpose_is_bitcast, value_size
 from analysis.cost.windows import convolution_flops, reduce_window_count
-from hloparse.ir import CallRole, Computation, Instruction, Module, Shape
+from hloparse.ir import CallRole, Computation, Instruction, Shape
 
 VIEWS = ("exact", "xla")
 
@@ -51,7 +48,8 @@ NESTED_ASYNC = "async"  # callee's totals (async-start)
 
 def default_bytes(ctx: Ctx) -> tuple[Term, ...]:
     """XLA's Preprocess: result bytes (leaf sum for a tuple result) then every operand's bytes."""
-    return (output_size(ctx.shape),) + tuple(ctx.operand_size(i) for i in range(len(ctx.instruction.operands)))
+    by_name = ctx.computation.by_name
+    return (output_size(ctx.instruction.shape), *[produced_size(by_name[o]) for o in ctx.instruction.operands])
 
 
 # ---- elementwise ------------------------------------------------------------------------------
@@ -419,8 +417,7 @@ def custom_fusion_gather_or_scatter(fusion: Instruction, body: Computation) -> I
 def _custom_call(ctx: Ctx) -> Charge:
     # XLA charges every custom-call -1 (flops, bytes, optimal seconds, each operand and the
     # result); the exact view asks the target's rule (analysis.cost.custom_calls).
-    module = ctx.module
-    known = custom_calls.exact_cost(dataclasses.replace(ctx, callee_total=lambda c: applied_total(module, c, "exact")))
+    known = custom_calls.exact_cost(ctx)
     keys = ((out_key(), -1),) + tuple((operand_key(i), -1) for i in range(len(ctx.instruction.operands)))
     if isinstance(known, str):
         return Charge(flops=-1, bytes_terms=(-1,), optimal_seconds=-1, exact_uncounted=known, keys=keys)
@@ -430,49 +427,6 @@ def _custom_call(ctx: Ctx) -> Charge:
 KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
 
 
-# ---- own_cost ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _ModuleInfo:
-    fusion_bodies: frozenset[str]  # fusion bodies and every computation they call
-    silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
-
-
-_INFO: "weakref.WeakKeyDictionary[Module, _ModuleInfo]" = weakref.WeakKeyDictionary()
-_APPLIED_TOTALS: "weakref.WeakKeyDictionary[Module, dict]" = weakref.WeakKeyDictionary()
-
-
-def module_info(module: Module) -> _ModuleInfo:
-    info = _INFO.get(module)
-    if info is None:
-        bodies: set[str] = set()
-        silenced_roots: list[str] = []
-        for comp, inst in module.instructions():
-            for site in inst.calls:
-                if site.role == CallRole.FUSION:
-                    bodies.add(site.computation)
-                    callee = module.by_name.get(site.computation)
-                    if callee is not None and custom_fusion_gather_or_scatter(inst, callee) is not None:
-                        silenced_roots.append(site.computation)
-        # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
-        inside = _reachable(module, sorted(bodies))
-        info = _ModuleInfo(frozenset(inside), frozenset(_reachable(module, silenced_roots)))
-        _INFO[module] = info
-    return info
-
-
-def _reachable(module: Module, roots: list[str]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in module.by_name:
-            continue
-        seen.add(name)
-        for inst in module.by_name[name].instructions:
-            stack.extend(site.computation for site in inst.calls)
-    return seen
-
-
 class MalformedInstruction(ValueError):
     """An instruction its opcode's rule cannot read (too few operands): bad input, reported as
     uncounted (and XLA's estimate is unavailable: XLA's own handler would fail on it too)."""
@@ -480,111 +434,4 @@ class MalformedInstruction(ValueError):
 
 # The reason earlier versions printed for a rule that read past the operand list; the recorded
 # outputs (tests/data/golden_outputs.jsonl.gz) hold this wording.
-_TOO_FEW_OPERANDS = "cannot cost (IndexError: tuple index out of range)"
-
-
-def charge_of(module: Module, computation: Computation, instruction: Instruction) -> Charge | None:
-    """The rule's charge for an instruction (None for an opcode no rule knows). Raises
-    MalformedInstruction for an instruction with fewer operands than its rule reads; any other
-    exception from a rule is an engine bug and propagates."""
-    op = instruction.opcode
-    fn = RULES.get(op)
-    if fn is None:
-        return None
-    if len(instruction.operands) < OPERANDS[op]:
-        raise MalformedInstruction(f"{op}: {_TOO_FEW_OPERANDS}")
-    return fn(Ctx(module, computation, instruction))
-
-
-def own_cost(module: Module, computation: Computation, instruction: Instruction, *, view: str = "exact") -> OpCost:
-    """What one execution of `instruction` costs on its own (see the module docstring)."""
-    if view not in VIEWS:
-        raise ValueError(f"view must be one of {VIEWS}, not {view!r}")
-    info = module_info(module)
-    if view == "xla" and computation.name in info.silenced:
-        return OpCost(ZERO)
-    try:
-        charge = charge_of(module, computation, instruction)
-    except MalformedInstruction as bad:
-        return OpCost(uncounted=str(bad))
-    if charge is None:
-        return OpCost(uncounted=f"unknown opcode {instruction.opcode!r}")
-    in_fusion = computation.name in info.fusion_bodies or computation.is_fusion_body
-    if view == "exact":
-        if any(has_unbounded(s) for s in (instruction.shape,) + computation.operand_shapes(instruction)):
-            return OpCost(uncounted=f"{instruction.opcode}: unbounded dynamic dimension (size unknown)")
-        if charge.exact_uncounted is not None:
-            return OpCost(uncounted=charge.exact_uncounted)
-        if charge.exact is not None:
-            exact = charge.exact
-            return OpCost(Cost(exact.flops, exact.transcendentals, 0 if in_fusion else exact.bytes_accessed))
-    flops, transcendentals = charge.flops, charge.transcendentals
-    for applied in charge.applied:
-        body = applied_total(module, applied.computation, view)
-        if isinstance(body, str):
-            return OpCost(uncounted=body)
-        flops += body.flops * applied.count
-        transcendentals += body.transcendentals * applied.count
-    bytes_accessed = 0 if in_fusion else _round_bytes(charge.bytes_terms)
-    return OpCost(Cost(flops, transcendentals, bytes_accessed))
-
-
-def _round_bytes(terms: tuple[Term, ...]) -> int:
-    total = sum(terms)
-    return int(total) if not isinstance(total, Fraction) else int(total.limit_denominator(1))
-
-
-def applied_total(module: Module, name: str, view: str) -> Cost | str:
-    """Flops and transcendentals of one execution of an APPLIED computation (bytes are never
-    charged inside it): the sum over its instructions, CONTROL callees included (a
-    conditional's branches by their per-key maximum). A string says why it cannot be costed."""
-    cache = _APPLIED_TOTALS.setdefault(module, {})
-    key = (name, view)
-    if key not in cache:
-        cache[key] = _computation_total(module, module.computation(name), view, frozenset())
-    return cache[key]
-
-
-def _computation_total(module: Module, comp: Computation, view: str, stack: frozenset[str]) -> Cost | str:
-    if comp.name in stack:
-        return f"recursive call of {comp.name}"
-    stack = stack | {comp.name}
-    flops = transcendentals = 0
-    for inst in comp.instructions:
-        own = own_cost(module, comp, inst, view=view)
-        if own.uncounted is not None:
-            return f"{inst.name}: {own.uncounted}"
-        flops += own.cost.flops
-        transcendentals += own.cost.transcendentals
-        branches: list[Cost] = []
-        for site in inst.calls:
-            if site.role not in CallRole.CONTROL:
-                continue
-            sub = _computation_total(module, module.computation(site.computation), view, stack)
-            if isinstance(sub, str):
-                return sub
-            if site.role == CallRole.BRANCH:
-                branches.append(sub)
-            else:
-                flops += sub.flops
-                transcendentals += sub.transcendentals
-        if branches:
-            flops += branch_max([b.flops for b in branches])
-            transcendentals += branch_max([b.transcendentals for b in branches])
-    return Cost(flops, transcendentals, 0)
-
-
-def branch_max(values: list[int]) -> int:
-    """XLA's per-key maximum over conditional branches: branch 0's value, raised by any later
-    branch whose value is non-zero (XLA's Properties::ForEach skips zeros, so a lone -1 from a
-    custom-call in branch 0 survives a branch that costs nothing)."""
-    result = values[0]
-    for v in values[1:]:
-        if v != 0:
-            result = max(result, v)
-    return result
-
-
-def coverage() -> Mapping[str, str]:
-    """Opcode -> the rule function's name, for docs and tests."""
-    return {op: fn.__name__.lstrip("_") for op, fn in sorted(RULES.items())}
+TOO_FEW_OPERANDS = "cannot cost (IndexError: tuple index out of range)"

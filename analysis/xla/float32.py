@@ -12,17 +12,22 @@ float32 addition and multiplication give. Anything else goes through numpy.
 
 from __future__ import annotations
 
+import struct
 from fractions import Fraction
 
 import numpy as np
 
 Value = int | float
+_F32 = struct.Struct("f")
 _LIMIT = 2**128  # the first integer float32 cannot hold (it becomes inf)
 _EXACT_IN_DOUBLE = 2**53
+_EXACT = 2**24  # every integer up to this is a float32
 
 
 def _round(n: int) -> Value:
     """The float32 nearest to the integer n (half to even)."""
+    if -_EXACT_IN_DOUBLE < n < _EXACT_IN_DOUBLE:  # exact as a double: C's double -> float cast
+        return int(_F32.unpack(_F32.pack(n))[0])
     m = -n if n < 0 else n
     bits = m.bit_length()
     if bits <= 24:
@@ -47,6 +52,8 @@ def _back(x: np.float32) -> Value:
 def f32(value: int | Fraction | float) -> Value:
     """A count assigned to a C++ float (numpy's conversion)."""
     if type(value) is int:
+        if -_EXACT <= value <= _EXACT:
+            return value
         if -_EXACT_IN_DOUBLE < value < _EXACT_IN_DOUBLE:
             return _round(value)
         return _round(int(float(value)))
@@ -57,11 +64,13 @@ def f32(value: int | Fraction | float) -> Value:
 
 def add(a: Value, b: Value) -> Value:
     if type(a) is int and type(b) is int:
-        return _round(a + b)
+        n = a + b
+        return n if -_EXACT <= n <= _EXACT else _round(n)
     return _back(np.float32(a) + np.float32(b))
 
 
 def mul(a: Value, b: Value) -> Value:
     if type(a) is int and type(b) is int:
-        return _round(a * b)
+        n = a * b
+        return n if -_EXACT <= n <= _EXACT else _round(n)
     return _back(np.float32(a) * np.float32(b))

@@ -1,0 +1,105 @@
+"""The call graph every walk of the analysis runs on, and the walks, as plain functions.
+
+`call_graph(module)` is `Module.call_graph()` (networkx MultiDiGraph: one node per computation,
+one edge per call site, caller -> callee, with `role`, `instruction` and `index` as edge data),
+built once per module. Every walk here is iterative: a module may nest computations to any
+depth.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Iterable, Iterator
+
+import networkx as nx
+
+from hloparse.ir import CallRole, Instruction, Module
+
+_GRAPHS: "weakref.WeakKeyDictionary[Module, nx.MultiDiGraph]" = weakref.WeakKeyDictionary()
+
+
+def call_graph(module: Module) -> nx.MultiDiGraph:
+    """The module's call graph (built once; the module is immutable)."""
+    graph = _GRAPHS.get(module)
+    if graph is None:
+        graph = _GRAPHS[module] = module.call_graph()
+    return graph
+
+
+def is_executing_site(inst: Instruction, role: str) -> bool:
+    """Does this call site run the callee as a computation of its own? Only CONTROL roles do;
+    the async-update/-done halves name the same computation as their async-start but do not
+    run it again."""
+    if role not in CallRole.CONTROL:
+        return False
+    if role == CallRole.ASYNC:
+        return not (inst.opcode.endswith("-done") or inst.opcode.endswith("-update"))
+    return True
+
+
+def executing_callees(graph: nx.MultiDiGraph, name: str) -> list[str]:
+    """The computations `name` runs (each once, in the order its instructions call them)."""
+    found = [callee for _, callee, data in graph.out_edges(name, data=True)
+             if is_executing_site(data["instruction"], data["role"]) and "computation" in graph.nodes[callee]]
+    return list(dict.fromkeys(found))
+
+
+def control_order(graph: nx.MultiDiGraph) -> list[str]:
+    """Computations reachable from ENTRY through executing call sites, callers before callees
+    (reverse post-order of a depth-first walk that takes a computation's callees last first)."""
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    root = graph.graph["entry"]
+    state[root] = 1
+    stack: list[tuple[str, list[str]]] = [(root, executing_callees(graph, root))]
+    while stack:
+        name, pending = stack[-1]
+        if pending:
+            nxt = pending.pop()
+            if state.get(nxt) == 1:
+                raise ValueError(f"call graph cycle through {nxt}")
+            if nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, executing_callees(graph, nxt)))
+            continue
+        stack.pop()
+        state[name] = 2
+        order.append(name)
+    order.reverse()
+    return order
+
+
+def bottom_up(graph: nx.MultiDiGraph, roots: Iterable[str] | None = None) -> list[str]:
+    """Computations (all of them, or those reachable from `roots` through any call), every
+    callee before its callers."""
+    if roots is not None:
+        keep: set[str] = set()
+        for root in roots:
+            if root in graph and root not in keep:
+                keep.add(root)
+                keep |= nx.descendants(graph, root)
+        graph = graph.subgraph(keep)
+    try:
+        order = list(nx.topological_sort(graph))
+    except nx.NetworkXUnfeasible:
+        cycle = [edge[0] for edge in nx.find_cycle(graph)]
+        raise ValueError(f"the call graph has a cycle through {', '.join(cycle)}") from None
+    order.reverse()
+    return order
+
+
+def with_descendants(graph: nx.MultiDiGraph, roots: Iterable[str]) -> set[str]:
+    """The roots and every computation they call, directly or not."""
+    found: set[str] = set()
+    for root in roots:
+        if root in graph and root not in found:
+            found.add(root)
+            found |= nx.descendants(graph, root)
+    return found
+
+
+def call_sites(graph: nx.MultiDiGraph, callee: str) -> Iterator[tuple[str, Instruction, str]]:
+    """(calling computation, calling instruction, role) of every call of `callee`, in module
+    order."""
+    for caller, _, data in graph.in_edges(callee, data=True):
+        yield caller, data["instruction"], data["role"]
