@@ -22,7 +22,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 
@@ -31,6 +31,7 @@ from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
 from analysis.cost.rules import TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
 from analysis.cost.shapes import UNBOUNDED
+from analysis.graph import bottom_up, bytes_unobserved, call_graph, with_descendants
 from analysis.xla import diagnostics as xla_diagnostics
 from analysis.xla.float32 import add, f32, mul
 from analysis.xla.order import visit_positions
@@ -49,25 +50,6 @@ class ModuleInfo:
     silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
 
 
-def bottom_up(graph: nx.MultiDiGraph, roots: Iterable[str] | None = None) -> list[str]:
-    """Computations (all of them, or those reachable from `roots`), every callee before its
-    callers."""
-    if roots is not None:
-        keep: set[str] = set()
-        for root in roots:
-            if root in graph and root not in keep:
-                keep.add(root)
-                keep |= nx.descendants(graph, root)
-        graph = graph.subgraph(keep)
-    try:
-        order = list(nx.topological_sort(graph))
-    except nx.NetworkXUnfeasible:
-        cycle = [edge[0] for edge in nx.find_cycle(graph)]
-        raise ValueError(f"the call graph has a cycle through {', '.join(cycle)}") from None
-    order.reverse()
-    return order
-
-
 def module_info(module: Module, graph: nx.MultiDiGraph) -> ModuleInfo:
     bodies: set[str] = set()
     silenced: set[str] = set()
@@ -78,14 +60,7 @@ def module_info(module: Module, graph: nx.MultiDiGraph) -> ModuleInfo:
         if custom_fusion_gather_or_scatter(data["instruction"], module.by_name[callee]) is not None:
             silenced.add(callee)
     # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
-    return ModuleInfo(frozenset(_with_descendants(graph, bodies)), frozenset(_with_descendants(graph, silenced)))
-
-
-def _with_descendants(graph: nx.MultiDiGraph, roots: set[str]) -> set[str]:
-    found = set(roots)
-    for root in roots:
-        found |= nx.descendants(graph, root)
-    return found
+    return ModuleInfo(frozenset(with_descendants(graph, bodies)), frozenset(with_descendants(graph, silenced)))
 
 
 def has_unbounded_shapes(module: Module) -> bool:
@@ -131,9 +106,11 @@ class Evaluation:
         self.module = module
         self.view = view
         self.diagnostics = diagnostics
-        self.graph = module.call_graph()
+        self.graph = call_graph(module)
         self.info = module_info(module, self.graph)
         self.unbounded = view == "exact" and has_unbounded_shapes(module)
+        # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
+        self.unobserved = set() if diagnostics else bytes_unobserved(self.graph)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
         self.xla: dict[str, tuple] = {}  # XLA's totals of one nested analysis of a computation
@@ -151,6 +128,8 @@ class Evaluation:
         in_fusion = comp.is_fusion_body or comp.name in self.info.fusion_bodies
         silenced = not exact_view and comp.name in self.info.silenced
         estimate = exact_view  # XLA's float32 view is read from the exact evaluation only
+        unobserved = comp.name in self.unobserved
+        bytes_unread = in_fusion and unobserved  # no view reads the bytes: the rules skip them
         costs: list[OpCost] = []
         props: list[tuple] = []
         keys: list[dict[str, Any]] = []
@@ -169,10 +148,10 @@ class Evaluation:
                 cost = OpCost(uncounted=f"{op}: {TOO_FEW_OPERANDS}")
                 self._unavailable(comp, f"{inst.name!r} (line {inst.line}): {op}: {TOO_FEW_OPERANDS}")
             else:
-                charge = fn(Ctx(module, comp, inst, self._callee_total))
+                charge = fn(Ctx(module, comp, inst, self._callee_total, bytes_unread))
                 cost = self._own(comp, inst, charge, in_fusion)
                 if estimate:
-                    props.append(self._xla_props(comp, inst, charge))
+                    props.append(self._xla_props(comp, inst, charge, unobserved))
                 if self.diagnostics:
                     keys.append(self._diagnostic_keys(comp, inst, charge))
             costs.append(cost)
@@ -246,8 +225,9 @@ class Evaluation:
             return (0, 0, 0, 0)
         return self.xla[name]
 
-    def _xla_props(self, comp: Computation, inst: Instruction, charge: Charge) -> tuple:
-        """What this instruction adds to its computation's float32 sums, as XLA computes it."""
+    def _xla_props(self, comp: Computation, inst: Instruction, charge: Charge, unobserved: bool) -> tuple:
+        """What this instruction adds to its computation's float32 sums, as XLA computes it
+        (bytes and optimal seconds 0 where no caller reads them)."""
         nested = charge.nested
         if nested is None:
             flops, transcendentals = f32(charge.flops), f32(charge.transcendentals)
@@ -256,6 +236,8 @@ class Evaluation:
                 count = f32(applied.count)
                 flops = add(flops, mul(body[FLOPS], count))
                 transcendentals = add(transcendentals, mul(body[TRANSCENDENTALS], count))
+            if unobserved:
+                return flops, transcendentals, 0, 0
             return flops, transcendentals, _f32_sum(charge.bytes_terms), f32(charge.optimal_seconds)
         if nested == NESTED_WHILE:
             body = self._callee(comp, inst.called(CallRole.WHILE_BODY)[0])
@@ -266,6 +248,8 @@ class Evaluation:
             return tuple(branch_max([b[k] for b in branches]) for k in range(4))
         callee = self._callee(comp, next(s.computation for s in inst.calls if s.role in CallRole.CONTROL))
         if nested == NESTED_FUSION:  # the callee's flops, the bytes at the boundary
+            if unobserved:
+                return callee[FLOPS], callee[TRANSCENDENTALS], 0, 0
             return callee[FLOPS], callee[TRANSCENDENTALS], _f32_sum(charge.bytes_terms), 0
         if nested == NESTED_ASYNC:
             return callee[FLOPS], callee[TRANSCENDENTALS], callee[BYTES], 0

@@ -26,7 +26,7 @@ def call_graph(module: Module) -> nx.MultiDiGraph:
     return graph
 
 
-def is_executing_site(inst: Instruction, role: str) -> bool:
+def is_executing_site(inst: Instruction, role: CallRole) -> bool:
     """Does this call site run the callee as a computation of its own? Only CONTROL roles do;
     the async-update/-done halves name the same computation as their async-start but do not
     run it again."""
@@ -103,3 +103,22 @@ def call_sites(graph: nx.MultiDiGraph, callee: str) -> Iterator[tuple[str, Instr
     order."""
     for caller, _, data in graph.in_edges(callee, data=True):
         yield caller, data["instruction"], data["role"]
+
+
+# Call roles through which a callee's bytes (and optimal seconds) never reach the caller's
+# totals in XLA's view: a fusion replaces them by its boundary bytes, an applied body hands back
+# only flops and transcendentals, a custom-call's computation is never visited.
+BYTES_STOP_AT = frozenset({CallRole.FUSION, CallRole.TO_APPLY, CallRole.CUSTOM_CALL})
+
+
+def bytes_unobserved(graph: nx.MultiDiGraph) -> set[str]:
+    """Computations whose XLA bytes total no caller ever reads: every call of them goes through
+    a role in BYTES_STOP_AT or comes from a computation that is itself unobserved."""
+    unobserved: set[str] = set()
+    for name in reversed(bottom_up(graph)):  # callers first
+        calls = list(graph.in_edges(name, data="role"))
+        if name == graph.graph["entry"] or not calls:
+            continue
+        if all(role in BYTES_STOP_AT or caller in unobserved for caller, _, role in calls):
+            unobserved.add(name)
+    return unobserved

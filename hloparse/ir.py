@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping
 
@@ -136,7 +137,10 @@ class Shape:
 # Roles under which an instruction calls a computation. The accounting executes the callee of
 # CONTROL roles as its own computation; APPLIED roles (reducers, comparators, scatter combiners)
 # are costed by the calling instruction's rule, the way XLA's HloCostAnalysis does.
-class CallRole:
+class CallRole(StrEnum):
+    """How an instruction calls a computation. A StrEnum: a role equals its value
+    (`CallRole.FUSION == "fusion"`) and prints as it."""
+
     WHILE_BODY = "while_body"
     WHILE_CONDITION = "while_condition"
     FUSION = "fusion"
@@ -145,13 +149,17 @@ class CallRole:
     ASYNC = "async"
     TO_APPLY = "to_apply"
     CUSTOM_CALL = "custom_call"  # custom-call's called_computations=
-    CONTROL = frozenset({WHILE_BODY, WHILE_CONDITION, FUSION, CALL, BRANCH, ASYNC})
-    APPLIED = frozenset({TO_APPLY, CUSTOM_CALL})
+
+
+# The two groups (class attributes, not members: iterating CallRole gives the eight roles).
+CallRole.CONTROL = frozenset({CallRole.WHILE_BODY, CallRole.WHILE_CONDITION, CallRole.FUSION, CallRole.CALL,
+                              CallRole.BRANCH, CallRole.ASYNC})
+CallRole.APPLIED = frozenset({CallRole.TO_APPLY, CallRole.CUSTOM_CALL})
 
 
 @dataclass(frozen=True, slots=True)
 class CallSite:
-    role: str  # one of CallRole
+    role: CallRole
     computation: str  # the callee's name
     index: int = 0  # position among the instruction's callees of that role (branch number)
 
@@ -296,7 +304,7 @@ class Instruction:
     def comparison_direction(self) -> str | None:
         return self.attributes.get("direction")
 
-    def called(self, role: str) -> tuple[str, ...]:
+    def called(self, role: CallRole | str) -> tuple[str, ...]:
         """Names of the computations this instruction calls under `role`, in order."""
         return tuple(c.computation for c in self.calls if c.role == role)
 

@@ -43,7 +43,9 @@ class Applied:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+# Charge and Ctx are made once per instruction: plain (not frozen) dataclasses, because a frozen
+# one's __init__ costs several times more. Nobody changes one after a rule returns it.
+@dataclass(slots=True)
 class Charge:
     """What XLA's handler sets for one instruction, and the exact view where it differs.
 
@@ -68,7 +70,7 @@ class Charge:
     keys: tuple[tuple[str, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ctx:
     """One instruction as a rule sees it."""
 
@@ -77,6 +79,9 @@ class Ctx:
     instruction: Instruction
     # flops/transcendentals of one run of a called computation, or why it cannot be costed
     callee_total: Callable[[str], Cost | str] | None = None
+    # True where no view reads this instruction's bytes (inside a fusion body no caller looks
+    # into): `default_bytes` then skips them.
+    bytes_unread: bool = False
 
     @property
     def shape(self) -> Shape:

@@ -48,6 +48,8 @@ NESTED_ASYNC = "async"  # callee's totals (async-start)
 
 def default_bytes(ctx: Ctx) -> tuple[Term, ...]:
     """XLA's Preprocess: result bytes (leaf sum for a tuple result) then every operand's bytes."""
+    if ctx.bytes_unread:
+        return ()
     by_name = ctx.computation.by_name
     return (output_size(ctx.instruction.shape), *[produced_size(by_name[o]) for o in ctx.instruction.operands])
 

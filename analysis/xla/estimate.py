@@ -18,7 +18,8 @@ are not predicted.
 from __future__ import annotations
 
 from analysis.cost.costs import Cost
-from analysis.engine import XLA_KEYS, bottom_up, branch_max, evaluate
+from analysis.engine import XLA_KEYS, branch_max, evaluate
+from analysis.graph import bottom_up
 from hloparse.ir import CallRole, Module
 
 FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = XLA_KEYS
