@@ -108,6 +108,8 @@ class _Inclusive:
     def _one(self, name: str) -> tuple[Cost, Cost]:
         exact = once = self.own.get(name, ZERO)
         for inst in self.module.by_name[name].instructions:
+            if not inst.calls:
+                continue
             sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in self.exact]
             if not sites:
                 continue

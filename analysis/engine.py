@@ -33,7 +33,7 @@ from analysis.cost.rules import TOO_FEW_OPERANDS, custom_fusion_gather_or_scatte
 from analysis.cost.shapes import UNBOUNDED
 from analysis.graph import bottom_up, bytes_unobserved, call_graph, with_descendants
 from analysis.xla import diagnostics as xla_diagnostics
-from analysis.xla.float32 import add, f32, mul
+from analysis.xla.float32 import add, f32, mul, running_sum
 from analysis.xla.order import visit_positions
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -291,12 +291,7 @@ class Evaluation:
                 continue
             if order is None:
                 order = visit_positions(comp)
-            total = 0
-            for i in order:
-                v = values[i]
-                if v != 0:  # adding +0 leaves a float32 sum as it is
-                    total = add(total, v)
-            totals.append(total)
+            totals.append(running_sum([values[i] for i in order]))
         self.xla[comp.name] = tuple(totals)
         if self.diagnostics:
             sums: dict[str, Any] = {}

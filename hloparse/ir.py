@@ -429,8 +429,11 @@ class Module:
         return None
 
     def call_graph(self) -> Any:
-        """The call graph of the computations, a networkx MultiDiGraph (see hloparse.callgraph
-        for its nodes and edges; networkx is imported here, on first use: it costs 0.14 s)."""
+        """The call graph of the computations, a networkx MultiDiGraph: one node per computation
+        (attributes `computation`, `is_entry`), one edge per call site, caller -> callee, keyed
+        `instruction/role/index`, with `role`, `instruction` and `index` (branch number) as data.
+        The walks over it are in analysis/graph.py. networkx is imported here, on first use (it
+        costs 0.14 s)."""
         import networkx as nx
 
         graph = nx.MultiDiGraph(module=self.name, entry=self.entry_name)

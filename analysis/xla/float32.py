@@ -74,3 +74,13 @@ def mul(a: Value, b: Value) -> Value:
         n = a * b
         return n if -_EXACT <= n <= _EXACT else _round(n)
     return _back(np.float32(a) * np.float32(b))
+
+
+def running_sum(values: list[Value]) -> Value:
+    """float32 values added one by one, left to right, in float32 (numpy's accumulate is a
+    sequential loop, unlike its pairwise sum). Each value is exact as a double, and so in the
+    float32 array."""
+    if not values:
+        return 0
+    sums = np.add.accumulate(np.array(values, dtype=np.float64).astype(np.float32), dtype=np.float32)
+    return _back(sums[-1])
