@@ -117,6 +117,7 @@ class Evaluation:
         self.xla_keys: dict[str, dict[str, Any]] = {}  # with diagnostics: every other key
         self.unavailable: dict[str, str] = {}  # why XLA's totals of a computation are unknowable
         self._callee_total = self.applied.get
+        self._same_charge: dict[tuple, tuple] = {}
         for name in bottom_up(self.graph):
             if name in module.by_name:
                 self._computation(module.by_name[name])
@@ -149,9 +150,21 @@ class Evaluation:
                 self._unavailable(comp, f"{inst.name!r} (line {inst.line}): {op}: {TOO_FEW_OPERANDS}")
             else:
                 charge = fn(Ctx(module, comp, inst, self._callee_total, bytes_unread))
-                cost = self._own(comp, inst, charge, in_fusion)
-                if estimate:
-                    props.append(self._xla_props(comp, inst, charge, unobserved))
+                if charge.applied or charge.nested is not None or self.unbounded:
+                    cost = self._own(comp, inst, charge, in_fusion)
+                    if estimate:
+                        props.append(self._xla_props(comp, inst, charge, unobserved))
+                else:  # both views are a function of the charge alone: each distinct one once
+                    key = (charge.flops, charge.transcendentals, charge.bytes_terms, charge.optimal_seconds,
+                           charge.exact, charge.exact_uncounted, in_fusion, unobserved)
+                    known = self._same_charge.get(key)
+                    if known is None:
+                        known = self._same_charge[key] = (
+                            self._own(comp, inst, charge, in_fusion),
+                            self._xla_props(comp, inst, charge, unobserved) if estimate else None)
+                    cost = known[0]
+                    if estimate:
+                        props.append(known[1])
                 if self.diagnostics:
                     keys.append(self._diagnostic_keys(comp, inst, charge))
             costs.append(cost)
