@@ -16,6 +16,7 @@ import networkx as nx
 from hloparse.ir import CallRole, Instruction, Module
 
 _GRAPHS: "weakref.WeakKeyDictionary[Module, nx.MultiDiGraph]" = weakref.WeakKeyDictionary()
+_CALLS_FROM: "weakref.WeakKeyDictionary[nx.MultiDiGraph, dict]" = weakref.WeakKeyDictionary()
 
 
 def call_graph(module: Module) -> nx.MultiDiGraph:
@@ -24,6 +25,18 @@ def call_graph(module: Module) -> nx.MultiDiGraph:
     if graph is None:
         graph = _GRAPHS[module] = module.call_graph()
     return graph
+
+
+def calls_from(graph: nx.MultiDiGraph) -> dict[str, list[tuple[str, dict]]]:
+    """Each computation's call sites as (callee, edge data), in the graph's edge order, listed
+    once per graph (one pass over the edges instead of a view per computation)."""
+    table = _CALLS_FROM.get(graph)
+    if table is None:
+        table = {}
+        for caller, callee, data in graph.edges(data=True):
+            table.setdefault(caller, []).append((callee, data))
+        _CALLS_FROM[graph] = table
+    return table
 
 
 def is_executing_site(inst: Instruction, role: CallRole) -> bool:
@@ -39,8 +52,9 @@ def is_executing_site(inst: Instruction, role: CallRole) -> bool:
 
 def executing_callees(graph: nx.MultiDiGraph, name: str) -> list[str]:
     """The computations `name` runs (each once, in the order its instructions call them)."""
-    found = [callee for _, callee, data in graph.out_edges(name, data=True)
-             if is_executing_site(data["instruction"], data["role"]) and "computation" in graph.nodes[callee]]
+    nodes = graph.nodes
+    found = [callee for callee, data in calls_from(graph).get(name, ())
+             if is_executing_site(data["instruction"], data["role"]) and "computation" in nodes[callee]]
     return list(dict.fromkeys(found))
 
 

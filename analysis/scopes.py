@@ -5,6 +5,7 @@ frames are jax's transformation wrappers rather than the model's own names, and 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 NO_SCOPE = "(no scope)"
 NO_MODULE = "(no module)"
@@ -32,6 +33,12 @@ def scope(op_name: str) -> str:
 
 def split_components(op_name: str) -> list[str]:
     """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
+    return list(_split_components(op_name))
+
+
+@lru_cache(maxsize=65536)  # the same name stacks recur on many instructions
+def _split_components(op_name: str) -> tuple[str, ...]:
+    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(op_name):
         if ch == "(":
@@ -42,7 +49,7 @@ def split_components(op_name: str) -> list[str]:
             parts.append(op_name[start:i])
             start = i + 1
     parts.append(op_name[start:])
-    return parts
+    return tuple(parts)
 
 
 def model_path(op_name: str) -> str:

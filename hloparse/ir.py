@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping
 
@@ -172,6 +173,13 @@ class SourceLocation:
     column: int = 0
 
 
+# Decoded metadata per distinct metadata text (fused instructions of one jax op share it): a
+# read-only mapping, so that instructions can share it.
+_METADATA: dict[str, Mapping[str, str]] = {}
+_METADATA_LIMIT = 200_000
+_NO_METADATA: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Instruction:
     """One HLO instruction. `attributes` maps each attribute name to its raw value text, exactly
@@ -221,13 +229,20 @@ class Instruction:
     def _decode_metadata(self) -> Mapping[str, str]:
         raw = self.attributes.get("metadata")
         if raw is None:
-            return {}
+            return _NO_METADATA
+        decoded = _METADATA.get(raw)
+        if decoded is not None:
+            return decoded
         try:
-            return attributes.parse_metadata(raw)
+            decoded = MappingProxyType(attributes.parse_metadata(raw))
         except attributes.AttributeSyntaxError as e:
             # Decoded lazily, after the parse: the file is not known here, the line is.
             raise HloParseError(f"bad metadata of {self.name}: {e}", line=self.line, column=self.column,
                                 text=raw[:200], expected=e.expected) from None
+        if len(_METADATA) >= _METADATA_LIMIT:
+            _METADATA.clear()
+        _METADATA[raw] = decoded
+        return decoded
 
     @property
     def op_name(self) -> str:
@@ -367,9 +382,16 @@ class StackFrames:
     file_locations: tuple[tuple[int, int, int, int, int, int], ...] = ()
     # (file_location_id, parent_frame_id)
     frames: tuple[tuple[int, int], ...] = ()
+    _locations: dict[int, SourceLocation | None] = field(default_factory=dict, init=False, repr=False)
 
     def location(self, frame_id: int) -> SourceLocation | None:
-        """The innermost source location of a stack frame id, or None if out of range."""
+        """The innermost source location of a stack frame id, or None if out of range (each
+        frame's SourceLocation made once)."""
+        if frame_id not in self._locations:
+            self._locations[frame_id] = self._location(frame_id)
+        return self._locations[frame_id]
+
+    def _location(self, frame_id: int) -> SourceLocation | None:
         if not (1 <= frame_id <= len(self.frames)):
             return None
         loc_id, _parent = self.frames[frame_id - 1]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analysis.graph import call_graph, is_executing_site
+from analysis.graph import call_graph, calls_from, is_executing_site
 from analysis.graph import control_order as graph_control_order
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -89,9 +89,9 @@ def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None
     counts[module.entry_name] = 1
     loop_of[module.entry_name] = None
     fusion_of[module.entry_name] = None
-    graph = call_graph(module)
+    calls = calls_from(call_graph(module))
     for name in order:  # callers first: a caller's count is final before its callees read it
-        for _, callee, site in graph.out_edges(name, data=True):
+        for callee, site in calls.get(name, ()):
             inst, role = site["instruction"], site["role"]
             if callee not in counts or not is_executing_site(inst, role):
                 continue
