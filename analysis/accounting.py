@@ -215,12 +215,12 @@ class _OpNamesOnce(remat_analysis.OpNames):
 
     def __init__(self, module: Module, order: Iterable[str]) -> None:
         super().__init__(module, order)
-        self._known: dict[int, str] = {}
+        self.known: dict[int, str] = {}  # id(instruction) -> its whole op_name
 
     def of(self, computation: str, inst: Instruction) -> str:
-        name = self._known.get(id(inst))
+        name = self.known.get(id(inst))
         if name is None:
-            name = self._known[id(inst)] = super().of(computation, inst)
+            name = self.known[id(inst)] = super().of(computation, inst)
         return name
 
 
@@ -231,6 +231,7 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     uncounted: list[Uncounted] = []
     scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
     source_location = module.source_location
+    known_names = op_names.known.get if isinstance(op_names, _OpNamesOnce) else {}.get
     for name in ex.order:
         comp = module.by_name[name]
         executions = ex.of(name)
@@ -239,7 +240,9 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
         loop = ex.loop_of.get(name)
         body_is_remat = remat_bodies.get(name, False)
         for inst, oc in zip(comp.instructions, op_costs[name]):
-            op_name = op_names.of(name, inst)
+            op_name = known_names(id(inst))  # the remat pass worked every one out
+            if op_name is None:
+                op_name = op_names.of(name, inst)
             named = scopes.get(op_name)
             if named is None:
                 named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))

@@ -110,7 +110,8 @@ class Evaluation:
         self.info = module_info(module, self.graph)
         self.unbounded = view == "exact" and has_unbounded_shapes(module)
         # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
-        self.unobserved = set() if diagnostics else bytes_unobserved(self.graph)
+        order = bottom_up(self.graph)
+        self.unobserved = set() if diagnostics else bytes_unobserved(self.graph, order)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
         self.xla: dict[str, tuple] = {}  # XLA's totals of one nested analysis of a computation
@@ -118,7 +119,7 @@ class Evaluation:
         self.unavailable: dict[str, str] = {}  # why XLA's totals of a computation are unknowable
         self._callee_total = self.applied.get
         self._same_charge: dict[tuple, tuple] = {}
-        for name in bottom_up(self.graph):
+        for name in order:
             if name in module.by_name:
                 self._computation(module.by_name[name])
 

@@ -125,14 +125,19 @@ def call_sites(graph: nx.MultiDiGraph, callee: str) -> Iterator[tuple[str, Instr
 BYTES_STOP_AT = frozenset({CallRole.FUSION, CallRole.TO_APPLY, CallRole.CUSTOM_CALL})
 
 
-def bytes_unobserved(graph: nx.MultiDiGraph) -> set[str]:
+def bytes_unobserved(graph: nx.MultiDiGraph, order: list[str] | None = None) -> set[str]:
     """Computations whose XLA bytes total no caller ever reads: every call of them goes through
-    a role in BYTES_STOP_AT or comes from a computation that is itself unobserved."""
+    a role in BYTES_STOP_AT or comes from a computation that is itself unobserved. `order` is
+    `bottom_up(graph)` where the caller has it."""
+    callers: dict[str, list[tuple[str, CallRole]]] = {}
+    for caller, callee, role in graph.edges(data="role"):
+        callers.setdefault(callee, []).append((caller, role))
+    entry = graph.graph["entry"]
     unobserved: set[str] = set()
-    for name in reversed(bottom_up(graph)):  # callers first
-        calls = list(graph.in_edges(name, data="role"))
-        if name == graph.graph["entry"] or not calls:
+    for name in reversed(order if order is not None else bottom_up(graph)):  # callers first
+        calls = callers.get(name)
+        if name == entry or not calls:
             continue
-        if all(role in BYTES_STOP_AT or caller in unobserved for caller, _, role in calls):
+        if all(role in BYTES_STOP_AT or caller in unobserved for caller, role in calls):
             unobserved.add(name)
     return unobserved
