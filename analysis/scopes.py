@@ -52,6 +52,7 @@ def _split_components(op_name: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
+@lru_cache(maxsize=65536)  # pure, and asked for the same name stacks over and over
 def model_path(op_name: str) -> str:
     """The op_name with every transformation wrapper removed: the part of the model an op
     computes, the same for a forward op and its recompute."""

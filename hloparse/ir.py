@@ -411,6 +411,7 @@ class Module:
     attributes: Mapping[str, str] = field(default_factory=dict)  # header attributes, raw text
     stack_frames: StackFrames = field(default_factory=StackFrames)
     path: str | None = None  # the file it was loaded from, if any
+    _sources: dict[str, SourceLocation | None] = field(default_factory=dict, init=False, repr=False)
 
     @cached_property
     def by_name(self) -> Mapping[str, Computation]:
@@ -434,7 +435,16 @@ class Module:
 
     def source_location(self, instruction: Instruction) -> SourceLocation | None:
         """Where the instruction came from: its `stack_frame_id` through the module's stack
-        frame tables, else the older `source_file` / `source_line` metadata."""
+        frame tables, else the older `source_file` / `source_line` metadata (worked out once per
+        distinct metadata text)."""
+        raw = instruction.attributes.get("metadata")
+        if raw is None:
+            return None
+        if raw not in self._sources:
+            self._sources[raw] = self._source_location(instruction)
+        return self._sources[raw]
+
+    def _source_location(self, instruction: Instruction) -> SourceLocation | None:
         md = instruction.metadata
         frame = md.get("stack_frame_id")
         if frame is not None:
