@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from hloparse.ir import ConvDimLabels, WindowDim
+from hloparse.values import ConvDimLabels, WindowDim
 
 
 class AttributeSyntaxError(ValueError):

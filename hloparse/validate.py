@@ -20,7 +20,7 @@ from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 
 if TYPE_CHECKING:
-    from hloparse.parser import _Builder
+    from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
 
 
 def compatible(a: Shape, b: Shape) -> bool:
