@@ -48,6 +48,7 @@ from analysis import remat as remat_analysis
 from analysis.cost.communication import with_communication
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
+from analysis.engine import evaluate, own_cost
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
@@ -84,8 +85,6 @@ class LoopAccounting(Accounting):
 
 
 def exact_cost(module: Module, computation: Computation, instruction: Instruction) -> OpCost:
-    from analysis.cost.rules import own_cost
-
     return own_cost(module, computation, instruction, view="exact")
 
 
@@ -112,6 +111,8 @@ class _Inclusive:
     def _one(self, name: str) -> tuple[Cost, Cost]:
         exact = once = self.own.get(name, ZERO)
         for inst in self.module.by_name[name].instructions:
+            if not inst.calls:
+                continue
             sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in self.exact]
             if not sites:
                 continue
@@ -142,7 +143,6 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     """The loop- and remat-aware accounting of a module (see the module docstring).
     `cost_fn` replaces `rules.own_cost(view="exact")` and `xla` replaces
     `xla_estimate(module)` (tests use both to check the bookkeeping on its own)."""
-    cost_fn = cost_fn or exact_cost
     if xla is None:
         from analysis.xla.estimate import EstimateUnavailable, xla_estimate
 
@@ -159,16 +159,20 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         if inst.opcode == "while" and inst.name not in trips:
             trips[inst.name] = trip_count(module, comp, inst, overrides)
 
-    op_costs: dict[tuple[str, str], OpCost] = {}
+    # Every instruction's exact cost, from the one pass over the module (analysis.engine).
+    exact = evaluate(module).exact if cost_fn is None else None
+    op_costs: dict[str, list[OpCost]] = {}
     own: dict[str, Cost] = {}
     for name in first.order:
         comp = module.by_name[name]
-        total = ZERO
-        for inst in comp.instructions:
-            oc = cost_fn(module, comp, inst)
-            op_costs[(name, inst.name)] = oc
-            total = total + oc.cost
-        own[name] = total
+        costs = exact[name] if exact is not None else [cost_fn(module, comp, inst) for inst in comp.instructions]
+        op_costs[name] = costs
+        flops = transcendentals = bytes_accessed = 0
+        for oc in costs:
+            flops += oc.cost.flops
+            transcendentals += oc.cost.transcendentals
+            bytes_accessed += oc.cost.bytes_accessed
+        own[name] = Cost(flops, transcendentals, bytes_accessed)
 
     upper = _Inclusive(module, own, trips, pick_max=True)
     upper.compute(first.order)
@@ -176,7 +180,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     lower.compute(first.order)
     ex = execution_counts(module, trips, branch_choice=upper.choice)
 
-    op_names = remat_analysis.OpNames(module, ex.order)
+    op_names = _OpNamesOnce(module, ex.order)
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
@@ -213,32 +217,57 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     )
 
 
-def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[tuple[str, str], OpCost],
+class _OpNamesOnce(remat_analysis.OpNames):
+    """Each instruction's whole op_name worked out once: the remat pass and the rows both read it."""
+
+    def __init__(self, module: Module, order: Iterable[str]) -> None:
+        super().__init__(module, order)
+        self.known: dict[int, str] = {}  # id(instruction) -> its whole op_name
+
+    def of(self, computation: str, inst: Instruction) -> str:
+        name = self.known.get(id(inst))
+        if name is None:
+            name = self.known[id(inst)] = super().of(computation, inst)
+        return name
+
+
+def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCost]],
           remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool],
           op_names: remat_analysis.OpNames):
     rows: list[Row] = []
     uncounted: list[Uncounted] = []
+    scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
+    source_location = module.source_location
+    known_names = op_names.known.get if isinstance(op_names, _OpNamesOnce) else {}.get
     for name in ex.order:
         comp = module.by_name[name]
         executions = ex.of(name)
         known = ex.is_known(name)
-        for inst in comp.instructions:
-            oc = op_costs[(name, inst.name)]
-            op_name = op_names.of(name, inst)
+        fusion = ex.fusion_of.get(name)
+        loop = ex.loop_of.get(name)
+        body_is_remat = remat_bodies.get(name, False)
+        for inst, oc in zip(comp.instructions, op_costs[name]):
+            op_name = known_names(id(inst))  # the remat pass worked every one out
+            if op_name is None:
+                op_name = op_names.of(name, inst)
+            named = scopes.get(op_name)
+            if named is None:
+                named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))
+            cost = oc.cost
             rows.append(Row(
                 computation=name,
                 name=inst.name,
                 opcode=inst.opcode,
                 executions=executions,
                 executions_known=known,
-                cost=oc.cost,
-                total=oc.cost.scaled(executions),
-                fusion=ex.fusion_of.get(name),
-                loop=ex.loop_of.get(name),
-                remat=(name, inst.name) in remat_index or remat_bodies.get(name, False),
-                phase=remat_analysis.phase(op_name),
-                scope=remat_analysis.scope(op_name),
-                source=module.source_location(inst),
+                cost=cost,
+                total=cost if executions == 1 else cost.scaled(executions),
+                fusion=fusion,
+                loop=loop,
+                remat=body_is_remat or (name, inst.name) in remat_index,
+                phase=named[0],
+                scope=named[1],
+                source=source_location(inst),
                 uncounted=oc.uncounted,
                 target=inst.custom_call_target,
                 note=row_note(comp, inst) if oc.uncounted is None else None,

@@ -13,6 +13,7 @@ real name stack and never a synthetic key such as `mul;jit(f)`. `first_op_name` 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 NO_SCOPE = "(no scope)"
 NO_MODULE = "(no module)"
@@ -59,6 +60,12 @@ def scope(op_name: str) -> str:
 
 def split_components(op_name: str) -> list[str]:
     """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
+    return list(_split_components(op_name))
+
+
+@lru_cache(maxsize=65536)  # the same name stacks recur on many instructions
+def _split_components(op_name: str) -> tuple[str, ...]:
+    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(op_name):
         if ch == "(":
@@ -69,9 +76,10 @@ def split_components(op_name: str) -> list[str]:
             parts.append(op_name[start:i])
             start = i + 1
     parts.append(op_name[start:])
-    return parts
+    return tuple(parts)
 
 
+@lru_cache(maxsize=65536)  # pure, and asked for the same name stacks over and over
 def model_path(op_name: str) -> str:
     """The op_name with every transformation wrapper removed: the part of the model an op
     computes, the same for a forward op and its recompute."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from hloparse.ir import ConvDimLabels, WindowDim
+from hloparse.values import ConvDimLabels, WindowDim
 
 
 class AttributeSyntaxError(ValueError):

@@ -99,7 +99,7 @@ def wrapped_computation_name(start_name: str) -> str:
     return f"{start_name}.async_wrapped"
 
 
-def new_call_site(role: str, computation: str, index: int = 0) -> CallSite:
+def new_call_site(role: CallRole, computation: str, index: int = 0) -> CallSite:
     """CallSite(...) without the frozen dataclass's per-field object.__setattr__."""
     site = _new(CallSite)
     _set_role(site, role)

@@ -12,7 +12,7 @@ from hloparse.attributes import AttributeSyntaxError, parse_padding
 from hloparse.ir import Computation, Instruction, Layout, Shape
 
 if TYPE_CHECKING:
-    from hloparse.parser import _Builder
+    from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
 
 _SAME_AS_OPERAND = frozenset(
     {"abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt", "rsqrt",

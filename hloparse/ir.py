@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
 from functools import cached_property
 from typing import Any, Callable, Generator, Iterator, Mapping
+
+from hloparse import attributes
+from hloparse.errors import HloParseError
+from hloparse.values import ConvDimLabels, DotDimensionNumbers, WindowDim
+
+__all__ = ["ConvDimLabels", "DotDimensionNumbers", "WindowDim"]  # decoded values, re-exported
 
 # Bytes per element, as XLA's ShapeUtil::ByteSizeOfPrimitiveType counts them. Sub-byte types
 # (s4, u4, s2, u2, s1, u1, f4e2m1fn, ...) occupy one byte each in an unpacked layout.
@@ -130,7 +138,10 @@ class Shape:
 # Roles under which an instruction calls a computation. The accounting executes the callee of
 # CONTROL roles as its own computation; APPLIED roles (reducers, comparators, scatter combiners)
 # are costed by the calling instruction's rule, the way XLA's HloCostAnalysis does.
-class CallRole:
+class CallRole(StrEnum):
+    """How an instruction calls a computation. A StrEnum: a role equals its value
+    (`CallRole.FUSION == "fusion"`) and prints as it."""
+
     WHILE_BODY = "while_body"
     WHILE_CONDITION = "while_condition"
     FUSION = "fusion"
@@ -139,13 +150,17 @@ class CallRole:
     ASYNC = "async"
     TO_APPLY = "to_apply"
     CUSTOM_CALL = "custom_call"  # custom-call's called_computations=
-    CONTROL = frozenset({WHILE_BODY, WHILE_CONDITION, FUSION, CALL, BRANCH, ASYNC})
-    APPLIED = frozenset({TO_APPLY, CUSTOM_CALL})
+
+
+# The two groups (class attributes, not members: iterating CallRole gives the eight roles).
+CallRole.CONTROL = frozenset({CallRole.WHILE_BODY, CallRole.WHILE_CONDITION, CallRole.FUSION, CallRole.CALL,
+                              CallRole.BRANCH, CallRole.ASYNC})
+CallRole.APPLIED = frozenset({CallRole.TO_APPLY, CallRole.CUSTOM_CALL})
 
 
 @dataclass(frozen=True, slots=True)
 class CallSite:
-    role: str  # one of CallRole
+    role: CallRole
     computation: str  # the callee's name
     index: int = 0  # position among the instruction's callees of that role (branch number)
 
@@ -156,6 +171,13 @@ class SourceLocation:
     line: int
     function: str = ""
     column: int = 0
+
+
+# Decoded metadata per distinct metadata text (fused instructions of one jax op share it): a
+# read-only mapping, so that instructions can share it.
+_METADATA: dict[str, Mapping[str, str]] = {}
+_METADATA_LIMIT = 200_000
+_NO_METADATA: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -197,8 +219,6 @@ class Instruction:
 
     def int_list(self, key: str) -> tuple[int, ...] | None:
         """`{1,2}` or `{}` -> tuple of ints; None when the attribute is absent."""
-        from hloparse import attributes
-
         raw = self.attributes.get(key)
         return None if raw is None else attributes.parse_int_list(raw)
 
@@ -207,18 +227,22 @@ class Instruction:
         return self._memo("metadata", self._decode_metadata)
 
     def _decode_metadata(self) -> Mapping[str, str]:
-        from hloparse import attributes
-        from hloparse.errors import HloParseError
-
         raw = self.attributes.get("metadata")
         if raw is None:
-            return {}
+            return _NO_METADATA
+        decoded = _METADATA.get(raw)
+        if decoded is not None:
+            return decoded
         try:
-            return attributes.parse_metadata(raw)
+            decoded = MappingProxyType(attributes.parse_metadata(raw))
         except attributes.AttributeSyntaxError as e:
             # Decoded lazily, after the parse: the file is not known here, the line is.
             raise HloParseError(f"bad metadata of {self.name}: {e}", line=self.line, column=self.column,
                                 text=raw[:200], expected=e.expected) from None
+        if len(_METADATA) >= _METADATA_LIMIT:
+            _METADATA.clear()
+        _METADATA[raw] = decoded
+        return decoded
 
     @property
     def op_name(self) -> str:
@@ -230,8 +254,6 @@ class Instruction:
         return self._memo("backend_config", self._decode_backend_config)
 
     def _decode_backend_config(self) -> Any:
-        from hloparse import attributes
-
         raw = self.attributes.get("backend_config")
         if raw is None:
             return None
@@ -258,23 +280,17 @@ class Instruction:
 
     @property
     def window(self) -> tuple[WindowDim, ...] | None:
-        from hloparse import attributes
-
         raw = self.attributes.get("window")
         return None if raw is None else self._memo("window", lambda: attributes.parse_window(raw))
 
     @property
     def conv_dim_labels(self) -> ConvDimLabels | None:
-        from hloparse import attributes
-
         raw = self.attributes.get("dim_labels")
         return None if raw is None else self._memo("conv_dim_labels", lambda: attributes.parse_dim_labels(raw))
 
     @property
     def slice_spec(self) -> tuple[tuple[int, int, int], ...] | None:
         """`slice={[0:4:1], [2:8]}` -> ((start, limit, stride), ...)."""
-        from hloparse import attributes
-
         raw = self.attributes.get("slice")
         return None if raw is None else self._memo("slice_spec", lambda: attributes.parse_slice(raw))
 
@@ -296,8 +312,6 @@ class Instruction:
 
     @property
     def custom_call_target(self) -> str | None:
-        from hloparse import attributes
-
         raw = self.attributes.get("custom_call_target")
         return None if raw is None else attributes.unquote(raw)
 
@@ -305,43 +319,9 @@ class Instruction:
     def comparison_direction(self) -> str | None:
         return self.attributes.get("direction")
 
-    def called(self, role: str) -> tuple[str, ...]:
+    def called(self, role: CallRole | str) -> tuple[str, ...]:
         """Names of the computations this instruction calls under `role`, in order."""
         return tuple(c.computation for c in self.calls if c.role == role)
-
-
-@dataclass(frozen=True, slots=True)
-class DotDimensionNumbers:
-    lhs_batch: tuple[int, ...]
-    rhs_batch: tuple[int, ...]
-    lhs_contracting: tuple[int, ...]
-    rhs_contracting: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class WindowDim:
-    size: int = 1
-    stride: int = 1
-    pad_low: int = 0
-    pad_high: int = 0
-    lhs_dilation: int = 1  # XLA's base dilation
-    rhs_dilation: int = 1  # XLA's window dilation
-    reversal: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ConvDimLabels:
-    """`b01f_01io->b01f` decoded to dimension numbers (indices into each shape)."""
-
-    input_batch: int
-    input_feature: int
-    input_spatial: tuple[int, ...]
-    kernel_input_feature: int
-    kernel_output_feature: int
-    kernel_spatial: tuple[int, ...]
-    output_batch: int
-    output_feature: int
-    output_spatial: tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -402,9 +382,16 @@ class StackFrames:
     file_locations: tuple[tuple[int, int, int, int, int, int], ...] = ()
     # (file_location_id, parent_frame_id)
     frames: tuple[tuple[int, int], ...] = ()
+    _locations: dict[int, SourceLocation | None] = field(default_factory=dict, init=False, repr=False)
 
     def location(self, frame_id: int) -> SourceLocation | None:
-        """The innermost source location of a stack frame id, or None if out of range."""
+        """The innermost source location of a stack frame id, or None if out of range (each
+        frame's SourceLocation made once)."""
+        if frame_id not in self._locations:
+            self._locations[frame_id] = self._location(frame_id)
+        return self._locations[frame_id]
+
+    def _location(self, frame_id: int) -> SourceLocation | None:
         if not (1 <= frame_id <= len(self.frames)):
             return None
         loc_id, _parent = self.frames[frame_id - 1]
@@ -424,6 +411,7 @@ class Module:
     attributes: Mapping[str, str] = field(default_factory=dict)  # header attributes, raw text
     stack_frames: StackFrames = field(default_factory=StackFrames)
     path: str | None = None  # the file it was loaded from, if any
+    _sources: dict[str, SourceLocation | None] = field(default_factory=dict, init=False, repr=False)
 
     @cached_property
     def by_name(self) -> Mapping[str, Computation]:
@@ -447,7 +435,16 @@ class Module:
 
     def source_location(self, instruction: Instruction) -> SourceLocation | None:
         """Where the instruction came from: its `stack_frame_id` through the module's stack
-        frame tables, else the older `source_file` / `source_line` metadata."""
+        frame tables, else the older `source_file` / `source_line` metadata (worked out once per
+        distinct metadata text)."""
+        raw = instruction.attributes.get("metadata")
+        if raw is None:
+            return None
+        if raw not in self._sources:
+            self._sources[raw] = self._source_location(instruction)
+        return self._sources[raw]
+
+    def _source_location(self, instruction: Instruction) -> SourceLocation | None:
         md = instruction.metadata
         frame = md.get("stack_frame_id")
         if frame is not None:
@@ -463,10 +460,22 @@ class Module:
             )
         return None
 
-    def call_graph(self):  # -> networkx.MultiDiGraph (imported lazily: it costs 0.14 s)
-        from hloparse.callgraph import build_call_graph
+    def call_graph(self) -> Any:
+        """The call graph of the computations, a networkx MultiDiGraph: one node per computation
+        (attributes `computation`, `is_entry`), one edge per call site, caller -> callee, keyed
+        `instruction/role/index`, with `role`, `instruction` and `index` (branch number) as data.
+        The walks over it are in analysis/graph.py. networkx is imported here, on first use (it
+        costs 0.14 s)."""
+        import networkx as nx
 
-        return build_call_graph(self)
+        graph = nx.MultiDiGraph(module=self.name, entry=self.entry_name)
+        graph.add_nodes_from((c.name, {"computation": c, "is_entry": c.is_entry}) for c in self.computations)
+        graph.add_edges_from(
+            (comp.name, site.computation, f"{inst.name}/{site.role}/{site.index}",
+             {"role": site.role, "instruction": inst, "index": site.index})
+            for comp in self.computations for inst in comp.instructions for site in inst.calls
+        )
+        return graph
 
 
 def trampoline(walk: Generator[Any, Any, Any]) -> Any:

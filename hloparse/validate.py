@@ -22,7 +22,7 @@ from hloparse.xla_checks import CHECKED_OPCODES as XLA_CHECKED_OPCODES
 from hloparse.xla_checks import REQUIRED, check_control_predecessors, check_opcode_rules, missing_attribute
 
 if TYPE_CHECKING:
-    from hloparse.parser import _Builder
+    from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
 
 
 def compatible(a: Shape, b: Shape) -> bool:

@@ -347,7 +347,9 @@ def test_no_heavy_imports_on_the_plain_path():
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     modules = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
-    assert not modules & {"jax", "jaxlib", "pandas", "networkx"}, modules & {"jax", "jaxlib", "pandas", "networkx"}
+    # networkx is allowed since the analysis walks the networkx call graph (issue 11); it costs
+    # ~0.08 s of CPU, and the next test still holds the whole command under 1 s.
+    assert not modules & {"jax", "jaxlib", "pandas"}, modules & {"jax", "jaxlib", "pandas"}
 
 
 def test_small_module_answers_in_well_under_a_second_of_cpu():

@@ -6,8 +6,9 @@ hypothesis), unbalanced quotes and brackets, deep nesting of each bracket kind, 
 calls and of tuple accesses. Parsing, analysing and rendering the larger one may take at most 12x
 the CPU time of the smaller (best of 3 on a busy 2-core machine, measured again up to twice
 when over, plus 20 ms of slack for timer noise on cases of a few milliseconds), and its peak
-traced memory must stay under 20 bytes per character plus 8 MB; the structural cases made of thousands of tiny instructions (call and
-tuple chains) under 64, the size of one instruction's objects per ~30 characters.
+traced memory must stay under 20 bytes per character plus 8 MB; the structural cases made of
+thousands of tiny instructions (call and tuple chains) under 64, the size of one instruction's
+objects per ~30 characters.
 `benchmarks/hostile_scan.py` runs every case, at any size.
 """
 

@@ -280,12 +280,12 @@ ENTRY e {
 
 
 def test_reachable_and_topological_order() -> None:
-    from hloparse.callgraph import reachable_from_entry, topological_from_entry
+    from analysis.graph import control_order, with_descendants
 
     graph = hloparse.parse(CALLS.replace("ENTRY main {", "unused {\n  u = f32[] parameter(0)\n  ROOT v = f32[] "
                                          "negate(u)\n}\n\nENTRY main {")).call_graph()
-    assert "unused" not in reachable_from_entry(graph)
-    order = topological_from_entry(graph)
+    assert "unused" not in with_descendants(graph, ["main"])
+    order = control_order(graph)
     assert order[0] == "main"
     assert order.index("body") < order.index("fused")
 

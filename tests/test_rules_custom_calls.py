@@ -10,7 +10,7 @@ import pytest
 
 import hloparse
 from analysis.cost.costs import Cost
-from analysis.cost.rules import own_cost
+from analysis.engine import own_cost
 from analysis.xla.estimate import loop_once_totals, xla_estimate
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus")

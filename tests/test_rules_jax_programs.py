@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("jax")
 
 import hloparse  # noqa: E402
-from analysis.cost.rules import own_cost  # noqa: E402
+from analysis.engine import own_cost  # noqa: E402
 from analysis.xla.estimate import loop_once_totals, xla_estimate  # noqa: E402
 from hloparse.ir import CallRole  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from analysis.cost.rules import KNOWN_OPCODES, RULES, own_cost
+from analysis.cost.rules import KNOWN_OPCODES, RULES
+from analysis.engine import own_cost
 from analysis.xla.estimate import loop_once_totals, xla_estimate
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis.cost.rules import own_cost
+from analysis.engine import own_cost
 from analysis.xla.estimate import loop_once_totals, xla_estimate
 from hloparse.ir import CallRole
 

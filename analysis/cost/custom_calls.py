@@ -21,25 +21,20 @@ uncounted with its name (never 0, never folded into a total):
 - Sharding / layout / placement annotations (`Sharding`, `xla.sdy.*`, `Pin`, ...): nothing;
   host/device moves and dynamic-shape padding (`MoveToHost`, `SliceToDynamic`, ...): bytes only.
 Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
-Fused attention, TopK, block-scaled dots, cuDNN conv graphs and Mosaic GPU are asked of
-analysis.cost.kernels first.
+Fused attention, TopK, block-scaled dots, cuDNN conv graphs and Mosaic GPU: the rules of
+analysis.cost.kernels, registered here for each of its targets.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any, Callable
+from typing import Any
 
 from analysis.cost import kernels
 from analysis.cost.costs import Cost
-from analysis.cost.windows import convolution_flops
+from analysis.cost.registry import Ctx, NotCounted, custom_call_rule, register_custom_call
 from analysis.cost.shapes import elements, output_size, size
-from hloparse.ir import CallRole, Computation, Instruction, Shape
-
-_GEMM = re.compile(r"__cublas\$(gemm|lt\$matmul.*)$")
-_CUDNN_CONV = re.compile(r"__cudnn\$conv(Forward|BackwardInput|BackwardFilter|BiasActivationForward)$")
-_LAPACK = re.compile(r"^(?:lapack|blas)_([sdcz])(potrf|trsm|getrf)(?:_ffi)?$")
-
+from analysis.cost.windows import convolution_flops
+from hloparse.ir import CallRole, Instruction, Shape
 
 # Annotations the compiler removes or turns into nothing: no arithmetic, no memory traffic.
 ANNOTATIONS = frozenset({
@@ -49,45 +44,95 @@ ANNOTATIONS = frozenset({
 })
 # Data movement only: no arithmetic; bytes as XLA's default rule would charge them.
 DATA_MOVEMENT = frozenset({"MoveToHost", "MoveToDevice", "SliceToDynamic", "PadToStatic"})
+_LAPACK_KINDS = ("potrf", "trsm", "getrf")
+# The exceptions a malformed backend_config (JSON the compiler wrote, read as data) raises
+# while a rule reads it: the call is then uncounted, with the reason.
+_UNREADABLE = (KeyError, IndexError, ValueError, TypeError, AttributeError)
 
 
-def exact_cost(computation: Computation, inst: Instruction,
-               callee_cost: Callable[[str], Cost | str] | None = None) -> Cost | str:
-    """The exact cost of one custom-call, or a string saying why it is not known.
-    `callee_cost(name)` gives the flops/transcendentals of one run of a called computation
-    (used for `xla_builder.*` composites, whose called computation is their definition)."""
-    target = inst.custom_call_target or ""
-    operands = computation.operand_shapes(inst)
-    moved = output_size(inst.shape) + sum(size(s) for s in operands)
-    if target in ANNOTATIONS or target.startswith("xla.sdy."):
-        return Cost(0, 0, 0)
-    if target in DATA_MOVEMENT:
-        return Cost(0, 0, moved)
-    called = inst.called(CallRole.CUSTOM_CALL)
-    if target.startswith("xla_builder.") and len(called) == 1 and callee_cost is not None:
-        body = callee_cost(called[0])
-        if isinstance(body, str):
-            return f"custom-call target {target}: its called computation cannot be costed ({body})"
-        return Cost(body.flops, body.transcendentals, moved)
-    kernel = kernels.kernel_cost(computation, inst)  # attention, TopK, block-scaled dot, ...
-    if kernel is not None:
-        return kernel
+def exact_cost(ctx: Ctx) -> Cost | str:
+    """The exact cost of one custom-call by its target's registered rule, or a string saying
+    why it is not known (no rule for the target, or the rule raised NotCounted)."""
+    target = ctx.instruction.custom_call_target or ""
+    fn = custom_call_rule(target)
+    if fn is None:
+        return f"custom-call target {target}: arithmetic unknown"
     try:
-        if _GEMM.match(target):
-            return Cost(gemm_flops(inst, operands), 0, moved)
-        if _CUDNN_CONV.match(target):
-            return Cost(convolution_flops(inst, operands[0], operands[1], _first(inst.shape)), 0, moved)
-        lapack = _LAPACK.match(target)
-        if lapack:
-            return Cost(_lapack_flops(lapack.group(2), inst, operands), 0, moved)
-        if target == "tpu_custom_call":
-            estimate = _cost_estimate(inst.backend_config)
-            if estimate is not None:
-                return estimate
-            return f"custom-call target {target}: no cost_estimate in backend_config"
-    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
+        return fn(ctx)
+    except NotCounted as why:
+        return f"custom-call target {target}: {why}"
+    except _UNREADABLE as err:
         return f"custom-call target {target}: cannot read its dimensions ({type(err).__name__}: {err})"
-    return f"custom-call target {target}: arithmetic unknown"
+
+
+def io_bytes(ctx: Ctx) -> int:
+    """XLA's default bytes for a call: its result's leaves plus each operand's shape."""
+    return output_size(ctx.shape) + sum(size(s) for s in ctx.operand_shapes())
+
+
+@register_custom_call(*sorted(ANNOTATIONS), "xla.sdy.*")
+def _annotation(ctx: Ctx) -> Cost:
+    return Cost(0, 0, 0)
+
+
+@register_custom_call(*sorted(DATA_MOVEMENT))
+def _data_movement(ctx: Ctx) -> Cost:
+    return Cost(0, 0, io_bytes(ctx))
+
+
+@register_custom_call("xla_builder.*")
+def _xla_builder(ctx: Ctx) -> Cost:
+    called = ctx.instruction.called(CallRole.CUSTOM_CALL)
+    if len(called) != 1 or ctx.callee_total is None:
+        raise NotCounted("arithmetic unknown")
+    body = ctx.callee_total(called[0])
+    if isinstance(body, str):
+        raise NotCounted(f"its called computation cannot be costed ({body})")
+    return Cost(body.flops, body.transcendentals, io_bytes(ctx))
+
+
+@register_custom_call("__cublas$gemm", "__cublas$lt$matmul*")
+def _gemm(ctx: Ctx) -> Cost:
+    return Cost(gemm_flops(ctx.instruction, ctx.operand_shapes()), 0, io_bytes(ctx))
+
+
+@register_custom_call(*(f"__cudnn$conv{kind}" for kind in
+                        ("Forward", "BackwardInput", "BackwardFilter", "BiasActivationForward")))
+def _cudnn_conv(ctx: Ctx) -> Cost:
+    operands = ctx.operand_shapes()
+    flops = convolution_flops(ctx.instruction, operands[0], operands[1], _first(ctx.shape))
+    return Cost(flops, 0, io_bytes(ctx))
+
+
+def _lapack_rule(kind: str):
+    def rule(ctx: Ctx) -> Cost:
+        return Cost(_lapack_flops(kind, ctx.instruction, ctx.operand_shapes()), 0, io_bytes(ctx))
+
+    rule.__name__ = f"_lapack_{kind}"
+    return rule
+
+
+for _kind in _LAPACK_KINDS:
+    register_custom_call(*(f"{lib}_{t}{_kind}{ffi}" for lib in ("lapack", "blas") for t in "sdcz"
+                           for ffi in ("", "_ffi")))(_lapack_rule(_kind))
+
+
+@register_custom_call(*sorted(kernels.TARGETS))
+def _kernel(ctx: Ctx) -> Cost:
+    cost = kernels.kernel_cost(ctx.computation, ctx.instruction)
+    if isinstance(cost, str):  # kernels words its reasons whole; exact_cost adds the target again
+        raise NotCounted(cost.removeprefix(f"custom-call target {ctx.instruction.custom_call_target}: "))
+    if cost is None:
+        raise NotCounted("arithmetic unknown")
+    return cost
+
+
+@register_custom_call("tpu_custom_call")
+def _tpu_custom_call(ctx: Ctx) -> Cost:
+    estimate = _cost_estimate(ctx.instruction.backend_config)
+    if estimate is None:
+        raise NotCounted("no cost_estimate in backend_config")
+    return estimate
 
 
 def gemm_flops(inst: Instruction, operands: tuple[Shape, ...]) -> int:

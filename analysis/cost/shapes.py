@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from hloparse.ir import ELEMENT_BYTES, Shape
+from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Shape
 
 POINTER_SIZE = 8
 _ELEMENT_BITS = re.compile(r"E\((\d+)\)")
@@ -49,7 +49,25 @@ def elements_recursive(shape: Shape) -> int:
     return sum(elements(leaf) for leaf in shape.leaves() if leaf.is_array)
 
 
+# Sizes per distinct Shape object (the parser shares one object per distinct shape text). The
+# entry holds the shape itself, so its id cannot be reused while the entry lives.
+_SIZES: dict[tuple[int, bool], tuple[Shape, int]] = {}
+_SIZES_LIMIT = 200_000
+
+
 def size(shape: Shape, packed: bool = True) -> int:
+    """`shape_size` of each distinct shape, computed once."""
+    hit = _SIZES.get((id(shape), packed))
+    if hit is not None:
+        return hit[1]
+    if len(_SIZES) >= _SIZES_LIMIT:
+        _SIZES.clear()
+    result = shape_size(shape, packed)
+    _SIZES[(id(shape), packed)] = (shape, result)
+    return result
+
+
+def shape_size(shape: Shape, packed: bool = True) -> int:
     """XLA's GetShapeSize for one shape (a tuple counts its pointer table only). `packed=False`
     ignores a layout's `E(bits)` element size: XLA's parser builds a constant's shape from its
     literal, which drops it (an `s4[4,4]{1,0:E(4)}` constant then counts 16 bytes, not 8)."""
@@ -74,7 +92,35 @@ def size(shape: Shape, packed: bool = True) -> int:
     return result
 
 
+def value_size(computation: Computation, name: str) -> int:
+    """GetShapeSize of the value an operand names (a constant's shape is never packed)."""
+    return produced_size(computation.by_name[name])
+
+
+def produced_size(producer: Instruction) -> int:
+    """GetShapeSize of the value an instruction produces, as its users read it."""
+    op = producer.opcode
+    if op == "send" or op == "recv":
+        return 3 * 8  # XLA's own 3-tuple shape for them, whatever the text says
+    return size(producer.shape, op != "constant")
+
+
+_OUTPUT_SIZES: dict[int, tuple[Shape, int]] = {}
+
+
 def output_size(shape: Shape) -> int:
+    """`result_size` of each distinct shape, computed once."""
+    hit = _OUTPUT_SIZES.get(id(shape))
+    if hit is not None:
+        return hit[1]
+    if len(_OUTPUT_SIZES) >= _SIZES_LIMIT:
+        _OUTPUT_SIZES.clear()
+    result = result_size(shape)
+    _OUTPUT_SIZES[id(shape)] = (shape, result)
+    return result
+
+
+def result_size(shape: Shape) -> int:
     """What the default (Preprocess) rule charges for an instruction's result: jaxlib 0.10.2
     charges a tuple-shaped result the sum of its leaf arrays (verified with opt-barrier, sort,
     topk), while a tuple-shaped operand costs only its pointer table (`size`)."""

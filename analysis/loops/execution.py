@@ -20,8 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from analysis.graph import call_graph, calls_from, is_executing_site
+from analysis.graph import control_order as graph_control_order
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
+
+__all__ = ["ExecutionCounts", "control_order", "execution_counts", "is_executing_site", "site_multiplier"]
 
 
 @dataclass(frozen=True)
@@ -47,54 +51,13 @@ class ExecutionCounts:
         return self.loop_of.get(self.while_sites.get(while_name, ""))
 
 
-def is_executing_site(inst: Instruction, role: str) -> bool:
-    """Does this call site run the callee? The async-update/-done halves name the same
-    computation as their async-start but do not run it again."""
-    if role not in CallRole.CONTROL:
-        return False
-    if role == CallRole.ASYNC:
-        return not (inst.opcode.endswith("-done") or inst.opcode.endswith("-update"))
-    return True
-
-
 def control_order(module: Module) -> list[str]:
-    """Computations reachable from ENTRY through CONTROL calls, callers before callees."""
-    order: list[str] = []
-    state: dict[str, int] = {}  # 1: on the stack, 2: done
-    stack: list[tuple[str, list[str]]] = []
-
-    def callees(name: str) -> list[str]:
-        comp = module.by_name.get(name)
-        if comp is None:
-            return []
-        found = []
-        for inst in comp.instructions:
-            for site in inst.calls:
-                if is_executing_site(inst, site.role) and site.computation in module.by_name:
-                    found.append(site.computation)
-        return list(dict.fromkeys(found))
-
-    root = module.entry_name
-    state[root] = 1
-    stack.append((root, callees(root)))
-    while stack:
-        name, pending = stack[-1]
-        if pending:
-            nxt = pending.pop()
-            if state.get(nxt) == 1:
-                raise ValueError(f"call graph cycle through {nxt}")
-            if nxt not in state:
-                state[nxt] = 1
-                stack.append((nxt, callees(nxt)))
-            continue
-        stack.pop()
-        state[name] = 2
-        order.append(name)
-    order.reverse()
-    return order
+    """Computations reachable from ENTRY through CONTROL calls, callers before callees (the
+    call graph's walk, analysis.graph.control_order)."""
+    return graph_control_order(call_graph(module))
 
 
-def site_multiplier(inst: Instruction, role: str, index: int, trips: Mapping[str, TripCount],
+def site_multiplier(inst: Instruction, role: CallRole, index: int, trips: Mapping[str, TripCount],
                     branch_choice: Mapping[str, int] | None) -> tuple[int, bool]:
     """(executions of the callee per execution of the calling instruction, exact?)"""
     if role == CallRole.WHILE_BODY or role == CallRole.WHILE_CONDITION:
@@ -126,24 +89,22 @@ def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None
     counts[module.entry_name] = 1
     loop_of[module.entry_name] = None
     fusion_of[module.entry_name] = None
-    for name in order:
-        comp = module.by_name[name]
-        for inst in comp.instructions:
-            sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in counts]
-            if not sites:
+    calls = calls_from(call_graph(module))
+    for name in order:  # callers first: a caller's count is final before its callees read it
+        for callee, site in calls.get(name, ()):
+            inst, role = site["instruction"], site["role"]
+            if callee not in counts or not is_executing_site(inst, role):
                 continue
-            if inst.opcode == "while":
+            if inst.opcode == "while" and inst.name not in while_sites:
                 while_sites[inst.name] = name
                 if inst.name not in trips:
-                    trips[inst.name] = trip_count(module, comp, inst, overrides)
-            for site in sites:
-                times, exact = site_multiplier(inst, site.role, site.index, trips, branch_choice)
-                callee = site.computation
-                counts[callee] += counts[name] * times
-                known[callee] = known[callee] and known[name] and exact
-                if callee not in loop_of:  # first caller in order decides the context
-                    in_loop = site.role in (CallRole.WHILE_BODY, CallRole.WHILE_CONDITION)
-                    loop_of[callee] = inst.name if in_loop else loop_of.get(name)
-                    outer_fusion = fusion_of.get(name)
-                    fusion_of[callee] = outer_fusion or (inst.name if site.role == CallRole.FUSION else None)
+                    trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
+            times, exact = site_multiplier(inst, role, site["index"], trips, branch_choice)
+            counts[callee] += counts[name] * times
+            known[callee] = known[callee] and known[name] and exact
+            if callee not in loop_of:  # first caller in order decides the context
+                in_loop = role in (CallRole.WHILE_BODY, CallRole.WHILE_CONDITION)
+                loop_of[callee] = inst.name if in_loop else loop_of.get(name)
+                outer_fusion = fusion_of.get(name)
+                fusion_of[callee] = outer_fusion or (inst.name if role == CallRole.FUSION else None)
     return ExecutionCounts(counts, known, trips, loop_of, fusion_of, while_sites, tuple(order))

@@ -17,9 +17,9 @@ Expressions are plain tuples (cheap to hash and compare):
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Callable, Mapping
 
+from analysis.graph import call_graph, call_sites
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 Expr = tuple
@@ -284,22 +284,6 @@ def substitute(expr: Expr, values: Mapping[Path, object], dtypes: Mapping[Path, 
 
 # ---- tracing HLO into expressions -----------------------------------------------------------
 
-_CALLERS: "weakref.WeakKeyDictionary[Module, dict]" = weakref.WeakKeyDictionary()
-
-
-def callers(module: Module) -> Mapping[str, tuple[tuple[Computation, Instruction, str], ...]]:
-    """computation name -> every (calling computation, calling instruction, role)."""
-    found = _CALLERS.get(module)
-    if found is None:
-        table: dict[str, list] = {}
-        for comp, inst in module.instructions():
-            for site in inst.calls:
-                table.setdefault(site.computation, []).append((comp, inst, site.role))
-        found = {k: tuple(v) for k, v in table.items()}
-        _CALLERS[module] = found
-    return found
-
-
 def effectively_scalar(inst: Instruction) -> bool:
     return inst.shape.is_array and inst.shape.num_elements == 1
 
@@ -510,7 +494,8 @@ class Tracer:
             return opaque(f"ENTRY parameter {number} (a runtime input)")
         if frame.depth >= MAX_DEPTH:
             return opaque("call chain too deep")
-        sites = callers(self.module).get(comp.name, ())
+        graph = call_graph(self.module)
+        sites = [(self.module.by_name[caller], inst, role) for caller, inst, role in call_sites(graph, comp.name)]
         if not sites:
             return opaque(f"computation {comp.name} is never called")
         values = []

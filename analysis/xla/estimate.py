@@ -17,22 +17,13 @@ are not predicted.
 
 from __future__ import annotations
 
-from fractions import Fraction
-from typing import Any, Generator
-
-import numpy as np
-
-from analysis.cost import rules
-from analysis.xla import diagnostics as xla_diagnostics
 from analysis.cost.costs import Cost
-from hloparse.ir import CallRole, Computation, Instruction, Module, trampoline
+from analysis.engine import XLA_KEYS, branch_max, evaluate
+from analysis.graph import bottom_up
+from hloparse.ir import CallRole, Module
 
-F32 = np.float32
-FLOPS = "flops"
-TRANSCENDENTALS = "transcendentals"
-BYTES = "bytes accessed"
-OPTIMAL_SECONDS = "optimal_seconds"
-KEYS = (FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS)
+FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = XLA_KEYS
+KEYS = XLA_KEYS
 
 
 class EstimateUnavailable(ValueError):
@@ -44,154 +35,11 @@ def xla_estimate(module: Module, *, diagnostics: bool = False) -> dict[str, floa
     """XLA's cost dict for the module's ENTRY computation (loops counted once). With
     `diagnostics`, also XLA's per-operand keys (`bytes accessed0{}`, `utilization0{}`,
     `bytes accessedout{}`, ...), so the whole dict can be compared."""
-    totals = _Estimator(module, diagnostics).computation(module.entry)
-    keys = totals if diagnostics else KEYS
-    return {k: float(totals[k]) for k in keys if totals.get(k, 0) != 0}
-
-
-def f32(value: int | Fraction | float) -> np.float32:
-    """A count assigned to a C++ float (round to nearest even)."""
     try:
-        with np.errstate(over="ignore"):  # beyond float32: inf, as C++ gives, without a warning on stderr
-            if isinstance(value, Fraction):
-                return F32(float(value))
-            return F32(value)
-    except OverflowError:  # beyond any double (dimensions near int64, multiplied): a float's infinity
-        return F32(np.inf if value > 0 else -np.inf)
-
-
-def visit_order(computation: Computation) -> list[Instruction]:
-    """HloComputation::Accept's order: each unreachable root (an instruction nobody uses that
-    is not the root), then the root, each in post-order DFS with operands left to right."""
-    by_name = computation.by_name
-    used: set[str] = set()
-    for inst in computation.instructions:
-        used.update(inst.operands)
-        used.update(_control_predecessors(inst))
-    starts = [i for i in computation.instructions if i.name not in used and i is not computation.root]
-    starts.append(computation.root)
-    order: list[Instruction] = []
-    done: set[str] = set()
-    for start in starts:
-        if start.name in done:
-            continue
-        stack: list[tuple[Instruction, bool]] = [(start, False)]
-        expanding: set[str] = set()
-        while stack:
-            inst, expanded = stack.pop()
-            if inst.name in done:
-                continue
-            if expanded:
-                done.add(inst.name)
-                order.append(inst)
-                continue
-            if inst.name in expanding:
-                continue  # a cycle would be malformed HLO; XLA rejects it
-            expanding.add(inst.name)
-            stack.append((inst, True))
-            children = [by_name[o] for o in inst.operands if o in by_name]
-            children += [by_name[p] for p in _control_predecessors(inst) if p in by_name]
-            for child in reversed(children):
-                if child.name not in done:
-                    stack.append((child, False))
-    return order
-
-
-def _control_predecessors(inst: Instruction) -> tuple[str, ...]:
-    raw = inst.attributes.get("control-predecessors")
-    if not raw:
-        return ()
-    body = raw.strip().strip("{}")
-    return tuple(p.strip().lstrip("%") for p in body.split(",") if p.strip())
-
-
-class _Estimator:
-    def __init__(self, module: Module, diagnostics: bool = False) -> None:
-        self.module = module
-        self.diagnostics = diagnostics
-        self.cache: dict[str, dict[str, np.float32]] = {}
-
-    def computation(self, comp: Computation) -> dict[str, np.float32]:
-        """Totals of one fresh nested analysis of `comp` (cached: the result does not depend on
-        the caller)."""
-        return trampoline(self._computation(comp))
-
-    def _computation(self, comp: Computation) -> Generator[Any, Any, dict[str, np.float32]]:
-        # A generator run by `trampoline`: a callee's totals come back from `yield`, so a chain of
-        # thousands of nested calls needs no Python stack.
-        cached = self.cache.get(comp.name)
-        if cached is not None:
-            return cached
-        sums = {k: F32(0) for k in KEYS}
-        for inst in visit_order(comp):
-            props = yield from self.instruction(comp, inst)
-            for k, v in props.items():
-                sums[k] = F32(sums.get(k, F32(0)) + v)
-        self.cache[comp.name] = sums
-        return sums
-
-    def instruction(self, comp: Computation, inst: Instruction) -> Generator[Any, Any, dict[str, np.float32]]:
-        try:
-            charge = rules.charge_of(self.module, comp, inst)
-        except (KeyError, IndexError, TypeError, ValueError) as err:
-            raise EstimateUnavailable(f"{inst.opcode} {inst.name!r} (line {inst.line}): {err}") from err
-        if charge is None:
-            raise EstimateUnavailable(f"no rule for opcode {inst.opcode!r} ({inst.name}, line {inst.line})")
-        if charge.nested is None:
-            props = yield from self._own(charge)
-            if self.diagnostics:
-                props.update(_f32_keys(xla_diagnostics.own_keys(self.module, comp, inst)))
-            return props
-        callees = [self.module.computation(s.computation) for s in inst.calls if s.role in CallRole.CONTROL]
-        if charge.nested == rules.NESTED_FUSION:
-            props = dict((yield self._computation(callees[0])))
-            total = F32(0)
-            for term in charge.bytes_terms:
-                total = F32(total + f32(term))
-            props[BYTES] = total
-            props[OPTIMAL_SECONDS] = F32(0)  # recomputed from (absent) rates
-            if self.diagnostics:
-                props.update(_f32_keys(xla_diagnostics.fusion_keys(self.module, inst, callees[0])))
-            return props
-        if charge.nested == rules.NESTED_CALL:
-            return dict((yield self._computation(callees[0])))
-        if charge.nested == rules.NESTED_ASYNC:
-            props = dict((yield self._computation(callees[0])))
-            props[OPTIMAL_SECONDS] = F32(0)
-            return props
-        if charge.nested == rules.NESTED_WHILE:
-            body = (yield self._computation(self.module.computation(inst.called(CallRole.WHILE_BODY)[0])))
-            cond = (yield self._computation(self.module.computation(inst.called(CallRole.WHILE_CONDITION)[0])))
-            keys = dict.fromkeys(list(body) + list(cond))
-            return {k: F32(F32(F32(0) + body.get(k, F32(0))) + cond.get(k, F32(0))) for k in keys}
-        if charge.nested == rules.NESTED_CONDITIONAL:
-            branches = [self.module.computation(n) for n in inst.called(CallRole.BRANCH)]
-            props = dict((yield self._computation(branches[0])))
-            for branch in branches[1:]:
-                other = (yield self._computation(branch))
-                for k, v in other.items():
-                    if v != 0:  # XLA's Properties::ForEach skips zero values
-                        props[k] = max(props.get(k, F32(0)), v)
-            return props
-        raise ValueError(f"unknown nesting {charge.nested!r}")
-
-    def _own(self, charge: rules.Charge) -> Generator[Any, Any, dict[str, np.float32]]:
-        props: dict[str, np.float32] = {}
-        flops = f32(charge.flops)
-        transcendentals = f32(charge.transcendentals)
-        for applied in charge.applied:
-            body = (yield self._computation(self.module.computation(applied.computation)))
-            count = f32(applied.count)
-            flops = F32(flops + F32(body[FLOPS] * count))
-            transcendentals = F32(transcendentals + F32(body[TRANSCENDENTALS] * count))
-        total = F32(0)
-        for term in charge.bytes_terms:
-            total = F32(total + f32(term))
-        props[FLOPS] = flops
-        props[TRANSCENDENTALS] = transcendentals
-        props[BYTES] = total
-        props[OPTIMAL_SECONDS] = f32(charge.optimal_seconds)
-        return props
+        totals = evaluate(module, diagnostics=diagnostics).xla_total(module.entry)
+    except ValueError as why:
+        raise EstimateUnavailable(str(why)) from None
+    return {k: float(v) for k, v in totals.items() if v != 0}
 
 
 def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str, ...]]:
@@ -199,18 +47,18 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
     CONTROL edges, each while body and condition once, a conditional by the per-key maximum over
     its branches. With view="xla" this is XLA's total before float32 rounding; with
     view="exact" custom-calls are costed where known. Returns (total, reasons for every
-    uncounted instruction)."""
-    uncounted: list[str] = []
-    cache: dict[str, Cost] = {}
-
-    def total(comp: Computation) -> Generator[Any, Any, Cost]:
-        if comp.name in cache:
-            return cache[comp.name]
+    uncounted instruction, in the order a depth-first walk from ENTRY meets them)."""
+    ev = evaluate(module, view=view)
+    control = ev.graph.edge_subgraph(
+        [(a, b, k) for a, b, k, role in ev.graph.edges(keys=True, data="role") if role in CallRole.CONTROL])
+    order = [n for n in bottom_up(control, [module.entry_name]) if n in module.by_name]
+    if module.entry_name not in order:
+        order.append(module.entry_name)
+    totals: dict[str, Cost] = {}
+    for name in order:  # callees first
+        comp = module.by_name[name]
         flops = transcendentals = bytes_accessed = 0
-        for inst in comp.instructions:
-            own = rules.own_cost(module, comp, inst, view=view)
-            if own.uncounted is not None:
-                uncounted.append(f"{comp.name}/{inst.name}: {own.uncounted}")
+        for inst, own in zip(comp.instructions, ev.exact[name]):
             flops += own.cost.flops
             transcendentals += own.cost.transcendentals
             bytes_accessed += own.cost.bytes_accessed
@@ -218,7 +66,7 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
             for site in inst.calls:
                 if site.role not in CallRole.CONTROL:
                     continue
-                sub = yield total(module.computation(site.computation))
+                sub = totals[site.computation]
                 if site.role == CallRole.BRANCH:
                     branches.append(sub)
                 else:
@@ -226,15 +74,34 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
                     transcendentals += sub.transcendentals
                     bytes_accessed += sub.bytes_accessed
             if branches:
-                flops += rules.branch_max([b.flops for b in branches])
-                transcendentals += rules.branch_max([b.transcendentals for b in branches])
-                bytes_accessed += rules.branch_max([b.bytes_accessed for b in branches])
-        cache[comp.name] = Cost(flops, transcendentals, bytes_accessed)
-        return cache[comp.name]
-
-    return trampoline(total(module.entry)), tuple(uncounted)
+                flops += branch_max([b.flops for b in branches])
+                transcendentals += branch_max([b.transcendentals for b in branches])
+                bytes_accessed += branch_max([b.bytes_accessed for b in branches])
+        totals[name] = Cost(flops, transcendentals, bytes_accessed)
+    return totals[module.entry_name], tuple(_uncounted_depth_first(module, ev))
 
 
-
-def _f32_keys(keys: dict[str, float]) -> dict[str, np.float32]:
-    return {k: f32(v) for k, v in keys.items()}
+def _uncounted_depth_first(module: Module, ev) -> list[str]:
+    """Each uncounted instruction once, met by a depth-first walk from ENTRY (an explicit stack:
+    any nesting depth)."""
+    def events(name: str):
+        comp = module.by_name[name]
+        for inst, own in zip(comp.instructions, ev.exact[name]):
+            if own.uncounted is not None:
+                yield f"{name}/{inst.name}: {own.uncounted}"
+            for site in inst.calls:
+                if site.role in CallRole.CONTROL:
+                    yield site
+    found: list[str] = []
+    seen = {module.entry_name}
+    stack = [events(module.entry_name)]
+    while stack:
+        event = next(stack[-1], None)
+        if event is None:
+            stack.pop()
+        elif isinstance(event, str):
+            found.append(event)
+        elif event.computation not in seen:
+            seen.add(event.computation)
+            stack.append(events(event.computation))
+    return found

@@ -1,0 +1,378 @@
+"""The one pass: every instruction of a module costed once, by its rule, in both views.
+
+    ev = evaluate(module)
+    ev.exact[computation][i]     # OpCost of instruction i (text order), the exact view
+    ev.xla_total(module.entry)   # XLA's float32 totals of the ENTRY computation (loops once)
+
+The pass walks the call graph (`Module.call_graph()`) bottom-up, callees before callers, without
+recursion. For each instruction it asks the opcode's rule (`analysis.cost.rules`) for its
+`Charge` once and reads from it:
+- the exact view (`OpCost`): what the accounting multiplies by the executions;
+- XLA's view as XLA computes it: float32 values (`analysis.xla.float32`), an applied body's
+  totals times its count, a CONTROL callee's totals handed back to the calling instruction,
+  each computation summed in XLA's visit order (`analysis.xla.order`); see analysis.xla.estimate;
+- with `diagnostics`, XLA's per-operand keys too.
+Each computation also gets its exact totals for one run of it as an APPLIED body (reducers,
+`xla_builder.*` composites): flops and transcendentals, CONTROL callees included (a
+conditional's branches by their per-key maximum).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import networkx as nx
+
+from analysis.cost.costs import ZERO, Cost, OpCost
+from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
+from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
+from analysis.cost.rules import TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
+from analysis.cost.shapes import UNBOUNDED
+from analysis.graph import bottom_up, bytes_unobserved, call_graph, with_descendants
+from analysis.xla import diagnostics as xla_diagnostics
+from analysis.xla.float32 import add, f32, mul, running_sum
+from analysis.xla.order import visit_positions
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+VIEWS = ("exact", "xla")
+# XLA's four totals, in this order in every tuple below.
+FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = range(4)
+XLA_KEYS = ("flops", "transcendentals", "bytes accessed", "optimal_seconds")
+F32_EXACT = 2**24  # integers up to this are exact in float32: their sum does not depend on order
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    fusion_bodies: frozenset[str]  # fusion bodies and every computation they call
+    silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
+
+
+def module_info(module: Module, graph: nx.MultiDiGraph) -> ModuleInfo:
+    bodies: set[str] = set()
+    silenced: set[str] = set()
+    for caller, callee, data in graph.edges(data=True):
+        if data["role"] != CallRole.FUSION or callee not in module.by_name:
+            continue
+        bodies.add(callee)
+        if custom_fusion_gather_or_scatter(data["instruction"], module.by_name[callee]) is not None:
+            silenced.add(callee)
+    # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
+    return ModuleInfo(frozenset(with_descendants(graph, bodies)), frozenset(with_descendants(graph, silenced)))
+
+
+def has_unbounded_shapes(module: Module) -> bool:
+    """Does any instruction's shape have an unbounded `?` dimension (each distinct shape once)."""
+    seen: set[int] = set()
+    stack = []
+    for comp in module.computations:
+        for inst in comp.instructions:
+            shape = inst.shape
+            if id(shape) not in seen:
+                seen.add(id(shape))
+                stack.append(shape)
+    while stack:
+        shape = stack.pop()
+        if UNBOUNDED in shape.dims:
+            return True
+        stack.extend(shape.tuple_shapes)
+    return False
+
+
+def branch_max(values: list) -> Any:
+    """XLA's per-key maximum over conditional branches: branch 0's value, raised by any later
+    branch whose value is non-zero (XLA's Properties::ForEach skips zeros, so a lone -1 from a
+    custom-call in branch 0 survives a branch that costs nothing)."""
+    result = values[0]
+    for v in values[1:]:
+        if v != 0:
+            result = max(result, v)
+    return result
+
+
+def round_bytes(terms: tuple) -> int:
+    total = sum(terms)
+    return total if type(total) is int else int(Fraction(total).limit_denominator(1))
+
+
+class Evaluation:
+    """Every instruction of a module costed once (see the module docstring)."""
+
+    def __init__(self, module: Module, *, diagnostics: bool = False, view: str = "exact") -> None:
+        if view not in VIEWS:
+            raise ValueError(f"view must be one of {VIEWS}, not {view!r}")
+        self.module = module
+        self.view = view
+        self.diagnostics = diagnostics
+        self.graph = call_graph(module)
+        self.info = module_info(module, self.graph)
+        self.unbounded = view == "exact" and has_unbounded_shapes(module)
+        # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
+        order = bottom_up(self.graph)
+        self.unobserved = set() if diagnostics else bytes_unobserved(self.graph, order)
+        self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
+        self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
+        self.xla: dict[str, tuple] = {}  # XLA's totals of one nested analysis of a computation
+        self.xla_keys: dict[str, dict[str, Any]] = {}  # with diagnostics: every other key
+        self.unavailable: dict[str, str] = {}  # why XLA's totals of a computation are unknowable
+        self._callee_total = self.applied.get
+        self._same_charge: dict[tuple, tuple] = {}
+        for name in order:
+            if name in module.by_name:
+                self._computation(module.by_name[name])
+
+    # ---- one computation ---------------------------------------------------------------
+    def _computation(self, comp: Computation) -> None:
+        module = self.module
+        exact_view = self.view == "exact"
+        in_fusion = comp.is_fusion_body or comp.name in self.info.fusion_bodies
+        silenced = not exact_view and comp.name in self.info.silenced
+        estimate = exact_view  # XLA's float32 view is read from the exact evaluation only
+        unobserved = comp.name in self.unobserved
+        bytes_unread = in_fusion and unobserved  # no view reads the bytes: the rules skip them
+        costs: list[OpCost] = []
+        props: list[tuple] = []
+        keys: list[dict[str, Any]] = []
+        applied_flops = applied_transcendentals = 0
+        applied_failed: str | None = None
+        for inst in comp.instructions:
+            op = inst.opcode
+            fn = RULES.get(op)
+            if silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
+                costs.append(OpCost(ZERO))
+                continue
+            elif fn is None:
+                cost = OpCost(uncounted=f"unknown opcode {op!r}")
+                self._unavailable(comp, f"no rule for opcode {op!r} ({inst.name}, line {inst.line})")
+            elif len(inst.operands) < OPERANDS[op]:
+                cost = OpCost(uncounted=f"{op}: {TOO_FEW_OPERANDS}")
+                self._unavailable(comp, f"{inst.name!r} (line {inst.line}): {op}: {TOO_FEW_OPERANDS}")
+            else:
+                charge = fn(Ctx(module, comp, inst, self._callee_total, bytes_unread))
+                if charge.applied or charge.nested is not None or self.unbounded:
+                    cost = self._own(comp, inst, charge, in_fusion)
+                    if estimate:
+                        props.append(self._xla_props(comp, inst, charge, unobserved))
+                else:  # both views are a function of the charge alone: each distinct one once
+                    key = (charge.flops, charge.transcendentals, charge.bytes_terms, charge.optimal_seconds,
+                           charge.exact, charge.exact_uncounted, in_fusion, unobserved)
+                    known = self._same_charge.get(key)
+                    if known is None:
+                        known = self._same_charge[key] = (
+                            self._own(comp, inst, charge, in_fusion),
+                            self._xla_props(comp, inst, charge, unobserved) if estimate else None)
+                    cost = known[0]
+                    if estimate:
+                        props.append(known[1])
+                if self.diagnostics:
+                    keys.append(self._diagnostic_keys(comp, inst, charge))
+            costs.append(cost)
+            if applied_failed is None:
+                if cost.uncounted is not None:
+                    applied_failed = f"{inst.name}: {cost.uncounted}"
+                    continue
+                applied_flops += cost.cost.flops
+                applied_transcendentals += cost.cost.transcendentals
+                if inst.calls:
+                    inside = self._control_callees_total(inst)
+                    if isinstance(inside, str):
+                        applied_failed = inside
+                    else:
+                        applied_flops += inside[0]
+                        applied_transcendentals += inside[1]
+        self.exact[comp.name] = costs
+        self.applied[comp.name] = applied_failed if applied_failed is not None else Cost(
+            applied_flops, applied_transcendentals, 0)
+        if estimate and comp.name not in self.unavailable:
+            self._xla_sum(comp, props, keys)
+
+    def _own(self, comp: Computation, inst: Instruction, charge: Charge, in_fusion: bool) -> OpCost:
+        if self.view == "exact":
+            if self.unbounded and _has_unbounded(comp, inst):
+                return OpCost(uncounted=f"{inst.opcode}: unbounded dynamic dimension (size unknown)")
+            if charge.exact_uncounted is not None:
+                return OpCost(uncounted=charge.exact_uncounted)
+            if charge.exact is not None:
+                exact = charge.exact
+                return OpCost(Cost(exact.flops, exact.transcendentals, 0 if in_fusion else exact.bytes_accessed))
+        flops, transcendentals = charge.flops, charge.transcendentals
+        for applied in charge.applied:
+            body = self.applied[applied.computation]
+            if isinstance(body, str):
+                return OpCost(uncounted=body)
+            flops += body.flops * applied.count
+            transcendentals += body.transcendentals * applied.count
+        return OpCost(Cost(flops, transcendentals, 0 if in_fusion else round_bytes(charge.bytes_terms)))
+
+    def _control_callees_total(self, inst: Instruction) -> tuple[int, int] | str:
+        """Flops and transcendentals of the CONTROL callees of one run of `inst` (a
+        conditional's branches by their per-key maximum), or why not known."""
+        flops = transcendentals = 0
+        branches: list[Cost] = []
+        for site in inst.calls:
+            if site.role not in CallRole.CONTROL:
+                continue
+            sub = self.applied[site.computation]
+            if isinstance(sub, str):
+                return sub
+            if site.role == CallRole.BRANCH:
+                branches.append(sub)
+            else:
+                flops += sub.flops
+                transcendentals += sub.transcendentals
+        if branches:
+            flops += branch_max([b.flops for b in branches])
+            transcendentals += branch_max([b.transcendentals for b in branches])
+        return flops, transcendentals
+
+    # ---- XLA's view ----------------------------------------------------------------------
+    def _unavailable(self, comp: Computation, reason: str) -> None:
+        self.unavailable.setdefault(comp.name, reason)
+
+    def _callee(self, comp: Computation, name: str) -> tuple:
+        """XLA's totals of a callee (all zeros, and `comp` marked, when they are unknowable)."""
+        reason = self.unavailable.get(name)
+        if reason is not None:
+            self._unavailable(comp, reason)
+            return (0, 0, 0, 0)
+        return self.xla[name]
+
+    def _xla_props(self, comp: Computation, inst: Instruction, charge: Charge, unobserved: bool) -> tuple:
+        """What this instruction adds to its computation's float32 sums, as XLA computes it
+        (bytes and optimal seconds 0 where no caller reads them)."""
+        nested = charge.nested
+        if nested is None:
+            flops, transcendentals = f32(charge.flops), f32(charge.transcendentals)
+            for applied in charge.applied:
+                body = self._callee(comp, applied.computation)
+                count = f32(applied.count)
+                flops = add(flops, mul(body[FLOPS], count))
+                transcendentals = add(transcendentals, mul(body[TRANSCENDENTALS], count))
+            if unobserved:
+                return flops, transcendentals, 0, 0
+            return flops, transcendentals, _f32_sum(charge.bytes_terms), f32(charge.optimal_seconds)
+        if nested == NESTED_WHILE:
+            body = self._callee(comp, inst.called(CallRole.WHILE_BODY)[0])
+            cond = self._callee(comp, inst.called(CallRole.WHILE_CONDITION)[0])
+            return tuple(add(b, c) for b, c in zip(body, cond))
+        if nested == NESTED_CONDITIONAL:
+            branches = [self._callee(comp, name) for name in inst.called(CallRole.BRANCH)]
+            return tuple(branch_max([b[k] for b in branches]) for k in range(4))
+        callee = self._callee(comp, next(s.computation for s in inst.calls if s.role in CallRole.CONTROL))
+        if nested == NESTED_FUSION:  # the callee's flops, the bytes at the boundary
+            if unobserved:
+                return callee[FLOPS], callee[TRANSCENDENTALS], 0, 0
+            return callee[FLOPS], callee[TRANSCENDENTALS], _f32_sum(charge.bytes_terms), 0
+        if nested == NESTED_ASYNC:
+            return callee[FLOPS], callee[TRANSCENDENTALS], callee[BYTES], 0
+        if nested == NESTED_CALL:
+            return callee
+        raise ValueError(f"unknown nesting {nested!r}")
+
+    def _diagnostic_keys(self, comp: Computation, inst: Instruction, charge: Charge) -> dict[str, Any]:
+        nested = charge.nested
+        if nested is None:
+            return {k: f32(v) for k, v in xla_diagnostics.own_keys(charge, comp, inst).items()}
+        if nested == NESTED_WHILE:
+            body = self.xla_keys.get(inst.called(CallRole.WHILE_BODY)[0], {})
+            cond = self.xla_keys.get(inst.called(CallRole.WHILE_CONDITION)[0], {})
+            return {k: add(body.get(k, 0), cond.get(k, 0)) for k in dict.fromkeys(list(body) + list(cond))}
+        if nested == NESTED_CONDITIONAL:
+            branches = [self.xla_keys.get(name, {}) for name in inst.called(CallRole.BRANCH)]
+            keys = dict(branches[0])
+            for other in branches[1:]:
+                for k, v in other.items():
+                    if v != 0:  # XLA's Properties::ForEach skips zero values
+                        keys[k] = max(keys.get(k, 0), v)
+            return keys
+        callee = next(s.computation for s in inst.calls if s.role in CallRole.CONTROL)
+        keys = dict(self.xla_keys.get(callee, {}))
+        if nested == NESTED_FUSION:
+            body = self.module.by_name[callee]
+            keys.update({k: f32(v) for k, v in xla_diagnostics.fusion_keys(self.module, inst, body).items()})
+        return keys
+
+    def _xla_sum(self, comp: Computation, props: list[tuple], keys: list[dict[str, Any]]) -> None:
+        """A computation's totals: one float32 running sum per key, in XLA's visit order."""
+        totals = []
+        order: list[int] | None = None
+        for values in zip(*props) if props else ((), (), (), ()):
+            total = sum(values)
+            if type(total) is int and sum(map(abs, values)) <= F32_EXACT:
+                totals.append(total)  # every partial sum is exact: the order does not matter
+                continue
+            if order is None:
+                order = visit_positions(comp)
+            totals.append(running_sum([values[i] for i in order]))
+        self.xla[comp.name] = tuple(totals)
+        if self.diagnostics:
+            sums: dict[str, Any] = {}
+            for i in order if order is not None else visit_positions(comp):
+                for k, v in keys[i].items():
+                    sums[k] = add(sums.get(k, 0), v)
+            self.xla_keys[comp.name] = sums
+
+    def xla_total(self, comp: Computation) -> dict[str, Any]:
+        """XLA's totals of `comp` (raises ValueError with the reason when unknowable)."""
+        reason = self.unavailable.get(comp.name)
+        if reason is not None:
+            raise ValueError(reason)
+        totals = dict(zip(XLA_KEYS, self.xla[comp.name]))
+        if self.diagnostics:
+            totals.update(self.xla_keys[comp.name])
+        return totals
+
+
+def _f32_sum(terms: tuple) -> Any:
+    """XLA's float running sum of the terms, each rounded to float32 first."""
+    exact = 0
+    for term in terms:
+        if type(term) is not int or term < 0:
+            break
+        exact += term
+    else:
+        if exact <= F32_EXACT:  # every partial sum is a float32: nothing rounds
+            return exact
+    total = 0
+    for term in terms:
+        total = add(total, f32(term))
+    return total
+
+
+def _has_unbounded(comp: Computation, inst: Instruction) -> bool:
+    shapes = [inst.shape] + [comp.by_name[o].shape for o in inst.operands]
+    while shapes:
+        shape = shapes.pop()
+        if UNBOUNDED in shape.dims:
+            return True
+        shapes.extend(shape.tuple_shapes)
+    return False
+
+
+_CACHE: "weakref.WeakKeyDictionary[Module, dict[tuple[str, bool], Evaluation]]" = weakref.WeakKeyDictionary()
+
+
+def evaluate(module: Module, *, view: str = "exact", diagnostics: bool = False) -> Evaluation:
+    """The module's evaluation (kept while the module lives: the module is immutable)."""
+    per_module = _CACHE.setdefault(module, {})
+    key = (view, diagnostics)
+    if key not in per_module:
+        per_module[key] = Evaluation(module, view=view, diagnostics=diagnostics)
+    return per_module[key]
+
+
+def own_cost(module: Module, computation: Computation, instruction: Instruction, *, view: str = "exact") -> OpCost:
+    """What one execution of `instruction` costs on its own (see analysis.cost.rules)."""
+    costs = evaluate(module, view=view).exact[computation.name]
+    for inst, cost in zip(computation.instructions, costs):
+        if inst is instruction:
+            return cost
+    raise KeyError(f"{instruction.name} is not an instruction of {computation.name}")
+
+
+def applied_total(module: Module, name: str, view: str = "exact") -> Cost | str:
+    """Flops and transcendentals of one execution of a computation as an APPLIED body (bytes
+    are never charged inside it), or why it cannot be costed."""
+    return evaluate(module, view=view).applied[name]

@@ -1,0 +1,86 @@
+"""C++ `float` arithmetic on Python numbers, exactly as numpy's float32 would do it, but fast.
+
+XLA's cost analysis keeps every value in a float32. A float32 value is held here as a Python
+`int` when it is a whole number (almost always: counts and bytes) and as a Python `float`
+otherwise (halves, utilization ratios, inf, nan). Integer arithmetic is exact, so an operation
+on two ints is one exact result rounded once to 24 significant bits, half to even: what IEEE
+float32 addition and multiplication give. Anything else goes through numpy.
+
+`f32(count)` is numpy's `np.float32(count)`, which goes through a double first: for counts of
+2**53 and more it rounds twice, and so do we.
+"""
+
+from __future__ import annotations
+
+import struct
+from fractions import Fraction
+
+import numpy as np
+
+Value = int | float
+_F32 = struct.Struct("f")
+_LIMIT = 2**128  # the first integer float32 cannot hold (it becomes inf)
+_EXACT_IN_DOUBLE = 2**53
+_EXACT = 2**24  # every integer up to this is a float32
+
+
+def _round(n: int) -> Value:
+    """The float32 nearest to the integer n (half to even)."""
+    if -_EXACT_IN_DOUBLE < n < _EXACT_IN_DOUBLE:  # exact as a double: C's double -> float cast
+        return int(_F32.unpack(_F32.pack(n))[0])
+    m = -n if n < 0 else n
+    bits = m.bit_length()
+    if bits <= 24:
+        return n
+    shift = bits - 24
+    q = m >> shift
+    rest = m - (q << shift)
+    half = 1 << (shift - 1)
+    if rest > half or (rest == half and q & 1):
+        q += 1
+    m = q << shift
+    if m >= _LIMIT:
+        return float("-inf") if n < 0 else float("inf")
+    return -m if n < 0 else m
+
+
+def _back(x: np.float32) -> Value:
+    v = float(x)
+    return int(v) if v.is_integer() else v
+
+
+def f32(value: int | Fraction | float) -> Value:
+    """A count assigned to a C++ float (numpy's conversion)."""
+    if type(value) is int:
+        if -_EXACT <= value <= _EXACT:
+            return value
+        if -_EXACT_IN_DOUBLE < value < _EXACT_IN_DOUBLE:
+            return _round(value)
+        return _round(int(float(value)))
+    if isinstance(value, Fraction):
+        return _back(np.float32(float(value)))
+    return _back(np.float32(value))
+
+
+def add(a: Value, b: Value) -> Value:
+    if type(a) is int and type(b) is int:
+        n = a + b
+        return n if -_EXACT <= n <= _EXACT else _round(n)
+    return _back(np.float32(a) + np.float32(b))
+
+
+def mul(a: Value, b: Value) -> Value:
+    if type(a) is int and type(b) is int:
+        n = a * b
+        return n if -_EXACT <= n <= _EXACT else _round(n)
+    return _back(np.float32(a) * np.float32(b))
+
+
+def running_sum(values: list[Value]) -> Value:
+    """float32 values added one by one, left to right, in float32 (numpy's accumulate is a
+    sequential loop, unlike its pairwise sum). Each value is exact as a double, and so in the
+    float32 array."""
+    if not values:
+        return 0
+    sums = np.add.accumulate(np.array(values, dtype=np.float64).astype(np.float32), dtype=np.float32)
+    return _back(sums[-1])
