@@ -56,6 +56,8 @@ def f32(value: int | Fraction | float) -> Value:
             return value
         if -_EXACT_IN_DOUBLE < value < _EXACT_IN_DOUBLE:
             return _round(value)
+        if not -_LIMIT < value < _LIMIT:  # beyond float32 (and maybe double: float() would raise)
+            return float("-inf") if value < 0 else float("inf")
         return _round(int(float(value)))
     if isinstance(value, Fraction):
         return _back(np.float32(float(value)))
