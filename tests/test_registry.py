@@ -98,8 +98,10 @@ def test_an_unknown_opcode_is_uncounted() -> None:
 
 
 def test_an_instruction_with_too_few_operands_is_uncounted() -> None:
-    text = TEXT.replace("tanh(c)", "tanh(c)\n  d = f32[4,8]{1,0} dynamic-slice(p)").replace("ROOT t", "t")
-    text = text.replace("dynamic-slice(p)", "dynamic-slice(p)\n  ROOT r = (f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(t, d)")
+    # (dynamic_slice_sizes given: without it the parser rejects the module, as XLA's does)
+    sliced = "dynamic-slice(p), dynamic_slice_sizes={4,8}"
+    text = TEXT.replace("tanh(c)", f"tanh(c)\n  d = f32[4,8]{{1,0}} {sliced}").replace("ROOT t", "t")
+    text = text.replace(sliced, sliced + "\n  ROOT r = (f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(t, d)")
     report = analyze(text)
     assert "dynamic-slice: cannot cost (IndexError: tuple index out of range)" in [u.reason for u in report.uncounted]
     assert report.accounting.xla_estimate == {}  # XLA's handler would read the missing operand too
