@@ -15,7 +15,7 @@ from hloparse.errors import HloParseError
 from hloparse.ir import Instruction
 
 if TYPE_CHECKING:
-    from hloparse.parser import _Builder
+    from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
 
 # API_VERSION_UNSPECIFIED is newer than jaxlib 0.10.2's parser, which rejects it; real dumps
 # carry it, so it is read as the rest (see README, "The parser").
