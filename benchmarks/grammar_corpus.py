@@ -2,7 +2,7 @@
 
     python3 benchmarks/grammar_corpus.py            # every xla_parses=yes module of ../shared/corpus
 
-tests/test_parser_grammar.py proves the grammar on every form of statement in the corpus and on
+tests/parser/test_parser_grammar.py proves the grammar on every form of statement in the corpus and on
 the small modules whole; reading all 76 MB with Lark token by token takes a couple of minutes,
 so that sweep lives here. Prints the modules accepted, the ones rejected (with the error), the
 megabytes read and the rate.

@@ -3,7 +3,7 @@ structural case, at two sizes; prints the time and memory ratios, worst first.
 
     python3 benchmarks/hostile_scan.py [--small 20000] [--factor 8] [--only SLOT|KIND ...]
 
-The suite's `tests/test_hostile_input.py` runs a fixed sample of the same cases."""
+The suite's `tests/untrusted/test_hostile_input.py` runs a fixed sample of the same cases."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ an attribute dropped), each given to both; prints every disagreement, grouped.
 
     python3 benchmarks/xla_differential_fuzz.py [--count 2000] [--seed 12] [--max-bytes 3000]
 
-The suite runs a fixed sample of the same (`tests/test_hostile_xla_acceptance.py`)."""
+The suite runs a fixed sample of the same (`tests/untrusted/test_hostile_xla_acceptance.py`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ calls (`HloInstruction::CreateReshape`, ...), which validate.py applies to the o
 
 Each rule here was put to XLA itself (`hlo_module_from_text`, jaxlib 0.10.2) on a module that
 breaks it: those raise there, or abort the process on a CHECK (a module XLA cannot even hold),
-and `tests/test_hostile_input.py` keeps a case for each. Numbers are exact ints throughout.
+and `tests/untrusted/test_hostile_input.py` keeps a case for each. Numbers are exact ints throughout.
 """
 
 from __future__ import annotations

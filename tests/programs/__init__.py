@@ -11,7 +11,7 @@ jax to build their programs); `Program` and `LoopPair` are plain frozen dataclas
 `Program.formula` holds hand-formula counts where one exists. Every key names what it counts:
 
 - `flops`, `transcendentals`: whole-program totals of XLA's `cost_analysis()` for the optimized
-  (loop-free) module. tests/test_programs_catalogue.py checks these against XLA live.
+  (loop-free) module. tests/cost/test_programs_catalogue.py checks these against XLA live.
 - `dot_flops`, `conv_flops`, `sort_flops`, `reduce_flops`, `reduce_window_flops`, `fft_flops`:
   the sum, over every instruction of that kind in the optimized module
   (fused or not), of its own flops as XLA's rules count them (dot: 2 * N(out) * prod(contracting);
@@ -72,7 +72,7 @@ class LoopPair:
     """The same computation with a loop (`rolled`) and without one (`unrolled`).
 
     Both take the same arguments and return the same values (checked numerically by
-    tests/test_programs_catalogue.py); gradients are taken with respect to every input, so the
+    tests/cost/test_programs_catalogue.py); gradients are taken with respect to every input, so the
     unrolled program computes every layer's input gradient as the loop must.
     `trip_counts` lists the trip count of each loop level of the rolled program, outermost
     first (see tests/programs/loop_programs.py for the convention).

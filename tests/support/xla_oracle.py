@@ -3,7 +3,7 @@
 XLA aborts the whole process on some CHECKs (a reshape whose element count differs), so the texts
 go to a child process one by one; a child that dies is recorded as a rejection ("abort") and a new
 child takes the rest. Also the corpus mutants of the differential fuzz (`mutants`), shared by
-`tests/test_hostile_xla_acceptance.py` and `benchmarks/xla_differential_fuzz.py`.
+`tests/untrusted/test_hostile_xla_acceptance.py` and `benchmarks/xla_differential_fuzz.py`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.batch.run import run_batch
 from analysis.batch.db import ResultsDB, comparable_rows
-from tests.batch_fixtures import fake_by_content, make_mixed_dir
+from tests.support.batch_fixtures import fake_by_content, make_mixed_dir
 
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")

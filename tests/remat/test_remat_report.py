@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analysis import analyze
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 AFTER = EXAMPLES / "seed000_remat_scan.after_optimizations.hlo"
 BEFORE = EXAMPLES / "seed000_remat_scan.before_optimizations.hlo"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.batch.db import ResultsDB, comparable_rows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COPIES = 24
 MAX_EXAMPLE_BYTES = 150_000  # leave out the two slowest examples: many small files, not a few big ones
 

@@ -8,7 +8,7 @@ import hloparse
 from analysis.accounting import RESIDUAL, account
 from analysis.cost.costs import Cost, OpCost
 from analysis.loops.execution import execution_counts
-from tests.test_tripcount import DATA_DEPENDENT, NESTED
+from tests.loops.test_tripcount import DATA_DEPENDENT, NESTED
 
 # Two calls of one computation (which holds a fusion), a conditional with two branches and an
 # async call: every CONTROL role once.

@@ -14,7 +14,7 @@ import pytest
 from analysis import analyze
 from analysis.report.chips import CHIPS, chip_from_dict, find_chip, load_chip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H100, V5E = find_chip("h100"), find_chip("tpu-v5e")
 
 # 1. A bf16 matrix product big enough to be compute-bound: 2 x 1024^3 flops over its three

@@ -11,7 +11,7 @@ from analysis.api import analyze
 from analysis.batch.db import ResultsDB
 from analysis.batch.run import run_batch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOOP = ROOT / "tests" / "data" / "allreduce_loop.hlo"
 
 

@@ -20,7 +20,7 @@ from analysis.batch.run import cli_main, format_summary, run_batch
 from analysis.batch.db import ResultsDB, comparable_rows, export
 from analysis.batch.pool import Job, run_local
 from analysis.batch.worker import WorkerOptions
-from tests.batch_fixtures import fake_by_content, fake_ok, make_mixed_dir
+from tests.support.batch_fixtures import fake_by_content, fake_ok, make_mixed_dir
 
 
 @pytest.fixture()

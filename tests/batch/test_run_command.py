@@ -1,4 +1,4 @@
-"""`hloflops run -- python SCRIPT`: real scripts (tests/run_scripts/ and the bundled
+"""`hloflops run -- python SCRIPT`: real scripts (tests/support/run_scripts/ and the bundled
 examples/train_mlp.py) run under it, each in a few seconds on a CPU."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from analysis.batch.db import VOLATILE_COLUMNS
 from analysis.batch.run_command import merge_xla_flags, split_command
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "run_scripts"
 TRAIN_MLP = [str(ROOT / "examples" / "train_mlp.py"), "--steps", "2", "--layers", "4", "--batch", "128"]
 

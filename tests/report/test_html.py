@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -2,7 +2,7 @@
 
 Every module XLA 0.10.2 accepts (`xla_parses=yes` in index.csv) must parse with hloparse into the
 same computations holding the same instructions, in the same order, with the same opcodes, the
-same operands (by position: XLA renames things, see tests/parser_xla_structure.py), the same ROOT,
+same operands (by position: XLA renames things, see tests/support/parser_xla_structure.py), the same ROOT,
 ENTRY and callees, and the same shapes (layouts aside). The modules
 XLA 0.10.2 rejects only because their syntax is newer or older than it must parse too; which ones
 those are is read from XLA's own error text, by category, never file by file.
@@ -18,7 +18,7 @@ import pytest
 
 import hloparse
 from tests.conftest import CORPUS_DIR, EXAMPLES_DIR
-from tests.parser_xla_structure import compare_structures, our_structure, text_key, xla_structures
+from tests.support.parser_xla_structure import compare_structures, our_structure, text_key, xla_structures
 
 
 def _index_rows() -> list[dict[str, str]]:
@@ -146,7 +146,7 @@ def test_comparison_notices_each_kind_of_difference() -> None:
     pytest.importorskip("jaxlib")
     import copy
 
-    from tests.parser_xla_structure import xla_structure
+    from tests.support.parser_xla_structure import xla_structure
 
     xla = xla_structure(SMALL)
     ours = our_structure(hloparse.parse(SMALL))
@@ -204,7 +204,7 @@ def test_other_rejected_modules_parse_or_raise_hlo_parse_error(file: str, corpus
 def test_bundled_examples_match_xla(name: str) -> None:
     """The bundled jax dumps (before and after optimizations) agree with XLA's parse too."""
     pytest.importorskip("jaxlib")
-    from tests.parser_xla_structure import xla_structure
+    from tests.support.parser_xla_structure import xla_structure
 
     path = EXAMPLES_DIR / name
     if not path.is_file():
@@ -247,7 +247,7 @@ def test_fresh_jax_modules_match_xla(program: str, stage: str) -> None:
     pytest.importorskip("jax")
     import jax
 
-    from tests.parser_xla_structure import xla_structure
+    from tests.support.parser_xla_structure import xla_structure
 
     f, args = _jax_programs()[program]
     lowered = jax.jit(f).lower(*args)

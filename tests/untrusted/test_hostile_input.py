@@ -22,9 +22,9 @@ import pytest
 import hloparse
 from analysis import analyze
 from hloparse import HloParseError
-from tests.test_html import CHROMIUM_FLAGS, REMAT_SCAN, chromium
+from tests.report.test_html import CHROMIUM_FLAGS, REMAT_SCAN, chromium
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAD = "HloModule m\n\nENTRY e {\n"
 
 
@@ -355,7 +355,7 @@ def test_memory_limit_gives_a_memory_row(tmp_path, monkeypatch):
 
 
 def _allocate_a_lot(path: str, data: bytes, options) -> dict:  # noqa: ANN001
-    from tests.batch_fixtures import fake_ok
+    from tests.support.batch_fixtures import fake_ok
 
     if path.endswith("a.hlo"):
         bytearray(4 << 30)  # over the 1 GiB limit: MemoryError in the worker, not an OOM kill

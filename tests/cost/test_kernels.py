@@ -13,7 +13,7 @@ from analysis.cost.kernels import op_group
 from analysis import analyze
 from analysis.cost import attention
 
-CORPUS = (Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus").resolve()
+CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
 ALWAYS_COUNTED = re.compile(r'custom_call_target="(te_fused_attn_(?:forward|backward)_ffi|__cudnn\$fmha\w+|TopK|'
                             r'__op\$block_scaled_dot)"')
 

@@ -16,7 +16,7 @@ from analysis.accounting import RESIDUAL, account, remat_by_loop, remat_by_scope
 from analysis.remat import find_remat, model_path
 from analysis.loops.tripcount import all_trip_counts
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load(name: str, stage: str = "after") -> hloparse.Module:

@@ -13,7 +13,7 @@ from analysis.cost.costs import Cost
 from analysis.engine import own_cost
 from analysis.xla.estimate import loop_once_totals, xla_estimate
 
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "corpus")
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
 
 def _cost(text: str, name: str, view: str):

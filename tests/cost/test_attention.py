@@ -22,7 +22,7 @@ from analysis import analyze
 from analysis.cost import attention
 from hloparse import parse
 
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
 CUDNN_TEMPLATE = CORPUS / "xla_cc_gpu" / "backends__gpu__tests__gpu_fused_mha_test__L1145.hlo"
 TE_TEMPLATE = CORPUS / "xla_benchmark_models" / "tools__benchmarks__hlo__hlo_llama31_8b_bf16_2x8.hlo"
 HLO_TYPE = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}

@@ -15,7 +15,7 @@ import pytest
 
 from analysis import analyze
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"
 
 

@@ -14,7 +14,7 @@ import hloparse
 from analysis import analyze, compare
 from analysis.report.report import NO_SCOPE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"
 FORI = ROOT / "examples" / "fori_loop.after_optimizations.hlo"
 

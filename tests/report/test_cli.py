@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 REMAT_SCAN = EXAMPLES / "seed000_remat_scan.after_optimizations.hlo"
 LISTED = EXAMPLES / "seed000_listed.after_optimizations.hlo"
