@@ -16,7 +16,7 @@ from analysis.batch.db import VOLATILE_COLUMNS
 from analysis.batch.run_command import merge_xla_flags, split_command
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "tests" / "run_scripts"
+SCRIPTS = ROOT / "tests" / "support" / "run_scripts"
 TRAIN_MLP = [str(ROOT / "examples" / "train_mlp.py"), "--steps", "2", "--layers", "4", "--batch", "128"]
 
 
