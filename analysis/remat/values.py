@@ -25,9 +25,9 @@ with `prevent_cse=True`, which is the only remat marker a module without op_name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import Any, Generator, Iterable, Union
 
-from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number
+from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
 
 Val = Union[int, tuple]  # an array's number, or a tuple of Vals for a tuple-shaped value
 
@@ -131,6 +131,12 @@ class _Numbering:
     def frame(self, comp: Computation, params: list[tuple[Val, Val, bool]]) -> tuple[Val, Val, bool]:
         """Number a frame or an inlined callee; `params` are (exact, abstract, tainted) of each
         parameter. Returns the root's."""
+        return trampoline(self._frame(comp, params))
+
+    def _frame(self, comp: Computation,
+               params: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, tuple[Val, Val, bool]]:
+        # A generator run by `trampoline`: an inlined callee's frame comes back from `yield`, so
+        # a chain of thousands of nested calls needs no Python stack (issue 12).
         if comp.name in self.evaluated:
             self.out.shared.add(comp.name)
             record = False
@@ -145,8 +151,8 @@ class _Numbering:
                 value = params[n] if n < len(params) else (self.opaque(("param", comp.name, n), inst.shape),
                                                             self.leaf(inst.shape), False)
             else:
-                value = self.instruction(comp, inst, [local[o] for o in inst.operands if o in local],
-                                         len(inst.operands))
+                seen = [local[o] for o in inst.operands if o in local]
+                value = yield from self._instruction(comp, inst, seen, len(inst.operands))
             local[inst.name] = value
             if record:
                 key = (comp.name, inst.name)
@@ -156,8 +162,8 @@ class _Numbering:
                     self.out.tainted.add(key)
         return local[comp.root.name] if comp.instructions else ((), (), False)
 
-    def instruction(self, comp: Computation, inst: Instruction, ops: list[tuple[Val, Val, bool]],
-                    n_operands: int) -> tuple[Val, Val, bool]:
+    def _instruction(self, comp: Computation, inst: Instruction, ops: list[tuple[Val, Val, bool]],
+                     n_operands: int) -> Generator[Any, Any, tuple[Val, Val, bool]]:
         if len(ops) != n_operands:  # an operand we cannot see: a value of its own
             tag = ("unseen", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
@@ -166,17 +172,17 @@ class _Numbering:
         if inlined and inst.opcode != "conditional":
             callee = self.module.by_name.get(inlined[0].computation)
             if callee is not None:
-                exact, abstract, inner_taint = self.frame(callee, ops)
+                exact, abstract, inner_taint = yield self._frame(callee, ops)
                 return exact, abstract, taint or inner_taint
         if inst.opcode == "conditional":
             for site in inlined:
                 callee = self.module.by_name.get(site.computation)
                 if callee is not None and site.index + 1 < len(ops):
-                    self.frame(callee, [ops[site.index + 1]])
+                    yield self._frame(callee, [ops[site.index + 1]])
             tag = ("conditional", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         if inst.opcode == "while":
-            self._while(inst, ops)
+            yield from self._while(inst, ops)
             tag = ("while", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         if inst.opcode == "tuple":
@@ -203,7 +209,7 @@ class _Numbering:
             abstract = self.intern(head + tuple(a for _, a, _ in ops))
         return exact, abstract, taint
 
-    def _while(self, inst: Instruction, ops: list[tuple[Val, Val, bool]]) -> None:
+    def _while(self, inst: Instruction, ops: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, None]:
         saved = self._frame_name
         for role in (CallRole.WHILE_CONDITION, CallRole.WHILE_BODY):
             for name in inst.called(role):
@@ -213,7 +219,7 @@ class _Numbering:
                 self._frame_name = name
                 shape = comp.parameters[0].shape if comp.parameters else inst.shape
                 state = (self.opaque(("loop", name), shape), self.leaf(shape), False)
-                self.frame(comp, [state])
+                yield self._frame(comp, [state])
         self._frame_name = saved
 
     _frame_name: str = ""
