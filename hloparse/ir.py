@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from functools import cached_property
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping
 
 from hloparse import attributes
 from hloparse.errors import HloParseError
@@ -476,3 +476,31 @@ class Module:
             for comp in self.computations for inst in comp.instructions for site in inst.calls
         )
         return graph
+
+
+def trampoline(walk: Generator[Any, Any, Any]) -> Any:
+    """Run a recursive walk without Python recursion: where the walk would call itself on a
+    callee, it yields the callee's generator (`sub = yield walk(callee)`) and receives its
+    result, or its exception. The walk keeps its exact visiting order and results, and any
+    nesting depth XLA accepts (chains of thousands of calls) costs heap, not stack."""
+    stack = [walk]
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        top = stack[-1]
+        try:
+            request = top.throw(error) if error is not None else top.send(value)
+        except StopIteration as stop:
+            stack.pop()
+            value, error = stop.value, None
+            if not stack:
+                return value
+            continue
+        except BaseException as exc:
+            stack.pop()
+            if not stack:
+                raise
+            value, error = None, exc
+            continue
+        stack.append(request)
+        value, error = None, None
