@@ -26,6 +26,8 @@ class OpNames:
         from analysis.loops.execution import control_order, is_executing_site
 
         self.prefix: dict[str, str] = {}
+        # op_name per distinct metadata text: decoding it once per instruction is most of the cost.
+        self.by_metadata: dict[str | None, str] = {}
         for name in order if order is not None else control_order(module):
             comp = module.by_name[name]
             here = self.prefix.setdefault(name, "")
@@ -43,7 +45,12 @@ class OpNames:
         return f"{prefix}/{op_name}" if op_name else prefix
 
     def of(self, computation: str, inst: Instruction) -> str:
-        return self.join(self.prefix.get(computation, ""), inst.op_name)
+        raw = inst.attributes.get("metadata")
+        op_name = self.by_metadata.get(raw)
+        if op_name is None:
+            op_name = self.by_metadata[raw] = inst.op_name
+        prefix = self.prefix.get(computation)
+        return self.join(prefix, op_name) if prefix else op_name
 
 
 def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:
