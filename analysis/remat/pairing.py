@@ -50,6 +50,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
+    if values is None and not _may_be_marked(module, comps, op_names):
+        return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
     values = values or value_numbers(module)
     ops: list[_Op] = []
     names: set[str] = set()
@@ -83,6 +85,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat |= _across_frames(ops, values, remat | first_of_class)
     merged = tuple(op.key for op in ops if op.named and op.key not in remat)
     return RematIndex(frozenset(remat), sum(op.named for op in ops), merged)
+
+
+def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) -> bool:
+    """Can any op be remat-marked? Not without a remat name, a `.remat` clone or an
+    optimization barrier (most optimized modules): then nothing is remat, and the value
+    numbering, the costliest part of the pass, is not needed."""
+    for _, inst in module.instructions():
+        if inst.opcode == "opt-barrier" or ".remat" in inst.name:
+            return True
+    return any(REMAT_SCOPE in op_names.of(comp.name, inst) for comp in comps for inst in comp.instructions)
 
 
 def _classes(ops: list[_Op], numbers: Mapping[Key, object]) -> dict[object, list[_Op]]:
