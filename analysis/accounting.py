@@ -179,7 +179,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     lower.compute(first.order)
     ex = execution_counts(module, trips, branch_choice=upper.choice)
 
-    op_names = _OpNamesOnce(module, ex.order)
+    op_names = remat_analysis.OpNames(module, ex.order)
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
@@ -214,20 +214,6 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     )
 
 
-class _OpNamesOnce(remat_analysis.OpNames):
-    """Each instruction's whole op_name worked out once: the remat pass and the rows both read it."""
-
-    def __init__(self, module: Module, order: Iterable[str]) -> None:
-        super().__init__(module, order)
-        self.known: dict[int, str] = {}  # id(instruction) -> its whole op_name
-
-    def of(self, computation: str, inst: Instruction) -> str:
-        name = self.known.get(id(inst))
-        if name is None:
-            name = self.known[id(inst)] = super().of(computation, inst)
-        return name
-
-
 def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCost]],
           remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool],
           op_names: remat_analysis.OpNames):
@@ -235,7 +221,7 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     uncounted: list[Uncounted] = []
     scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
     source_location = module.source_location
-    known_names = op_names.known.get if isinstance(op_names, _OpNamesOnce) else {}.get
+    remat = remat_index.remat
     for name in ex.order:
         comp = module.by_name[name]
         executions = ex.of(name)
@@ -243,31 +229,31 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
         fusion = ex.fusion_of.get(name)
         loop = ex.loop_of.get(name)
         body_is_remat = remat_bodies.get(name, False)
-        for inst, oc in zip(comp.instructions, op_costs[name]):
-            op_name = known_names(id(inst))  # the remat pass worked every one out
-            if op_name is None:
-                op_name = op_names.of(name, inst)
+        for inst, oc, op_name in zip(comp.instructions, op_costs[name], op_names.names_in(comp)):
             named = scopes.get(op_name)
             if named is None:
                 named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))
             cost = oc.cost
+            is_custom_call = inst.opcode == "custom-call"
+            # Positional: a frozen dataclass sets each keyword field through object.__setattr__,
+            # and a large module has hundreds of thousands of rows.
             rows.append(Row(
-                computation=name,
-                name=inst.name,
-                opcode=inst.opcode,
-                executions=executions,
-                executions_known=known,
-                cost=cost,
-                total=cost if executions == 1 else cost.scaled(executions),
-                fusion=fusion,
-                loop=loop,
-                remat=body_is_remat or (name, inst.name) in remat_index,
-                phase=named[0],
-                scope=named[1],
-                source=source_location(inst),
-                uncounted=oc.uncounted,
-                target=inst.custom_call_target,
-                note=row_note(comp, inst) if oc.uncounted is None else None,
+                name,  # computation
+                inst.name,
+                inst.opcode,
+                executions,
+                known,  # executions_known
+                cost,
+                cost if executions == 1 else cost.scaled(executions),  # total
+                fusion,
+                loop,
+                body_is_remat or (bool(remat) and (name, inst.name) in remat),  # remat
+                named[0],  # phase
+                named[1],  # scope
+                source_location(inst),
+                oc.uncounted,
+                inst.custom_call_target,  # target
+                row_note(comp, inst) if is_custom_call and oc.uncounted is None else None,  # note
             ))
             if oc.uncounted is not None:
                 uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,

@@ -8,7 +8,7 @@ import re
 from typing import Iterable
 
 from analysis.scopes import WRAPPER, is_absolute, split_components
-from hloparse.ir import Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
 XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
@@ -28,6 +28,7 @@ class OpNames:
         self.prefix: dict[str, str] = {}
         # op_name per distinct metadata text: decoding it once per instruction is most of the cost.
         self.by_metadata: dict[str | None, str] = {}
+        self.lists: dict[str, list[str]] = {}  # computation -> whole op_name of each instruction
         for name in order if order is not None else control_order(module):
             comp = module.by_name[name]
             here = self.prefix.setdefault(name, "")
@@ -43,6 +44,14 @@ class OpNames:
         if not prefix or is_absolute(op_name):
             return op_name
         return f"{prefix}/{op_name}" if op_name else prefix
+
+    def names_in(self, comp: Computation) -> list[str]:
+        """The whole op_name of each instruction of `comp`, in order (worked out once: the remat
+        pass and the accounting rows both read them)."""
+        names = self.lists.get(comp.name)
+        if names is None:
+            names = self.lists[comp.name] = [self.of(comp.name, inst) for inst in comp.instructions]
+        return names
 
     def of(self, computation: str, inst: Instruction) -> str:
         raw = inst.attributes.get("metadata")

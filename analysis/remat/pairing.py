@@ -59,12 +59,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     for comp in comps:
         comp_name = comp.name
         skip = comp_name in shared
-        for inst in comp.instructions:
+        for inst, op_name in zip(comp.instructions, op_names.names_in(comp)):
             names.add(inst.name)
             key = (comp_name, inst.name)
             if skip or inst.opcode in PASS_THROUGH or key not in exact:
                 continue
-            op_name = op_names.of(comp_name, inst)
             named = REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
             ops.append(_Op(key, inst, op_name, named, named or key in tainted, len(ops)))
 
@@ -94,7 +93,7 @@ def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) 
     for _, inst in module.instructions():
         if inst.opcode == "opt-barrier" or ".remat" in inst.name:
             return True
-    return any(REMAT_SCOPE in op_names.of(comp.name, inst) for comp in comps for inst in comp.instructions)
+    return any(REMAT_SCOPE in op_name for comp in comps for op_name in op_names.names_in(comp))
 
 
 def _classes(ops: list[_Op], numbers: Mapping[Key, object]) -> dict[object, list[_Op]]:
