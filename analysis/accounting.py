@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
-from analysis.cost.communication import with_communication
+from analysis.cost.communication import NOTHING as NOT_SENT
+from analysis.cost.communication import SENDERS, device_counts, sent_bytes
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
@@ -183,7 +184,6 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
-    rows = with_communication(module, rows)
     loops = _loops(module, ex, upper, op_names)
     conditionals = _conditionals(module, ex, upper, lower)
 
@@ -222,6 +222,7 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
     source_location = module.source_location
     remat = remat_index.remat
+    devices = device_counts(module)
     for name in ex.order:
         comp = module.by_name[name]
         executions = ex.of(name)
@@ -235,6 +236,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
                 named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))
             cost = oc.cost
             is_custom_call = inst.opcode == "custom-call"
+            # A collective's bytes sent per device and execution (analysis.cost.communication).
+            sent = sent_bytes(module, comp, inst, devices) if inst.opcode in SENDERS else NOT_SENT
             # Positional: a frozen dataclass sets each keyword field through object.__setattr__,
             # and a large module has hundreds of thousands of rows.
             rows.append(Row(
@@ -254,6 +257,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
                 oc.uncounted,
                 inst.custom_call_target,  # target
                 row_note(comp, inst) if is_custom_call and oc.uncounted is None else None,  # note
+                sent.bytes,  # communication
+                sent.uncounted,  # communication_uncounted
             ))
             if oc.uncounted is not None:
                 uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,
