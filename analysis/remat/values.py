@@ -184,9 +184,11 @@ class _Numbering:
                 value = params[n] if n < len(params) else (self.opaque(("param", comp_name, n), inst.shape),
                                                             self.leaf(inst.shape), False)
             else:
-                operands = inst.operands
-                seen = [local[o] for o in operands if o in local]
-                if len(seen) != len(operands):  # an operand we cannot see: a value of its own
+                try:
+                    seen = [local[o] for o in inst.operands]
+                except KeyError:  # an operand we cannot see: a value of its own
+                    seen = None
+                if seen is None:
                     tag = ("unseen", comp_name, inst.name)
                     value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
                 elif opcode == "while" or opcode == "conditional" or (
@@ -244,11 +246,13 @@ class _Numbering:
         calls = inst.calls
         appliers = tuple([self.applier_key(s.computation) for s in calls if s.role not in INLINED]) if calls else ()
         head = (opcode, self.shape_key(inst.shape), result_attributes(inst), appliers)
-        exact = self.intern(head + tuple([e for e, _, _ in ops]))
+        exact_ops = tuple([e for e, _, _ in ops])
+        exact = self.intern(head + exact_ops)
         if ops and opcode in INPUT_VIEWS and not isinstance(ops[0][1], tuple) and ops[0][1] in self.leaves:
             abstract = self.leaf(inst.shape)
         else:
-            abstract = self.intern(head + tuple([a for _, a, _ in ops]))
+            abstract_ops = tuple([a for _, a, _ in ops])
+            abstract = exact if abstract_ops == exact_ops else self.intern(head + abstract_ops)
         return exact, abstract, taint
 
     def _while(self, inst: Instruction, ops: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, None]:
