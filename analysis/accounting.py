@@ -178,7 +178,9 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     upper.compute(first.order)
     lower = _Inclusive(module, own, trips, pick_max=False)
     lower.compute(first.order)
-    ex = execution_counts(module, trips, branch_choice=upper.choice)
+    # The upper bound's branch choices decide the counts under multi-branch conditionals; with
+    # none chosen, the first counts (their trip counts now hold every loop) are the same.
+    ex = execution_counts(module, trips, branch_choice=upper.choice) if upper.choice else first
 
     op_names = remat_analysis.OpNames(module, ex.order)
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
