@@ -270,6 +270,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
 
 def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematUnpaired, ...]:
     merged = set(index.merged)
+    if not merged:
+        return ()
     return tuple(RematUnpaired(r.name, r.computation, r.opcode, r.total.flops)
                  for r in rows if (r.computation, r.name) in merged and not r.remat)
 

@@ -147,8 +147,9 @@ class _Numbering:
             if comp is None:
                 key = ("missing", name)
             else:
-                key = tuple((i.opcode, shape_key(i.shape), i.operands and tuple(
-                    comp.instructions.index(comp.by_name[o]) if o in comp.by_name else o for o in i.operands),
+                position = {i.name: n for n, i in enumerate(comp.instructions)}
+                key = tuple((i.opcode, self.shape_key(i.shape), i.operands and tuple(
+                    position.get(o, o) for o in i.operands),
                     tuple(sorted((k, v) for k, v in i.attributes.items() if k not in IGNORED_ATTRIBUTES)))
                             for i in comp.instructions)
             self.applier_keys[name] = key
