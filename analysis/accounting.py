@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
-from analysis.cost.communication import with_communication
+from analysis.cost.communication import NOTHING as NOT_SENT
+from analysis.cost.communication import SENDERS, device_counts, sent_bytes
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
@@ -178,13 +179,14 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     upper.compute(first.order)
     lower = _Inclusive(module, own, trips, pick_max=False)
     lower.compute(first.order)
-    ex = execution_counts(module, trips, branch_choice=upper.choice)
+    # The upper bound's branch choices decide the counts under multi-branch conditionals; with
+    # none chosen, the first counts (their trip counts now hold every loop) are the same.
+    ex = execution_counts(module, trips, branch_choice=upper.choice) if upper.choice else first
 
-    op_names = _OpNamesOnce(module, ex.order)
+    op_names = remat_analysis.OpNames(module, ex.order)
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
-    rows = with_communication(module, rows)
     loops = _loops(module, ex, upper, op_names)
     conditionals = _conditionals(module, ex, upper, lower)
 
@@ -217,20 +219,6 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     )
 
 
-class _OpNamesOnce(remat_analysis.OpNames):
-    """Each instruction's whole op_name worked out once: the remat pass and the rows both read it."""
-
-    def __init__(self, module: Module, order: Iterable[str]) -> None:
-        super().__init__(module, order)
-        self.known: dict[int, str] = {}  # id(instruction) -> its whole op_name
-
-    def of(self, computation: str, inst: Instruction) -> str:
-        name = self.known.get(id(inst))
-        if name is None:
-            name = self.known[id(inst)] = super().of(computation, inst)
-        return name
-
-
 def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCost]],
           remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool],
           op_names: remat_analysis.OpNames):
@@ -238,7 +226,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     uncounted: list[Uncounted] = []
     scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
     source_location = module.source_location
-    known_names = op_names.known.get if isinstance(op_names, _OpNamesOnce) else {}.get
+    remat = remat_index.remat
+    devices = device_counts(module)
     for name in ex.order:
         comp = module.by_name[name]
         executions = ex.of(name)
@@ -246,31 +235,35 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
         fusion = ex.fusion_of.get(name)
         loop = ex.loop_of.get(name)
         body_is_remat = remat_bodies.get(name, False)
-        for inst, oc in zip(comp.instructions, op_costs[name]):
-            op_name = known_names(id(inst))  # the remat pass worked every one out
-            if op_name is None:
-                op_name = op_names.of(name, inst)
+        for inst, oc, op_name in zip(comp.instructions, op_costs[name], op_names.names_in(comp)):
             named = scopes.get(op_name)
             if named is None:
                 named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))
             cost = oc.cost
+            is_custom_call = inst.opcode == "custom-call"
+            # A collective's bytes sent per device and execution (analysis.cost.communication).
+            sent = sent_bytes(module, comp, inst, devices) if inst.opcode in SENDERS else NOT_SENT
+            # Positional: a frozen dataclass sets each keyword field through object.__setattr__,
+            # and a large module has hundreds of thousands of rows.
             rows.append(Row(
-                computation=name,
-                name=inst.name,
-                opcode=inst.opcode,
-                executions=executions,
-                executions_known=known,
-                cost=cost,
-                total=cost if executions == 1 else cost.scaled(executions),
-                fusion=fusion,
-                loop=loop,
-                remat=body_is_remat or (name, inst.name) in remat_index,
-                phase=named[0],
-                scope=named[1],
-                source=source_location(inst),
-                uncounted=oc.uncounted,
-                target=inst.custom_call_target,
-                note=row_note(comp, inst) if oc.uncounted is None else None,
+                name,  # computation
+                inst.name,
+                inst.opcode,
+                executions,
+                known,  # executions_known
+                cost,
+                cost if executions == 1 else cost.scaled(executions),  # total
+                fusion,
+                loop,
+                body_is_remat or (bool(remat) and (name, inst.name) in remat),  # remat
+                named[0],  # phase
+                named[1],  # scope
+                source_location(inst),
+                oc.uncounted,
+                inst.custom_call_target,  # target
+                row_note(comp, inst) if is_custom_call and oc.uncounted is None else None,  # note
+                sent.bytes,  # communication
+                sent.uncounted,  # communication_uncounted
             ))
             if oc.uncounted is not None:
                 uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,
@@ -280,6 +273,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
 
 def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematUnpaired, ...]:
     merged = set(index.merged)
+    if not merged:
+        return ()
     return tuple(RematUnpaired(r.name, r.computation, r.opcode, r.total.flops)
                  for r in rows if (r.computation, r.name) in merged and not r.remat)
 

@@ -17,6 +17,7 @@ from hloparse.ir import CallRole, Instruction, Module
 
 _GRAPHS: "weakref.WeakKeyDictionary[Module, nx.MultiDiGraph]" = weakref.WeakKeyDictionary()
 _CALLS_FROM: "weakref.WeakKeyDictionary[nx.MultiDiGraph, dict]" = weakref.WeakKeyDictionary()
+_CONTROL_ORDER: "weakref.WeakKeyDictionary[nx.MultiDiGraph, tuple[str, ...]]" = weakref.WeakKeyDictionary()
 
 
 def call_graph(module: Module) -> nx.MultiDiGraph:
@@ -60,7 +61,15 @@ def executing_callees(graph: nx.MultiDiGraph, name: str) -> list[str]:
 
 def control_order(graph: nx.MultiDiGraph) -> list[str]:
     """Computations reachable from ENTRY through executing call sites, callers before callees
-    (reverse post-order of a depth-first walk that takes a computation's callees last first)."""
+    (reverse post-order of a depth-first walk that takes a computation's callees last first).
+    Walked once per graph: the accounting asks for it several times."""
+    order = _CONTROL_ORDER.get(graph)
+    if order is None:
+        order = _CONTROL_ORDER[graph] = tuple(_control_order(graph))
+    return list(order)
+
+
+def _control_order(graph: nx.MultiDiGraph) -> list[str]:
     order: list[str] = []
     state: dict[str, int] = {}  # 1: on the stack, 2: done
     root = graph.graph["entry"]

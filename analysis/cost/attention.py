@@ -98,10 +98,17 @@ def is_attention(target: str | None) -> bool:
 # ---- the convention ---------------------------------------------------------------------------
 def kept_entries(q_len: int, kv_len: int, causal: bool, bottom_right: bool, left: int = -1,
                  right: int = -1) -> tuple[int, int]:
-    """(score entries kept, rows with at least one) of one sequence and head."""
+    """(score entries kept, rows with at least one) of one sequence and head.
+
+    Row i keeps keys lo(i)..hi(i): lo is 0 or diagonal - left, hi the least of kv_len - 1, the
+    diagonal (causal) and diagonal + right. Each bound switches between its terms at most once,
+    so between those switches a row's count changes by the same step (-1, 0 or 1) from row to
+    row, and each such run of rows is summed as an arithmetic series instead of row by row."""
+    if q_len <= 0:
+        return 0, 0
     offset = kv_len - q_len if bottom_right else 0
-    entries = rows = 0
-    for i in range(q_len):
+
+    def kept(i: int) -> int:
         diagonal = i + offset
         lo = 0 if left < 0 else max(0, diagonal - left)
         hi = kv_len - 1
@@ -109,21 +116,45 @@ def kept_entries(q_len: int, kv_len: int, causal: bool, bottom_right: bool, left
             hi = min(hi, diagonal)
         if right >= 0:
             hi = min(hi, diagonal + right)
-        n = hi - lo + 1
-        if n > 0:
-            entries += n
-            rows += 1
+        return hi - lo + 1
+
+    switches = {kv_len - 1 - offset}
+    if right >= 0:
+        switches.add(kv_len - 1 - right - offset)
+    if left >= 0:
+        switches.add(left - offset)
+    cuts = sorted({0, q_len} | {c for s in switches for c in (s, s + 1) if 0 < c < q_len})
+    entries = rows = 0
+    for start, stop in zip(cuts, cuts[1:]):
+        first = kept(start)
+        step = kept(start + 1) - first if stop - start > 1 else 0
+        if step > 0:  # rows from the first with a positive count: first + (i - start) > 0
+            start, first = max(start, start + 1 - first), max(first, 1)
+        elif step < 0:  # rows up to the last with a positive count: first - (i - start) > 0
+            stop = min(stop, start + first)
+        elif first <= 0:
+            continue
+        count = stop - start
+        if count > 0:
+            last = first + step * (count - 1)
+            entries += (first + last) * count // 2
+            rows += count
     return entries, rows
 
 
 def score_entries(a: Attention) -> tuple[int, int]:
     """(kept score entries, non-empty rows) summed over every batch row and query head."""
-    sequences = a.sequences if a.sequences is not None else ((a.q_len, a.kv_len),) * a.batch
+    if a.sequences is None:
+        counts = {(a.q_len, a.kv_len): a.batch}
+    else:
+        counts = {}
+        for sequence in a.sequences:
+            counts[sequence] = counts.get(sequence, 0) + 1
     entries = rows = 0
-    for q_len, kv_len in sequences:
+    for (q_len, kv_len), times in counts.items():
         e, r = kept_entries(q_len, kv_len, a.causal, a.bottom_right, a.left, a.right)
-        entries += e
-        rows += r
+        entries += e * times
+        rows += r * times
     return entries * a.heads, rows * a.heads
 
 

@@ -20,12 +20,11 @@ never guessed. The module is one device's program, so these are per-device bytes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable
 
 from analysis.cost.collectives import GroupSyntaxError, participants, parse_source_target_pairs
 from analysis.cost.shapes import elements, size
-from analysis.results import Row
 from hloparse.ir import Computation, Instruction, Module, Shape
 
 
@@ -195,16 +194,3 @@ def sent_bytes(module: Module, comp: Computation, inst: Instruction,
         return sender(_Ctx(module, comp, inst, replicas, partitions))
     except (GroupSyntaxError, IndexError, KeyError, ValueError) as error:
         return Sent(uncounted=f"cannot decode its groups: {error}")
-
-
-def with_communication(module: Module, rows: Sequence[Row]) -> list[Row]:
-    """The accounting rows with each collective's bytes sent per execution filled in."""
-    counts = device_counts(module)
-    out = list(rows)
-    for i, row in enumerate(out):
-        if row.opcode not in SENDERS:
-            continue
-        comp = module.by_name[row.computation]
-        sent = sent_bytes(module, comp, comp.by_name[row.name], counts)
-        out[i] = replace(row, communication=sent.bytes, communication_uncounted=sent.uncounted)
-    return out

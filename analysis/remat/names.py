@@ -8,7 +8,7 @@ import re
 from typing import Iterable
 
 from analysis.scopes import WRAPPER, is_absolute, split_components
-from hloparse.ir import Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
 XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
@@ -26,6 +26,9 @@ class OpNames:
         from analysis.loops.execution import control_order, is_executing_site
 
         self.prefix: dict[str, str] = {}
+        # op_name per distinct metadata text: decoding it once per instruction is most of the cost.
+        self.by_metadata: dict[str | None, str] = {}
+        self.lists: dict[str, list[str]] = {}  # computation -> whole op_name of each instruction
         for name in order if order is not None else control_order(module):
             comp = module.by_name[name]
             here = self.prefix.setdefault(name, "")
@@ -42,8 +45,21 @@ class OpNames:
             return op_name
         return f"{prefix}/{op_name}" if op_name else prefix
 
+    def names_in(self, comp: Computation) -> list[str]:
+        """The whole op_name of each instruction of `comp`, in order (worked out once: the remat
+        pass and the accounting rows both read them)."""
+        names = self.lists.get(comp.name)
+        if names is None:
+            names = self.lists[comp.name] = [self.of(comp.name, inst) for inst in comp.instructions]
+        return names
+
     def of(self, computation: str, inst: Instruction) -> str:
-        return self.join(self.prefix.get(computation, ""), inst.op_name)
+        raw = inst.attributes.get("metadata")
+        op_name = self.by_metadata.get(raw)
+        if op_name is None:
+            op_name = self.by_metadata[raw] = inst.op_name
+        prefix = self.prefix.get(computation)
+        return self.join(prefix, op_name) if prefix else op_name
 
 
 def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:

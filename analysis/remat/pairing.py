@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from analysis.remat.names import XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, is_remat_named, remat_depth
+from analysis.remat.names import REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, remat_depth
 from analysis.remat.values import ValueNumbers, result_attributes, shape_key, value_numbers
 from analysis.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
@@ -36,7 +36,7 @@ class RematIndex:
         return self.merged
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class _Op:
     key: Key
     inst: Instruction
@@ -50,25 +50,33 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
+    if values is None and not _may_be_marked(module, comps, op_names):
+        return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
     values = values or value_numbers(module)
     ops: list[_Op] = []
     names: set[str] = set()
+    exact, tainted, shared = values.exact, values.tainted, values.shared
     for comp in comps:
-        for inst in comp.instructions:
+        comp_name = comp.name
+        skip = comp_name in shared
+        for inst, op_name in zip(comp.instructions, op_names.names_in(comp)):
             names.add(inst.name)
-            key = (comp.name, inst.name)
-            if key not in values.exact or inst.opcode in PASS_THROUGH or comp.name in values.shared:
+            key = (comp_name, inst.name)
+            if skip or inst.opcode in PASS_THROUGH or key not in exact:
                 continue
-            op_name = op_names.of(comp.name, inst)
-            named = is_remat_named(inst, op_name)
-            ops.append(_Op(key, inst, op_name, named, named or key in values.tainted, len(ops)))
+            named = REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
+            ops.append(_Op(key, inst, op_name, named, named or key in tainted, len(ops)))
 
     remat: set[Key] = set()
     for comp in comps:  # XLA's clones (fusions too): the original of the same name is the twin
         for inst in comp.instructions:
+            if ".remat" not in inst.name:
+                continue
             clone_of = XLA_REMAT_SUFFIX.sub("", inst.name)
             if clone_of != inst.name and clone_of in names:
                 remat.add((comp.name, inst.name))
+    if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
+        return RematIndex(frozenset(remat), 0, ())
     first_of_class: set[Key] = set()
     for members in _classes(ops, values.exact).values():
         remat |= _same_value(members, first_of_class)
@@ -76,6 +84,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat |= _across_frames(ops, values, remat | first_of_class)
     merged = tuple(op.key for op in ops if op.named and op.key not in remat)
     return RematIndex(frozenset(remat), sum(op.named for op in ops), merged)
+
+
+def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) -> bool:
+    """Can any op be remat-marked? Not without a remat name, a `.remat` clone or an
+    optimization barrier (most optimized modules): then nothing is remat, and the value
+    numbering, the costliest part of the pass, is not needed."""
+    for _, inst in module.instructions():
+        if inst.opcode == "opt-barrier" or ".remat" in inst.name:
+            return True
+    return any(REMAT_SCOPE in op_name for comp in comps for op_name in op_names.names_in(comp))
 
 
 def _classes(ops: list[_Op], numbers: Mapping[Key, object]) -> dict[object, list[_Op]]:
@@ -161,14 +179,19 @@ def _across_frames(ops: list[_Op], values: ValueNumbers, settled: set[Key]) -> s
     sizes: dict[object, int] = {}
     for op in ops:
         sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
-    by_abstract = _classes([op for op in ops if not op.marked], values.abstract)
+    # The frames each abstract number of an unmarked op is computed in.
+    frames_of: dict[object, set[str]] = {}
+    for number, members in _classes([op for op in ops if not op.marked], values.abstract).items():
+        frames_of[number] = {values.frame[t.key] for t in members}
     found: set[Key] = set()
     for op in ops:
         if op.named or not op.marked or op.key in settled or sizes[values.exact[op.key]] > 1:
             continue
         number = values.abstract[op.key]
-        frame = values.frame[op.key]
-        if not isinstance(number, tuple) and any(values.frame[t.key] != frame for t in by_abstract.get(number, ())):
+        if isinstance(number, tuple):
+            continue
+        frames = frames_of.get(number)
+        if frames and (len(frames) > 1 or values.frame[op.key] not in frames):
             found.add(op.key)
     return found
 

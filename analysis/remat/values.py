@@ -46,9 +46,21 @@ def result_attributes(inst: Instruction) -> tuple:
     """The attributes that change what an instruction computes. A custom-call's backend_config
     is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
     there."""
-    keep_config = inst.opcode == "custom-call"
-    return tuple(sorted((k, v) for k, v in inst.attributes.items()
-                        if k not in IGNORED_ATTRIBUTES or (keep_config and k == "backend_config")))
+    if inst.opcode == "custom-call":
+        kept = [(k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES or k == "backend_config"]
+    else:
+        kept = [(k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES]
+    if len(kept) > 1:
+        kept.sort()
+    return tuple(kept)
+
+
+def _taint(ops: list[tuple[Val, Val, bool]], opcode: str) -> bool:
+    """Is a value computed from an optimization barrier's output (or is it one)?"""
+    for op in ops:
+        if op[2]:
+            return True
+    return opcode == "opt-barrier"
 
 
 # Instructions whose result is not a function of their operands: each is a value of its own.
@@ -92,6 +104,16 @@ class _Numbering:
         self.applier_keys: dict[str, tuple] = {}
         self.out = ValueNumbers()
         self.evaluated: set[str] = set()
+        # Per distinct Shape object (the parser shares one per distinct shape text); each entry
+        # holds the shape, so its id is not reused while the numbering lives.
+        self.shape_keys: dict[int, tuple[Shape, tuple]] = {}
+        self.leaf_numbers: dict[int, tuple[Shape, Val]] = {}
+
+    def shape_key(self, shape: Shape) -> tuple:
+        hit = self.shape_keys.get(id(shape))
+        if hit is None:
+            hit = self.shape_keys[id(shape)] = (shape, shape_key(shape))
+        return hit[1]
 
     def intern(self, key: tuple) -> int:
         found = self.ids.get(key)
@@ -100,11 +122,16 @@ class _Numbering:
         return found
 
     def leaf(self, shape: Shape) -> Val:
+        hit = self.leaf_numbers.get(id(shape))
+        if hit is not None:
+            return hit[1]
         if shape.is_tuple:
-            return tuple(self.leaf(s) for s in shape.tuple_shapes)
-        number = self.intern(("leaf",) + shape_key(shape))
-        self.leaves.add(number)
-        return number
+            value: Val = tuple(self.leaf(s) for s in shape.tuple_shapes)
+        else:
+            value = self.intern(("leaf",) + self.shape_key(shape))
+            self.leaves.add(value)
+        self.leaf_numbers[id(shape)] = (shape, value)
+        return value
 
     def opaque(self, tag: tuple, shape: Shape) -> Val:
         """A value known only by `tag` (an input of a frame, a loop's result)."""
@@ -120,8 +147,9 @@ class _Numbering:
             if comp is None:
                 key = ("missing", name)
             else:
-                key = tuple((i.opcode, shape_key(i.shape), i.operands and tuple(
-                    comp.instructions.index(comp.by_name[o]) if o in comp.by_name else o for o in i.operands),
+                position = {i.name: n for n, i in enumerate(comp.instructions)}
+                key = tuple((i.opcode, self.shape_key(i.shape), i.operands and tuple(
+                    position.get(o, o) for o in i.operands),
                     tuple(sorted((k, v) for k, v in i.attributes.items() if k not in IGNORED_ATTRIBUTES)))
                             for i in comp.instructions)
             self.applier_keys[name] = key
@@ -136,7 +164,9 @@ class _Numbering:
     def _frame(self, comp: Computation,
                params: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, tuple[Val, Val, bool]]:
         # A generator run by `trampoline`: an inlined callee's frame comes back from `yield`, so
-        # a chain of thousands of nested calls needs no Python stack (issue 12).
+        # a chain of thousands of nested calls needs no Python stack (issue 12). Only an
+        # instruction that calls or loops goes through a generator of its own; the others (most
+        # of a module) are numbered by a plain call.
         if comp.name in self.evaluated:
             self.out.shared.add(comp.name)
             record = False
@@ -145,29 +175,40 @@ class _Numbering:
             record = True
         local: dict[str, tuple[Val, Val, bool]] = {}
         frame_name = self._frame_name
+        exacts, abstracts, frames, tainted = self.out.exact, self.out.abstract, self.out.frame, self.out.tainted
+        comp_name = comp.name
+        plain = self._plain
         for inst in comp.instructions:
-            if inst.opcode == "parameter":
+            opcode = inst.opcode
+            if opcode == "parameter":
                 n = parameter_number(inst)
-                value = params[n] if n < len(params) else (self.opaque(("param", comp.name, n), inst.shape),
+                value = params[n] if n < len(params) else (self.opaque(("param", comp_name, n), inst.shape),
                                                             self.leaf(inst.shape), False)
             else:
-                seen = [local[o] for o in inst.operands if o in local]
-                value = yield from self._instruction(comp, inst, seen, len(inst.operands))
+                try:
+                    seen = [local[o] for o in inst.operands]
+                except KeyError:  # an operand we cannot see: a value of its own
+                    seen = None
+                if seen is None:
+                    tag = ("unseen", comp_name, inst.name)
+                    value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
+                elif opcode == "while" or opcode == "conditional" or (
+                        inst.calls and any(s.role in INLINED for s in inst.calls)):
+                    value = yield from self._calling(comp, inst, seen)
+                else:
+                    value = plain(comp, inst, seen, _taint(seen, opcode))
             local[inst.name] = value
             if record:
-                key = (comp.name, inst.name)
-                self.out.exact[key], self.out.abstract[key], taint = value
-                self.out.frame[key] = frame_name
+                key = (comp_name, inst.name)
+                exacts[key], abstracts[key], taint = value
+                frames[key] = frame_name
                 if taint:
-                    self.out.tainted.add(key)
+                    tainted.add(key)
         return local[comp.root.name] if comp.instructions else ((), (), False)
 
-    def _instruction(self, comp: Computation, inst: Instruction, ops: list[tuple[Val, Val, bool]],
-                     n_operands: int) -> Generator[Any, Any, tuple[Val, Val, bool]]:
-        if len(ops) != n_operands:  # an operand we cannot see: a value of its own
-            tag = ("unseen", comp.name, inst.name)
-            return self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
-        taint = any(t for _, _, t in ops) or inst.opcode == "opt-barrier"
+    def _calling(self, comp: Computation, inst: Instruction,
+                 ops: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, tuple[Val, Val, bool]]:
+        taint = _taint(ops, inst.opcode)
         inlined = [s for s in inst.calls if s.role in INLINED]
         if inlined and inst.opcode != "conditional":
             callee = self.module.by_name.get(inlined[0].computation)
@@ -185,28 +226,34 @@ class _Numbering:
             yield from self._while(inst, ops)
             tag = ("while", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
-        if inst.opcode == "tuple":
-            return tuple(e for e, _, _ in ops), tuple(a for _, a, _ in ops), taint
-        if inst.opcode == "get-tuple-element":
+        return self._plain(comp, inst, ops, taint)
+
+    def _plain(self, comp: Computation, inst: Instruction, ops: list[tuple[Val, Val, bool]],
+               taint: bool) -> tuple[Val, Val, bool]:
+        opcode = inst.opcode
+        if opcode == "tuple":
+            return tuple([e for e, _, _ in ops]), tuple([a for _, a, _ in ops]), taint
+        if opcode == "get-tuple-element":
             index = int(inst.attr("index", "0"))
             exact, abstract = ops[0][0], ops[0][1]
             exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
             abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
             return exact, abstract, taint
-        if inst.opcode in IDENTITY and len(ops) == 1:
+        if opcode in IDENTITY and len(ops) == 1:
             return ops[0][0], ops[0][1], taint
-        if inst.opcode in UNIQUE or (inst.opcode == "custom-call"
-                                     and inst.attr("custom_call_has_side_effect") == "true"):
+        if opcode in UNIQUE or (opcode == "custom-call" and inst.attr("custom_call_has_side_effect") == "true"):
             tag = ("unique", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
-        attrs = result_attributes(inst)
-        appliers = tuple(self.applier_key(s.computation) for s in inst.calls if s.role not in INLINED)
-        head = (inst.opcode, shape_key(inst.shape), attrs, appliers)
-        exact = self.intern(head + tuple(e for e, _, _ in ops))
-        if inst.opcode in INPUT_VIEWS and ops and not isinstance(ops[0][1], tuple) and ops[0][1] in self.leaves:
+        calls = inst.calls
+        appliers = tuple([self.applier_key(s.computation) for s in calls if s.role not in INLINED]) if calls else ()
+        head = (opcode, self.shape_key(inst.shape), result_attributes(inst), appliers)
+        exact_ops = tuple([e for e, _, _ in ops])
+        exact = self.intern(head + exact_ops)
+        if ops and opcode in INPUT_VIEWS and not isinstance(ops[0][1], tuple) and ops[0][1] in self.leaves:
             abstract = self.leaf(inst.shape)
         else:
-            abstract = self.intern(head + tuple(a for _, a, _ in ops))
+            abstract_ops = tuple([a for _, a, _ in ops])
+            abstract = exact if abstract_ops == exact_ops else self.intern(head + abstract_ops)
         return exact, abstract, taint
 
     def _while(self, inst: Instruction, ops: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, None]:

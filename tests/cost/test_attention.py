@@ -337,3 +337,28 @@ def test_te_windows_are_top_left_like_jax_unless_bottom_right(mask_type, causal,
             shifted[i, j] = i + offset - window[0] <= j <= min(i + offset + window[1], i + offset)
     bottom_right = analyze(fused_te("bfloat16", 2, 4, window, q_len=q_len, kv_len=kv_len))
     assert bottom_right.flops == forward_formula(B * N * int(shifted.sum()), B * N * int(shifted.any(axis=1).sum()))
+
+
+def _kept_row_by_row(q_len, kv_len, causal, bottom_right, left, right):
+    """The mask's definition, one score row at a time (kept_entries sums runs of rows)."""
+    offset = kv_len - q_len if bottom_right else 0
+    entries = rows = 0
+    for i in range(q_len):
+        diagonal = i + offset
+        lo = 0 if left < 0 else max(0, diagonal - left)
+        hi = min([kv_len - 1] + ([diagonal] if causal else []) + ([diagonal + right] if right >= 0 else []))
+        if hi >= lo:
+            entries += hi - lo + 1
+            rows += 1
+    return entries, rows
+
+
+def test_kept_entries_sum_the_rows_of_every_small_mask():
+    for q_len in range(0, 11):
+        for kv_len in range(0, 11):
+            for causal in (False, True):
+                for bottom_right in (False, True):
+                    for left in range(-1, 12):
+                        for right in range(-1, 12):
+                            args = (q_len, kv_len, causal, bottom_right, left, right)
+                            assert attention.kept_entries(*args) == _kept_row_by_row(*args), args
