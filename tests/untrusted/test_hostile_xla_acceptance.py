@@ -114,6 +114,22 @@ CASES = [
     ("dense-with-physical-shape", module("ROOT p = f32[2]{0:D(D)P(f32[2]{0})} parameter(0)"), False),
     ("physical-shape-not-sparse", module("ROOT p = f32[2]{0:P(f32[2]{0})} parameter(0)"), False),
     ("unknown-opcode", module("p = f32[] parameter(0)", "ROOT n = f32[] ngate(p)"), False),
+    # attribute names: each opcode takes those hlo_parser.cc declares for it, no other
+    ("attribute-misspelt", module("p = f32[2,3] parameter(0)", "q = f32[3,4] parameter(1)",
+                                  "ROOT d = f32[2,4] dot(p, q), lhs_contracting_dims={1}, rhs_contractin_dims={0}"),
+     False),
+    ("attribute-of-another-opcode", module("p = f32[2] parameter(0)", "ROOT n = f32[2] negate(p), dimensions={0}"),
+     False),
+    ("attribute-misspelt-slow-path", module("p = f32[2] parameter(0)",
+                                            "ROOT n = f32[2] negate(p), metadata={op_name=\"a, b=c\"}, "
+                                            "shardig={replicated}"),
+     False),
+    ("attribute-common", module("p = f32[2] parameter(0)",
+                                "ROOT n = f32[2] negate(p), sharding={replicated}, metadata={op_name=\"n\"}"), True),
+    ("attribute-of-this-opcode", module("p = f32[4] parameter(0)",
+                                        "ROOT s = f32[4] sort(p), dimensions={0}, is_stable=true, to_apply=lt",
+                                        before="lt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                                        "  ROOT c = pred[] compare(a, b), direction=LT\n}\n"), True),
 ]
 
 
