@@ -114,6 +114,24 @@ CASES = [
     ("dense-with-physical-shape", module("ROOT p = f32[2]{0:D(D)P(f32[2]{0})} parameter(0)"), False),
     ("physical-shape-not-sparse", module("ROOT p = f32[2]{0:P(f32[2]{0})} parameter(0)"), False),
     ("unknown-opcode", module("p = f32[] parameter(0)", "ROOT n = f32[] ngate(p)"), False),
+    # the module header
+    ("module-name-with-percent", "HloModule a%b\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("module-name-with-bracket", "HloModule a]b\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("module-name-with-colon", "HloModule a.b-c:\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", True),
+    ("header-unknown-attribute", "HloModule m, zz=1\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("header-bad-attribute-name", "HloModule m, en%try=1\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("header-attribute-twice", "HloModule m, is_scheduled=true, is_scheduled=true\nENTRY e {\n"
+                               "  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("header-bad-boolean", "HloModule m, is_scheduled=tue\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("entry-layout-bad-type", "HloModule m, entry_computation_layout={(f32[2])->f30[2]}\nENTRY e {\n"
+                              "  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("entry-layout-no-parens", "HloModule m, entry_computation_layout={f32[2]->f32[2]}\nENTRY e {\n"
+                               "  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("entry-layout-not-the-entry-shapes", "HloModule m, entry_computation_layout={(f32[3])->f32[2]}\nENTRY e {\n"
+                                          "  ROOT p = f32[2] parameter(0)\n}\n", True),
+    ("entry-layout-comments", "HloModule m, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[])->(f32[2], f32[])}\n"
+                              "ENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[] parameter(1)\n"
+                              "  ROOT t = (f32[2], f32[]) tuple(p, q)\n}\n", True),
     # attribute names: each opcode takes those hlo_parser.cc declares for it, no other
     ("attribute-misspelt", module("p = f32[2,3] parameter(0)", "q = f32[3,4] parameter(1)",
                                   "ROOT d = f32[2,4] dot(p, q), lhs_contracting_dims={1}, rhs_contractin_dims={0}"),
