@@ -18,6 +18,7 @@ from hloparse.infer import DERIVED_SHAPE_OPCODES, derived_shape
 from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
+from hloparse.sharding import sharding_error
 from hloparse.xla_checks import CHECKED_OPCODES as XLA_CHECKED_OPCODES
 from hloparse.xla_checks import REQUIRED, check_control_predecessors, check_opcode_rules, missing_attribute
 
@@ -177,7 +178,8 @@ _INT_ATTRIBUTES = frozenset(
 # Decoded lazily by the analysis, so checked here: a bad value must fail the parse, not the analysis.
 _GOOD_LITERALS: set[tuple[str, Shape]] = set()
 _VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
-_CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups"}
+_CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups",
+                                         "sharding"}
 # Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
 _GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
 
@@ -250,6 +252,13 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
             parse_dim_labels(attrs["dim_labels"])
         except AttributeSyntaxError as e:
             raise builder.error_at_instruction(inst, f"dim_labels: {e}", e.expected, needle="dim_labels=") from None
+    if "sharding" in attrs and attrs["sharding"] not in _GOOD_VALUES["sharding"]:
+        problem = sharding_error(attrs["sharding"])
+        if problem is not None:
+            raise builder.error_at_instruction(inst, problem, "a sharding such as {devices=[2,1]<=[2]}",
+                                               needle="sharding=")
+        if len(_GOOD_VALUES["sharding"]) < 1_000:
+            _GOOD_VALUES["sharding"].add(attrs["sharding"])  # the same few recur on thousands of instructions
     if "operand_layout_constraints" in attrs:
         _check_layout_constraints(inst, above, builder)
     if "replica_groups" in attrs and attrs["replica_groups"].startswith("mesh"):

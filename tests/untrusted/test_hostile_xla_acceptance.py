@@ -132,6 +132,22 @@ CASES = [
     ("entry-layout-comments", "HloModule m, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[])->(f32[2], f32[])}\n"
                               "ENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[] parameter(1)\n"
                               "  ROOT t = (f32[2], f32[]) tuple(p, q)\n}\n", True),
+    # shardings: keywords, stray characters, device=
+    ("sharding-misspelt-keyword", module("p = f32[4,4] parameter(0)",
+                                         "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]<=[4] "
+                                         "lasttile_dim_replicate}"),
+     False),
+    ("sharding-stray-character", module("p = f32[4,4] parameter(0)",
+                                        "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]0,1,2,3 m:etadata={}}"),
+     False),
+    ("sharding-device-not-integer", module("p = f32[4,4] parameter(0)",
+                                           "ROOT c = f32[4,4] copy(p), sharding={device=[2,2]<=[4]}"), False),
+    ("sharding-iota-longer-than-tiles", module("p = f32[4,4] parameter(0)",
+                                               "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]<=[16]}"), True),
+    ("sharding-tuple-with-metadata", module("p = f32[4,4] parameter(0)",
+                                            "ROOT t = (f32[4,4], f32[4,4]) tuple(p, p), sharding={{maximal device=1}, "
+                                            '{devices=[2,1,2]<=[4] last_tile_dim_replicate metadata={op_name="a b"}}}'),
+     True),
     # attribute names: each opcode takes those hlo_parser.cc declares for it, no other
     ("attribute-misspelt", module("p = f32[2,3] parameter(0)", "q = f32[3,4] parameter(1)",
                                   "ROOT d = f32[2,4] dot(p, q), lhs_contracting_dims={1}, rhs_contractin_dims={0}"),
