@@ -20,21 +20,11 @@ from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.sharding import sharding_error
 from hloparse.xla_checks import CHECKED_OPCODES as XLA_CHECKED_OPCODES
-from hloparse.xla_checks import REQUIRED, check_control_predecessors, check_opcode_rules, missing_attribute
+from hloparse.xla_checks import (REQUIRED, check_control_predecessors, check_opcode_rules,
+                                 compatible, missing_attribute)
 
 if TYPE_CHECKING:
     from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
-
-
-def compatible(a: Shape, b: Shape) -> bool:
-    """Same element types and dimensions (layouts ignored), recursively for tuples."""
-    if a.element_type != b.element_type:
-        return False
-    if a.is_tuple:
-        return len(a.tuple_shapes) == len(b.tuple_shapes) and all(
-            compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)
-        )
-    return a.dims == b.dims
 
 
 def validate(module: Module, builder: _Builder) -> None:

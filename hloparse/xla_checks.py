@@ -12,7 +12,7 @@ from math import prod
 from typing import TYPE_CHECKING, Mapping
 
 from hloparse.errors import HloParseError
-from hloparse.ir import Instruction
+from hloparse.ir import Instruction, Shape
 
 if TYPE_CHECKING:
     from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
@@ -122,3 +122,15 @@ def check_control_predecessors(inst: Instruction, above: Mapping[str, Instructio
         if n not in above:
             raise builder.error_at_instruction(inst, f"instruction {n[:60]!r} is not defined",
                                                "a control predecessor defined above", needle="control-predecessors")
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same element types and dimensions (layouts ignored), recursively for tuples."""
+    if a.element_type != b.element_type:
+        return False
+    if a.is_tuple:
+        return len(a.tuple_shapes) == len(b.tuple_shapes) and all(
+            compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)
+        )
+    return a.dims == b.dims
+

@@ -27,6 +27,9 @@ def module(*lines: str, before: str = "") -> str:
 BRANCHES = "b0 {\n  ROOT p = f32[] parameter(0)\n}\nb1 {\n  ROOT p = f32[] parameter(0)\n}\n"
 ADD = "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
 
+LOOP = ("c {\n  p = f32[4] parameter(0)\n  ROOT k = pred[] constant(true)\n}\n"
+        "b {\n  q = f32[4] parameter(0)\n  ROOT n = f32[4] negate(q)\n}\n")
+
 # (id, text, XLA accepts it)
 CASES = [
     # the lexer: comments and blanks
@@ -132,6 +135,18 @@ CASES = [
     ("entry-layout-comments", "HloModule m, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[])->(f32[2], f32[])}\n"
                               "ENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[] parameter(1)\n"
                               "  ROOT t = (f32[2], f32[]) tuple(p, q)\n}\n", True),
+    # while: XLA infers a while's shape (none written) only from a loop whose shapes agree
+    ("while-shapeless-condition-parameter-differs", module("x = f32[4] parameter(0)",
+                                                           "ROOT w = while(x), condition=c, body=b",
+                                                           before=LOOP.replace("p = f32[4]", "p = f32[3]")), False),
+    ("while-shapeless-body-result-differs", module("x = f32[4] parameter(0)", "ROOT w = while(x), condition=c, body=b",
+                                                   before=LOOP.replace("f32[4] negate(q)",
+                                                                       "f32[2] slice(q), slice={[0:2]}")),
+     False),
+    ("while-shapeless", module("x = f32[4] parameter(0)", "ROOT w = while(x), condition=c, body=b", before=LOOP), True),
+    ("while-shaped-condition-parameter-differs", module("x = f32[4] parameter(0)",
+                                                        "ROOT w = f32[4] while(x), condition=c, body=b",
+                                                        before=LOOP.replace("p = f32[4]", "p = f32[3]")), True),
     # shardings: keywords, stray characters, device=
     ("sharding-misspelt-keyword", module("p = f32[4,4] parameter(0)",
                                          "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]<=[4] "
