@@ -165,9 +165,15 @@ _INT_ATTRIBUTES = frozenset(
     {"feature_group_count", "batch_group_count", "iota_dimension", "index", "index_vector_dim", "k",
      "num_carries", "mantissa_bits", "exponent_bits"}
 )
+# `expects true or false` (XLA's parser reads these as booleans, nothing else).
+_BOOL_ATTRIBUTES = frozenset(
+    {"custom_call_has_side_effect", "is_stable", "indices_are_sorted", "unique_indices", "constrain_layout",
+     "use_global_device_ids", "is_host_transfer", "largest", "left_side", "lower", "unit_diagonal", "is_composite",
+     "is_reverse", "is_associative"}
+)
 # Decoded lazily by the analysis, so checked here: a bad value must fail the parse, not the analysis.
 _GOOD_LITERALS: set[tuple[str, Shape]] = set()
-_VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
+_VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | _BOOL_ATTRIBUTES | {"slice"}
 _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups",
                                          "sharding"}
 # Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
@@ -219,7 +225,8 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
         if value in _GOOD_VALUES[key]:
             continue
         ok = (_INT_LIST.fullmatch(value) if key in _INT_LIST_ATTRIBUTES else
-              _INT.fullmatch(value) if key in _INT_ATTRIBUTES else True)
+              _INT.fullmatch(value) if key in _INT_ATTRIBUTES else
+              value in ("true", "false") if key in _BOOL_ATTRIBUTES else True)
         if key == "slice":
             try:
                 parse_slice(value)
@@ -229,7 +236,8 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
             _GOOD_VALUES[key].add(value)  # the same few values recur thousands of times
         if not ok:
             expected = ("a list of integers such as {0,1}" if key in _INT_LIST_ATTRIBUTES else
-                        "an integer" if key in _INT_ATTRIBUTES else "[start:limit:stride] for each dimension")
+                        "an integer" if key in _INT_ATTRIBUTES else "true or false" if key in _BOOL_ATTRIBUTES else
+                        "[start:limit:stride] for each dimension")
             raise builder.error_at_instruction(inst, f"bad value for {key}: {value[:40]!r}", expected,
                                                needle=f"{key}=")
     if "window" in attrs:

@@ -50,7 +50,11 @@ def missing_attribute(inst: Instruction, builder: _Builder) -> HloParseError:
                                         f"{missing}=... on {inst.opcode}", needle=f"{inst.opcode}(")
 
 
-CHECKED_OPCODES = frozenset({"reshape", "dynamic-reshape", "conditional", "custom-call"}) | _NEED_DIMENSIONS
+# The opcodes on which XLA's parser refuses use_global_device_ids=true without a channel_id
+# (all-gather takes it without one).
+_GLOBAL_DEVICE_IDS = frozenset({"all-reduce", "all-reduce-start", "reduce-scatter"})
+CHECKED_OPCODES = (frozenset({"reshape", "dynamic-reshape", "conditional", "custom-call"}) | _NEED_DIMENSIONS
+                   | _GLOBAL_DEVICE_IDS)
 
 
 def check_opcode_rules(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
@@ -82,6 +86,9 @@ def check_opcode_rules(inst: Instruction, above: Mapping[str, Instruction], buil
     elif op in _NEED_DIMENSIONS and "dimensions" not in attrs:
         raise builder.error_at_instruction(inst, "attribute dimensions is expected but not seen",
                                            "dimensions={d}", needle=f"{op}(")
+    if op in _GLOBAL_DEVICE_IDS and attrs.get("use_global_device_ids") == "true" and "channel_id" not in attrs:
+        raise builder.error_at_instruction(inst, "Cannot have use_global_device_ids=true without channel_id",
+                                           "a channel_id=N", needle="use_global_device_ids")
 
 
 def _check_conditional(inst: Instruction, builder: _Builder) -> None:

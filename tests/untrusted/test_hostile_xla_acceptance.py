@@ -163,6 +163,23 @@ CASES = [
                                             "ROOT t = (f32[4,4], f32[4,4]) tuple(p, p), sharding={{maximal device=1}, "
                                             '{devices=[2,1,2]<=[4] last_tile_dim_replicate metadata={op_name="a b"}}}'),
      True),
+    # attribute values XLA reads as booleans; use_global_device_ids needs a channel
+    ("boolean-misspelt", module("p = f32[2] parameter(0)", 'ROOT r = f32[2] custom-call(p), custom_call_target="f", '
+                                "custom_call_has_side_effect=tue"), False),
+    ("boolean", module("p = f32[2] parameter(0)", 'ROOT r = f32[2] custom-call(p), custom_call_target="f", '
+                       "custom_call_has_side_effect=true"), True),
+    ("global-device-ids-no-channel", module("p = f32[2] parameter(0)", "ROOT r = f32[2] all-reduce(p), to_apply=add, "
+                                            "replica_groups={{0,1}}, use_global_device_ids=true", before=ADD), False),
+    ("global-device-ids-channel", module("p = f32[2] parameter(0)", "ROOT r = f32[2] all-reduce(p), to_apply=add, "
+                                         "replica_groups={{0,1}}, use_global_device_ids=true, channel_id=1",
+                                         before=ADD), True),
+    ("all-gather-global-device-ids-no-channel", module("p = f32[2] parameter(0)",
+                                                       "ROOT r = f32[4] all-gather(p), dimensions={0}, "
+                                                       "replica_groups={{0,1}}, use_global_device_ids=true"), True),
+    ("reduce-scatter-global-device-ids-no-channel", module("p = f32[2] parameter(0)",
+                                                           "ROOT r = f32[1] reduce-scatter(p), dimensions={0}, "
+                                                           "to_apply=add, replica_groups={{0,1}}, "
+                                                           "use_global_device_ids=true", before=ADD), False),
     # attribute names: each opcode takes those hlo_parser.cc declares for it, no other
     ("attribute-misspelt", module("p = f32[2,3] parameter(0)", "q = f32[3,4] parameter(1)",
                                   "ROOT d = f32[2,4] dot(p, q), lhs_contracting_dims={1}, rhs_contractin_dims={0}"),
