@@ -5,9 +5,9 @@ Each acceptance rule added for the issue has a case here, and every case is put 
 is checked against XLA as well as against hloparse, so a case cannot encode a guess. Then a fixed
 sample of corpus mutants (the differential fuzz; `benchmarks/xla_differential_fuzz.py` is the
 exploratory version) must never be rejected by hloparse when XLA accepts it (but for layouts
-that are no permutation, which XLA's verifier rejects), and must agree with XLA on at least 95%
-(what is left: misspelt attribute names, which hloparse reads as attributes of a newer XLA, and
-the header's `entry_computation_layout` and sharding syntax, which it keeps as text).
+that are no permutation, which XLA's verifier rejects), and must agree with XLA on at least 99%
+(what is left: junk the lenient statement splitter skips, such as a stray number before `ROOT`
+or a shape left alone on a line, and the rows of the header's origin_recovery_table, kept as text).
 """
 
 from __future__ import annotations
@@ -132,6 +132,8 @@ CASES = [
                                "  ROOT p = f32[2] parameter(0)\n}\n", False),
     ("entry-layout-not-the-entry-shapes", "HloModule m, entry_computation_layout={(f32[3])->f32[2]}\nENTRY e {\n"
                                           "  ROOT p = f32[2] parameter(0)\n}\n", True),
+    ("entry-layout-no-permutation", "HloModule m, entry_computation_layout={(f32[2,3]{2,0})->f32[2,3]{1,9}}\n"
+                                    "ENTRY e {\n  ROOT p = f32[2,3] parameter(0)\n}\n", True),
     ("entry-layout-comments", "HloModule m, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[])->(f32[2], f32[])}\n"
                               "ENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[] parameter(1)\n"
                               "  ROOT t = (f32[2], f32[]) tuple(p, q)\n}\n", True),
@@ -239,4 +241,4 @@ def test_differential_fuzz_fixed_sample():
                   if x == "accept" and o != "accept" and "is not a permutation" not in o]
     assert not too_strict, too_strict[:5]
     agree = sum((o == "accept") == (x == "accept") for o, x in zip(ours, theirs))
-    assert agree >= 0.95 * len(texts), f"{agree} of {len(texts)}"
+    assert agree >= 0.99 * len(texts), f"{agree} of {len(texts)}"  # 297 of 300 when raised from 95%
