@@ -96,6 +96,9 @@ def _layout(text: str, rank: int, pos: int) -> Layout:
         minor_to_major = tuple(int(x) for x in head.split(",")) if head else ()
     except ValueError:
         raise ShapeSyntaxError(f"bad layout {{{text}}}", pos, "a layout such as {1,0}") from None
+    if minor_to_major and len(minor_to_major) != rank:  # XLA's parser rejects this one itself
+        raise ShapeSyntaxError(f"Dimensions size is {rank}, but minor to major size is {len(minor_to_major)}", pos,
+                               f"a layout of {rank} dimensions")
     if minor_to_major and sorted(minor_to_major) != list(range(rank)):
         raise NotAPermutation(f"layout {{{text}}} is not a permutation of {rank} dimensions", pos, "a valid layout")
     return Layout(minor_to_major, details.strip())

@@ -134,6 +134,9 @@ CASES = [
                                           "  ROOT p = f32[2] parameter(0)\n}\n", True),
     ("entry-layout-no-permutation", "HloModule m, entry_computation_layout={(f32[2,3]{2,0})->f32[2,3]{1,9}}\n"
                                     "ENTRY e {\n  ROOT p = f32[2,3] parameter(0)\n}\n", True),
+    ("entry-layout-too-short", "HloModule m, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{10}}\n"
+                               "ENTRY e {\n  ROOT p = f32[2,3] parameter(0)\n}\n", False),
+    ("layout-too-short", module("ROOT p = f32[2,3]{0} parameter(0)"), False),
     ("entry-layout-comments", "HloModule m, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[])->(f32[2], f32[])}\n"
                               "ENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[] parameter(1)\n"
                               "  ROOT t = (f32[2], f32[]) tuple(p, q)\n}\n", True),
