@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from hloparse.attributes import AttributeSyntaxError, parse_padding
-from hloparse.ir import Computation, Instruction, Layout, Shape
+from hloparse.ir import CallRole, Computation, Instruction, Layout, Shape
+from hloparse.xla_checks import compatible
 
 if TYPE_CHECKING:
     from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
@@ -106,7 +107,7 @@ def _infer(inst: Instruction, comp: Computation, shapes: dict[str, Shape], compu
     if op in ("call", "fusion", "conditional"):
         return root_of()
     if op == "while":
-        return operand(0)
+        return _while_shape(inst, operand(0), computations)
     if op == "after-all":
         return Shape("token")
     if op in ("partition-id", "replica-id"):
@@ -212,3 +213,17 @@ def derived_shape(inst: Instruction, by_name: Mapping[str, Instruction]) -> Shap
 
 
 __all__ = ["infer_missing_shapes", "derived_shape"]
+
+
+def _while_shape(inst: Instruction, init: Shape, computations: dict[str, Computation]) -> Shape:
+    """XLA infers a while's shape only when the condition's and the body's parameter and the body's
+    result all have the operand's shape (layouts aside): anything else is no loop it can run."""
+    for site in inst.calls:
+        callee = computations[site.computation]
+        shapes = [p.shape for p in callee.parameters[:1]]
+        if site.role == CallRole.WHILE_BODY:
+            shapes.append(callee.root.shape)
+        if any(shape is not None and not compatible(shape, init) for shape in shapes):
+            raise _CannotInfer("The parameter of condition and body, the result of the body, and init must all have "
+                               f"the same shape ({site.computation[:40]!r} differs)")
+    return init

@@ -11,6 +11,7 @@ import re
 from typing import Iterator
 
 from hloparse import opcodes
+from hloparse.attribute_names import ALLOWED, ANY_OPCODE, unknown_attribute
 from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
 from hloparse.call_sites import CALL_ATTRIBUTES, call_sites, wrapped_computation_name
 from hloparse.ir import CallSite, Instruction, Shape
@@ -144,11 +145,13 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
         parts = _ATTR_SPLIT.split(tail)
         if parts[0] and not parts[0].isspace():
             return None
+        allowed = ALLOWED.get(opcode, ANY_OPCODE)
         for k in range(1, len(parts), 2):
             value = parts[k + 1]
             # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
             # attribute value nests `, key=` in parentheses or brackets alone).
-            if value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes:
+            if (value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes
+                    or parts[k] not in allowed):
                 return None
             key = _KEY_NAMES.get(parts[k]) or _key_name(parts[k])
             value = value.strip()
@@ -214,7 +217,10 @@ def decode_statement(
             raise StatementError(str(e), e.offset, e.expected or "')'") from None
     attributes: dict[str, str] = {}
     operands, operand_shapes = _operands(stmt, opcode, open_pos + 1, close, attributes, name, computation, nested)
+    written = len(attributes)  # the operands' part may hold a constant's literal or a parameter's number
     _attributes(stmt, close + 1, attributes)
+    if len(attributes) > written:
+        _check_attribute_names(stmt, opcode, list(attributes)[written:], close + 1)
 
     wrapped: list[Instruction] = []
     if inline is not None and not CALL_ATTRIBUTES.isdisjoint(attributes):
@@ -458,6 +464,15 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
         if key in attributes and key not in ("literal", "parameter_number"):
             raise StatementError(f"attribute {key!r} appears twice", s, "each attribute once")
         attributes[key] = stmt[m.end():e].strip()
+
+
+def _check_attribute_names(stmt: str, opcode: str, names: list[str], start: int) -> None:
+    """XLA's parser rejects an attribute its opcode does not declare (a misspelt name too)."""
+    bad = unknown_attribute(opcode, names)
+    if bad is not None:
+        at = stmt.find(bad, start)
+        raise StatementError(f"unexpected attribute {bad[:40]!r} on {opcode}", max(at, start),
+                             "an attribute this opcode takes")
 
 
 def _checked(spans: Iterator[tuple[int, int]]) -> Iterator[tuple[int, int]]:

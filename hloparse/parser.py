@@ -19,6 +19,7 @@ from lark.exceptions import UnexpectedInput, UnexpectedToken
 from lark.lexer import Lexer
 
 from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
+from hloparse.header import HeaderError, check_attribute, check_module_name
 from hloparse.errors import HloParseError
 from hloparse.grammar import explain
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
@@ -338,6 +339,10 @@ class _Builder:
         if m is None:
             raise self.error("expected a module name after HloModule", st, len(st.text) - len(st.text.lstrip()) + 9,
                              "a module name")
+        try:
+            check_module_name(m.group(1))
+        except HeaderError as e:
+            raise self.error(str(e), st, m.start(1), e.expected) from None
         self.module_name = m.group(1).rstrip(":")
         rest_start = m.end()
         rest = st.text[rest_start:]
@@ -354,6 +359,10 @@ class _Builder:
                 if not eq or not key.strip():
                     raise self.error(f"expected attribute=value, got {piece.strip()[:30]!r}", st, s,
                                      "attribute=value")
+                try:
+                    check_attribute(key.strip(), value.strip(), self.header)
+                except HeaderError as e:
+                    raise self.error(str(e), st, s + len(piece) - len(piece.lstrip()), e.expected) from None
                 self.header[key.strip()] = value.strip()
         except AttributeSyntaxError as e:
             raise self.error(str(e), st, e.offset, e.expected) from None

@@ -16,6 +16,11 @@ class ShapeSyntaxError(ValueError):
         self.expected = expected
 
 
+class NotAPermutation(ShapeSyntaxError):
+    """A layout that is no permutation of the dimensions: XLA's parser reads it, its verifier and
+    our cost rules do not (README, "Untrusted input")."""
+
+
 # XLA's lexer allows blanks between the element type and its dimensions (`s32 [5696,10,4]`).
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)[ \t]*\[([^\]]*)\](?:[ \t]*\{([^{}]*)\})?")
 INT64_MAX = 2**63 - 1  # XLA reads dimensions (and most integers) as int64: beyond is a syntax error
@@ -91,8 +96,11 @@ def _layout(text: str, rank: int, pos: int) -> Layout:
         minor_to_major = tuple(int(x) for x in head.split(",")) if head else ()
     except ValueError:
         raise ShapeSyntaxError(f"bad layout {{{text}}}", pos, "a layout such as {1,0}") from None
+    if minor_to_major and len(minor_to_major) != rank:  # XLA's parser rejects this one itself
+        raise ShapeSyntaxError(f"Dimensions size is {rank}, but minor to major size is {len(minor_to_major)}", pos,
+                               f"a layout of {rank} dimensions")
     if minor_to_major and sorted(minor_to_major) != list(range(rank)):
-        raise ShapeSyntaxError(f"layout {{{text}}} is not a permutation of {rank} dimensions", pos, "a valid layout")
+        raise NotAPermutation(f"layout {{{text}}} is not a permutation of {rank} dimensions", pos, "a valid layout")
     return Layout(minor_to_major, details.strip())
 
 

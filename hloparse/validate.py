@@ -18,22 +18,13 @@ from hloparse.infer import DERIVED_SHAPE_OPCODES, derived_shape
 from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
 from hloparse.shapes import ShapeSyntaxError, parse_shape
+from hloparse.sharding import sharding_error
 from hloparse.xla_checks import CHECKED_OPCODES as XLA_CHECKED_OPCODES
-from hloparse.xla_checks import REQUIRED, check_control_predecessors, check_opcode_rules, missing_attribute
+from hloparse.xla_checks import (REQUIRED, check_control_predecessors, check_opcode_rules,
+                                 compatible, missing_attribute)
 
 if TYPE_CHECKING:
     from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
-
-
-def compatible(a: Shape, b: Shape) -> bool:
-    """Same element types and dimensions (layouts ignored), recursively for tuples."""
-    if a.element_type != b.element_type:
-        return False
-    if a.is_tuple:
-        return len(a.tuple_shapes) == len(b.tuple_shapes) and all(
-            compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)
-        )
-    return a.dims == b.dims
 
 
 def validate(module: Module, builder: _Builder) -> None:
@@ -174,10 +165,17 @@ _INT_ATTRIBUTES = frozenset(
     {"feature_group_count", "batch_group_count", "iota_dimension", "index", "index_vector_dim", "k",
      "num_carries", "mantissa_bits", "exponent_bits"}
 )
+# `expects true or false` (XLA's parser reads these as booleans, nothing else).
+_BOOL_ATTRIBUTES = frozenset(
+    {"custom_call_has_side_effect", "is_stable", "indices_are_sorted", "unique_indices", "constrain_layout",
+     "use_global_device_ids", "is_host_transfer", "largest", "left_side", "lower", "unit_diagonal", "is_composite",
+     "is_reverse", "is_associative"}
+)
 # Decoded lazily by the analysis, so checked here: a bad value must fail the parse, not the analysis.
 _GOOD_LITERALS: set[tuple[str, Shape]] = set()
-_VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | {"slice"}
-_CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups"}
+_VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | _BOOL_ATTRIBUTES | {"slice"}
+_CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups",
+                                         "sharding"}
 # Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
 _GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
 
@@ -227,7 +225,8 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
         if value in _GOOD_VALUES[key]:
             continue
         ok = (_INT_LIST.fullmatch(value) if key in _INT_LIST_ATTRIBUTES else
-              _INT.fullmatch(value) if key in _INT_ATTRIBUTES else True)
+              _INT.fullmatch(value) if key in _INT_ATTRIBUTES else
+              value in ("true", "false") if key in _BOOL_ATTRIBUTES else True)
         if key == "slice":
             try:
                 parse_slice(value)
@@ -237,7 +236,8 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
             _GOOD_VALUES[key].add(value)  # the same few values recur thousands of times
         if not ok:
             expected = ("a list of integers such as {0,1}" if key in _INT_LIST_ATTRIBUTES else
-                        "an integer" if key in _INT_ATTRIBUTES else "[start:limit:stride] for each dimension")
+                        "an integer" if key in _INT_ATTRIBUTES else "true or false" if key in _BOOL_ATTRIBUTES else
+                        "[start:limit:stride] for each dimension")
             raise builder.error_at_instruction(inst, f"bad value for {key}: {value[:40]!r}", expected,
                                                needle=f"{key}=")
     if "window" in attrs:
@@ -250,6 +250,13 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
             parse_dim_labels(attrs["dim_labels"])
         except AttributeSyntaxError as e:
             raise builder.error_at_instruction(inst, f"dim_labels: {e}", e.expected, needle="dim_labels=") from None
+    if "sharding" in attrs and attrs["sharding"] not in _GOOD_VALUES["sharding"]:
+        problem = sharding_error(attrs["sharding"])
+        if problem is not None:
+            raise builder.error_at_instruction(inst, problem, "a sharding such as {devices=[2,1]<=[2]}",
+                                               needle="sharding=")
+        if len(_GOOD_VALUES["sharding"]) < 1_000:
+            _GOOD_VALUES["sharding"].add(attrs["sharding"])  # the same few recur on thousands of instructions
     if "operand_layout_constraints" in attrs:
         _check_layout_constraints(inst, above, builder)
     if "replica_groups" in attrs and attrs["replica_groups"].startswith("mesh"):

@@ -12,7 +12,7 @@ from math import prod
 from typing import TYPE_CHECKING, Mapping
 
 from hloparse.errors import HloParseError
-from hloparse.ir import Instruction
+from hloparse.ir import Instruction, Shape
 
 if TYPE_CHECKING:
     from hloparse.source import SourceLocator as _Builder  # the parser's builder, seen through its protocol
@@ -50,7 +50,11 @@ def missing_attribute(inst: Instruction, builder: _Builder) -> HloParseError:
                                         f"{missing}=... on {inst.opcode}", needle=f"{inst.opcode}(")
 
 
-CHECKED_OPCODES = frozenset({"reshape", "dynamic-reshape", "conditional", "custom-call"}) | _NEED_DIMENSIONS
+# The opcodes on which XLA's parser refuses use_global_device_ids=true without a channel_id
+# (all-gather takes it without one).
+_GLOBAL_DEVICE_IDS = frozenset({"all-reduce", "all-reduce-start", "reduce-scatter"})
+CHECKED_OPCODES = (frozenset({"reshape", "dynamic-reshape", "conditional", "custom-call"}) | _NEED_DIMENSIONS
+                   | _GLOBAL_DEVICE_IDS)
 
 
 def check_opcode_rules(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
@@ -82,6 +86,9 @@ def check_opcode_rules(inst: Instruction, above: Mapping[str, Instruction], buil
     elif op in _NEED_DIMENSIONS and "dimensions" not in attrs:
         raise builder.error_at_instruction(inst, "attribute dimensions is expected but not seen",
                                            "dimensions={d}", needle=f"{op}(")
+    if op in _GLOBAL_DEVICE_IDS and attrs.get("use_global_device_ids") == "true" and "channel_id" not in attrs:
+        raise builder.error_at_instruction(inst, "Cannot have use_global_device_ids=true without channel_id",
+                                           "a channel_id=N", needle="use_global_device_ids")
 
 
 def _check_conditional(inst: Instruction, builder: _Builder) -> None:
@@ -122,3 +129,15 @@ def check_control_predecessors(inst: Instruction, above: Mapping[str, Instructio
         if n not in above:
             raise builder.error_at_instruction(inst, f"instruction {n[:60]!r} is not defined",
                                                "a control predecessor defined above", needle="control-predecessors")
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same element types and dimensions (layouts ignored), recursively for tuples."""
+    if a.element_type != b.element_type:
+        return False
+    if a.is_tuple:
+        return len(a.tuple_shapes) == len(b.tuple_shapes) and all(
+            compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)
+        )
+    return a.dims == b.dims
+

@@ -298,7 +298,7 @@ MALFORMED_ATTRIBUTES = {
     "slice-stride": "f32[2,8] slice(a), slice={[0:2:x], [0:8]}",
     "dot-contracting": "f32[4,2] dot(a, b), lhs_contracting_dims={1,}, rhs_contracting_dims={0}",
     "dot-contracting-name": "f32[4,2] dot(a, b), lhs_contracting_dims={x}, rhs_contracting_dims={0}",
-    "feature-group-count": "f32[4,8] negate(a), feature_group_count=x",
+    "feature-group-count": "f32[4,8] custom-call(a), custom_call_target=\"f\", feature_group_count=x",
     "iota-dimension": "f32[4,8] iota(), iota_dimension=x",
     "gte-index": "f32[4,8] get-tuple-element(t), index=x",
 }
@@ -322,7 +322,7 @@ def test_well_formed_attribute_module_parses() -> None:
         "iota": "f32[4,8] iota(), iota_dimension=1",
         "gte": "f32[4,8] get-tuple-element(t), index=0",
         "scan": "(f32[4], f32[]) scan(v, c), dimensions={0}, num_carries=1, to_apply=pair",
-        "feature-group-count": "f32[4,8] negate(a), feature_group_count=1",
+        "feature-group-count": "f32[4,8] custom-call(a), custom_call_target=\"f\", feature_group_count=1",
     }
     for instruction in good.values():
         module = hloparse.parse(ATTRIBUTE_MODULE.replace("INSTRUCTION", instruction))

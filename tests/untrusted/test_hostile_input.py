@@ -200,23 +200,29 @@ def test_dimension_beyond_int64_is_a_parse_error(tmp_path, shape):
 
 
 # ---- output -----------------------------------------------------------------------------------
-ESCAPES = HEAD.replace("HloModule m", "HloModule m\x1b]0;pwned\x07") + (
-    '  ROOT p = f32[] parameter(0), metadata={op_name="=HYPERLINK(1)/\x1b[2J" source_file="\x1b[31mred.py" '
-    "source_line=1}\n}\n")
+ESCAPES = HEAD + (
+    '  ROOT p = f32[] parameter(0), metadata={op_name="=HYPERLINK(1)/\x1b[2J" '
+    'source_file="\x1b[31mred.py" source_line=1}\n}\n')
 
 
 def test_control_characters_are_escaped_in_text_output(tmp_path):
-    """Was: ESC / BEL from a module name, op_name or source_file written raw to the terminal."""
+    """Was: ESC / BEL from a module name, op_name or source_file written raw to the terminal (a module name
+    with them is now an error, as in XLA: its message is escaped too)."""
     path = tmp_path / "esc.hlo"
     path.write_text(ESCAPES)
     for args in ((), ("--by", "source"), ("--csv",), ("--csv", "--by", "scope"), ("--json",)):
         proc = cli(str(path), *args)
         assert proc.returncode == 0, proc.stderr
         assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, args
-    assert "\\x1b]0;pwned\\x07" in cli(str(path)).stdout
+    assert "\\x1b[31mred.py" in cli(str(path), "--by", "source").stdout
     bad = tmp_path / "bad.hlo"
     bad.write_text(HEAD + "  ROOT p = f32[] parameter(0)\n  \x1b[2J junk\n}\n")
     assert "\x1b" not in cli(str(bad)).stderr
+    # A module name with control characters is no name to XLA's parser: an error, printed escaped.
+    named = tmp_path / "named.hlo"
+    named.write_text(HEAD.replace("HloModule m", "HloModule m\x1b]0;pwned\x07") + "  ROOT p = f32[] parameter(0)\n}\n")
+    proc = cli(str(named))
+    assert proc.returncode == 2 and "\x1b" not in proc.stderr and "\\x1b]0;pwned\\x07" in proc.stderr, proc.stderr
 
 
 def test_csv_cells_cannot_run_as_formulas(tmp_path):

@@ -5,9 +5,9 @@ Each acceptance rule added for the issue has a case here, and every case is put 
 is checked against XLA as well as against hloparse, so a case cannot encode a guess. Then a fixed
 sample of corpus mutants (the differential fuzz; `benchmarks/xla_differential_fuzz.py` is the
 exploratory version) must never be rejected by hloparse when XLA accepts it (but for layouts
-that are no permutation, which XLA's verifier rejects), and must agree with XLA on at least 95%
-(what is left: misspelt attribute names, which hloparse reads as attributes of a newer XLA, and
-the header's `entry_computation_layout` and sharding syntax, which it keeps as text).
+that are no permutation, which XLA's verifier rejects), and must agree with XLA on at least 99%
+(what is left: junk the lenient statement splitter skips, such as a stray number before `ROOT`
+or a shape left alone on a line, and the rows of the header's origin_recovery_table, kept as text).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ def module(*lines: str, before: str = "") -> str:
 
 BRANCHES = "b0 {\n  ROOT p = f32[] parameter(0)\n}\nb1 {\n  ROOT p = f32[] parameter(0)\n}\n"
 ADD = "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+
+LOOP = ("c {\n  p = f32[4] parameter(0)\n  ROOT k = pred[] constant(true)\n}\n"
+        "b {\n  q = f32[4] parameter(0)\n  ROOT n = f32[4] negate(q)\n}\n")
 
 # (id, text, XLA accepts it)
 CASES = [
@@ -114,6 +117,90 @@ CASES = [
     ("dense-with-physical-shape", module("ROOT p = f32[2]{0:D(D)P(f32[2]{0})} parameter(0)"), False),
     ("physical-shape-not-sparse", module("ROOT p = f32[2]{0:P(f32[2]{0})} parameter(0)"), False),
     ("unknown-opcode", module("p = f32[] parameter(0)", "ROOT n = f32[] ngate(p)"), False),
+    # the module header
+    ("module-name-with-percent", "HloModule a%b\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("module-name-with-bracket", "HloModule a]b\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("module-name-with-colon", "HloModule a.b-c:\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", True),
+    ("header-unknown-attribute", "HloModule m, zz=1\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("header-bad-attribute-name", "HloModule m, en%try=1\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("header-attribute-twice", "HloModule m, is_scheduled=true, is_scheduled=true\nENTRY e {\n"
+                               "  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("header-bad-boolean", "HloModule m, is_scheduled=tue\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("entry-layout-bad-type", "HloModule m, entry_computation_layout={(f32[2])->f30[2]}\nENTRY e {\n"
+                              "  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("entry-layout-no-parens", "HloModule m, entry_computation_layout={f32[2]->f32[2]}\nENTRY e {\n"
+                               "  ROOT p = f32[2] parameter(0)\n}\n", False),
+    ("entry-layout-not-the-entry-shapes", "HloModule m, entry_computation_layout={(f32[3])->f32[2]}\nENTRY e {\n"
+                                          "  ROOT p = f32[2] parameter(0)\n}\n", True),
+    ("entry-layout-no-permutation", "HloModule m, entry_computation_layout={(f32[2,3]{2,0})->f32[2,3]{1,9}}\n"
+                                    "ENTRY e {\n  ROOT p = f32[2,3] parameter(0)\n}\n", True),
+    ("entry-layout-too-short", "HloModule m, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{10}}\n"
+                               "ENTRY e {\n  ROOT p = f32[2,3] parameter(0)\n}\n", False),
+    ("layout-too-short", module("ROOT p = f32[2,3]{0} parameter(0)"), False),
+    ("entry-layout-comments", "HloModule m, entry_computation_layout={(f32[2]{0}, /*index=1*/f32[])->(f32[2], f32[])}\n"
+                              "ENTRY e {\n  p = f32[2] parameter(0)\n  q = f32[] parameter(1)\n"
+                              "  ROOT t = (f32[2], f32[]) tuple(p, q)\n}\n", True),
+    # while: XLA infers a while's shape (none written) only from a loop whose shapes agree
+    ("while-shapeless-condition-parameter-differs", module("x = f32[4] parameter(0)",
+                                                           "ROOT w = while(x), condition=c, body=b",
+                                                           before=LOOP.replace("p = f32[4]", "p = f32[3]")), False),
+    ("while-shapeless-body-result-differs", module("x = f32[4] parameter(0)", "ROOT w = while(x), condition=c, body=b",
+                                                   before=LOOP.replace("f32[4] negate(q)",
+                                                                       "f32[2] slice(q), slice={[0:2]}")),
+     False),
+    ("while-shapeless", module("x = f32[4] parameter(0)", "ROOT w = while(x), condition=c, body=b", before=LOOP), True),
+    ("while-shaped-condition-parameter-differs", module("x = f32[4] parameter(0)",
+                                                        "ROOT w = f32[4] while(x), condition=c, body=b",
+                                                        before=LOOP.replace("p = f32[4]", "p = f32[3]")), True),
+    # shardings: keywords, stray characters, device=
+    ("sharding-misspelt-keyword", module("p = f32[4,4] parameter(0)",
+                                         "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]<=[4] "
+                                         "lasttile_dim_replicate}"),
+     False),
+    ("sharding-stray-character", module("p = f32[4,4] parameter(0)",
+                                        "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]0,1,2,3 m:etadata={}}"),
+     False),
+    ("sharding-device-not-integer", module("p = f32[4,4] parameter(0)",
+                                           "ROOT c = f32[4,4] copy(p), sharding={device=[2,2]<=[4]}"), False),
+    ("sharding-iota-longer-than-tiles", module("p = f32[4,4] parameter(0)",
+                                               "ROOT c = f32[4,4] copy(p), sharding={devices=[2,2]<=[16]}"), True),
+    ("sharding-tuple-with-metadata", module("p = f32[4,4] parameter(0)",
+                                            "ROOT t = (f32[4,4], f32[4,4]) tuple(p, p), sharding={{maximal device=1}, "
+                                            '{devices=[2,1,2]<=[4] last_tile_dim_replicate metadata={op_name="a b"}}}'),
+     True),
+    # attribute values XLA reads as booleans; use_global_device_ids needs a channel
+    ("boolean-misspelt", module("p = f32[2] parameter(0)", 'ROOT r = f32[2] custom-call(p), custom_call_target="f", '
+                                "custom_call_has_side_effect=tue"), False),
+    ("boolean", module("p = f32[2] parameter(0)", 'ROOT r = f32[2] custom-call(p), custom_call_target="f", '
+                       "custom_call_has_side_effect=true"), True),
+    ("global-device-ids-no-channel", module("p = f32[2] parameter(0)", "ROOT r = f32[2] all-reduce(p), to_apply=add, "
+                                            "replica_groups={{0,1}}, use_global_device_ids=true", before=ADD), False),
+    ("global-device-ids-channel", module("p = f32[2] parameter(0)", "ROOT r = f32[2] all-reduce(p), to_apply=add, "
+                                         "replica_groups={{0,1}}, use_global_device_ids=true, channel_id=1",
+                                         before=ADD), True),
+    ("all-gather-global-device-ids-no-channel", module("p = f32[2] parameter(0)",
+                                                       "ROOT r = f32[4] all-gather(p), dimensions={0}, "
+                                                       "replica_groups={{0,1}}, use_global_device_ids=true"), True),
+    ("reduce-scatter-global-device-ids-no-channel", module("p = f32[2] parameter(0)",
+                                                           "ROOT r = f32[1] reduce-scatter(p), dimensions={0}, "
+                                                           "to_apply=add, replica_groups={{0,1}}, "
+                                                           "use_global_device_ids=true", before=ADD), False),
+    # attribute names: each opcode takes those hlo_parser.cc declares for it, no other
+    ("attribute-misspelt", module("p = f32[2,3] parameter(0)", "q = f32[3,4] parameter(1)",
+                                  "ROOT d = f32[2,4] dot(p, q), lhs_contracting_dims={1}, rhs_contractin_dims={0}"),
+     False),
+    ("attribute-of-another-opcode", module("p = f32[2] parameter(0)", "ROOT n = f32[2] negate(p), dimensions={0}"),
+     False),
+    ("attribute-misspelt-slow-path", module("p = f32[2] parameter(0)",
+                                            "ROOT n = f32[2] negate(p), metadata={op_name=\"a, b=c\"}, "
+                                            "shardig={replicated}"),
+     False),
+    ("attribute-common", module("p = f32[2] parameter(0)",
+                                "ROOT n = f32[2] negate(p), sharding={replicated}, metadata={op_name=\"n\"}"), True),
+    ("attribute-of-this-opcode", module("p = f32[4] parameter(0)",
+                                        "ROOT s = f32[4] sort(p), dimensions={0}, is_stable=true, to_apply=lt",
+                                        before="lt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                                        "  ROOT c = pred[] compare(a, b), direction=LT\n}\n"), True),
 ]
 
 
@@ -157,4 +244,4 @@ def test_differential_fuzz_fixed_sample():
                   if x == "accept" and o != "accept" and "is not a permutation" not in o]
     assert not too_strict, too_strict[:5]
     agree = sum((o == "accept") == (x == "accept") for o, x in zip(ours, theirs))
-    assert agree >= 0.95 * len(texts), f"{agree} of {len(texts)}"
+    assert agree >= 0.99 * len(texts), f"{agree} of {len(texts)}"  # 297 of 300 when raised from 95%
