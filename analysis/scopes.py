@@ -59,31 +59,20 @@ def scope(op_name: str) -> str:
 
 
 def split_components(op_name: str) -> list[str]:
-    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
-    return list(_split_components(op_name))
+    """The frames of a name stack (`jit(f)/transpose(jvp(a/b))/dot` has three), as a list."""
+    return list(split_scope(op_name))
 
 
-@lru_cache(maxsize=65536)  # the same name stacks recur on many instructions
-def _split_components(op_name: str) -> tuple[str, ...]:
-    """Split at '/' outside parentheses (`jit(f)/transpose(jvp(a/b))/dot` has three parts)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(op_name):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        elif ch == "/" and depth == 0:
-            parts.append(op_name[start:i])
-            start = i + 1
-    parts.append(op_name[start:])
-    return tuple(parts)
+def model_components(op_name: str) -> tuple[str, ...]:
+    """The frames that name a part of the model: every transformation wrapper removed."""
+    return tuple(p for p in split_scope(op_name) if not WRAPPER.match(p))
 
 
 @lru_cache(maxsize=65536)  # pure, and asked for the same name stacks over and over
 def model_path(op_name: str) -> str:
     """The op_name with every transformation wrapper removed: the part of the model an op
     computes, the same for a forward op and its recompute."""
-    return "/".join(p for p in split_components(op_name) if p and not WRAPPER.match(p))
+    return "/".join(model_components(op_name))
 
 
 def is_absolute(op_name: str) -> bool:
@@ -92,9 +81,11 @@ def is_absolute(op_name: str) -> bool:
     return op_name.startswith(("jit(", "pjit(", "pmap(", "xla_pmap("))
 
 
+@lru_cache(maxsize=65536)  # the same name stacks recur on many instructions
 def split_scope(scope: str) -> tuple[str, ...]:
     """Split an op_name name stack on '/', but not inside brackets: a frame such as
-    `pjit[name=a/b]` or `transpose(jvp(Dense_0))` stays whole."""
+    `pjit[name=a/b]` or `transpose(jvp(Dense_0))` stays whole. Empty frames are dropped. The
+    one splitter every scope, module path and remat name goes through."""
     if not scope:
         return ()
     frames: list[str] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from analysis.scopes import WRAPPER, is_absolute, split_components
+from analysis.scopes import WRAPPER, is_absolute, model_components, split_components
 from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
@@ -69,10 +69,6 @@ def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:
 def remat_depth(op_name: str) -> int:
     """How many checkpoints an op_name is recomputed under (nested remat recomputes twice)."""
     return op_name.count(REMAT_SCOPE)
-
-
-def model_components(op_name: str) -> list[str]:
-    return [p for p in split_components(op_name) if p and not WRAPPER.match(p)]
 
 
 def inner_tail(op_name: str) -> tuple[str, ...]:
