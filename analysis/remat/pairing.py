@@ -3,11 +3,12 @@ computes the same value (see analysis/remat/__init__.py for the rules and why)."
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from analysis.remat.names import REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, remat_depth
-from analysis.remat.values import ValueNumbers, result_attributes, shape_key, value_numbers
+from analysis.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from analysis.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
 
@@ -44,6 +45,9 @@ class _Op:
     named: bool  # carries a remat name
     marked: bool  # named, or computed from an optimization barrier's output
     order: int
+    exact: Val
+    abstract: Val
+    frame: str
 
 
 def find_remat(module: Module, computations: Iterable[Computation] | None = None,
@@ -52,38 +56,46 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     op_names = op_names or OpNames(module)
     if values is None and not _may_be_marked(module, comps, op_names):
         return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
-    values = values or value_numbers(module)
+    numbers = numbered(module) if values is None else Numbered.of(module, values)
     ops: list[_Op] = []
-    names: set[str] = set()
-    exact, tainted, shared = values.exact, values.tainted, values.shared
     for comp in comps:
         comp_name = comp.name
-        skip = comp_name in shared
-        for inst, op_name in zip(comp.instructions, op_names.names_in(comp)):
-            names.add(inst.name)
-            key = (comp_name, inst.name)
-            if skip or inst.opcode in PASS_THROUGH or key not in exact:
+        comp_numbers = numbers.numbers.get(comp_name)
+        if comp_numbers is None or comp_name in numbers.shared:
+            continue
+        frame = numbers.frame[comp_name]
+        for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp), comp_numbers):
+            if inst.opcode in PASS_THROUGH:
                 continue
             named = REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
-            ops.append(_Op(key, inst, op_name, named, named or key in tainted, len(ops)))
+            ops.append(_Op((comp_name, inst.name), inst, op_name, named, named or taint, len(ops),
+                           exact, abstract, frame))
 
-    remat: set[Key] = set()
-    for comp in comps:  # XLA's clones (fusions too): the original of the same name is the twin
-        for inst in comp.instructions:
-            if ".remat" not in inst.name:
-                continue
-            clone_of = XLA_REMAT_SUFFIX.sub("", inst.name)
-            if clone_of != inst.name and clone_of in names:
-                remat.add((comp.name, inst.name))
+    remat = _clones(comps)
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(remat), 0, ())
+    sizes = Counter([op.exact for op in ops])  # how many ops compute each value
     first_of_class: set[Key] = set()
-    for members in _classes(ops, values.exact).values():
+    for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
         remat |= _same_value(members, first_of_class)
-    remat |= _by_signature(ops, values, remat | first_of_class, module)
-    remat |= _across_frames(ops, values, remat | first_of_class)
+    remat |= _by_signature(ops, sizes, remat | first_of_class, module)
+    remat |= _across_frames(ops, sizes, remat | first_of_class)
     merged = tuple(op.key for op in ops if op.named and op.key not in remat)
     return RematIndex(frozenset(remat), sum(op.named for op in ops), merged)
+
+
+def _clones(comps: list[Computation]) -> set[Key]:
+    """XLA's clones (fusions too): the original of the same name is the twin."""
+    clones = [(comp.name, inst.name) for comp in comps for inst in comp.instructions if ".remat" in inst.name]
+    if not clones:
+        return set()
+    names = {inst.name for comp in comps for inst in comp.instructions}
+    found: set[Key] = set()
+    for comp_name, name in clones:
+        clone_of = XLA_REMAT_SUFFIX.sub("", name)
+        if clone_of != name and clone_of in names:
+            found.add((comp_name, name))
+    return found
 
 
 def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) -> bool:
@@ -96,10 +108,10 @@ def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) 
     return any(REMAT_SCOPE in op_name for comp in comps for op_name in op_names.names_in(comp))
 
 
-def _classes(ops: list[_Op], numbers: Mapping[Key, object]) -> dict[object, list[_Op]]:
+def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     classes: dict[object, list[_Op]] = {}
     for op in ops:
-        number = numbers[op.key]
+        number = op.exact if exact else op.abstract
         if not isinstance(number, tuple):
             classes.setdefault(number, []).append(op)
     return classes
@@ -131,7 +143,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
 
 
-def _by_signature(ops: list[_Op], values: ValueNumbers, settled: set[Key], module: Module) -> set[Key]:
+def _by_signature(ops: list[_Op], sizes: Counter, settled: set[Key], module: Module) -> set[Key]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -140,17 +152,14 @@ def _by_signature(ops: list[_Op], values: ValueNumbers, settled: set[Key], modul
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
     and that nothing else recomputes yet; each twin serves one recompute per remat depth. A
     recompute CSE merged into its forward has no such twin left and stays unpaired."""
-    sizes: dict[object, int] = {}
-    for op in ops:
-        sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
-    candidates = [op for op in ops if op.named and op.key not in settled and sizes[values.exact[op.key]] == 1]
+    candidates = [op for op in ops if op.named and op.key not in settled and sizes[op.exact] == 1]
     if not candidates:
         return set()
     opcodes = {op.inst.opcode for op in candidates}
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
     pool: dict[tuple, list[_Op]] = {}
     for op in ops:
-        if op.inst.opcode in opcodes and op.key not in settled and sizes[values.exact[op.key]] == 1:
+        if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
     candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
     used: set[tuple[Key, int]] = set()
@@ -168,30 +177,29 @@ def _by_signature(ops: list[_Op], values: ValueNumbers, settled: set[Key], modul
     return found
 
 
-def _across_frames(ops: list[_Op], values: ValueNumbers, settled: set[Key]) -> set[Key]:
+def _across_frames(ops: list[_Op], sizes: Counter, settled: set[Key]) -> set[Key]:
     """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
     left without a same-value twin in their own frame: a recompute in a loop body pairs with an
     unmarked op of another frame (the forward loop's body) that applies the same computation to
     inputs of the same shapes (equal abstract number). Before optimization nothing has
     rewritten either of them, so the structure is the same."""
+    if len({op.frame for op in ops}) < 2:  # a twin must lie in another frame than its recompute
+        return set()
     if not any(op.marked and not op.named and op.key not in settled for op in ops):
         return set()
-    sizes: dict[object, int] = {}
-    for op in ops:
-        sizes[values.exact[op.key]] = sizes.get(values.exact[op.key], 0) + 1
     # The frames each abstract number of an unmarked op is computed in.
     frames_of: dict[object, set[str]] = {}
-    for number, members in _classes([op for op in ops if not op.marked], values.abstract).items():
-        frames_of[number] = {values.frame[t.key] for t in members}
+    for number, members in _classes([op for op in ops if not op.marked], exact=False).items():
+        frames_of[number] = {t.frame for t in members}
     found: set[Key] = set()
     for op in ops:
-        if op.named or not op.marked or op.key in settled or sizes[values.exact[op.key]] > 1:
+        if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1:
             continue
-        number = values.abstract[op.key]
+        number = op.abstract
         if isinstance(number, tuple):
             continue
         frames = frames_of.get(number)
-        if frames and (len(frames) > 1 or values.frame[op.key] not in frames):
+        if frames and (len(frames) > 1 or op.frame not in frames):
             found.add(op.key)
     return found
 

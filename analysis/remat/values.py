@@ -25,7 +25,7 @@ with `prevent_cse=True`, which is the only remat marker a module without op_name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generator, Iterable, Union
+from typing import Any, Generator, Iterable, Mapping, Union
 
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
 
@@ -46,10 +46,13 @@ def result_attributes(inst: Instruction) -> tuple:
     """The attributes that change what an instruction computes. A custom-call's backend_config
     is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
     there."""
+    attributes = inst.attributes
     if inst.opcode == "custom-call":
-        kept = [(k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES or k == "backend_config"]
+        kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES or k == "backend_config"]
+    elif not attributes or attributes.keys() <= IGNORED_ATTRIBUTES:  # most ops: none, or metadata only
+        return ()
     else:
-        kept = [(k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES]
+        kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES]
     if len(kept) > 1:
         kept.sort()
     return tuple(kept)
@@ -96,18 +99,57 @@ class ValueNumbers:
     shared: set[str] = field(default_factory=set)
 
 
+Number = tuple[Val, Val, bool]  # an instruction's (exact, abstract, tainted)
+
+
+@dataclass
+class Numbered:
+    """The numbering as the pairing reads it: per computation numbered from ENTRY, the frame it
+    is taken in and each instruction's `Number`, in instruction order (no per-instruction keys
+    to build)."""
+
+    frame: dict[str, str] = field(default_factory=dict)
+    numbers: dict[str, list[Number]] = field(default_factory=dict)
+    shared: set[str] = field(default_factory=set)
+
+    def value_numbers(self, module: Module) -> ValueNumbers:
+        out = ValueNumbers(shared=set(self.shared))
+        for name, numbers in self.numbers.items():
+            frame = self.frame[name]
+            for inst, (exact, abstract, taint) in zip(module.by_name[name].instructions, numbers):
+                key = (name, inst.name)
+                out.exact[key], out.abstract[key], out.frame[key] = exact, abstract, frame
+                if taint:
+                    out.tainted.add(key)
+        return out
+
+    @staticmethod
+    def of(module: Module, values: ValueNumbers) -> Numbered:
+        """The same numbers, read back from per-instruction dicts."""
+        out = Numbered(shared=set(values.shared))
+        for comp in module.computations:
+            keys = [(comp.name, inst.name) for inst in comp.instructions]
+            if keys and keys[0] in values.exact:
+                out.frame[comp.name] = values.frame[keys[0]]
+                out.numbers[comp.name] = [(values.exact[k], values.abstract[k], k in values.tainted) for k in keys]
+        return out
+
+
 class _Numbering:
     def __init__(self, module: Module):
         self.module = module
         self.ids: dict[tuple, int] = {}
         self.leaves: set[int] = set()  # abstract numbers that stand for a computation input
         self.applier_keys: dict[str, tuple] = {}
-        self.out = ValueNumbers()
-        self.evaluated: set[str] = set()
+        self.out = Numbered()
         # Per distinct Shape object (the parser shares one per distinct shape text); each entry
         # holds the shape, so its id is not reused while the numbering lives.
         self.shape_keys: dict[int, tuple[Shape, tuple]] = {}
         self.leaf_numbers: dict[int, tuple[Shape, Val]] = {}
+        # (opcode, id(shape), result attributes) -> the number of that head: an instruction's key
+        # is then its head's number and its operands' (short keys hash fast).
+        self.heads: dict[tuple, int] = {}
+        self.first_applied: dict[int, tuple[tuple[str, ...], int]] = {}  # see `applied`
 
     def shape_key(self, shape: Shape) -> tuple:
         hit = self.shape_keys.get(id(shape))
@@ -148,35 +190,62 @@ class _Numbering:
                 key = ("missing", name)
             else:
                 position = {i.name: n for n, i in enumerate(comp.instructions)}
-                key = tuple((i.opcode, self.shape_key(i.shape), i.operands and tuple(
-                    position.get(o, o) for o in i.operands),
-                    tuple(sorted((k, v) for k, v in i.attributes.items() if k not in IGNORED_ATTRIBUTES)))
-                            for i in comp.instructions)
+                key = tuple([(i.opcode, self.shape_key(i.shape), tuple([position.get(o, o) for o in i.operands]),
+                              _kept_attributes(i.attributes)) for i in comp.instructions])
             self.applier_keys[name] = key
         return key
 
+    def head(self, inst: Instruction) -> int:
+        """The number of what an instruction does to its operands, but for the computations it
+        applies (`applied`): opcode, result shape and the attributes that change the result."""
+        attributes = inst.attributes
+        if inst.opcode != "custom-call" and (not attributes or attributes.keys() <= IGNORED_ATTRIBUTES):
+            head: tuple = (inst.opcode, id(inst.shape))  # most ops: nothing but opcode and shape
+        else:
+            head = (inst.opcode, id(inst.shape), result_attributes(inst))
+        found = self.heads.get(head)
+        if found is None:
+            found = self.heads[head] = self.intern(
+                ("head", inst.opcode, self.shape_key(inst.shape), head[2] if len(head) == 3 else ()))
+        return found
+
+    def applied(self, number: int, appliers: tuple[str, ...]) -> int:
+        """The number of an instruction that applies the computations `appliers` and otherwise
+        has `number`: equal when their contents (`applier_key`) are equal. Contents are compared
+        only when two appliers meet at one number (most reducers never do: working out a key for
+        each is a tenth of the numbering)."""
+        first = self.first_applied.get(number)
+        if first is None:
+            found = self.first_applied[number] = (appliers, self.intern(("applied", number, appliers)))
+            return found[1]
+        if appliers == first[0]:
+            return first[1]
+        contents = tuple([self.applier_key(name) for name in appliers])
+        if contents == tuple([self.applier_key(name) for name in first[0]]):
+            return first[1]
+        return self.intern(("applied", number, contents))
+
     # ---- frames ---------------------------------------------------------------------------
-    def frame(self, comp: Computation, params: list[tuple[Val, Val, bool]]) -> tuple[Val, Val, bool]:
+    def frame(self, comp: Computation, params: list[Number]) -> Number:
         """Number a frame or an inlined callee; `params` are (exact, abstract, tainted) of each
         parameter. Returns the root's."""
         return trampoline(self._frame(comp, params))
 
-    def _frame(self, comp: Computation,
-               params: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, tuple[Val, Val, bool]]:
+    def _frame(self, comp: Computation, params: list[Number]) -> Generator[Any, Any, Number]:
         # A generator run by `trampoline`: an inlined callee's frame comes back from `yield`, so
         # a chain of thousands of nested calls needs no Python stack (issue 12). Only an
         # instruction that calls or loops goes through a generator of its own; the others (most
         # of a module) are numbered by a plain call.
-        if comp.name in self.evaluated:
-            self.out.shared.add(comp.name)
-            record = False
-        else:
-            self.evaluated.add(comp.name)
-            record = True
-        local: dict[str, tuple[Val, Val, bool]] = {}
-        frame_name = self._frame_name
-        exacts, abstracts, frames, tainted = self.out.exact, self.out.abstract, self.out.frame, self.out.tainted
         comp_name = comp.name
+        out = self.out
+        record = comp_name not in out.numbers
+        if record:
+            out.frame[comp_name] = self._frame_name
+            out.numbers[comp_name] = numbers = []
+        else:
+            out.shared.add(comp_name)
+            numbers = []
+        local: dict[str, Number] = {}
         plain = self._plain
         for inst in comp.instructions:
             opcode = inst.opcode
@@ -196,18 +265,12 @@ class _Numbering:
                         inst.calls and any(s.role in INLINED for s in inst.calls)):
                     value = yield from self._calling(comp, inst, seen)
                 else:
-                    value = plain(comp, inst, seen, _taint(seen, opcode))
+                    value = plain(comp, inst, seen)
             local[inst.name] = value
-            if record:
-                key = (comp_name, inst.name)
-                exacts[key], abstracts[key], taint = value
-                frames[key] = frame_name
-                if taint:
-                    tainted.add(key)
+            numbers.append(value)
         return local[comp.root.name] if comp.instructions else ((), (), False)
 
-    def _calling(self, comp: Computation, inst: Instruction,
-                 ops: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, tuple[Val, Val, bool]]:
+    def _calling(self, comp: Computation, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, Number]:
         taint = _taint(ops, inst.opcode)
         inlined = [s for s in inst.calls if s.role in INLINED]
         if inlined and inst.opcode != "conditional":
@@ -226,37 +289,52 @@ class _Numbering:
             yield from self._while(inst, ops)
             tag = ("while", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
-        return self._plain(comp, inst, ops, taint)
+        return self._plain(comp, inst, ops)
 
-    def _plain(self, comp: Computation, inst: Instruction, ops: list[tuple[Val, Val, bool]],
-               taint: bool) -> tuple[Val, Val, bool]:
+    def _plain(self, comp: Computation, inst: Instruction, ops: list[Number]) -> Number:
         opcode = inst.opcode
+        if ops:
+            exacts, abstracts, taints = zip(*ops)  # one pass in C over the operands
+            taint = opcode == "opt-barrier" or True in taints
+        else:
+            exacts = abstracts = ()
+            taint = opcode == "opt-barrier"
         if opcode == "tuple":
-            return tuple([e for e, _, _ in ops]), tuple([a for _, a, _ in ops]), taint
+            return exacts, abstracts, taint
         if opcode == "get-tuple-element":
             index = int(inst.attr("index", "0"))
-            exact, abstract = ops[0][0], ops[0][1]
+            exact, abstract = exacts[0], abstracts[0]
             exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
             abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
             return exact, abstract, taint
         if opcode in IDENTITY and len(ops) == 1:
-            return ops[0][0], ops[0][1], taint
+            return exacts[0], abstracts[0], taint
         if opcode in UNIQUE or (opcode == "custom-call" and inst.attr("custom_call_has_side_effect") == "true"):
             tag = ("unique", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
+        ids = self.ids
         calls = inst.calls
-        appliers = tuple([self.applier_key(s.computation) for s in calls if s.role not in INLINED]) if calls else ()
-        head = (opcode, self.shape_key(inst.shape), result_attributes(inst), appliers)
-        exact_ops = tuple([e for e, _, _ in ops])
-        exact = self.intern(head + exact_ops)
-        if ops and opcode in INPUT_VIEWS and not isinstance(ops[0][1], tuple) and ops[0][1] in self.leaves:
+        appliers = tuple([s.computation for s in calls if s.role not in INLINED]) if calls else ()
+        exact_key = (self.head(inst), *exacts)
+        exact = ids.get(exact_key)
+        if exact is None:
+            exact = ids[exact_key] = len(ids)
+        if appliers:
+            exact = self.applied(exact, appliers)
+        if ops and opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in self.leaves:
             abstract = self.leaf(inst.shape)
+        elif abstracts == exacts:
+            abstract = exact
         else:
-            abstract_ops = tuple([a for _, a, _ in ops])
-            abstract = exact if abstract_ops == exact_ops else self.intern(head + abstract_ops)
+            abstract_key = (exact_key[0], *abstracts)
+            abstract = ids.get(abstract_key)
+            if abstract is None:
+                abstract = ids[abstract_key] = len(ids)
+            if appliers:
+                abstract = self.applied(abstract, appliers)
         return exact, abstract, taint
 
-    def _while(self, inst: Instruction, ops: list[tuple[Val, Val, bool]]) -> Generator[Any, Any, None]:
+    def _while(self, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, None]:
         saved = self._frame_name
         for role in (CallRole.WHILE_CONDITION, CallRole.WHILE_BODY):
             for name in inst.called(role):
@@ -272,7 +350,16 @@ class _Numbering:
     _frame_name: str = ""
 
 
-def value_numbers(module: Module, order: Iterable[str] | None = None) -> ValueNumbers:
+def _kept_attributes(attributes: Mapping[str, str]) -> tuple:
+    if not attributes or attributes.keys() <= IGNORED_ATTRIBUTES:
+        return ()
+    kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES]
+    if len(kept) > 1:
+        kept.sort()
+    return tuple(kept)
+
+
+def numbered(module: Module) -> Numbered:
     """Number every instruction reachable from ENTRY (see the module docstring)."""
     numbering = _Numbering(module)
     entry = module.by_name[module.entry_name]
@@ -281,3 +368,8 @@ def value_numbers(module: Module, order: Iterable[str] | None = None) -> ValueNu
               for p in sorted(entry.parameters, key=parameter_number)]
     numbering.frame(entry, params)
     return numbering.out
+
+
+def value_numbers(module: Module, order: Iterable[str] | None = None) -> ValueNumbers:
+    """Every reachable instruction's numbers, keyed by (computation, instruction)."""
+    return numbered(module).value_numbers(module)
