@@ -33,6 +33,8 @@ class OpNames:
             comp = module.by_name[name]
             here = self.prefix.setdefault(name, "")
             for inst in comp.instructions:
+                if not inst.calls:
+                    continue
                 for site in inst.calls:
                     if not is_executing_site(inst, site.role) or site.computation in self.prefix:
                         continue
@@ -50,7 +52,15 @@ class OpNames:
         pass and the accounting rows both read them)."""
         names = self.lists.get(comp.name)
         if names is None:
-            names = self.lists[comp.name] = [self.of(comp.name, inst) for inst in comp.instructions]
+            # `of` for each instruction, with the lookups done once per computation.
+            prefix, by_metadata, join = self.prefix.get(comp.name), self.by_metadata, self.join
+            names = self.lists[comp.name] = []
+            for inst in comp.instructions:
+                raw = inst.attributes.get("metadata")
+                op_name = by_metadata.get(raw)
+                if op_name is None:
+                    op_name = by_metadata[raw] = inst.op_name
+                names.append(join(prefix, op_name) if prefix else op_name)
         return names
 
     def of(self, computation: str, inst: Instruction) -> str:

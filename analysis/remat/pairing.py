@@ -102,9 +102,10 @@ def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) 
     """Can any op be remat-marked? Not without a remat name, a `.remat` clone or an
     optimization barrier (most optimized modules): then nothing is remat, and the value
     numbering, the costliest part of the pass, is not needed."""
-    for _, inst in module.instructions():
-        if inst.opcode == "opt-barrier" or ".remat" in inst.name:
-            return True
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode == "opt-barrier" or ".remat" in inst.name:
+                return True
     return any(REMAT_SCOPE in op_name for comp in comps for op_name in op_names.names_in(comp))
 
 
@@ -208,6 +209,8 @@ def remat_fusion_bodies(module: Module, index: RematIndex) -> Mapping[str, bool]
     """Fused computations called by an XLA `.remat` clone of a fusion: everything in them is
     recomputation too (their instructions keep their original names)."""
     result: dict[str, bool] = {}
+    if not any(".remat" in name for _, name in index.remat):  # no clone is remat: no need to look
+        return result
     for comp, inst in module.instructions():
         if inst.opcode == "fusion" and XLA_REMAT_SUFFIX.search(inst.name) and (comp.name, inst.name) in index:
             for callee in inst.called("fusion"):

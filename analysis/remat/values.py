@@ -74,6 +74,8 @@ UNIQUE = frozenset({
 })
 # Instructions that pass a value through unchanged (layouts are not part of a value).
 IDENTITY = frozenset({"copy", "opt-barrier"})
+# Not numbered by `_frame`'s fast path.
+NOT_PLAIN = UNIQUE | IDENTITY | {"parameter", "tuple", "get-tuple-element", "custom-call", "conditional"}
 # Reading (part of) an input: the abstract number of such a value is its shape.
 INPUT_VIEWS = frozenset({"dynamic-slice", "slice", "bitcast", "reshape", "copy", "get-tuple-element",
                          "opt-barrier", "bitcast-convert"})
@@ -246,7 +248,7 @@ class _Numbering:
             out.shared.add(comp_name)
             numbers = []
         local: dict[str, Number] = {}
-        plain = self._plain
+        plain, head, ids, leaves = self._plain, self.head, self.ids, self.leaves
         for inst in comp.instructions:
             opcode = inst.opcode
             if opcode == "parameter":
@@ -258,7 +260,21 @@ class _Numbering:
                     seen = [local[o] for o in inst.operands]
                 except KeyError:  # an operand we cannot see: a value of its own
                     seen = None
-                if seen is None:
+                if seen and opcode not in NOT_PLAIN and not inst.calls:
+                    # Fast path (most of a module): what `_plain` does for an op that applies nothing.
+                    exacts, abstracts, taints = zip(*seen)  # one pass in C over the operands
+                    exact_key = (head(inst), *exacts)
+                    exact = ids.get(exact_key)
+                    if exact is None:
+                        exact = ids[exact_key] = len(ids)
+                    if opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in leaves:
+                        abstract = self.leaf(inst.shape)
+                    elif abstracts == exacts:
+                        abstract = exact
+                    else:
+                        abstract = self.intern((exact_key[0], *abstracts))
+                    value = (exact, abstract, True in taints)
+                elif seen is None:
                     tag = ("unseen", comp_name, inst.name)
                     value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
                 elif opcode == "while" or opcode == "conditional" or (
