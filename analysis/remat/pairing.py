@@ -56,7 +56,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     op_names = op_names or OpNames(module)
     if values is None and not _may_be_marked(module, comps, op_names):
         return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
-    numbers = numbered(module) if values is None else Numbered.of(module, values)
+    # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
+    numbers = numbered(module, _has_loops(module)) if values is None else Numbered.of(module, values)
     ops: list[_Op] = []
     for comp in comps:
         comp_name = comp.name
@@ -96,6 +97,14 @@ def _clones(comps: list[Computation]) -> set[Key]:
         if clone_of != name and clone_of in names:
             found.add((comp_name, name))
     return found
+
+
+def _has_loops(module: Module) -> bool:
+    for comp in module.computations:  # plain loops: a third of the time of any() over a generator
+        for inst in comp.instructions:
+            if inst.opcode == "while":
+                return True
+    return False
 
 
 def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) -> bool:

@@ -138,8 +138,11 @@ class Numbered:
 
 
 class _Numbering:
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, with_abstract: bool = True):
         self.module = module
+        # False: an op's abstract number is left equal to its exact one where that saves time
+        # (interning an abstract key for each op is a quarter of the numbering).
+        self.with_abstract = with_abstract
         self.ids: dict[tuple, int] = {}
         self.leaves: set[int] = set()  # abstract numbers that stand for a computation input
         self.applier_keys: dict[str, tuple] = {}
@@ -248,7 +251,7 @@ class _Numbering:
             out.shared.add(comp_name)
             numbers = []
         local: dict[str, Number] = {}
-        plain, head, ids, leaves = self._plain, self.head, self.ids, self.leaves
+        plain, head, ids, leaves, with_abstract = self._plain, self.head, self.ids, self.leaves, self.with_abstract
         for inst in comp.instructions:
             opcode = inst.opcode
             if opcode == "parameter":
@@ -267,7 +270,9 @@ class _Numbering:
                     exact = ids.get(exact_key)
                     if exact is None:
                         exact = ids[exact_key] = len(ids)
-                    if opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in leaves:
+                    if not with_abstract:
+                        abstract = exact
+                    elif opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in leaves:
                         abstract = self.leaf(inst.shape)
                     elif abstracts == exacts:
                         abstract = exact
@@ -337,7 +342,9 @@ class _Numbering:
             exact = ids[exact_key] = len(ids)
         if appliers:
             exact = self.applied(exact, appliers)
-        if ops and opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in self.leaves:
+        if not self.with_abstract:
+            abstract = exact
+        elif ops and opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in self.leaves:
             abstract = self.leaf(inst.shape)
         elif abstracts == exacts:
             abstract = exact
@@ -375,9 +382,10 @@ def _kept_attributes(attributes: Mapping[str, str]) -> tuple:
     return tuple(kept)
 
 
-def numbered(module: Module) -> Numbered:
-    """Number every instruction reachable from ENTRY (see the module docstring)."""
-    numbering = _Numbering(module)
+def numbered(module: Module, with_abstract: bool = True) -> Numbered:
+    """Number every instruction reachable from ENTRY (see the module docstring). Without
+    `with_abstract`, abstract numbers are not to be read."""
+    numbering = _Numbering(module, with_abstract)
     entry = module.by_name[module.entry_name]
     numbering._frame_name = entry.name
     params = [(numbering.opaque(("entry", parameter_number(p)), p.shape), numbering.leaf(p.shape), False)
