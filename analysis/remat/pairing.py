@@ -4,6 +4,7 @@ computes the same value (see analysis/remat/__init__.py for the rules and why)."
 from __future__ import annotations
 
 from collections import Counter
+from itertools import count
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -59,18 +60,17 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
     numbers = numbered(module, _has_loops(module)) if values is None else Numbered.of(module, values)
     ops: list[_Op] = []
+    order = count()
     for comp in comps:
         comp_name = comp.name
         comp_numbers = numbers.numbers.get(comp_name)
         if comp_numbers is None or comp_name in numbers.shared:
             continue
         frame = numbers.frame[comp_name]
-        for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp), comp_numbers):
-            if inst.opcode in PASS_THROUGH:
-                continue
-            named = REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
-            ops.append(_Op((comp_name, inst.name), inst, op_name, named, named or taint, len(ops),
-                           exact, abstract, frame))
+        ops += [_Op((comp_name, inst.name), inst, op_name, named, named or taint, next(order), exact, abstract, frame)
+                for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
+                                                                    comp_numbers)
+                if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name),)]
 
     remat = _clones(comps)
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
@@ -79,10 +79,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     first_of_class: set[Key] = set()
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
         remat |= _same_value(members, first_of_class)
-    remat |= _by_signature(ops, sizes, remat | first_of_class, module)
+    named_ops = [op for op in ops if op.named]
+    if named_ops:
+        remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    merged = tuple(op.key for op in ops if op.named and op.key not in remat)
-    return RematIndex(frozenset(remat), sum(op.named for op in ops), merged)
+    merged = tuple(op.key for op in named_ops if op.key not in remat)
+    return RematIndex(frozenset(remat), len(named_ops), merged)
+
+
+def _is_named(inst: Instruction, op_name: str) -> bool:
+    return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
 
 
 def _clones(comps: list[Computation]) -> set[Key]:
@@ -153,7 +159,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
 
 
-def _by_signature(ops: list[_Op], sizes: Counter, settled: set[Key], module: Module) -> set[Key]:
+def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[Key], module: Module) -> set[Key]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -162,7 +168,7 @@ def _by_signature(ops: list[_Op], sizes: Counter, settled: set[Key], module: Mod
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
     and that nothing else recomputes yet; each twin serves one recompute per remat depth. A
     recompute CSE merged into its forward has no such twin left and stays unpaired."""
-    candidates = [op for op in ops if op.named and op.key not in settled and sizes[op.exact] == 1]
+    candidates = [op for op in named_ops if op.key not in settled and sizes[op.exact] == 1]
     if not candidates:
         return set()
     opcodes = {op.inst.opcode for op in candidates}
