@@ -121,7 +121,8 @@ def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) 
         for inst in comp.instructions:
             if inst.opcode == "opt-barrier" or ".remat" in inst.name:
                 return True
-    return any(REMAT_SCOPE in op_name for comp in comps for op_name in op_names.names_in(comp))
+    # One search per computation ("\n" cannot be part of the scope's name, so none spans two).
+    return any(REMAT_SCOPE in "\n".join(op_names.names_in(comp)) for comp in comps)
 
 
 def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
