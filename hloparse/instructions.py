@@ -162,8 +162,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             calls = call_sites(opcode, attributes, name, False)
         except AttributeSyntaxError:
             return None  # an inline computation, or a mistake the full decoder reports
-    return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
-                           operand_shapes, line, column)
+    return _Unfrozen(name, opcode, shape, operands, attributes, calls, root is not None, line, column,  # type: ignore[return-value]
+                     computation, operand_shapes)
 
 
 def _cached_shape(text: str) -> Shape | None:
@@ -253,31 +253,34 @@ def new_instruction(
     line: int = 0,
     column: int = 0,
 ) -> Instruction:
-    """Instruction(...) at a third of the dataclass __init__'s cost: the fields are set through
-    their slot descriptors directly (the frozen class's one assignment of each)."""
-    inst = _new(Instruction)
-    _set_name(inst, name)
-    _set_opcode(inst, opcode)
-    _set_shape(inst, shape)
-    _set_operands(inst, operands)
-    _set_attributes(inst, attributes)
-    _set_calls(inst, calls)
-    _set_is_root(inst, is_root)
-    _set_line(inst, line)
-    _set_column(inst, column)
-    _set_computation(inst, computation)
-    _set_inline_operand_shapes(inst, operand_shapes)
-    _set_decoded(inst, None)
-    return inst
+    """Instruction(...) without the frozen dataclass's per-field object.__setattr__ (see _Unfrozen)."""
+    return _Unfrozen(name, opcode, shape, operands, attributes, calls, is_root, line, column, computation,
+                     operand_shapes)
 
 
-_new = object.__new__
-(_set_name, _set_opcode, _set_shape, _set_operands, _set_attributes, _set_calls, _set_is_root, _set_line, _set_column,
- _set_computation, _set_inline_operand_shapes, _set_decoded) = (
-    Instruction.__dict__[field].__set__
-    for field in ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "line", "column",
-                  "computation", "inline_operand_shapes", "_decoded")
-)
+class _Unfrozen:
+    """Instruction's slot layout without the frozen __setattr__: plain slot stores fill a fresh
+    object, which then becomes an Instruction (a __class__ switch CPython allows between classes
+    of the same slots), at half the cost of twelve slot-descriptor calls."""
+
+    __slots__ = Instruction.__slots__
+
+    def __init__(self, name: str, opcode: str, shape: Shape | None, operands: tuple[str, ...],
+                 attributes: dict[str, str], calls: tuple[CallSite, ...], is_root: bool, line: int, column: int,
+                 computation: str, operand_shapes: tuple[Shape | None, ...] | None) -> None:
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self.operands = operands
+        self.attributes = attributes
+        self.calls = calls
+        self.is_root = is_root
+        self.line = line
+        self.column = column
+        self.computation = computation
+        self.inline_operand_shapes = operand_shapes
+        self._decoded = None
+        self.__class__ = Instruction  # type: ignore[assignment]
 
 
 def _operands(

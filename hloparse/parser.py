@@ -295,6 +295,7 @@ class _Builder:
         statement = self.last_statement
         computation, append = "", self.pending.append
         in_table = False
+        after_end = deferred = False  # Lark's state: just after a COMPUTATION_END; a heading held back
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
                 if inside:
@@ -309,7 +310,7 @@ class _Builder:
                     on_instruction(statement, True)  # the full decoder, without a second fast try
                     continue
                 else:
-                    try:
+                    try:  # always an error (so never while a heading is held back: that is inside)
                         feed(_TOKENS[kind])
                     except UnexpectedToken as e:
                         e.statement = statement  # type: ignore[attr-defined]
@@ -321,16 +322,30 @@ class _Builder:
                 continue
             inside = kind == "COMPUTATION_HEADER"
             in_table = kind == "TABLE_NAME"
-            try:
-                feed(_TOKENS[kind])
-            except UnexpectedToken as e:
-                e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
-                e.statement = statement  # type: ignore[attr-defined]
-                raise
+            # A heading right after a closing brace, then instructions, then its own closing
+            # brace leave Lark where they found it: that pair is not fed (4,002 computations
+            # cost 2 feeds each); any other token first feeds the heading it held back.
+            if inside and after_end and not deferred:
+                deferred = True
+            elif kind == "COMPUTATION_END" and deferred:
+                deferred = False
+            else:
+                if deferred:
+                    feed(_TOKENS["COMPUTATION_HEADER"])  # accepted after a closing brace
+                    deferred = False
+                try:
+                    feed(_TOKENS[kind])
+                except UnexpectedToken as e:
+                    e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
+                    e.statement = statement  # type: ignore[attr-defined]
+                    raise
+                after_end = kind == "COMPUTATION_END"
             handlers[kind](statement)
             if inside:
                 computation, append = self.current[0], self.pending.append
         self.last_statement = statement
+        if deferred:
+            feed(_TOKENS["COMPUTATION_HEADER"])
         interactive.feed_eof()
 
     # Handlers, in the order the grammar allows them.
