@@ -56,13 +56,15 @@ _KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen 
 
 # Attribute values, one string each: the same metadata, dimensions, kind, ... recur on thousands
 # of instructions (80,683 instructions of a transformer carry 855 distinct metadata values), and a
-# module's memory is most of its parse time. Emptied at each module's start (forget_values).
+# module's memory is most of its parse time. Raw text as split (checked by decode_fast) -> the
+# value, stripped. Emptied at each module's start (forget_values).
 _VALUES: dict[str, str] = {}
 
 
-def _value(value: str) -> str:
+def _value(raw: str) -> str:
+    value = raw.strip()
     if len(_VALUES) < 100_000:
-        _VALUES[value] = value
+        _VALUES[raw] = value
     return value
 
 
@@ -80,10 +82,8 @@ _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
 _EMBEDDED_STATEMENT = re.compile(
     r"\s(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()"
 )
-_BARE_NAMES = re.compile(r"[A-Za-z_][\w.\-]*(?:, ?[A-Za-z_][\w.\-]*)*")
 _SHAPED_OPERAND = re.compile(r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s+%([\w.\-]+)")
 _PERCENT_NAME = re.compile(r"%([\w.\-]+)")
-_PERCENT_NAMES = re.compile(r"%[\w.\-]+(?:, %[\w.\-]+)*")
 _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
 _SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
@@ -92,7 +92,10 @@ _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a
 _FAST = re.compile(
     r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*"
     r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?|\([^()]*\))"  # an array, or a tuple of arrays
-    r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"]*)\)"
+    r"[ \t]+([a-z][a-z0-9\-]*)\("
+    # the operands: `%a, %b` (as current XLA prints them), `a, b` (jax's HLO dialect: no '%', no
+    # shapes), or anything else without brackets or quotes, for the code below to read
+    r"(?:(%[\w.\-]+(?:, %[\w.\-]+)*)|([A-Za-z_][\w.\-]*(?:, ?[A-Za-z_][\w.\-]*)*)|([^()\"]*))\)"
 )
 
 
@@ -104,7 +107,7 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     m = _FAST.match(stmt)
     if m is None:
         return None
-    root, name, shape_text, opcode, body = m.groups()
+    root, name, shape_text, opcode, names, bare, body = m.groups()
     opcode = _OPCODE_NAMES.get(opcode)  # one shared string per opcode (a module holds 200k of them)
     if opcode is None:
         return None
@@ -113,6 +116,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
         return None
     attributes: dict[str, str] = {}
     operand_shapes: tuple[Shape, ...] | None = None
+    if body is None:
+        body = names or bare
     if opcode == "parameter":
         if not body.isdigit() or len(body) > 9:  # odd or huge numbers: the full decoder checks them
             return None
@@ -123,8 +128,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
         operands = ()
     elif not body:
         operands = ()
-    elif _PERCENT_NAMES.fullmatch(body):  # `%a, %b`: names only, as current XLA prints operands
-        operands = tuple(body[1:].split(", %"))
+    elif names is not None:
+        operands = tuple(names[1:].split(", %"))
     elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
         if "/*" in body:
             body = _INDEX_COMMENT.sub("", body)
@@ -136,8 +141,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
                 return None
         else:
             operands = tuple(_PERCENT_NAME.findall(body))
-    elif _BARE_NAMES.fullmatch(body):  # `add(a, b)`: jax's HLO dialect writes no '%' and no shapes
-        operands = tuple(body.replace(" ", "").split(","))
+    elif bare is not None:
+        operands = tuple(bare.replace(" ", "").split(","))
     else:
         return None
     tail = stmt[m.end():]
@@ -147,15 +152,18 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             return None
         allowed = ALLOWED.get(opcode, ANY_OPCODE)
         for k in range(1, len(parts), 2):
-            value = parts[k + 1]
-            # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
-            # attribute value nests `, key=` in parentheses or brackets alone).
-            if (value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes
-                    or parts[k] not in allowed):
+            key = parts[k]
+            if key in attributes or key not in allowed:
                 return None
-            key = _KEY_NAMES.get(parts[k]) or _key_name(parts[k])
-            value = value.strip()
-            attributes[key] = _VALUES.get(value) or _value(value)
+            raw = parts[k + 1]
+            value = _VALUES.get(raw)  # a value seen before has passed the checks below
+            if value is None:
+                # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
+                # attribute value nests `, key=` in parentheses or brackets alone).
+                if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
+                    return None
+                value = _value(raw)
+            attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
     calls: tuple[CallSite, ...] = ()
     if not CALL_ATTRIBUTES.isdisjoint(attributes):
         try:
