@@ -304,7 +304,7 @@ class _Builder:
                     inst = decode_fast(text, computation, line, column)
                     if inst is not None:
                         if inst.is_root:
-                            self._count_root(statement)
+                            self._count_root(statement, inst)
                         append(inst)
                         continue
                     on_instruction(statement, True)  # the full decoder, without a second fast try
@@ -408,6 +408,7 @@ class _Builder:
         self.current = (name, is_entry, st)
         self.pending = []
         self.roots = 0
+        self.root: Instruction | None = None
 
     def _signature(self, st: Statement, text: str, offset: int) -> tuple[tuple[Shape, ...] | None, Shape | None]:
         body = text.strip()
@@ -440,7 +441,7 @@ class _Builder:
         inst = None if fast_path_tried else decode_fast(st.text, name, st.line, st.column)
         if inst is not None:
             if inst.is_root:
-                self._count_root(st)
+                self._count_root(st, inst)
             self.pending.append(inst)
             return
         nested: list[Instruction] = []
@@ -481,7 +482,7 @@ class _Builder:
         # The builder owns these fresh objects; setting the location here saves a copy.
         set_location(inst, line, column)
         if inst.is_root:
-            self._count_root(st)
+            self._count_root(st, inst)
         self.pending.append(inst)
         if wrapped:
             for w in wrapped:
@@ -489,8 +490,9 @@ class _Builder:
                 object.__setattr__(w, "column", column)
             self.extra.append(new_computation(wrapped[0].computation, tuple(wrapped), line=line))
 
-    def _count_root(self, st: Statement) -> None:
+    def _count_root(self, st: Statement, inst: Instruction) -> None:
         self.roots += 1
+        self.root = inst
         if self.roots > 1:
             raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
 
@@ -501,7 +503,7 @@ class _Builder:
 
     def _inline_computation(self, name: str, body: Statement) -> None:
         """A computation written as an attribute value: `to_apply={ x = ... ROOT y = ... }`."""
-        saved = (self.current, self.pending, self.roots)
+        saved = (self.current, self.pending, self.roots, self.root)
         self.current, self.pending, self.roots = (name, False, body), [], 0
         for kind, statement in split_statements(body.text, in_computation=True):
             if kind != "INSTRUCTION":
@@ -511,7 +513,7 @@ class _Builder:
         if not self.pending:
             raise self.error("empty inline computation", body, 0, "at least one instruction")
         self.computations.insert(0, new_computation(name, tuple(self.pending), line=body.line))
-        self.current, self.pending, self.roots = saved
+        self.current, self.pending, self.roots, self.root = saved
 
     def _on_computation_end(self, st: Statement) -> None:
         name, is_entry, head = self.current
@@ -525,7 +527,10 @@ class _Builder:
             thread = m.group(1)
         if not self.pending:
             raise self.error(f"computation {name!r} has no instructions", head, 0, "at least one instruction")
-        self.computations.append(new_computation(name, tuple(self.pending), is_entry, thread, head.line))
+        comp = new_computation(name, tuple(self.pending), is_entry, thread, head.line)
+        if self.roots == 1:
+            comp.__dict__["root"] = self.root  # Computation.root's value, known without a scan
+        self.computations.append(comp)
         self.pending = []
 
     def _stack_frames(self) -> StackFrames:

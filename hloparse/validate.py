@@ -69,29 +69,31 @@ def validate(module: Module, builder: _Builder) -> None:
                             f"the shape of the operand instruction, {_plain(actual)}",
                             "the operand's own shape", needle=operand)
             op = inst.opcode
-            if op == "parameter":
-                number = inst.attributes["parameter_number"]
+            attrs = inst.attributes
+            layout = inst.shape.layout
+            special = op in _SPECIAL_OPCODES  # one test for the opcodes with checks of their own
+            if special and op == "parameter":
+                number = attrs["parameter_number"]
                 if number in parameter_numbers:
                     raise builder.error_at_instruction(inst, f"duplicate parameter number {number} in {comp.name}",
                                                        "each parameter number once")
                 parameter_numbers.add(number)
             arity = arity_of(op)
-            attrs = inst.attributes
-            layout = inst.shape.layout
-            if (arity is not None and len(operands) != arity) or op in _CHECKED_OPCODES or (
+            if (arity is not None and len(operands) != arity) or special and op in _CHECKED_OPCODES or (
                 layout is not None and layout.details
             ):
                 _check_instruction(inst, defined, builder)
-            elif not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
+            elif attrs and not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
                 for key in _CHECKED_ATTRIBUTES.intersection(attrs):
                     if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
                         _check_instruction(inst, defined, builder)
                         break
-            if op in REQUIRED and not REQUIRED[op] <= attrs.keys():
-                raise missing_attribute(inst, builder)
-            if op in XLA_CHECKED_OPCODES:
-                check_opcode_rules(inst, defined, builder)
-            if "control-predecessors" in attrs:
+            if special:
+                if op in REQUIRED and not REQUIRED[op] <= attrs.keys():
+                    raise missing_attribute(inst, builder)
+                if op in XLA_CHECKED_OPCODES:
+                    check_opcode_rules(inst, defined, builder)
+            if attrs and "control-predecessors" in attrs:
                 check_control_predecessors(inst, defined, builder)
         if parameter_numbers and max(map(int, parameter_numbers)) >= len(parameter_numbers):
             # XLA's computation aborts (CHECK param_no < parameter_count) on a gap or a number
@@ -176,6 +178,7 @@ _GOOD_LITERALS: set[tuple[str, Shape]] = set()
 _VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | _BOOL_ATTRIBUTES | {"slice"}
 _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups",
                                          "sharding"}
+_SPECIAL_OPCODES = frozenset({"parameter"}) | _CHECKED_OPCODES | REQUIRED.keys() | XLA_CHECKED_OPCODES
 # Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
 _GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
 
