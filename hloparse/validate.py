@@ -79,7 +79,10 @@ def validate(module: Module, builder: _Builder) -> None:
                                                        "each parameter number once")
                 parameter_numbers.add(number)
             arity = arity_of(op)
-            if (arity is not None and len(operands) != arity) or special and op in _CHECKED_OPCODES or (
+            if op == "get-tuple-element" and not (layout is not None and layout.details) and _plain_tuple_access(
+                    inst, defined):
+                pass  # the common case of a common opcode, checked whole by that one test
+            elif (arity is not None and len(operands) != arity) or special and op in _CHECKED_OPCODES or (
                 layout is not None and layout.details
             ):
                 _check_instruction(inst, defined, builder)
@@ -181,6 +184,18 @@ _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_
 _SPECIAL_OPCODES = frozenset({"parameter"}) | _CHECKED_OPCODES | REQUIRED.keys() | XLA_CHECKED_OPCODES
 # Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
 _GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
+
+
+def _plain_tuple_access(inst: Instruction, above: Mapping[str, Instruction]) -> bool:
+    """Does this get-tuple-element pass all of _check_instruction (one operand, a plain index in
+    range, an array shape, no other attribute it checks)? False: let it decide."""
+    attrs = inst.attributes
+    index = attrs.get("index")
+    if (len(inst.operands) != 1 or index is None or not (index.isdigit() and index.isascii()) or inst.shape.is_tuple
+            or len(attrs) > 1 and not all(k == "index" or k not in _CHECKED_ATTRIBUTES for k in attrs)):
+        return False
+    tuple_shape = above[inst.operands[0]].shape
+    return tuple_shape.is_tuple and int(index) < len(tuple_shape.tuple_shapes)
 
 
 def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
