@@ -56,13 +56,15 @@ _KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen 
 
 # Attribute values, one string each: the same metadata, dimensions, kind, ... recur on thousands
 # of instructions (80,683 instructions of a transformer carry 855 distinct metadata values), and a
-# module's memory is most of its parse time. Emptied at each module's start (forget_values).
+# module's memory is most of its parse time. Raw text as split (checked by decode_fast) -> the
+# value, stripped. Emptied at each module's start (forget_values).
 _VALUES: dict[str, str] = {}
 
 
-def _value(value: str) -> str:
+def _value(raw: str) -> str:
+    value = raw.strip()
     if len(_VALUES) < 100_000:
-        _VALUES[value] = value
+        _VALUES[raw] = value
     return value
 
 
@@ -80,19 +82,22 @@ _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
 _EMBEDDED_STATEMENT = re.compile(
     r"\s(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()"
 )
-_BARE_NAMES = re.compile(r"[A-Za-z_][\w.\-]*(?:, ?[A-Za-z_][\w.\-]*)*")
 _SHAPED_OPERAND = re.compile(r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?)\s+%([\w.\-]+)")
 _PERCENT_NAME = re.compile(r"%([\w.\-]+)")
-_PERCENT_NAMES = re.compile(r"%[\w.\-]+(?:, %[\w.\-]+)*")
 _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
 _SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
 _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
 
+# Possessive (`*+`): each repeat is followed by what it cannot match, so giving back is useless,
+# and not keeping the state to give back makes the match some 15% faster.
 _FAST = re.compile(
-    r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*"
-    r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?|\([^()]*\))"  # an array, or a tuple of arrays
-    r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"]*)\)"
+    r"[ \t]*+(ROOT[ \t]++)?%?([A-Za-z0-9_][\w.\-]*+)[ \t]*+=[ \t]*+"
+    r"([a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^{}]*+\})?|\([^()]*+\))"  # an array, or a tuple of arrays
+    r"[ \t]++([a-z][a-z0-9\-]*+)\("
+    # the operands: `%a, %b` (as current XLA prints them), `a, b` (jax's HLO dialect: no '%', no
+    # shapes), or anything else without brackets or quotes, for the code below to read
+    r"(?:(%[\w.\-]++(?:, %[\w.\-]++)*+)|([A-Za-z_][\w.\-]*+(?:, ?[A-Za-z_][\w.\-]*+)*+)|([^()\"]*+))\)"
 )
 
 
@@ -104,7 +109,7 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     m = _FAST.match(stmt)
     if m is None:
         return None
-    root, name, shape_text, opcode, body = m.groups()
+    root, name, shape_text, opcode, names, bare, body = m.groups()
     opcode = _OPCODE_NAMES.get(opcode)  # one shared string per opcode (a module holds 200k of them)
     if opcode is None:
         return None
@@ -113,6 +118,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
         return None
     attributes: dict[str, str] = {}
     operand_shapes: tuple[Shape, ...] | None = None
+    if body is None:
+        body = names or bare
     if opcode == "parameter":
         if not body.isdigit() or len(body) > 9:  # odd or huge numbers: the full decoder checks them
             return None
@@ -123,8 +130,8 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
         operands = ()
     elif not body:
         operands = ()
-    elif _PERCENT_NAMES.fullmatch(body):  # `%a, %b`: names only, as current XLA prints operands
-        operands = tuple(body[1:].split(", %"))
+    elif names is not None:
+        operands = tuple(names[1:].split(", %"))
     elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
         if "/*" in body:
             body = _INDEX_COMMENT.sub("", body)
@@ -136,10 +143,11 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
                 return None
         else:
             operands = tuple(_PERCENT_NAME.findall(body))
-    elif _BARE_NAMES.fullmatch(body):  # `add(a, b)`: jax's HLO dialect writes no '%' and no shapes
-        operands = tuple(body.replace(" ", "").split(","))
+    elif bare is not None:
+        operands = tuple(bare.replace(" ", "").split(","))
     else:
         return None
+    calls: tuple[CallSite, ...] = ()
     tail = stmt[m.end():]
     if tail and not tail.isspace():
         parts = _ATTR_SPLIT.split(tail)
@@ -147,23 +155,25 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
             return None
         allowed = ALLOWED.get(opcode, ANY_OPCODE)
         for k in range(1, len(parts), 2):
-            value = parts[k + 1]
-            # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
-            # attribute value nests `, key=` in parentheses or brackets alone).
-            if (value.count("{") != value.count("}") or value.count('"') % 2 or " = " in value or parts[k] in attributes
-                    or parts[k] not in allowed):
+            key = parts[k]
+            if key in attributes or key not in allowed:
                 return None
-            key = _KEY_NAMES.get(parts[k]) or _key_name(parts[k])
-            value = value.strip()
-            attributes[key] = _VALUES.get(value) or _value(value)
-    calls: tuple[CallSite, ...] = ()
-    if not CALL_ATTRIBUTES.isdisjoint(attributes):
-        try:
-            calls = call_sites(opcode, attributes, name, False)
-        except AttributeSyntaxError:
-            return None  # an inline computation, or a mistake the full decoder reports
-    return new_instruction(name, opcode, shape, operands, attributes, calls, root is not None, computation,
-                           operand_shapes, line, column)
+            raw = parts[k + 1]
+            value = _VALUES.get(raw)  # a value seen before has passed the checks below
+            if value is None:
+                # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
+                # attribute value nests `, key=` in parentheses or brackets alone).
+                if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
+                    return None
+                value = _value(raw)
+            attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
+        if not CALL_ATTRIBUTES.isdisjoint(attributes):
+            try:
+                calls = call_sites(opcode, attributes, name, False)
+            except AttributeSyntaxError:
+                return None  # an inline computation, or a mistake the full decoder reports
+    return _Unfrozen(name, opcode, shape, operands, attributes, calls, root is not None, line, column,  # type: ignore[return-value]
+                     computation, operand_shapes)
 
 
 def _cached_shape(text: str) -> Shape | None:
@@ -253,31 +263,34 @@ def new_instruction(
     line: int = 0,
     column: int = 0,
 ) -> Instruction:
-    """Instruction(...) at a third of the dataclass __init__'s cost: the fields are set through
-    their slot descriptors directly (the frozen class's one assignment of each)."""
-    inst = _new(Instruction)
-    _set_name(inst, name)
-    _set_opcode(inst, opcode)
-    _set_shape(inst, shape)
-    _set_operands(inst, operands)
-    _set_attributes(inst, attributes)
-    _set_calls(inst, calls)
-    _set_is_root(inst, is_root)
-    _set_line(inst, line)
-    _set_column(inst, column)
-    _set_computation(inst, computation)
-    _set_inline_operand_shapes(inst, operand_shapes)
-    _set_decoded(inst, None)
-    return inst
+    """Instruction(...) without the frozen dataclass's per-field object.__setattr__ (see _Unfrozen)."""
+    return _Unfrozen(name, opcode, shape, operands, attributes, calls, is_root, line, column, computation,
+                     operand_shapes)
 
 
-_new = object.__new__
-(_set_name, _set_opcode, _set_shape, _set_operands, _set_attributes, _set_calls, _set_is_root, _set_line, _set_column,
- _set_computation, _set_inline_operand_shapes, _set_decoded) = (
-    Instruction.__dict__[field].__set__
-    for field in ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "line", "column",
-                  "computation", "inline_operand_shapes", "_decoded")
-)
+class _Unfrozen:
+    """Instruction's slot layout without the frozen __setattr__: plain slot stores fill a fresh
+    object, which then becomes an Instruction (a __class__ switch CPython allows between classes
+    of the same slots), at half the cost of twelve slot-descriptor calls."""
+
+    __slots__ = Instruction.__slots__
+
+    def __init__(self, name: str, opcode: str, shape: Shape | None, operands: tuple[str, ...],
+                 attributes: dict[str, str], calls: tuple[CallSite, ...], is_root: bool, line: int, column: int,
+                 computation: str, operand_shapes: tuple[Shape | None, ...] | None) -> None:
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self.operands = operands
+        self.attributes = attributes
+        self.calls = calls
+        self.is_root = is_root
+        self.line = line
+        self.column = column
+        self.computation = computation
+        self.inline_operand_shapes = operand_shapes
+        self._decoded = None
+        self.__class__ = Instruction  # type: ignore[assignment]
 
 
 def _operands(

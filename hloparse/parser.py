@@ -295,6 +295,7 @@ class _Builder:
         statement = self.last_statement
         computation, append = "", self.pending.append
         in_table = False
+        after_end = deferred = False  # Lark's state: just after a COMPUTATION_END; a heading held back
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
                 if inside:
@@ -303,13 +304,13 @@ class _Builder:
                     inst = decode_fast(text, computation, line, column)
                     if inst is not None:
                         if inst.is_root:
-                            self._count_root(statement)
+                            self._count_root(statement, inst)
                         append(inst)
                         continue
                     on_instruction(statement, True)  # the full decoder, without a second fast try
                     continue
                 else:
-                    try:
+                    try:  # always an error (so never while a heading is held back: that is inside)
                         feed(_TOKENS[kind])
                     except UnexpectedToken as e:
                         e.statement = statement  # type: ignore[attr-defined]
@@ -321,16 +322,30 @@ class _Builder:
                 continue
             inside = kind == "COMPUTATION_HEADER"
             in_table = kind == "TABLE_NAME"
-            try:
-                feed(_TOKENS[kind])
-            except UnexpectedToken as e:
-                e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
-                e.statement = statement  # type: ignore[attr-defined]
-                raise
+            # A heading right after a closing brace, then instructions, then its own closing
+            # brace leave Lark where they found it: that pair is not fed (4,002 computations
+            # cost 2 feeds each); any other token first feeds the heading it held back.
+            if inside and after_end and not deferred:
+                deferred = True
+            elif kind == "COMPUTATION_END" and deferred:
+                deferred = False
+            else:
+                if deferred:
+                    feed(_TOKENS["COMPUTATION_HEADER"])  # accepted after a closing brace
+                    deferred = False
+                try:
+                    feed(_TOKENS[kind])
+                except UnexpectedToken as e:
+                    e.token = Token(kind, statement.text, line=statement.line, column=statement.column)
+                    e.statement = statement  # type: ignore[attr-defined]
+                    raise
+                after_end = kind == "COMPUTATION_END"
             handlers[kind](statement)
             if inside:
                 computation, append = self.current[0], self.pending.append
         self.last_statement = statement
+        if deferred:
+            feed(_TOKENS["COMPUTATION_HEADER"])
         interactive.feed_eof()
 
     # Handlers, in the order the grammar allows them.
@@ -393,6 +408,7 @@ class _Builder:
         self.current = (name, is_entry, st)
         self.pending = []
         self.roots = 0
+        self.root: Instruction | None = None
 
     def _signature(self, st: Statement, text: str, offset: int) -> tuple[tuple[Shape, ...] | None, Shape | None]:
         body = text.strip()
@@ -425,7 +441,7 @@ class _Builder:
         inst = None if fast_path_tried else decode_fast(st.text, name, st.line, st.column)
         if inst is not None:
             if inst.is_root:
-                self._count_root(st)
+                self._count_root(st, inst)
             self.pending.append(inst)
             return
         nested: list[Instruction] = []
@@ -466,7 +482,7 @@ class _Builder:
         # The builder owns these fresh objects; setting the location here saves a copy.
         set_location(inst, line, column)
         if inst.is_root:
-            self._count_root(st)
+            self._count_root(st, inst)
         self.pending.append(inst)
         if wrapped:
             for w in wrapped:
@@ -474,8 +490,9 @@ class _Builder:
                 object.__setattr__(w, "column", column)
             self.extra.append(new_computation(wrapped[0].computation, tuple(wrapped), line=line))
 
-    def _count_root(self, st: Statement) -> None:
+    def _count_root(self, st: Statement, inst: Instruction) -> None:
         self.roots += 1
+        self.root = inst
         if self.roots > 1:
             raise self.error("one computation should have only one ROOT", st, 0, "a single ROOT")
 
@@ -486,7 +503,7 @@ class _Builder:
 
     def _inline_computation(self, name: str, body: Statement) -> None:
         """A computation written as an attribute value: `to_apply={ x = ... ROOT y = ... }`."""
-        saved = (self.current, self.pending, self.roots)
+        saved = (self.current, self.pending, self.roots, self.root)
         self.current, self.pending, self.roots = (name, False, body), [], 0
         for kind, statement in split_statements(body.text, in_computation=True):
             if kind != "INSTRUCTION":
@@ -496,7 +513,7 @@ class _Builder:
         if not self.pending:
             raise self.error("empty inline computation", body, 0, "at least one instruction")
         self.computations.insert(0, new_computation(name, tuple(self.pending), line=body.line))
-        self.current, self.pending, self.roots = saved
+        self.current, self.pending, self.roots, self.root = saved
 
     def _on_computation_end(self, st: Statement) -> None:
         name, is_entry, head = self.current
@@ -510,7 +527,10 @@ class _Builder:
             thread = m.group(1)
         if not self.pending:
             raise self.error(f"computation {name!r} has no instructions", head, 0, "at least one instruction")
-        self.computations.append(new_computation(name, tuple(self.pending), is_entry, thread, head.line))
+        comp = new_computation(name, tuple(self.pending), is_entry, thread, head.line)
+        if self.roots == 1:
+            comp.__dict__["root"] = self.root  # Computation.root's value, known without a scan
+        self.computations.append(comp)
         self.pending = []
 
     def _stack_frames(self) -> StackFrames:

@@ -138,44 +138,67 @@ _STATEMENT_START = re.compile(
 )
 
 
+_COMMENT_MARK = re.compile(r"//|/\*")
+
+
+def _strip_comments(lines: list[str], text: str) -> None:
+    """Drop `//` comments and leading `/* labels */` from the lines of text, in place. Only the
+    lines that hold a '//' or '/*' (found in the text, not by a test of every line) and those a
+    string open at the end of one of them runs into can change."""
+    n = len(lines)
+    in_string = False  # inside a string that began on an earlier line
+    line_number, last = 0, 0
+    k = -1
+    for mark in _COMMENT_MARK.finditer(text):
+        line_number += text.count("\n", last, mark.start())
+        last = mark.start()
+        if line_number <= k:
+            continue
+        k = line_number
+        while True:
+            line = lines[k]
+            if in_string or ("//" in line and '"' in line):
+                line, in_string = _strip_comment_across_lines(line, in_string)
+                lines[k] = line
+            elif "//" in line:
+                line = lines[k] = _strip_comment(line)
+            if line.lstrip().startswith("/*"):  # a leading /* label */ is not part of the statement
+                end = line.find("*/")
+                if end >= 0:
+                    lines[k] = " " * (end + 2) + line[end + 2:]
+            if not in_string or k + 1 >= n:
+                break
+            k += 1
+
+
 def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[str, Statement]]:
     """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
 
     A statement continues onto the next line while its brackets are open, or while the next
     line does not start a statement of its own (attributes wrapped onto their own lines)."""
     lines = text.split("\n")
-    in_string = False  # inside a string that began on an earlier line
-    has_comments = "//" in text or _has_leading_comment(text)
-    for k, line in enumerate(lines if has_comments else ()):
-        if in_string or ("//" in line and '"' in line):
-            line, in_string = _strip_comment_across_lines(line, in_string)
-            lines[k] = line
-        elif "//" in line:
-            line = lines[k] = _strip_comment(line)
-        if line.lstrip().startswith("/*"):  # a leading /* label */ is not part of the statement
-            end = line.find("*/")
-            if end >= 0:
-                lines[k] = " " * (end + 2) + line[end + 2:]
+    if "//" in text or _has_leading_comment(text):
+        _strip_comments(lines, text)
     n = len(lines)
     i = 0
     in_table = False
     while i < n:
         line = lines[i]
         left = line.lstrip()
-        if in_computation and left[:1] not in _NOT_PLAIN and i + 1 < n:
-            # The common case: a one-line instruction followed by another statement. (A statement
-            # cut short here by an open '{' or '[' fails to decode: an error, not a different module.)
-            if left.rstrip()[-1] not in ",={([" and line.count("(") == line.count(")"):
-                nxt = lines[i + 1].lstrip()
-                if (
-                    nxt[:1] == "%"
-                    or nxt[:1] == "}"
-                    or nxt.startswith("ROOT ")
-                    or (" = " in nxt and _STATEMENT_START.match(nxt))  # names written without '%'
-                ):
-                    yield "INSTRUCTION", _statement(Statement, (line, i + 1, len(line) - len(left) + 1))
-                    i += 1
-                    continue
+        # The common case: a one-line instruction followed by another statement, in a loop of its
+        # own (each line's lstrip serves as the next one's). (A statement cut short here by an open
+        # '{' or '[' fails to decode: an error, not a different module.)
+        while (in_computation and i + 1 < n and left[:1] not in _NOT_PLAIN and left.rstrip()[-1] not in ",={(["
+               and line.count("(") == line.count(")")):
+            following = lines[i + 1]
+            nxt = following.lstrip()
+            first = nxt[:1]
+            if not (first == "%" or first == "}" or nxt.startswith("ROOT ")
+                    or (" = " in nxt and _STATEMENT_START.match(nxt))):  # names written without '%'
+                break
+            yield "INSTRUCTION", _statement(Statement, (line, i + 1, len(line) - len(left) + 1))
+            i += 1
+            line, left = following, nxt
         stripped = left.rstrip()
         if not stripped or (stripped.startswith("/*") and stripped.endswith("*/") and "*/" not in stripped[2:-2]):
             i += 1
