@@ -29,8 +29,8 @@ import networkx as nx
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from analysis.cost.rules import TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
-from analysis.cost.shapes import UNBOUNDED
+from analysis.cost.rules import FREE_RULE, LOCAL_RULES, TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
+from analysis.cost.shapes import UNBOUNDED, produced_size
 from analysis.graph import bottom_up, bytes_unobserved, call_graph, with_descendants
 from analysis.xla import diagnostics as xla_diagnostics
 from analysis.xla.float32 import add, f32, mul, running_sum
@@ -119,13 +119,13 @@ class Evaluation:
         self.unavailable: dict[str, str] = {}  # why XLA's totals of a computation are unknowable
         self._callee_total = self.applied.get
         self._same_charge: dict[tuple, tuple] = {}
+        self._local: dict[tuple, dict[tuple, tuple]] = {}
         for name in order:
             if name in module.by_name:
                 self._computation(module.by_name[name])
 
     # ---- one computation ---------------------------------------------------------------
     def _computation(self, comp: Computation) -> None:
-        module = self.module
         exact_view = self.view == "exact"
         in_fusion = comp.is_fusion_body or comp.name in self.info.fusion_bodies
         silenced = not exact_view and comp.name in self.info.silenced
@@ -137,10 +137,31 @@ class Evaluation:
         keys: list[dict[str, Any]] = []
         applied_flops = applied_transcendentals = 0
         applied_failed: str | None = None
+        # Most instructions' rules read only the opcode, the shape and the operands' sizes: each
+        # distinct (opcode, shape, operand sizes) is costed once per context (LOCAL_RULES).
+        local = None if silenced or self.unbounded or self.diagnostics else self._local.setdefault(
+            (in_fusion, unobserved), {})
+        by_name = comp.by_name
         for inst in comp.instructions:
             op = inst.opcode
             fn = RULES.get(op)
-            if silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
+            if local is not None and fn in LOCAL_RULES:
+                if bytes_unread or fn is FREE_RULE:  # no operand is read
+                    key: tuple = (op, id(inst.shape))
+                else:
+                    key = (op, id(inst.shape), *[produced_size(by_name[o]) for o in inst.operands])
+                known = local.get(key)
+                if known is None:
+                    known = local[key] = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)[:2]
+                cost = known[0]
+                if estimate:
+                    props.append(known[1])
+                if not inst.calls and applied_failed is None:  # counted (never uncounted), no callee
+                    costs.append(cost)
+                    applied_flops += cost.cost.flops
+                    applied_transcendentals += cost.cost.transcendentals
+                    continue
+            elif silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
                 costs.append(OpCost(ZERO))
                 continue
             elif fn is None:
@@ -150,22 +171,9 @@ class Evaluation:
                 cost = OpCost(uncounted=f"{op}: {TOO_FEW_OPERANDS}")
                 self._unavailable(comp, f"{inst.name!r} (line {inst.line}): {op}: {TOO_FEW_OPERANDS}")
             else:
-                charge = fn(Ctx(module, comp, inst, self._callee_total, bytes_unread))
-                if charge.applied or charge.nested is not None or self.unbounded:
-                    cost = self._own(comp, inst, charge, in_fusion)
-                    if estimate:
-                        props.append(self._xla_props(comp, inst, charge, unobserved))
-                else:  # both views are a function of the charge alone: each distinct one once
-                    key = (charge.flops, charge.transcendentals, charge.bytes_terms, charge.optimal_seconds,
-                           charge.exact, charge.exact_uncounted, in_fusion, unobserved)
-                    known = self._same_charge.get(key)
-                    if known is None:
-                        known = self._same_charge[key] = (
-                            self._own(comp, inst, charge, in_fusion),
-                            self._xla_props(comp, inst, charge, unobserved) if estimate else None)
-                    cost = known[0]
-                    if estimate:
-                        props.append(known[1])
+                cost, prop, charge = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)
+                if estimate:
+                    props.append(prop)
                 if self.diagnostics:
                     keys.append(self._diagnostic_keys(comp, inst, charge))
             costs.append(cost)
@@ -187,6 +195,25 @@ class Evaluation:
             applied_flops, applied_transcendentals, 0)
         if estimate and comp.name not in self.unavailable:
             self._xla_sum(comp, props, keys)
+
+    def _charged(self, comp: Computation, inst: Instruction, fn: Any, in_fusion: bool, unobserved: bool,
+                 bytes_unread: bool) -> tuple[OpCost, tuple | None, Charge]:
+        """One instruction's exact cost, what it adds to XLA's sums (None in view "xla") and its
+        charge."""
+        charge = fn(Ctx(self.module, comp, inst, self._callee_total, bytes_unread))
+        estimate = self.view == "exact"
+        if charge.applied or charge.nested is not None or self.unbounded:
+            return (self._own(comp, inst, charge, in_fusion),
+                    self._xla_props(comp, inst, charge, unobserved) if estimate else None, charge)
+        # Both views are a function of the charge alone: each distinct one once.
+        key = (charge.flops, charge.transcendentals, charge.bytes_terms, charge.optimal_seconds,
+               charge.exact, charge.exact_uncounted, in_fusion, unobserved)
+        known = self._same_charge.get(key)
+        if known is None:
+            known = self._same_charge[key] = (
+                self._own(comp, inst, charge, in_fusion),
+                self._xla_props(comp, inst, charge, unobserved) if estimate else None)
+        return known[0], known[1], charge
 
     def _own(self, comp: Computation, inst: Instruction, charge: Charge, in_fusion: bool) -> OpCost:
         if self.view == "exact":

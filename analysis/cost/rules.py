@@ -81,7 +81,11 @@ def _elementwise(ctx: Ctx) -> Charge:
 
 
 # ---- free and data-movement ops ---------------------------------------------------------------
-@register_rule("parameter", "constant", "get-tuple-element", "domain", "after-all", "add-dependency", "bitcast")
+FREE_OPCODES = frozenset({"parameter", "constant", "get-tuple-element", "domain", "after-all", "add-dependency",
+                          "bitcast"})
+
+
+@register_rule(*FREE_OPCODES)
 def _free(ctx: Ctx) -> Charge:
     return FREE
 
@@ -103,6 +107,13 @@ DEFAULT_BYTES_OPCODES = frozenset({
 @register_rule(*DEFAULT_BYTES_OPCODES)
 def _default(ctx: Ctx) -> Charge:
     return Charge(bytes_terms=default_bytes(ctx))
+
+
+# Rules that read nothing but the opcode, the instruction's shape and its operands' sizes
+# (`produced_size`), and no operand at all where `bytes_unread` (FREE_RULE: never): the engine
+# costs each distinct combination once.
+LOCAL_RULES = frozenset({_transcendental, _elementwise, _default, _free})
+FREE_RULE = _free
 
 
 def _operand_sizes(ctx: Ctx) -> tuple[Term, ...]:
