@@ -109,13 +109,6 @@ def _default(ctx: Ctx) -> Charge:
     return Charge(bytes_terms=default_bytes(ctx))
 
 
-# Rules that read nothing but the opcode, the instruction's shape and its operands' sizes
-# (`produced_size`), and no operand at all where `bytes_unread` (FREE_RULE: never): the engine
-# costs each distinct combination once.
-LOCAL_RULES = frozenset({_transcendental, _elementwise, _default, _free})
-FREE_RULE = _free
-
-
 def _operand_sizes(ctx: Ctx) -> tuple[Term, ...]:
     return tuple(ctx.operand_size(i) for i in range(len(ctx.instruction.operands)))
 
@@ -438,6 +431,13 @@ def _custom_call(ctx: Ctx) -> Charge:
 
 
 KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
+
+# Rules that read nothing but the opcode, the instruction's shape and its operands' sizes
+# (`produced_size`): the engine costs each distinct combination once. The value says when such a
+# rule reads its operands' sizes: never, only where bytes are read (`default_bytes`), or always.
+NEVER, WITH_BYTES, ALWAYS = range(3)
+LOCAL_RULES = {_free: NEVER, _transcendental: WITH_BYTES, _elementwise: WITH_BYTES, _default: WITH_BYTES,
+               _all_reduce: ALWAYS}
 
 
 class MalformedInstruction(ValueError):
