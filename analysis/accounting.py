@@ -51,7 +51,7 @@ from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
+from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -243,9 +243,7 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
             is_custom_call = inst.opcode == "custom-call"
             # A collective's bytes sent per device and execution (analysis.cost.communication).
             sent = sent_bytes(module, comp, inst, devices) if inst.opcode in SENDERS else NOT_SENT
-            # Positional: a frozen dataclass sets each keyword field through object.__setattr__,
-            # and a large module has hundreds of thousands of rows.
-            rows.append(Row(
+            rows.append(RowBuilder(  # a Row, built fast (analysis.results.RowBuilder)
                 name,  # computation
                 inst.name,
                 inst.opcode,

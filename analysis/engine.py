@@ -4,7 +4,7 @@
     ev.exact[computation][i]     # OpCost of instruction i (text order), the exact view
     ev.xla_total(module.entry)   # XLA's float32 totals of the ENTRY computation (loops once)
 
-The pass walks the call graph (`Module.call_graph()`) bottom-up, callees before callers, without
+The pass walks the call graph (`analysis.graph.call_table`) bottom-up, callees before callers, without
 recursion. For each instruction it asks the opcode's rule (`analysis.cost.rules`) for its
 `Charge` once and reads from it:
 - the exact view (`OpCost`): what the accounting multiplies by the executions;
@@ -22,6 +22,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import attrgetter
 from typing import Any
 
 import networkx as nx
@@ -29,9 +30,9 @@ import networkx as nx
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from analysis.cost.rules import TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
-from analysis.cost.shapes import UNBOUNDED
-from analysis.graph import bottom_up, bytes_unobserved, call_graph, with_descendants
+from analysis.cost.rules import ALWAYS, LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
+from analysis.cost.shapes import UNBOUNDED, produced_size
+from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved, module_descendants
 from analysis.xla import diagnostics as xla_diagnostics
 from analysis.xla.float32 import add, f32, mul, running_sum
 from analysis.xla.order import visit_positions
@@ -50,35 +51,36 @@ class ModuleInfo:
     silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
 
 
-def module_info(module: Module, graph: nx.MultiDiGraph) -> ModuleInfo:
+def module_info(module: Module) -> ModuleInfo:
     bodies: set[str] = set()
     silenced: set[str] = set()
-    for caller, callee, data in graph.edges(data=True):
-        if data["role"] != CallRole.FUSION or callee not in module.by_name:
-            continue
-        bodies.add(callee)
-        if custom_fusion_gather_or_scatter(data["instruction"], module.by_name[callee]) is not None:
-            silenced.add(callee)
+    for caller, sites in call_table(module).calls.items():
+        for callee, site in sites:
+            if site["role"] != CallRole.FUSION or callee not in module.by_name:
+                continue
+            bodies.add(callee)
+            if custom_fusion_gather_or_scatter(site["instruction"], module.by_name[callee]) is not None:
+                silenced.add(callee)
     # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
-    return ModuleInfo(frozenset(with_descendants(graph, bodies)), frozenset(with_descendants(graph, silenced)))
+    return ModuleInfo(frozenset(module_descendants(module, bodies)), frozenset(module_descendants(module, silenced)))
 
 
 def has_unbounded_shapes(module: Module) -> bool:
     """Does any instruction's shape have an unbounded `?` dimension (each distinct shape once)."""
-    seen: set[int] = set()
-    stack = []
-    for comp in module.computations:
-        for inst in comp.instructions:
-            shape = inst.shape
-            if id(shape) not in seen:
-                seen.add(id(shape))
-                stack.append(shape)
+    distinct: dict[int, Any] = {}
+    for comp in module.computations:  # in C: a module has far fewer shapes than instructions
+        shapes = list(map(_SHAPE, comp.instructions))
+        distinct.update(zip(map(id, shapes), shapes))
+    stack = list(distinct.values())
     while stack:
         shape = stack.pop()
         if UNBOUNDED in shape.dims:
             return True
         stack.extend(shape.tuple_shapes)
     return False
+
+
+_SHAPE = attrgetter("shape")
 
 
 def branch_max(values: list) -> Any:
@@ -106,12 +108,11 @@ class Evaluation:
         self.module = module
         self.view = view
         self.diagnostics = diagnostics
-        self.graph = call_graph(module)
-        self.info = module_info(module, self.graph)
+        self.info = module_info(module)
         self.unbounded = view == "exact" and has_unbounded_shapes(module)
         # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
-        order = bottom_up(self.graph)
-        self.unobserved = set() if diagnostics else bytes_unobserved(self.graph, order)
+        order = module_bottom_up(module)
+        self.unobserved = set() if diagnostics else module_bytes_unobserved(module, order)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
         self.xla: dict[str, tuple] = {}  # XLA's totals of one nested analysis of a computation
@@ -119,13 +120,18 @@ class Evaluation:
         self.unavailable: dict[str, str] = {}  # why XLA's totals of a computation are unknowable
         self._callee_total = self.applied.get
         self._same_charge: dict[tuple, tuple] = {}
+        self._local: dict[tuple, dict[tuple, tuple]] = {}
         for name in order:
             if name in module.by_name:
                 self._computation(module.by_name[name])
 
+    @property
+    def graph(self) -> nx.MultiDiGraph:
+        """The module's networkx call graph (the pass itself walks analysis.graph.call_table)."""
+        return call_graph(self.module)
+
     # ---- one computation ---------------------------------------------------------------
     def _computation(self, comp: Computation) -> None:
-        module = self.module
         exact_view = self.view == "exact"
         in_fusion = comp.is_fusion_body or comp.name in self.info.fusion_bodies
         silenced = not exact_view and comp.name in self.info.silenced
@@ -137,10 +143,32 @@ class Evaluation:
         keys: list[dict[str, Any]] = []
         applied_flops = applied_transcendentals = 0
         applied_failed: str | None = None
+        # Most instructions' rules read only the opcode, the shape and the operands' sizes: each
+        # distinct (opcode, shape, operand sizes) is costed once per context (LOCAL_RULES).
+        local = None if silenced or self.unbounded or self.diagnostics else self._local.setdefault(
+            (in_fusion, unobserved), {})
+        by_name = comp.by_name
         for inst in comp.instructions:
             op = inst.opcode
             fn = RULES.get(op)
-            if silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
+            reads = LOCAL_RULES.get(fn)  # type: ignore[arg-type]
+            if local is not None and reads is not None:
+                if reads == NEVER or (bytes_unread and reads != ALWAYS):  # no operand is read
+                    key: tuple = (op, id(inst.shape))
+                else:
+                    key = (op, id(inst.shape), *[produced_size(by_name[o]) for o in inst.operands])
+                known = local.get(key)
+                if known is None:
+                    known = local[key] = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)[:2]
+                cost = known[0]
+                if estimate:
+                    props.append(known[1])
+                if not inst.calls and applied_failed is None:  # counted (never uncounted), no callee
+                    costs.append(cost)
+                    applied_flops += cost.cost.flops
+                    applied_transcendentals += cost.cost.transcendentals
+                    continue
+            elif silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
                 costs.append(OpCost(ZERO))
                 continue
             elif fn is None:
@@ -150,22 +178,9 @@ class Evaluation:
                 cost = OpCost(uncounted=f"{op}: {TOO_FEW_OPERANDS}")
                 self._unavailable(comp, f"{inst.name!r} (line {inst.line}): {op}: {TOO_FEW_OPERANDS}")
             else:
-                charge = fn(Ctx(module, comp, inst, self._callee_total, bytes_unread))
-                if charge.applied or charge.nested is not None or self.unbounded:
-                    cost = self._own(comp, inst, charge, in_fusion)
-                    if estimate:
-                        props.append(self._xla_props(comp, inst, charge, unobserved))
-                else:  # both views are a function of the charge alone: each distinct one once
-                    key = (charge.flops, charge.transcendentals, charge.bytes_terms, charge.optimal_seconds,
-                           charge.exact, charge.exact_uncounted, in_fusion, unobserved)
-                    known = self._same_charge.get(key)
-                    if known is None:
-                        known = self._same_charge[key] = (
-                            self._own(comp, inst, charge, in_fusion),
-                            self._xla_props(comp, inst, charge, unobserved) if estimate else None)
-                    cost = known[0]
-                    if estimate:
-                        props.append(known[1])
+                cost, prop, charge = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)
+                if estimate:
+                    props.append(prop)
                 if self.diagnostics:
                     keys.append(self._diagnostic_keys(comp, inst, charge))
             costs.append(cost)
@@ -187,6 +202,25 @@ class Evaluation:
             applied_flops, applied_transcendentals, 0)
         if estimate and comp.name not in self.unavailable:
             self._xla_sum(comp, props, keys)
+
+    def _charged(self, comp: Computation, inst: Instruction, fn: Any, in_fusion: bool, unobserved: bool,
+                 bytes_unread: bool) -> tuple[OpCost, tuple | None, Charge]:
+        """One instruction's exact cost, what it adds to XLA's sums (None in view "xla") and its
+        charge."""
+        charge = fn(Ctx(self.module, comp, inst, self._callee_total, bytes_unread))
+        estimate = self.view == "exact"
+        if charge.applied or charge.nested is not None or self.unbounded:
+            return (self._own(comp, inst, charge, in_fusion),
+                    self._xla_props(comp, inst, charge, unobserved) if estimate else None, charge)
+        # Both views are a function of the charge alone: each distinct one once.
+        key = (charge.flops, charge.transcendentals, charge.bytes_terms, charge.optimal_seconds,
+               charge.exact, charge.exact_uncounted, in_fusion, unobserved)
+        known = self._same_charge.get(key)
+        if known is None:
+            known = self._same_charge[key] = (
+                self._own(comp, inst, charge, in_fusion),
+                self._xla_props(comp, inst, charge, unobserved) if estimate else None)
+        return known[0], known[1], charge
 
     def _own(self, comp: Computation, inst: Instruction, charge: Charge, in_fusion: bool) -> OpCost:
         if self.view == "exact":
@@ -305,7 +339,7 @@ class Evaluation:
                 continue
             if order is None:
                 order = visit_positions(comp)
-            totals.append(running_sum([values[i] for i in order]))
+            totals.append(running_sum(list(map(values.__getitem__, order))))
         self.xla[comp.name] = tuple(totals)
         if self.diagnostics:
             sums: dict[str, Any] = {}

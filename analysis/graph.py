@@ -3,13 +3,15 @@
 `call_graph(module)` is `Module.call_graph()` (networkx MultiDiGraph: one node per computation,
 one edge per call site, caller -> callee, with `role`, `instruction` and `index` as edge data),
 built once per module. Every walk here is iterative: a module may nest computations to any
-depth.
+depth. The accounting's own walks (`call_table`, `module_*` below) read the same call sites from
+plain dicts, built once per module: networkx's graph and views cost more than the walks.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
 
 import networkx as nx
 
@@ -18,6 +20,7 @@ from hloparse.ir import CallRole, Instruction, Module
 _GRAPHS: "weakref.WeakKeyDictionary[Module, nx.MultiDiGraph]" = weakref.WeakKeyDictionary()
 _CALLS_FROM: "weakref.WeakKeyDictionary[nx.MultiDiGraph, dict]" = weakref.WeakKeyDictionary()
 _CONTROL_ORDER: "weakref.WeakKeyDictionary[nx.MultiDiGraph, tuple[str, ...]]" = weakref.WeakKeyDictionary()
+_TABLES: "weakref.WeakKeyDictionary[Module, CallTable]" = weakref.WeakKeyDictionary()
 
 
 def call_graph(module: Module) -> nx.MultiDiGraph:
@@ -70,11 +73,14 @@ def control_order(graph: nx.MultiDiGraph) -> list[str]:
 
 
 def _control_order(graph: nx.MultiDiGraph) -> list[str]:
+    return _callers_first(graph.graph["entry"], lambda name: executing_callees(graph, name))
+
+
+def _callers_first(root: str, callees_of: Callable[[str], list[str]]) -> list[str]:
     order: list[str] = []
     state: dict[str, int] = {}  # 1: on the stack, 2: done
-    root = graph.graph["entry"]
     state[root] = 1
-    stack: list[tuple[str, list[str]]] = [(root, executing_callees(graph, root))]
+    stack: list[tuple[str, list[str]]] = [(root, callees_of(root))]
     while stack:
         name, pending = stack[-1]
         if pending:
@@ -83,7 +89,7 @@ def _control_order(graph: nx.MultiDiGraph) -> list[str]:
                 raise ValueError(f"call graph cycle through {nxt}")
             if nxt not in state:
                 state[nxt] = 1
-                stack.append((nxt, executing_callees(graph, nxt)))
+                stack.append((nxt, callees_of(nxt)))
             continue
         stack.pop()
         state[name] = 2
@@ -138,15 +144,119 @@ def bytes_unobserved(graph: nx.MultiDiGraph, order: list[str] | None = None) -> 
     """Computations whose XLA bytes total no caller ever reads: every call of them goes through
     a role in BYTES_STOP_AT or comes from a computation that is itself unobserved. `order` is
     `bottom_up(graph)` where the caller has it."""
+    return _unobserved(graph.graph["entry"], graph.edges(data="role"),
+                       order if order is not None else bottom_up(graph))
+
+
+def _unobserved(entry: str, edges: Iterable[tuple[str, str, CallRole]], order: list[str]) -> set[str]:
     callers: dict[str, list[tuple[str, CallRole]]] = {}
-    for caller, callee, role in graph.edges(data="role"):
+    for caller, callee, role in edges:
         callers.setdefault(callee, []).append((caller, role))
-    entry = graph.graph["entry"]
     unobserved: set[str] = set()
-    for name in reversed(order if order is not None else bottom_up(graph)):  # callers first
+    for name in reversed(order):  # callers first
         calls = callers.get(name)
         if name == entry or not calls:
             continue
         if all(role in BYTES_STOP_AT or caller in unobserved for caller, role in calls):
             unobserved.add(name)
     return unobserved
+
+
+# ---- the same call sites as plain dicts ------------------------------------------------------
+Site = dict  # {"role": CallRole, "instruction": Instruction, "index": int}, as on a graph edge
+
+
+@dataclass(eq=False)
+class CallTable:
+    """The call graph's edges as plain dicts: each caller's (callee, site) pairs in the graph's
+    edge order (grouped by callee, callees in the order first called), and the names that are
+    computations (a callee may name none)."""
+
+    entry: str
+    calls: dict[str, list[tuple[str, Site]]]
+    computations: frozenset[str]
+    _order: list[str] | None = field(default=None, repr=False)  # module_control_order, once
+
+
+def call_table(module: Module) -> CallTable:
+    """The module's call sites as a CallTable (built once; the module is immutable)."""
+    table = _TABLES.get(module)
+    if table is None:
+        calls: dict[str, list[tuple[str, Site]]] = {}
+        for comp in module.computations:
+            grouped: dict[str, list[tuple[str, Site]]] = {}
+            for inst in comp.instructions:
+                for site in inst.calls:
+                    grouped.setdefault(site.computation, []).append(
+                        (site.computation, {"role": site.role, "instruction": inst, "index": site.index}))
+            if grouped:
+                calls[comp.name] = [pair for pairs in grouped.values() for pair in pairs]
+        table = _TABLES[module] = CallTable(module.entry_name, calls, frozenset(module.by_name))
+    return table
+
+
+def module_edges(module: Module) -> Iterator[tuple[str, str, CallRole]]:
+    """(caller, callee, role) of every call site, in the graph's edge order."""
+    for caller, sites in call_table(module).calls.items():
+        for callee, site in sites:
+            yield caller, callee, site["role"]
+
+
+def module_control_order(module: Module) -> list[str]:
+    """`control_order(call_graph(module))` from the call table."""
+    table = call_table(module)
+    if table._order is None:
+        def callees_of(name: str) -> list[str]:
+            found = [callee for callee, site in table.calls.get(name, ())
+                     if is_executing_site(site["instruction"], site["role"]) and callee in table.computations]
+            return list(dict.fromkeys(found))
+        table._order = _callers_first(table.entry, callees_of)
+    return list(table._order)
+
+
+def module_bottom_up(module: Module) -> list[str]:
+    """`bottom_up(call_graph(module))` in effect: every computation (and every callee name), each
+    callee before its callers (post-order of a depth-first walk; a cycle raises as bottom_up
+    does)."""
+    calls = call_table(module).calls
+    names = list(module.by_name) + [callee for sites in calls.values() for callee, _ in sites]
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    order: list[str] = []
+    for root in names:
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, [callee for callee, _ in reversed(calls.get(root, ()))])]
+        while stack:
+            name, pending = stack[-1]
+            if pending:
+                nxt = pending.pop()
+                seen = state.get(nxt)
+                if seen == 1:
+                    return bottom_up(call_graph(module))  # raises, naming the cycle as networkx finds it
+                if seen is None:
+                    state[nxt] = 1
+                    stack.append((nxt, [callee for callee, _ in reversed(calls.get(nxt, ()))]))
+                continue
+            stack.pop()
+            state[name] = 2
+            order.append(name)
+    return order
+
+
+def module_descendants(module: Module, roots: Iterable[str]) -> set[str]:
+    """`with_descendants(call_graph(module), roots)` from the call table."""
+    calls = call_table(module).calls
+    found: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name not in found:
+            found.add(name)
+            stack.extend(callee for callee, _ in calls.get(name, ()))
+    return found
+
+
+def module_bytes_unobserved(module: Module, order: list[str]) -> set[str]:
+    """`bytes_unobserved(call_graph(module), order)` from the call table."""
+    return _unobserved(module.entry_name, module_edges(module), order)

@@ -40,6 +40,39 @@ class Row:
         return self.communication * self.executions
 
 
+class RowBuilder:
+    """`RowBuilder(...)` makes the same `Row` as `Row(...)` (all 18 fields, positional) about 4x
+    faster: a frozen dataclass's __init__ sets each field through object.__setattr__, and a large
+    module has hundreds of thousands of rows. It fills the same slots as a plain object, then
+    becomes a Row (same slots, so Python allows the class change), frozen from then on."""
+
+    __slots__ = Row.__slots__
+
+    def __init__(self, computation: str, name: str, opcode: str, executions: int, executions_known: bool,
+                 cost: Cost, total: Cost, fusion: str | None, loop: str | None, remat: bool, phase: str,
+                 scope: str, source: SourceLocation | None, uncounted: str | None, target: str | None,
+                 note: str | None, communication: int, communication_uncounted: str | None) -> None:
+        self.computation = computation
+        self.name = name
+        self.opcode = opcode
+        self.executions = executions
+        self.executions_known = executions_known
+        self.cost = cost
+        self.total = total
+        self.fusion = fusion
+        self.loop = loop
+        self.remat = remat
+        self.phase = phase
+        self.scope = scope
+        self.source = source
+        self.uncounted = uncounted
+        self.target = target
+        self.note = note
+        self.communication = communication
+        self.communication_uncounted = communication_uncounted
+        self.__class__ = Row  # type: ignore[assignment]
+
+
 @dataclass(frozen=True, slots=True)
 class Loop:
     name: str  # the while instruction

@@ -204,10 +204,14 @@ def participants(opcode: str, attributes: Mapping[str, str], replica_count: int,
                  num_partitions: int) -> Participants:
     """The group sizes of a collective from its attributes and the module's device counts."""
     get = attributes.get
-    flag = get("use_global_device_ids")
-    mode = group_mode(opcode, get("channel_id") is not None,
-                      None if flag is None else flag.strip().lower() == "true")
-    raw = get("replica_groups")
+    return _participants(opcode, get("channel_id") is not None, get("use_global_device_ids"),
+                         get("replica_groups"), replica_count, num_partitions)
+
+
+@lru_cache(maxsize=4096)  # a module repeats a handful of collective signatures thousands of times
+def _participants(opcode: str, has_channel_id: bool, flag: str | None, raw: str | None, replica_count: int,
+                  num_partitions: int) -> Participants:
+    mode = group_mode(opcode, has_channel_id, None if flag is None else flag.strip().lower() == "true")
     groups = parse_replica_groups(raw) if raw is not None else ()
     if not groups:
         if mode == FLATTENED_ID:

@@ -45,10 +45,14 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _array_bytes(shape: Shape) -> int:
+    if not shape.is_tuple:  # the common case, without a generator
+        return size(shape) if shape.is_array else 0
     return sum(size(leaf) for leaf in shape.leaves() if leaf.is_array)
 
 
 def _array_elements(shape: Shape) -> int:
+    if not shape.is_tuple:
+        return elements(shape) if shape.is_array else 0
     return sum(elements(leaf) for leaf in shape.leaves() if leaf.is_array)
 
 

@@ -81,7 +81,11 @@ def _elementwise(ctx: Ctx) -> Charge:
 
 
 # ---- free and data-movement ops ---------------------------------------------------------------
-@register_rule("parameter", "constant", "get-tuple-element", "domain", "after-all", "add-dependency", "bitcast")
+FREE_OPCODES = frozenset({"parameter", "constant", "get-tuple-element", "domain", "after-all", "add-dependency",
+                          "bitcast"})
+
+
+@register_rule(*FREE_OPCODES)
 def _free(ctx: Ctx) -> Charge:
     return FREE
 
@@ -427,6 +431,13 @@ def _custom_call(ctx: Ctx) -> Charge:
 
 
 KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
+
+# Rules that read nothing but the opcode, the instruction's shape and its operands' sizes
+# (`produced_size`): the engine costs each distinct combination once. The value says when such a
+# rule reads its operands' sizes: never, only where bytes are read (`default_bytes`), or always.
+NEVER, WITH_BYTES, ALWAYS = range(3)
+LOCAL_RULES = {_free: NEVER, _transcendental: WITH_BYTES, _elementwise: WITH_BYTES, _default: WITH_BYTES,
+               _all_reduce: ALWAYS}
 
 
 class MalformedInstruction(ValueError):

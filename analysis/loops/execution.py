@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analysis.graph import call_graph, calls_from, is_executing_site
-from analysis.graph import control_order as graph_control_order
+from analysis.graph import call_table, is_executing_site, module_control_order
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -53,8 +52,8 @@ class ExecutionCounts:
 
 def control_order(module: Module) -> list[str]:
     """Computations reachable from ENTRY through CONTROL calls, callers before callees (the
-    call graph's walk, analysis.graph.control_order)."""
-    return graph_control_order(call_graph(module))
+    call graph's walk, analysis.graph.control_order, on the module's call table)."""
+    return module_control_order(module)
 
 
 def site_multiplier(inst: Instruction, role: CallRole, index: int, trips: Mapping[str, TripCount],
@@ -89,7 +88,7 @@ def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None
     counts[module.entry_name] = 1
     loop_of[module.entry_name] = None
     fusion_of[module.entry_name] = None
-    calls = calls_from(call_graph(module))
+    calls = call_table(module).calls
     for name in order:  # callers first: a caller's count is final before its callees read it
         for callee, site in calls.get(name, ()):
             inst, role = site["instruction"], site["role"]

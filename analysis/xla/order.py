@@ -3,6 +3,9 @@ are added up in this order, so a different order can give a different float32 to
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+from operator import attrgetter, contains
+
 from hloparse.ir import Computation, Instruction
 
 
@@ -16,37 +19,46 @@ def visit_order(computation: Computation) -> list[Instruction]:
 def visit_positions(computation: Computation) -> list[int]:
     """`visit_order` as positions in `computation.instructions`."""
     instructions = computation.instructions
-    position = {inst.name: i for i, inst in enumerate(instructions)}
-    children: list[list[int]] = []
-    used = bytearray(len(instructions))
-    for inst in instructions:
-        kids = [position[o] for o in inst.operands if o in position]
-        if "control-predecessors" in inst.attributes:
-            kids += [position[p] for p in _control_predecessors(inst) if p in position]
-        for k in kids:
-            used[k] = 1
-        children.append(kids)
-    root = position.get(computation.root.name, len(instructions) - 1)
-    starts = [i for i in range(len(instructions)) if not used[i] and i != root] + [root]
-    state = bytearray(len(instructions))  # 0: not seen, 1: expanding, 2: done
+    n = len(instructions)
+    # The setup runs in C (map, zip, sets): a computation can hold 30k instructions.
+    position = dict(zip(map(_NAME, instructions), range(n)))
+    operands = list(map(_OPERANDS, instructions))  # names; turned into positions on expansion
+    used = set(chain.from_iterable(operands))
+    if True in map(contains, map(_ATTRIBUTES, instructions), repeat("control-predecessors")):
+        for i, inst in enumerate(instructions):
+            if "control-predecessors" in inst.attributes:
+                predecessors = _control_predecessors(inst)
+                operands[i] = inst.operands + predecessors
+                used.update(predecessors)
+    root = position.get(computation.root.name, n - 1)
+    unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
+    starts = [i for i in unused if i != root] + [root]
+    get = position.get
+    state = bytearray(n)  # 0: not seen, 1: expanded, 2: done
     order: list[int] = []
     for start in starts:
         if state[start]:
             continue
         stack = [start]
+        pop, push = stack.pop, stack.append
         while stack:
-            i = stack[-1]
-            if state[i] == 0:  # first time on top: expand it, it stays below its operands
+            i = pop()
+            if i < 0:  # ~i's operands are done: so is it
+                order.append(~i)
+                state[~i] = 2
+            elif not state[i]:  # expand it: it comes back (as ~i) after its operands
                 state[i] = 1
-                for k in reversed(children[i]):
-                    if state[k] == 0:
-                        stack.append(k)
-                continue
-            stack.pop()
-            if state[i] == 1:  # back on top after its operands: done (a second entry is skipped)
-                state[i] = 2
-                order.append(i)
+                push(~i)
+                for k in reversed(operands[i]):
+                    k = get(k)
+                    if k is not None and not state[k]:
+                        push(k)
     return order
+
+
+_NAME = attrgetter("name")
+_OPERANDS = attrgetter("operands")
+_ATTRIBUTES = attrgetter("attributes")
 
 
 def _control_predecessors(inst: Instruction) -> tuple[str, ...]:
