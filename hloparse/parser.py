@@ -31,8 +31,9 @@ from hloparse.instructions import (
     decode_statement,
     forget_values,
 )
-from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape, StackFrames
+from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape
+from hloparse.stack_frames import stack_frames
 from hloparse.statements import Statement, blank_multiline_comments, one_statement_per_line, split_statements
 
 _COMP_NAME = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*")  # then the signature, then '{'
@@ -158,10 +159,6 @@ _SIMPLE_SIGNATURE = re.compile(
     rf"\s*\(\s*(?:%?[\w.\-]+\s*:\s*{_SHAPE_PATTERN}\s*(?:,\s*(?=%?[\w.\-]+\s*:)|(?=\))))*\)"
     rf"\s*->\s*{_SHAPE_PATTERN}\s*"
 )
-# Stack-frame table rows as XLA prints them (other spellings take a slower, general path).
-_LOCATION_ROW = re.compile(
-    r"\{file_name_id=(\d+) function_name_id=(\d+) line=(\d+) end_line=(\d+) column=(\d+) end_column=(\d+)\}")
-_FRAME_ROW = re.compile(r"\{file_location_id=(\d+) parent_frame_id=(\d+)\}")
 
 
 class _NoTree(Transformer):
@@ -273,7 +270,7 @@ class _Builder:
             computations=computations,
             entry_name=entry,
             attributes=self.header,
-            stack_frames=self._stack_frames(),
+            stack_frames=stack_frames(self.tables),
             path=None if self.source == "<string>" else self.source,
         )
         validate(module, self)
@@ -532,36 +529,6 @@ class _Builder:
             comp.__dict__["root"] = self.root  # Computation.root's value, known without a scan
         self.computations.append(comp)
         self.pending = []
-
-    def _stack_frames(self) -> StackFrames:
-        if not self.tables:
-            return StackFrames()
-
-        def rows(table: str) -> list[tuple[Statement, str]]:
-            out = []
-            for st in self.tables.get(table, []):
-                number, _, rest = st.text.strip().partition(" ")
-                out.append((st, rest.strip()))
-            return out
-
-        def names(table: str) -> tuple[str, ...]:
-            from hloparse.attributes import unquote
-
-            return tuple(unquote(r) for _, r in rows(table))
-
-        def fields(rest: str, keys: tuple[str, ...], as_printed: re.Pattern[str]) -> tuple[int, ...]:
-            m = as_printed.fullmatch(rest)
-            if m is not None:
-                return tuple(map(int, m.groups()))
-            found = dict(re.findall(r"(\w+)=(-?\d+)", rest))  # fields reordered, missing or negative
-            return tuple(int(found.get(k, 0)) for k in keys)
-
-        locations = tuple(
-            fields(r, ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column"), _LOCATION_ROW)
-            for _, r in rows("FileLocations")
-        )
-        frames = tuple(fields(r, ("file_location_id", "parent_frame_id"), _FRAME_ROW) for _, r in rows("StackFrames"))
-        return StackFrames(names("FileNames"), names("FunctionNames"), locations, frames)  # type: ignore[arg-type]
 
     # Used by the validator to place its errors.
     def error_at_instruction(self, inst: Instruction, message: str, expected: str = "",
