@@ -50,6 +50,7 @@ from analysis.cost.communication import SENDERS, device_counts, sent_bytes
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
+from analysis.graph import call_table
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
@@ -89,6 +90,13 @@ def exact_cost(module: Module, computation: Computation, instruction: Instructio
     return own_cost(module, computation, instruction, view="exact")
 
 
+def _calling_instructions(module: Module) -> dict[str, list[Instruction]]:
+    """Each computation's instructions that call something (while, conditional, fusion, ...), in
+    order: the folds below look at nothing else, and most computations call nothing."""
+    return {name: [inst for inst in module.by_name[name].instructions if inst.calls]
+            for name in call_table(module).calls}
+
+
 def _rank(cost: Cost) -> tuple[int, int, int]:
     return cost.flops, cost.transcendentals, cost.bytes_accessed
 
@@ -96,8 +104,10 @@ def _rank(cost: Cost) -> tuple[int, int, int]:
 class _Inclusive:
     """Inclusive costs of one execution of a computation, bottom-up over the call graph."""
 
-    def __init__(self, module: Module, own: Mapping[str, Cost], trips: Mapping[str, TripCount], pick_max: bool):
+    def __init__(self, module: Module, own: Mapping[str, Cost], trips: Mapping[str, TripCount], pick_max: bool,
+                 callers: Mapping[str, list[Instruction]]):
         self.module = module
+        self.callers = callers  # each computation's instructions that call something
         self.own = own
         self.trips = trips
         self.pick_max = pick_max
@@ -111,9 +121,7 @@ class _Inclusive:
 
     def _one(self, name: str) -> tuple[Cost, Cost]:
         exact = once = self.own.get(name, ZERO)
-        for inst in self.module.by_name[name].instructions:
-            if not inst.calls:
-                continue
+        for inst in self.callers.get(name, ()):
             sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in self.exact]
             if not sites:
                 continue
@@ -156,9 +164,11 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     overrides = dict(trip_counts or {})
     first = execution_counts(module, overrides=overrides)
     trips = first.trip_counts
-    for comp, inst in module.instructions():  # loops no CONTROL path reaches are listed too
-        if inst.opcode == "while" and inst.name not in trips:
-            trips[inst.name] = trip_count(module, comp, inst, overrides)
+    callers = _calling_instructions(module)
+    for name, insts in callers.items():  # loops no CONTROL path reaches are listed too
+        for inst in insts:
+            if inst.opcode == "while" and inst.name not in trips:
+                trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
 
     # Every instruction's exact cost, from the one pass over the module (analysis.engine).
     exact = evaluate(module).exact if cost_fn is None else None
@@ -175,9 +185,9 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
             bytes_accessed += oc.cost.bytes_accessed
         own[name] = Cost(flops, transcendentals, bytes_accessed)
 
-    upper = _Inclusive(module, own, trips, pick_max=True)
+    upper = _Inclusive(module, own, trips, pick_max=True, callers=callers)
     upper.compute(first.order)
-    lower = _Inclusive(module, own, trips, pick_max=False)
+    lower = _Inclusive(module, own, trips, pick_max=False, callers=callers)
     lower.compute(first.order)
     # The upper bound's branch choices decide the counts under multi-branch conditionals; with
     # none chosen, the first counts (their trip counts now hold every loop) are the same.
@@ -187,8 +197,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
-    loops = _loops(module, ex, upper, op_names)
-    conditionals = _conditionals(module, ex, upper, lower)
+    loops = _loops(module, ex, upper, op_names, callers)
+    conditionals = _conditionals(module, ex, upper, lower, callers) if upper.choice else []
 
     total = upper.exact[module.entry_name]
     xla_flops = xla.get("flops", 0.0)
@@ -278,10 +288,10 @@ def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematU
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,
-           op_names: remat_analysis.OpNames | None = None) -> list[Loop]:
+           op_names: remat_analysis.OpNames | None, callers: Mapping[str, list[Instruction]]) -> list[Loop]:
     loops: list[Loop] = []
     for name in ex.order:
-        for inst in module.by_name[name].instructions:
+        for inst in callers.get(name, ()):
             if inst.opcode != "while" or inst.name not in ex.while_sites:
                 continue
             tc = ex.trip_counts[inst.name]
@@ -318,10 +328,11 @@ def _loop_names(module: Module, computation: str, inst: Instruction,
             "phase": remat_analysis.phase(op_name)}
 
 
-def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower: _Inclusive) -> list[Conditional]:
+def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower: _Inclusive,
+                  callers: Mapping[str, list[Instruction]]) -> list[Conditional]:
     found: list[Conditional] = []
     for name in ex.order:
-        for inst in module.by_name[name].instructions:
+        for inst in callers.get(name, ()):
             if inst.name not in upper.choice:
                 continue
             branches = tuple(
