@@ -140,14 +140,6 @@ def call_sites(graph: nx.MultiDiGraph, callee: str) -> Iterator[tuple[str, Instr
 BYTES_STOP_AT = frozenset({CallRole.FUSION, CallRole.TO_APPLY, CallRole.CUSTOM_CALL})
 
 
-def bytes_unobserved(graph: nx.MultiDiGraph, order: list[str] | None = None) -> set[str]:
-    """Computations whose XLA bytes total no caller ever reads: every call of them goes through
-    a role in BYTES_STOP_AT or comes from a computation that is itself unobserved. `order` is
-    `bottom_up(graph)` where the caller has it."""
-    return _unobserved(graph.graph["entry"], graph.edges(data="role"),
-                       order if order is not None else bottom_up(graph))
-
-
 def _unobserved(entry: str, edges: Iterable[tuple[str, str, CallRole]], order: list[str]) -> set[str]:
     callers: dict[str, list[tuple[str, CallRole]]] = {}
     for caller, callee, role in edges:
@@ -258,5 +250,7 @@ def module_descendants(module: Module, roots: Iterable[str]) -> set[str]:
 
 
 def module_bytes_unobserved(module: Module, order: list[str]) -> set[str]:
-    """`bytes_unobserved(call_graph(module), order)` from the call table."""
+    """Computations whose XLA bytes total no caller ever reads: every call of them goes through
+    a role in BYTES_STOP_AT or comes from a computation that is itself unobserved. `order` is
+    `module_bottom_up(module)`."""
     return _unobserved(module.entry_name, module_edges(module), order)
