@@ -133,11 +133,19 @@ def check_control_predecessors(inst: Instruction, above: Mapping[str, Instructio
 
 def compatible(a: Shape, b: Shape) -> bool:
     """Same element types and dimensions (layouts ignored), recursively for tuples."""
+    if a is b:  # shapes come from caches: the same text is often the same object
+        return True
     if a.element_type != b.element_type:
         return False
-    if a.is_tuple:
-        return len(a.tuple_shapes) == len(b.tuple_shapes) and all(
-            compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)
-        )
+    if a.element_type == "tuple":
+        # Leaves compared in this loop, not one call each: while-loop signatures hold hundreds.
+        xs, ys = a.tuple_shapes, b.tuple_shapes
+        if len(xs) != len(ys):
+            return False
+        for x, y in zip(xs, ys):
+            if x is not y and (x.element_type != y.element_type or (
+                    not compatible(x, y) if x.element_type == "tuple" else x.dims != y.dims)):
+                return False
+        return True
     return a.dims == b.dims
 
