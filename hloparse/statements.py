@@ -101,20 +101,27 @@ def blank_multiline_comments(text: str) -> str:
     return "".join(pieces)
 
 
-def _has_leading_comment(text: str) -> bool:
-    """Does some line start with a /* comment */? (Compiled modules hold thousands of
-    `/*index=5*/` comments, none at the start of a line; a regex over 30 MB costs 0.1 s.)"""
-    pos = text.find("/*")
-    while pos >= 0:
-        line_start = text.rfind("\n", 0, pos) + 1
-        if not text[line_start:pos].strip():
+_COMMENT_START = re.compile(r"/[/*]")
+
+
+def _has_comments(text: str) -> bool:
+    """Is there a // comment, or a line that starts with a /* comment */? (Compiled modules hold
+    thousands of `/*index=5*/` comments, none at the start of a line.) One regex scan for both:
+    str's two-character search costs ~25 ms per question on 30 MB, this ~11 ms for both."""
+    decided_until = -1  # the first comment of a line decides for it (looking back from every
+    m = _COMMENT_START.search(text)  # '/*' of a long line would be quadratic)
+    while m is not None:
+        pos = m.start()
+        if text[pos + 1] == "/":
             return True
-        # The first comment of a line decides for it: looking back from every '/*' of a long
-        # line would be quadratic.
-        line_end = text.find("\n", pos)
-        if line_end < 0:
-            return False
-        pos = text.find("/*", line_end)
+        if pos > decided_until:
+            line_start = text.rfind("\n", 0, pos) + 1
+            if not text[line_start:pos].strip():
+                return True
+            decided_until = text.find("\n", pos)
+            if decided_until < 0:
+                decided_until = len(text)
+        m = _COMMENT_START.search(text, pos + 1)
     return False
 
 
@@ -177,7 +184,7 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
     A statement continues onto the next line while its brackets are open, or while the next
     line does not start a statement of its own (attributes wrapped onto their own lines)."""
     lines = text.split("\n")
-    if "//" in text or _has_leading_comment(text):
+    if _has_comments(text):
         _strip_comments(lines, text)
     n = len(lines)
     i = 0
