@@ -23,23 +23,28 @@ class OpNames:
     After optimization the names are already whole and are kept as they are."""
 
     def __init__(self, module: Module, order: Iterable[str] | None = None):
+        from analysis.graph import call_table
         from analysis.loops.execution import control_order, is_executing_site
 
         self.prefix: dict[str, str] = {}
         # op_name per distinct metadata text: decoding it once per instruction is most of the cost.
         self.by_metadata: dict[str | None, str] = {}
         self.lists: dict[str, list[str]] = {}  # computation -> whole op_name of each instruction
+        # The module's call table (built once per module) lists each computation's call sites:
+        # scanning every instruction for `calls` was most of this loop on large modules. Sites
+        # come grouped by callee, first call first, so the first site that reaches a callee wins
+        # as in instruction order.
+        calls = call_table(module).calls
+        prefix = self.prefix
         for name in order if order is not None else control_order(module):
-            comp = module.by_name[name]
-            here = self.prefix.setdefault(name, "")
-            for inst in comp.instructions:
-                if not inst.calls:
+            here = prefix.setdefault(name, "")
+            for callee, site in calls.get(name, ()):
+                if callee in prefix:
                     continue
-                for site in inst.calls:
-                    if not is_executing_site(inst, site.role) or site.computation in self.prefix:
-                        continue
-                    is_call = inst.opcode == "call"
-                    self.prefix[site.computation] = self.join(here, inst.op_name) if is_call else here
+                inst = site["instruction"]
+                if not is_executing_site(inst, site["role"]):
+                    continue
+                prefix[callee] = self.join(here, inst.op_name) if inst.opcode == "call" else here
 
     @staticmethod
     def join(prefix: str, op_name: str) -> str:
@@ -52,15 +57,24 @@ class OpNames:
         pass and the accounting rows both read them)."""
         names = self.lists.get(comp.name)
         if names is None:
-            # `of` for each instruction, with the lookups done once per computation.
-            prefix, by_metadata, join = self.prefix.get(comp.name), self.by_metadata, self.join
-            names = self.lists[comp.name] = []
-            for inst in comp.instructions:
-                raw = inst.attributes.get("metadata")
-                op_name = by_metadata.get(raw)
-                if op_name is None:
-                    op_name = by_metadata[raw] = inst.op_name
-                names.append(join(prefix, op_name) if prefix else op_name)
+            # `of` for each instruction, as comprehensions (a large optimized module spends a
+            # tenth of its remat pass here), decoding only metadata texts not seen before.
+            by_metadata, instructions = self.by_metadata, comp.instructions
+            raws = [inst.attributes.get("metadata") for inst in instructions]
+            names = [by_metadata.get(raw) for raw in raws]
+            if None in names:
+                for k, name in enumerate(names):
+                    if name is None:
+                        raw = raws[k]
+                        name = by_metadata.get(raw)
+                        if name is None:
+                            name = by_metadata[raw] = instructions[k].op_name
+                        names[k] = name
+            prefix = self.prefix.get(comp.name)
+            if prefix:
+                join = self.join
+                names = [join(prefix, name) for name in names]
+            self.lists[comp.name] = names
         return names
 
     def of(self, computation: str, inst: Instruction) -> str:

@@ -59,6 +59,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
     # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
     numbers = numbered(module, _has_loops(module)) if values is None else Numbered.of(module, values)
+    if _one_frame_unnamed(comps, numbers, op_names):
+        return _by_value_only(comps, numbers, op_names)
     ops: list[_Op] = []
     order = count()
     for comp in comps:
@@ -85,6 +87,52 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat |= _across_frames(ops, sizes, remat | first_of_class)
     merged = tuple(op.key for op in named_ops if op.key not in remat)
     return RematIndex(frozenset(remat), len(named_ops), merged)
+
+
+def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> bool:
+    """No op carries a remat name and all are numbered in one frame (an optimized module
+    without loops, mixtral): only same-value classes can pair (`_by_value_only`)."""
+    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.numbers and c.name not in numbers.shared}
+    if len(frames) > 1:
+        return False
+    for comp in comps:
+        if any(".remat" in inst.name for inst in comp.instructions):
+            return False
+    return not any(REMAT_SCOPE in "\n".join(op_names.names_in(comp)) for comp in comps)
+
+
+def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> RematIndex:
+    """`find_remat` for `_one_frame_unnamed` modules, without an `_Op` per instruction (building
+    them was a third of mixtral's remat pass): the same-value classes' marked ops, as
+    `_same_value` picks them; no clones, no names, no other frame to pair with."""
+    entries: list[tuple[Val, bool, Computation, int]] = []  # (exact, tainted, computation, index)
+    for comp in comps:
+        comp_numbers = numbers.numbers.get(comp.name)
+        if comp_numbers is None or comp.name in numbers.shared:
+            continue
+        entries += [(number[0], number[2], comp, k)
+                    for k, (inst, number) in enumerate(zip(comp.instructions, comp_numbers))
+                    if inst.opcode not in PASS_THROUGH]
+    sizes = Counter([entry[0] for entry in entries])
+    classes: dict[Val, list[int]] = {}  # exact number -> positions in `entries` (the ops' order)
+    for position, entry in enumerate(entries):
+        if sizes[entry[0]] > 1 and not isinstance(entry[0], tuple):
+            classes.setdefault(entry[0], []).append(position)
+
+    def rank(p: int) -> tuple:  # `_same_value`'s choice of the first; no remat names: depth 0
+        return (phase(op_names.names_in(entries[p][2])[entries[p][3]]) != "forward", p)
+
+    remat: set[Key] = set()
+    for members in classes.values():
+        marked = [p for p in members if entries[p][1]]
+        if not marked:
+            continue
+        if len(marked) == len(members):  # no unmarked op computes it first: a marked one does
+            marked.remove(min(marked, key=rank))
+        for p in marked:
+            comp, k = entries[p][2], entries[p][3]
+            remat.add((comp.name, comp.instructions[k].name))
+    return RematIndex(frozenset(remat), 0, ())
 
 
 def _is_named(inst: Instruction, op_name: str) -> bool:
