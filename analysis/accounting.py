@@ -237,6 +237,7 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
     source_location = module.source_location
     remat = remat_index.remat
+    any_remat = bool(remat)
     devices = device_counts(module)
     for name in ex.order:
         comp = module.by_name[name]
@@ -250,25 +251,28 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
             if named is None:
                 named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))
             cost = oc.cost
-            is_custom_call = inst.opcode == "custom-call"
+            opcode = inst.opcode
+            is_custom_call = opcode == "custom-call"
+            # Only custom-calls carry a target: the property's decoding is skipped for the rest.
+            target = inst.custom_call_target if "custom_call_target" in inst.attributes else None
             # A collective's bytes sent per device and execution (analysis.cost.communication).
-            sent = sent_bytes(module, comp, inst, devices) if inst.opcode in SENDERS else NOT_SENT
+            sent = sent_bytes(module, comp, inst, devices) if opcode in SENDERS else NOT_SENT
             rows.append(RowBuilder(  # a Row, built fast (analysis.results.RowBuilder)
                 name,  # computation
                 inst.name,
-                inst.opcode,
+                opcode,
                 executions,
                 known,  # executions_known
                 cost,
                 cost if executions == 1 else cost.scaled(executions),  # total
                 fusion,
                 loop,
-                body_is_remat or (bool(remat) and (name, inst.name) in remat),  # remat
+                body_is_remat or (any_remat and (name, inst.name) in remat),  # remat
                 named[0],  # phase
                 named[1],  # scope
                 source_location(inst),
                 oc.uncounted,
-                inst.custom_call_target,  # target
+                target,
                 row_note(comp, inst) if is_custom_call and oc.uncounted is None else None,  # note
                 sent.bytes,  # communication
                 sent.uncounted,  # communication_uncounted
