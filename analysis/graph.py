@@ -57,8 +57,13 @@ def is_executing_site(inst: Instruction, role: CallRole) -> bool:
 def executing_callees(graph: nx.MultiDiGraph, name: str) -> list[str]:
     """The computations `name` runs (each once, in the order its instructions call them)."""
     nodes = graph.nodes
-    found = [callee for callee, data in calls_from(graph).get(name, ())
-             if is_executing_site(data["instruction"], data["role"]) and "computation" in nodes[callee]]
+    return _executing(calls_from(graph).get(name, ()), lambda callee: "computation" in nodes[callee])
+
+
+def _executing(sites: Iterable[tuple[str, dict]], is_computation: Callable[[str], bool]) -> list[str]:
+    """The callees of (callee, site) pairs that run as computations of their own, each once."""
+    found = [callee for callee, site in sites
+             if is_executing_site(site["instruction"], site["role"]) and is_computation(callee)]
     return list(dict.fromkeys(found))
 
 
@@ -198,11 +203,8 @@ def module_control_order(module: Module) -> list[str]:
     """`control_order(call_graph(module))` from the call table."""
     table = call_table(module)
     if table._order is None:
-        def callees_of(name: str) -> list[str]:
-            found = [callee for callee, site in table.calls.get(name, ())
-                     if is_executing_site(site["instruction"], site["role"]) and callee in table.computations]
-            return list(dict.fromkeys(found))
-        table._order = _callers_first(table.entry, callees_of)
+        is_computation = table.computations.__contains__
+        table._order = _callers_first(table.entry, lambda name: _executing(table.calls.get(name, ()), is_computation))
     return list(table._order)
 
 

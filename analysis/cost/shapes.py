@@ -100,17 +100,9 @@ def value_size(computation: Computation, name: str) -> int:
 def produced_size(producer: Instruction) -> int:
     """GetShapeSize of the value an instruction produces, as its users read it."""
     op = producer.opcode
-    if op not in _NOT_PACKED:  # the common case, read straight from the table
-        hit = _SIZES.get((id(producer.shape), True))
-        if hit is not None:
-            return hit[1]
-        return size(producer.shape)
     if op == "send" or op == "recv":
         return 3 * 8  # XLA's own 3-tuple shape for them, whatever the text says
     return size(producer.shape, op != "constant")
-
-
-_NOT_PACKED = frozenset({"send", "recv", "constant"})
 
 
 _OUTPUT_SIZES: dict[int, tuple[Shape, int]] = {}
