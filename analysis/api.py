@@ -7,13 +7,13 @@ passed in, and only `compare` asks XLA for its own numbers).
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from analysis.report.report import Report, ratio
+from hloparse.allocation import long_lived_objects
 from hloparse.ir import Module
 
 COST_KEYS = ("flops", "transcendentals", "bytes accessed")
@@ -98,13 +98,8 @@ def analyze(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Rep
 def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[str, float] | None = None) -> Report:
     from analysis.accounting import account
 
-    enabled = gc.isenabled()
-    gc.disable()  # as in the parse: the analysis allocates long-lived objects; collecting midway only costs time
-    try:
+    with long_lived_objects():
         accounting = account(module, trip_counts=dict(trip_counts) if trip_counts else None)
-    finally:
-        if enabled:
-            gc.enable()
     return Report(accounting, path=module.path, num_devices=num_devices(module), xla_reported=xla, module=module)
 
 

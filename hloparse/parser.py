@@ -8,7 +8,6 @@ well-formed text but inconsistent. Every failure surfaces as one HloParseError.
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 from pathlib import Path
@@ -23,6 +22,7 @@ from hloparse.header import HeaderError, check_attribute, check_module_name
 from hloparse.errors import HloParseError
 from hloparse.grammar import explain
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
+from hloparse.allocation import long_lived_objects
 from hloparse.instructions import (
     NextStatementAt,
     StatementError,
@@ -44,11 +44,10 @@ def parse(text: str, path: str | None = None) -> Module:
     """Parse HLO text. Raises HloParseError (and nothing else) for bad input."""
     source = path or "<string>"
     text = blank_multiline_comments(text) if isinstance(text, str) else text
-    enabled = gc.isenabled()
-    gc.disable()  # the parse allocates many long-lived objects; collecting midway only costs time
     try:
         try:
-            return _Builder(text, source).build()
+            with long_lived_objects():
+                return _Builder(text, source).build()
         except HloParseError as error:
             # Its traceback holds the failed builder's frames and all they read: let them go
             # before the text is read a second time (peak memory on hostile input).
@@ -57,7 +56,8 @@ def parse(text: str, path: str | None = None) -> Module:
             if rearranged is None:
                 raise
             try:
-                module = _Builder(rearranged[0], source).build()
+                with long_lived_objects():
+                    module = _Builder(rearranged[0], source).build()
             except HloParseError:
                 raise error from None  # the original text's error is the one that makes sense
             origins = rearranged[1]
@@ -73,9 +73,6 @@ def parse(text: str, path: str | None = None) -> Module:
     except Exception as e:  # a bug of ours must still reach the user as one clear line
         raise HloParseError(f"internal parser error ({type(e).__name__}: {e}); please report it", file=source,
                             line=1, column=1) from e
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load(path: str | os.PathLike[str]) -> Module:
