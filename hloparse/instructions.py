@@ -70,6 +70,7 @@ def _value(raw: str) -> str:
 
 def forget_values() -> None:
     _VALUES.clear()
+    _TAILS.clear()
 
 
 def _key_name(key: str) -> str:
@@ -91,25 +92,49 @@ _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a
 
 # Possessive (`*+`): each repeat is followed by what it cannot match, so giving back is useless,
 # and not keeping the state to give back makes the match some 15% faster.
-_FAST = re.compile(
-    r"[ \t]*+(ROOT[ \t]++)?%?([A-Za-z0-9_][\w.\-]*+)[ \t]*+=[ \t]*+"
+_FAST_TEXT = (
+    r"(ROOT[ \t]++)?%?([A-Za-z0-9_][\w.\-]*+)[ \t]*+=[ \t]*+"
     r"([a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^{}]*+\})?|\([^()]*+\))"  # an array, or a tuple of arrays
     r"[ \t]++([a-z][a-z0-9\-]*+)\("
     # the operands: `%a, %b` (as current XLA prints them), `a, b` (jax's HLO dialect: no '%', no
     # shapes), or anything else without brackets or quotes, for the code below to read
     r"(?:(%[\w.\-]++(?:, %[\w.\-]++)*+)|([A-Za-z_][\w.\-]*+(?:, ?[A-Za-z_][\w.\-]*+)*+)|([^()\"]*+))\)"
 )
+_FAST = re.compile(r"[ \t]*+" + _FAST_TEXT)
+
+# The same instruction as a whole line of the module text, for the statement splitter's walk
+# (statements.py): its indentation, the groups above (none of them may run past the line's end,
+# hence the `\n` added to every negated class), the attributes to the end of the line, the line
+# break, and a following line that starts another statement, as the splitter requires of a
+# one-line statement. A line that does not end in `,` `=` `{` `(` `[` (nor in a blank: the
+# splitter looks at the last character that is not one). The caller checks that the line's
+# parentheses balance, which a regular expression cannot.
+INSTRUCTION_LINE = re.compile(
+    r"([ \t]*+)" + _FAST_TEXT.replace("[^", "[^\n") + r"([^\n]*+)(?<![,={(\[\s])\n"
+    r"(?=[ \t]*+(?:%|\}|ROOT |[\w.\-]++ = (?:[a-z][a-z0-9]*+\[|\()))"  # `name = shape`: jax's names lack '%'
+)
 
 
 def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> Instruction | None:
     """The common form of a compiled module's instruction, in one regular-expression match:
     an array or flat tuple shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
-    None for anything else; decode_statement then does the full job (and reports errors).
-    This runs once per instruction of every module, so it is written for speed, in one piece."""
+    None for anything else; decode_statement then does the full job (and reports errors)."""
     m = _FAST.match(stmt)
     if m is None:
         return None
-    root, name, shape_text, opcode, names, bare, body = m.groups()
+    return _decoded(*m.groups(), stmt[m.end():], computation, line, column)
+
+
+def decode_line(m: re.Match[str], computation: str, line: int) -> Instruction | None:
+    """decode_fast of a line matched by INSTRUCTION_LINE (None: the full decoder's job)."""
+    indent, root, name, shape_text, opcode, names, bare, body, tail = m.groups()
+    return _decoded(root, name, shape_text, opcode, names, bare, body, tail, computation, line, len(indent) + 1)
+
+
+def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: str | None, bare: str | None,
+             body: str | None, tail: str, computation: str, line: int, column: int) -> Instruction | None:
+    """The instruction whose pieces the fast patterns matched, or None if they do not vouch for it.
+    This runs once per instruction of every module, so it is written for speed, in one piece."""
     opcode = _OPCODE_NAMES.get(opcode)  # one shared string per opcode (a module holds 200k of them)
     if opcode is None:
         return None
@@ -148,32 +173,63 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     else:
         return None
     calls: tuple[CallSite, ...] = ()
-    tail = stmt[m.end():]
     if tail and not tail.isspace():
-        parts = _ATTR_SPLIT.split(tail)
-        if parts[0] and not parts[0].isspace():
+        key = (opcode, tail)
+        decoded = _TAILS.get(key, _UNSEEN)
+        if decoded is _UNSEEN:
+            decoded = _tail_attributes(opcode, tail)
+            if len(_TAILS) < 50_000:
+                _TAILS[key] = decoded
+        if decoded is None:
             return None
-        allowed = ALLOWED.get(opcode, ANY_OPCODE)
-        for k in range(1, len(parts), 2):
-            key = parts[k]
-            if key in attributes or key not in allowed:
-                return None
-            raw = parts[k + 1]
-            value = _VALUES.get(raw)  # a value seen before has passed the checks below
-            if value is None:
-                # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
-                # attribute value nests `, key=` in parentheses or brackets alone).
-                if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
-                    return None
-                value = _value(raw)
-            attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
-        if not CALL_ATTRIBUTES.isdisjoint(attributes):
-            try:
-                calls = call_sites(opcode, attributes, name, False)
-            except AttributeSyntaxError:
-                return None  # an inline computation, or a mistake the full decoder reports
+        written, calls = decoded
+        if not attributes:
+            attributes = written.copy()  # each instruction owns its dict
+        elif written.keys().isdisjoint(attributes):
+            attributes.update(written)  # after the parameter number or literal, as written
+        else:
+            return None  # an attribute written twice: the full decoder says so
     return _Unfrozen(name, opcode, shape, operands, attributes, calls, root is not None, line, column,  # type: ignore[return-value]
                      computation, operand_shapes)
+
+
+# The attributes after the operands, decoded once per (opcode, text): a module's instructions
+# repeat some ten times over what follows their operands (mixtral: 43,714 instructions, 4,401
+# distinct), and splitting that text is most of a fast decode. (opcode, text) -> (attributes,
+# call sites), or None where decode_fast must leave the instruction to the full decoder. Emptied
+# at each module's start (forget_values), like _VALUES.
+_TAILS: dict[tuple[str, str], tuple[dict[str, str], tuple[CallSite, ...]] | None] = {}
+_UNSEEN = object()
+
+
+def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[CallSite, ...]] | None:
+    """`, key=value, ...` after an instruction's operands -> its attributes and call sites (which
+    depend on nothing else), or None if they are not the plain form decode_fast reads."""
+    parts = _ATTR_SPLIT.split(tail)
+    if parts[0] and not parts[0].isspace():
+        return None
+    allowed = ALLOWED.get(opcode, ANY_OPCODE)
+    attributes: dict[str, str] = {}
+    for k in range(1, len(parts), 2):
+        key = parts[k]
+        if key in attributes or key not in allowed:
+            return None
+        raw = parts[k + 1]
+        value = _VALUES.get(raw)  # a value seen before has passed the checks below
+        if value is None:
+            # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
+            # attribute value nests `, key=` in parentheses or brackets alone).
+            if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
+                return None
+            value = _value(raw)
+        attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
+    calls: tuple[CallSite, ...] = ()
+    if not CALL_ATTRIBUTES.isdisjoint(attributes):
+        try:
+            calls = call_sites(opcode, attributes, "", False)  # the name only names async wrappers
+        except AttributeSyntaxError:
+            return None  # an inline computation, or a mistake the full decoder reports
+    return attributes, calls
 
 
 def _cached_shape(text: str) -> Shape | None:

@@ -28,13 +28,14 @@ from hloparse.instructions import (
     StatementError,
     UnreadableHead,
     decode_fast,
+    decode_line,
     decode_statement,
     forget_values,
 )
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.stack_frames import stack_frames
-from hloparse.statements import Statement, blank_multiline_comments, one_statement_per_line, split_statements
+from hloparse.statements import Run, Statement, blank_multiline_comments, one_statement_per_line, split_statements
 
 _COMP_NAME = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*")  # then the signature, then '{'
 _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
@@ -115,6 +116,11 @@ def _column_at(st: Statement, offset: int) -> int:
     if line_start == 0:
         return st.column - (len(st.text) - len(st.text.lstrip(" \t"))) + offset
     return offset - line_start + 1
+
+
+def _line_statement(m: re.Match[str], line: int) -> Statement:
+    """The statement of a line that split_statements' walk matched (its text without the line break)."""
+    return Statement(m.string[m.start():m.end() - 1], line, len(m.group(1)) + 1)
 
 
 def new_computation(name: str, instructions: tuple[Instruction, ...], is_entry: bool = False,
@@ -235,7 +241,7 @@ class _Builder:
         self.compact_names: set[tuple[str, str]] = set()
         try:
             # Streamed, not listed: a 30 MB module's statements need not all be alive at once.
-            self._parse_structure(split_statements(self.text))
+            self._parse_structure(split_statements(self.text, walk=True))
         except UnexpectedToken as e:
             statement = getattr(e, "statement", None)
             expected = " or ".join(sorted(_READABLE.get(t, t) for t in e.expected))
@@ -246,6 +252,8 @@ class _Builder:
             raise self.error(f"unexpected {got}", statement, 0, expected) from None
         except UnexpectedInput as e:  # pragma: no cover - every token comes from our own splitter
             raise HloParseError(str(e), file=self.source, line=1, column=1) from None
+        finally:
+            forget_values()  # nor this one's, once decoded (the decoded tails are objects a caller's gc.freeze holds)
         if not self.computations:
             raise HloParseError("no computation in the module", file=self.source, line=1, column=1,
                                 expected="a computation such as 'ENTRY %main { ... }'")
@@ -273,7 +281,7 @@ class _Builder:
         validate(module, self)
         return module
 
-    def _parse_structure(self, tokens: Iterator[tuple[str, Statement]]) -> None:
+    def _parse_structure(self, tokens: Iterator[tuple[str, Statement | Run]]) -> None:
         """Run the LALR parser over the statements, building the IR as rules reduce."""
         parser = _structure_parser()
         interactive = parser.parse_interactive()
@@ -291,6 +299,18 @@ class _Builder:
         in_table = False
         after_end = deferred = False  # Lark's state: just after a COMPUTATION_END; a heading held back
         for kind, statement in tokens:
+            if kind == "INSTRUCTION_LINES":  # the hottest path: only ever inside a computation
+                line = statement.line
+                for m in statement.lines:
+                    inst = decode_line(m, computation, line)
+                    if inst is None:
+                        on_instruction(_line_statement(m, line), True)  # the full decoder
+                    else:
+                        if inst.is_root:
+                            self._count_root(_line_statement(m, line), inst)
+                        append(inst)
+                    line += 1
+                continue
             if kind == "INSTRUCTION":
                 if inside:
                     # The hot path: most instructions decode in one match.

@@ -12,6 +12,8 @@ import re
 from array import array
 from typing import Iterator, NamedTuple
 
+from hloparse.instructions import INSTRUCTION_LINE
+
 TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _TABLE_ROW = re.compile(r"\s*\d+\s")
 _NOT_PLAIN = frozenset({"", "}", "/"})  # first characters the fast path leaves to the full one
@@ -182,18 +184,69 @@ def _strip_comments(lines: list[str], text: str) -> None:
             k += 1
 
 
-def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[str, Statement]]:
+class Run(NamedTuple):
+    """Consecutive one-line instructions of a computation, as matches of INSTRUCTION_LINE."""
+
+    lines: list[re.Match[str]]
+    line: int  # 1-based line of the first
+
+
+_LONGEST_RUN = 1024  # matches held at once (each keeps its groups' offsets: ~200 bytes)
+
+
+def _walk(text: str, offset: int) -> list[re.Match[str]]:
+    """The lines from `offset` on that the splitter's loop would yield one by one as one-line
+    instructions and that decode_fast's pattern reads, each one regular-expression match of the
+    text (no line strings, no Statement per line, no generator step per line), up to the first
+    line that is not one (or _LONGEST_RUN of them)."""
+    run: list[re.Match[str]] = []
+    match, count = INSTRUCTION_LINE.match, text.count
+    m = match(text, offset)
+    while m is not None:
+        start, end = m.span()
+        if count("(", start, end) != count(")", start, end):
+            break  # the splitter runs on while a line's parentheses are open
+        run.append(m)
+        if len(run) == _LONGEST_RUN:
+            break
+        m = match(text, end)
+    return run
+
+
+def split_statements(text: str, in_computation: bool = False,
+                     walk: bool = False) -> Iterator[tuple[str, Statement | Run]]:
     """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
 
     A statement continues onto the next line while its brackets are open, or while the next
-    line does not start a statement of its own (attributes wrapped onto their own lines)."""
+    line does not start a statement of its own (attributes wrapped onto their own lines).
+
+    With `walk`, a computation's plain one-line instructions come as runs instead: ("INSTRUCTION_LINES",
+    Run) pairs, each line a match of INSTRUCTION_LINE (see _walk)."""
     lines = text.split("\n")
     if _has_comments(text):
         _strip_comments(lines, text)
+        if walk:
+            text = "\n".join(lines)  # the walk reads the lines as the splitter does: comments gone
     n = len(lines)
     i = 0
     in_table = False
+    known_line, known_offset = 0, 0  # a line's index and its offset in text (where the walk starts)
+    stalled = -1  # the line where the walk last stopped (left to the loop below)
     while i < n:
+        if walk and in_computation and i != stalled:
+            while known_line < i:  # the lines since the last run: few, read by the loop below
+                known_offset += len(lines[known_line]) + 1
+                known_line += 1
+            run = _walk(text, known_offset)
+            if run:
+                yield "INSTRUCTION_LINES", Run(run, i + 1)
+                i += len(run)
+                known_line, known_offset = i, run[-1].end()
+                if len(run) == _LONGEST_RUN:
+                    continue
+            stalled = i
+            if i >= n:
+                break
         line = lines[i]
         left = line.lstrip()
         # The common case: a one-line instruction followed by another statement, in a loop of its
@@ -210,6 +263,10 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             yield "INSTRUCTION", _statement(Statement, (line, i + 1, len(line) - len(left) + 1))
             i += 1
             line, left = following, nxt
+            if walk:
+                break  # the walk may take the lines that follow
+        if walk and in_computation and i != stalled:
+            continue  # the loop above took a line: the walk tries the next
         stripped = left.rstrip()
         if not stripped or (stripped.startswith("/*") and stripped.endswith("*/") and "*/" not in stripped[2:-2]):
             i += 1
