@@ -125,10 +125,33 @@ def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> 
     return _decoded(*m.groups(), stmt[m.end():], computation, line, column)
 
 
-def decode_line(m: re.Match[str], computation: str, line: int) -> Instruction | None:
-    """decode_fast of a line matched by INSTRUCTION_LINE (None: the full decoder's job)."""
-    indent, root, name, shape_text, opcode, names, bare, body, tail = m.groups()
-    return _decoded(root, name, shape_text, opcode, names, bare, body, tail, computation, line, len(indent) + 1)
+def decode_lines(text: str, offset: int, computation: str, line: int, out: list[Instruction]) -> int:
+    """Decode the module's lines from `offset` on (the first is `line`) while each is a whole
+    INSTRUCTION_LINE that decode_fast reads, appending the instructions to `out`; returns the
+    offset where it stopped. It stops after a ROOT line, which the caller counts.
+    One regular-expression match per line and no line string, Statement or generator step: the
+    hot path of the parser."""
+    match, count = INSTRUCTION_LINE.match, text.count
+    append = out.append
+    m = match(text, offset)
+    while m is not None:
+        indent, root, name, shape_text, opcode, names, bare, body, tail = m.groups()
+        end = m.end()
+        # The splitter runs on while a line's parentheses are open. The operands and a tuple shape
+        # are balanced as matched: only the attributes and an array's layout may hold others.
+        if ("(" in tail or ")" in tail or shape_text[0] != "(" and ("(" in shape_text or ")" in shape_text)) and (
+                count("(", offset, end) != count(")", offset, end)):
+            break
+        inst = _decoded(root, name, shape_text, opcode, names, bare, body, tail, computation, line, len(indent) + 1)
+        if inst is None:
+            break
+        append(inst)
+        if root is not None:
+            return end  # the computation's end, as a rule: the caller counts its roots
+        line += 1
+        offset = end
+        m = match(text, end)
+    return offset
 
 
 def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: str | None, bare: str | None,

@@ -28,14 +28,14 @@ from hloparse.instructions import (
     StatementError,
     UnreadableHead,
     decode_fast,
-    decode_line,
+    decode_lines,
     decode_statement,
     forget_values,
 )
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.stack_frames import stack_frames
-from hloparse.statements import Run, Statement, blank_multiline_comments, one_statement_per_line, split_statements
+from hloparse.statements import Statement, blank_multiline_comments, one_statement_per_line, split_statements
 
 _COMP_NAME = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*")  # then the signature, then '{'
 _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
@@ -116,11 +116,6 @@ def _column_at(st: Statement, offset: int) -> int:
     if line_start == 0:
         return st.column - (len(st.text) - len(st.text.lstrip(" \t"))) + offset
     return offset - line_start + 1
-
-
-def _line_statement(m: re.Match[str], line: int) -> Statement:
-    """The statement of a line that split_statements' walk matched (its text without the line break)."""
-    return Statement(m.string[m.start():m.end() - 1], line, len(m.group(1)) + 1)
 
 
 def new_computation(name: str, instructions: tuple[Instruction, ...], is_entry: bool = False,
@@ -241,7 +236,7 @@ class _Builder:
         self.compact_names: set[tuple[str, str]] = set()
         try:
             # Streamed, not listed: a 30 MB module's statements need not all be alive at once.
-            self._parse_structure(split_statements(self.text, walk=True))
+            self._parse_structure(split_statements(self.text, walk=self._walk))
         except UnexpectedToken as e:
             statement = getattr(e, "statement", None)
             expected = " or ".join(sorted(_READABLE.get(t, t) for t in e.expected))
@@ -281,7 +276,7 @@ class _Builder:
         validate(module, self)
         return module
 
-    def _parse_structure(self, tokens: Iterator[tuple[str, Statement | Run]]) -> None:
+    def _parse_structure(self, tokens: Iterator[tuple[str, Statement]]) -> None:
         """Run the LALR parser over the statements, building the IR as rules reduce."""
         parser = _structure_parser()
         interactive = parser.parse_interactive()
@@ -299,18 +294,6 @@ class _Builder:
         in_table = False
         after_end = deferred = False  # Lark's state: just after a COMPUTATION_END; a heading held back
         for kind, statement in tokens:
-            if kind == "INSTRUCTION_LINES":  # the hottest path: only ever inside a computation
-                line = statement.line
-                for m in statement.lines:
-                    inst = decode_line(m, computation, line)
-                    if inst is None:
-                        on_instruction(_line_statement(m, line), True)  # the full decoder
-                    else:
-                        if inst.is_root:
-                            self._count_root(_line_statement(m, line), inst)
-                        append(inst)
-                    line += 1
-                continue
             if kind == "INSTRUCTION":
                 if inside:
                     # The hot path: most instructions decode in one match.
@@ -361,6 +344,18 @@ class _Builder:
         if deferred:
             feed(_TOKENS["COMPUTATION_HEADER"])
         interactive.feed_eof()
+
+    def _walk(self, text: str, offset: int, line: int) -> tuple[int, int]:
+        """split_statements' walk: the current computation's one-line instructions from `offset` on."""
+        pending = self.pending
+        taken = len(pending)
+        offset = decode_lines(text, offset, self.current[0], line, pending)
+        taken = len(pending) - taken
+        if taken and pending[-1].is_root:  # the last line it took, if any is a root
+            root = pending[-1]
+            start = text.rfind("\n", 0, offset - 1) + 1
+            self._count_root(Statement(text[start:offset - 1], root.line, root.column), root)
+        return offset, taken
 
     # Handlers, in the order the grammar allows them.
     def _on_module_header(self, st: Statement) -> None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from typing import Iterator, NamedTuple
-
-from hloparse.instructions import INSTRUCTION_LINE
+from typing import Callable, Iterator, NamedTuple
 
 TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _TABLE_ROW = re.compile(r"\s*\d+\s")
@@ -184,44 +182,21 @@ def _strip_comments(lines: list[str], text: str) -> None:
             k += 1
 
 
-class Run(NamedTuple):
-    """Consecutive one-line instructions of a computation, as matches of INSTRUCTION_LINE."""
-
-    lines: list[re.Match[str]]
-    line: int  # 1-based line of the first
-
-
-_LONGEST_RUN = 1024  # matches held at once (each keeps its groups' offsets: ~200 bytes)
-
-
-def _walk(text: str, offset: int) -> list[re.Match[str]]:
-    """The lines from `offset` on that the splitter's loop would yield one by one as one-line
-    instructions and that decode_fast's pattern reads, each one regular-expression match of the
-    text (no line strings, no Statement per line, no generator step per line), up to the first
-    line that is not one (or _LONGEST_RUN of them)."""
-    run: list[re.Match[str]] = []
-    match, count = INSTRUCTION_LINE.match, text.count
-    m = match(text, offset)
-    while m is not None:
-        start, end = m.span()
-        if count("(", start, end) != count(")", start, end):
-            break  # the splitter runs on while a line's parentheses are open
-        run.append(m)
-        if len(run) == _LONGEST_RUN:
-            break
-        m = match(text, end)
-    return run
+# split_statements' `walk`: given the text, the offset of a line inside a computation and its
+# 1-based number, it takes the one-line instructions from there on (those the loop would yield
+# one by one) and returns the offset where it stopped and how many lines it took.
+Walk = Callable[[str, int, int], tuple[int, int]]
 
 
 def split_statements(text: str, in_computation: bool = False,
-                     walk: bool = False) -> Iterator[tuple[str, Statement | Run]]:
+                     walk: Walk | None = None) -> Iterator[tuple[str, Statement]]:
     """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
 
     A statement continues onto the next line while its brackets are open, or while the next
     line does not start a statement of its own (attributes wrapped onto their own lines).
 
-    With `walk`, a computation's plain one-line instructions come as runs instead: ("INSTRUCTION_LINES",
-    Run) pairs, each line a match of INSTRUCTION_LINE (see _walk)."""
+    With `walk`, a computation's plain one-line instructions go to it instead, run by run (it is
+    called when the statement before them has been consumed: the caller is ready for them)."""
     lines = text.split("\n")
     if _has_comments(text):
         _strip_comments(lines, text)
@@ -237,14 +212,9 @@ def split_statements(text: str, in_computation: bool = False,
             while known_line < i:  # the lines since the last run: few, read by the loop below
                 known_offset += len(lines[known_line]) + 1
                 known_line += 1
-            run = _walk(text, known_offset)
-            if run:
-                yield "INSTRUCTION_LINES", Run(run, i + 1)
-                i += len(run)
-                known_line, known_offset = i, run[-1].end()
-                if len(run) == _LONGEST_RUN:
-                    continue
-            stalled = i
+            known_offset, taken = walk(text, known_offset, i + 1)
+            i += taken
+            known_line = stalled = i
             if i >= n:
                 break
         line = lines[i]

@@ -283,10 +283,11 @@ def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
 
 @pytest.mark.skipif(not ACCEPTED, reason="the shared corpus is not beside this checkout")
 def test_walk_and_line_splitter_agree_on_every_corpus_module() -> None:
-    """split_statements' walk is an optimisation of its line-by-line loop: each line it takes must
-    be a one-line INSTRUCTION statement of the plain splitter, at the same line and column, that
-    decode_fast reads as decode_line does; every other statement must come out unchanged."""
-    from hloparse.instructions import decode_fast, decode_line
+    """split_statements' walk (decode_lines) is an optimisation of its line-by-line loop and
+    decode_fast: each line it takes must be a one-line INSTRUCTION statement of the plain splitter
+    that decode_fast reads into the same instruction, at the same line and column; every other
+    statement must come out unchanged."""
+    from hloparse.instructions import decode_fast, decode_lines
     from hloparse.statements import split_statements
 
     fields = ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "line", "column",
@@ -294,20 +295,26 @@ def test_walk_and_line_splitter_agree_on_every_corpus_module() -> None:
     walked = 0
     for file in ACCEPTED:
         text = (CORPUS_DIR / file).read_text()
-        plain = iter(split_statements(text))
-        for kind, item in split_statements(text, walk=True):
-            if kind != "INSTRUCTION_LINES":
-                assert next(plain) == (kind, item), file
+        taken: list = []
+
+        def walk(text: str, offset: int, line: int) -> tuple[int, int]:
+            before = len(taken)
+            return decode_lines(text, offset, "c", line, taken), len(taken) - before
+
+        ours = {}
+        for kind, statement in split_statements(text, walk=walk):
+            ours[statement.line] = (kind, statement)
+        by_line = {inst.line: inst for inst in taken}
+        assert len(by_line) == len(taken), file
+        for kind, statement in split_statements(text):
+            inst = by_line.pop(statement.line, None)
+            if inst is None:
+                assert ours.pop(statement.line) == (kind, statement), (file, statement.line)
                 continue
-            for number, m in enumerate(item.lines, item.line):
-                plain_kind, statement = next(plain)
-                assert plain_kind == "INSTRUCTION" and statement.text == m.group()[:-1], (file, number)
-                assert (statement.line, statement.column) == (number, len(m.group(1)) + 1), (file, number)
-                ours = decode_line(m, "c", number)
-                theirs = decode_fast(statement.text, "c", statement.line, statement.column)
-                assert (ours is None) == (theirs is None), (file, number)
-                if ours is not None:
-                    assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields], (file, number)
-                walked += 1
-        assert next(plain, None) is None, file
+            assert kind == "INSTRUCTION" and statement.line not in ours, (file, statement.line)
+            fast = decode_fast(statement.text, "c", statement.line, statement.column)
+            assert fast is not None, (file, statement.line)
+            assert [getattr(inst, f) for f in fields] == [getattr(fast, f) for f in fields], (file, statement.line)
+            walked += 1
+        assert not by_line and not ours, file
     assert walked > 400_000  # the walk is the common case: it must not silently stop matching
