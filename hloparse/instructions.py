@@ -1,8 +1,9 @@
 """One instruction statement (`[ROOT] %name = shape opcode(operands), attr=value, ...`) -> Instruction.
 
-This is the hot path of the parser: it runs once per instruction, so it works on the statement
-text with a handful of regular expressions and bracket scans instead of a token-level grammar.
-Errors carry an offset into the statement; the caller turns it into a line and column.
+The full decoder: every form XLA reads, with errors. (The common compiled form takes the fast
+path in fast_path.py first, which shares the patterns and the shape cache below.) It works on the
+statement text with a handful of regular expressions and bracket scans instead of a token-level
+grammar. Errors carry an offset into the statement; the caller turns it into a line and column.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from typing import Iterator
 
 from hloparse import opcodes
-from hloparse.attribute_names import ALLOWED, ANY_OPCODE, unknown_attribute
+from hloparse.attribute_names import unknown_attribute
 from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
 from hloparse.call_sites import CALL_ATTRIBUTES, call_sites, wrapped_computation_name
 from hloparse.ir import CallSite, Instruction, Shape
@@ -50,33 +51,6 @@ _OPERAND_NAME = re.compile(r"%?([A-Za-z0-9_][\w.\-]*)")
 # of them would rescan the rest of the text each time.
 _INDEX_COMMENT = re.compile(r"/\*.*?(?:\*/|\Z)", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
-_OPCODE_NAMES = {op: op for op in _KNOWN}
-_KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen in any module)
-
-
-# Attribute values, one string each: the same metadata, dimensions, kind, ... recur on thousands
-# of instructions (80,683 instructions of a transformer carry 855 distinct metadata values), and a
-# module's memory is most of its parse time. Raw text as split (checked by decode_fast) -> the
-# value, stripped. Emptied at each module's start (forget_values).
-_VALUES: dict[str, str] = {}
-
-
-def _value(raw: str) -> str:
-    value = raw.strip()
-    if len(_VALUES) < 100_000:
-        _VALUES[raw] = value
-    return value
-
-
-def forget_values() -> None:
-    _VALUES.clear()
-    _TAILS.clear()
-
-
-def _key_name(key: str) -> str:
-    if len(_KEY_NAMES) < 1024:  # bounded: a long batch of odd files must not grow it forever
-        _KEY_NAMES[key] = key
-    return key
 _shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
 _ONLY_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?")
 _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
@@ -89,171 +63,6 @@ _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
 _SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
 _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
-
-# Possessive (`*+`): each repeat is followed by what it cannot match, so giving back is useless,
-# and not keeping the state to give back makes the match some 15% faster.
-_FAST_TEXT = (
-    r"(ROOT[ \t]++)?%?([A-Za-z0-9_][\w.\-]*+)[ \t]*+=[ \t]*+"
-    r"([a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^{}]*+\})?|\([^()]*+\))"  # an array, or a tuple of arrays
-    r"[ \t]++([a-z][a-z0-9\-]*+)\("
-    # the operands: `%a, %b` (as current XLA prints them), `a, b` (jax's HLO dialect: no '%', no
-    # shapes), or anything else without brackets or quotes, for the code below to read
-    r"(?:(%[\w.\-]++(?:, %[\w.\-]++)*+)|([A-Za-z_][\w.\-]*+(?:, ?[A-Za-z_][\w.\-]*+)*+)|([^()\"]*+))\)"
-)
-_FAST = re.compile(r"[ \t]*+" + _FAST_TEXT)
-
-# The same instruction as a whole line of the module text, for the statement splitter's walk
-# (statements.py): its indentation, the groups above (none of them may run past the line's end,
-# hence the `\n` added to every negated class), the attributes to the end of the line, the line
-# break, and a following line that starts another statement, as the splitter requires of a
-# one-line statement. A line that does not end in `,` `=` `{` `(` `[` (nor in a blank: the
-# splitter looks at the last character that is not one). The caller checks that the line's
-# parentheses balance, which a regular expression cannot.
-INSTRUCTION_LINE = re.compile(
-    r"([ \t]*+)" + _FAST_TEXT.replace("[^", "[^\n") + r"([^\n]*+)(?<![,={(\[\s])\n"
-    r"(?=[ \t]*+(?:%|\}|ROOT |[\w.\-]++ = (?:[a-z][a-z0-9]*+\[|\()))"  # `name = shape`: jax's names lack '%'
-)
-
-
-def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> Instruction | None:
-    """The common form of a compiled module's instruction, in one regular-expression match:
-    an array or flat tuple shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
-    None for anything else; decode_statement then does the full job (and reports errors)."""
-    m = _FAST.match(stmt)
-    if m is None:
-        return None
-    return _decoded(*m.groups(), stmt[m.end():], computation, line, column)
-
-
-def decode_lines(text: str, offset: int, computation: str, line: int, out: list[Instruction]) -> int:
-    """Decode the module's lines from `offset` on (the first is `line`) while each is a whole
-    INSTRUCTION_LINE that decode_fast reads, appending the instructions to `out`; returns the
-    offset where it stopped. It stops after a ROOT line, which the caller counts.
-    One regular-expression match per line and no line string, Statement or generator step: the
-    hot path of the parser."""
-    match, count = INSTRUCTION_LINE.match, text.count
-    append = out.append
-    m = match(text, offset)
-    while m is not None:
-        indent, root, name, shape_text, opcode, names, bare, body, tail = m.groups()
-        end = m.end()
-        # The splitter runs on while a line's parentheses are open. The operands and a tuple shape
-        # are balanced as matched: only the attributes and an array's layout may hold others.
-        if ("(" in tail or ")" in tail or shape_text[0] != "(" and ("(" in shape_text or ")" in shape_text)) and (
-                count("(", offset, end) != count(")", offset, end)):
-            break
-        inst = _decoded(root, name, shape_text, opcode, names, bare, body, tail, computation, line, len(indent) + 1)
-        if inst is None:
-            break
-        append(inst)
-        if root is not None:
-            return end  # the computation's end, as a rule: the caller counts its roots
-        line += 1
-        offset = end
-        m = match(text, end)
-    return offset
-
-
-def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: str | None, bare: str | None,
-             body: str | None, tail: str, computation: str, line: int, column: int) -> Instruction | None:
-    """The instruction whose pieces the fast patterns matched, or None if they do not vouch for it.
-    This runs once per instruction of every module, so it is written for speed, in one piece."""
-    opcode = _OPCODE_NAMES.get(opcode)  # one shared string per opcode (a module holds 200k of them)
-    if opcode is None:
-        return None
-    shape = _shape_cache.get(shape_text) or _cached_shape(shape_text)
-    if shape is None:
-        return None
-    attributes: dict[str, str] = {}
-    operand_shapes: tuple[Shape, ...] | None = None
-    if body is None:
-        body = names or bare
-    if opcode == "parameter":
-        if not body.isdigit() or len(body) > 9:  # odd or huge numbers: the full decoder checks them
-            return None
-        attributes["parameter_number"] = body
-        operands: tuple[str, ...] = ()
-    elif opcode == "constant":
-        attributes["literal"] = body.strip()
-        operands = ()
-    elif not body:
-        operands = ()
-    elif names is not None:
-        operands = tuple(names[1:].split(", %"))
-    elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
-        if "/*" in body:
-            body = _INDEX_COMMENT.sub("", body)
-        pairs = _SHAPED_OPERAND.findall(body)
-        if len(pairs) == body.count("%"):  # every operand written `shape %name`: keep the shapes
-            operands = tuple([operand for _, operand in pairs])
-            operand_shapes = tuple([_shape_cache.get(text) or _cached_shape(text) for text, _ in pairs])
-            if None in operand_shapes:
-                return None
-        else:
-            operands = tuple(_PERCENT_NAME.findall(body))
-    elif bare is not None:
-        operands = tuple(bare.replace(" ", "").split(","))
-    else:
-        return None
-    calls: tuple[CallSite, ...] = ()
-    if tail and not tail.isspace():
-        key = (opcode, tail)
-        decoded = _TAILS.get(key, _UNSEEN)
-        if decoded is _UNSEEN:
-            decoded = _tail_attributes(opcode, tail)
-            if len(_TAILS) < 50_000:
-                _TAILS[key] = decoded
-        if decoded is None:
-            return None
-        written, calls = decoded
-        if not attributes:
-            attributes = written.copy()  # each instruction owns its dict
-        elif written.keys().isdisjoint(attributes):
-            attributes.update(written)  # after the parameter number or literal, as written
-        else:
-            return None  # an attribute written twice: the full decoder says so
-    return _Unfrozen(name, opcode, shape, operands, attributes, calls, root is not None, line, column,  # type: ignore[return-value]
-                     computation, operand_shapes)
-
-
-# The attributes after the operands, decoded once per (opcode, text): a module's instructions
-# repeat some ten times over what follows their operands (mixtral: 43,714 instructions, 4,401
-# distinct), and splitting that text is most of a fast decode. (opcode, text) -> (attributes,
-# call sites), or None where decode_fast must leave the instruction to the full decoder. Emptied
-# at each module's start (forget_values), like _VALUES.
-_TAILS: dict[tuple[str, str], tuple[dict[str, str], tuple[CallSite, ...]] | None] = {}
-_UNSEEN = object()
-
-
-def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[CallSite, ...]] | None:
-    """`, key=value, ...` after an instruction's operands -> its attributes and call sites (which
-    depend on nothing else), or None if they are not the plain form decode_fast reads."""
-    parts = _ATTR_SPLIT.split(tail)
-    if parts[0] and not parts[0].isspace():
-        return None
-    allowed = ALLOWED.get(opcode, ANY_OPCODE)
-    attributes: dict[str, str] = {}
-    for k in range(1, len(parts), 2):
-        key = parts[k]
-        if key in attributes or key not in allowed:
-            return None
-        raw = parts[k + 1]
-        value = _VALUES.get(raw)  # a value seen before has passed the checks below
-        if value is None:
-            # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
-            # attribute value nests `, key=` in parentheses or brackets alone).
-            if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
-                return None
-            value = _value(raw)
-        attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
-    calls: tuple[CallSite, ...] = ()
-    if not CALL_ATTRIBUTES.isdisjoint(attributes):
-        try:
-            calls = call_sites(opcode, attributes, "", False)  # the name only names async wrappers
-        except AttributeSyntaxError:
-            return None  # an inline computation, or a mistake the full decoder reports
-    return attributes, calls
-
 
 def _cached_shape(text: str) -> Shape | None:
     """parse_shape through the decoder's cache; None if the text is not a shape."""
@@ -403,7 +212,7 @@ def _operands(
         and "/*" not in body
         and _BRACKETED.sub("", body).count(",") + 1 == body.count("%")
     ):
-        # Compiled modules write every operand as `%name` or `shape %name`, as decode_fast reads
+        # Compiled modules write every operand as `%name` or `shape %name`, as fast_path.decode_fast reads
         # them: keep the shapes, for the validator to hold them to the operands' own.
         pairs = _SHAPED_OPERAND.findall(body)
         if len(pairs) != body.count("%"):

@@ -23,14 +23,12 @@ from hloparse.errors import HloParseError
 from hloparse.grammar import explain
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 from hloparse.allocation import long_lived_objects
+from hloparse.fast_path import decode_fast, decode_lines, forget_values
 from hloparse.instructions import (
     NextStatementAt,
     StatementError,
     UnreadableHead,
-    decode_fast,
-    decode_lines,
     decode_statement,
-    forget_values,
 )
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape

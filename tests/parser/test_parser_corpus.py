@@ -262,7 +262,8 @@ def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
     """decode_fast is an optimisation of decode_statement: on every instruction of the corpus it
     takes, it must make exactly what the full decoder makes (the full decoder is what the XLA
     comparisons exercise on the rest)."""
-    from hloparse.instructions import decode_fast, decode_statement
+    from hloparse.fast_path import decode_fast
+    from hloparse.instructions import decode_statement
     from hloparse.statements import split_statements
 
     fields = ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "computation",
@@ -287,7 +288,7 @@ def test_walk_and_line_splitter_agree_on_every_corpus_module() -> None:
     decode_fast: each line it takes must be a one-line INSTRUCTION statement of the plain splitter
     that decode_fast reads into the same instruction, at the same line and column; every other
     statement must come out unchanged."""
-    from hloparse.instructions import decode_fast, decode_lines
+    from hloparse.fast_path import decode_fast, decode_lines
     from hloparse.statements import split_statements
 
     fields = ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "line", "column",
