@@ -154,7 +154,8 @@ def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: s
     if tail and not tail.isspace():
         key = (opcode, tail)
         decoded = _TAILS.get(key, _UNSEEN)
-        if decoded is _UNSEEN:
+        first = decoded is _UNSEEN
+        if first:
             decoded = _tail_attributes(opcode, tail)
             if len(_TAILS) < 50_000:
                 _TAILS[key] = decoded
@@ -162,7 +163,9 @@ def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: s
             return None
         written, calls = decoded
         if not attributes:
-            attributes = written.copy()  # each instruction owns its dict
+            # Each instruction owns its dict: the first with this text takes the one just made
+            # (nothing changes it), later ones a copy (most texts occur once in some modules).
+            attributes = written if first else written.copy()
         elif written.keys().isdisjoint(attributes):
             attributes.update(written)  # after the parameter number or literal, as written
         else:
