@@ -1,8 +1,9 @@
 """One instruction statement (`[ROOT] %name = shape opcode(operands), attr=value, ...`) -> Instruction.
 
-This is the hot path of the parser: it runs once per instruction, so it works on the statement
-text with a handful of regular expressions and bracket scans instead of a token-level grammar.
-Errors carry an offset into the statement; the caller turns it into a line and column.
+The full decoder: every form XLA reads, with errors. (The common compiled form takes the fast
+path in fast_path.py first, which shares the patterns and the shape cache below.) It works on the
+statement text with a handful of regular expressions and bracket scans instead of a token-level
+grammar. Errors carry an offset into the statement; the caller turns it into a line and column.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from typing import Iterator
 
 from hloparse import opcodes
-from hloparse.attribute_names import ALLOWED, ANY_OPCODE, unknown_attribute
+from hloparse.attribute_names import unknown_attribute
 from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
 from hloparse.call_sites import CALL_ATTRIBUTES, call_sites, wrapped_computation_name
 from hloparse.ir import CallSite, Instruction, Shape
@@ -50,32 +51,6 @@ _OPERAND_NAME = re.compile(r"%?([A-Za-z0-9_][\w.\-]*)")
 # of them would rescan the rest of the text each time.
 _INDEX_COMMENT = re.compile(r"/\*.*?(?:\*/|\Z)", re.S)
 _KNOWN = frozenset(opcodes.ARITY)
-_OPCODE_NAMES = {op: op for op in _KNOWN}
-_KEY_NAMES: dict[str, str] = {}  # attribute keys, one string each (a few dozen in any module)
-
-
-# Attribute values, one string each: the same metadata, dimensions, kind, ... recur on thousands
-# of instructions (80,683 instructions of a transformer carry 855 distinct metadata values), and a
-# module's memory is most of its parse time. Raw text as split (checked by decode_fast) -> the
-# value, stripped. Emptied at each module's start (forget_values).
-_VALUES: dict[str, str] = {}
-
-
-def _value(raw: str) -> str:
-    value = raw.strip()
-    if len(_VALUES) < 100_000:
-        _VALUES[raw] = value
-    return value
-
-
-def forget_values() -> None:
-    _VALUES.clear()
-
-
-def _key_name(key: str) -> str:
-    if len(_KEY_NAMES) < 1024:  # bounded: a long batch of odd files must not grow it forever
-        _KEY_NAMES[key] = key
-    return key
 _shape_cache: dict[str, Shape] = {}  # shape text as written before the opcode -> Shape
 _ONLY_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?")
 _BRACKETED = re.compile(r"\[[^\]]*\]|\{[^}]*\}")
@@ -88,93 +63,6 @@ _ATTR_SPLIT = re.compile(r",\s*([A-Za-z_][\w\-.]*)\s*=\s*")
 _STARTS_STATEMENT = re.compile(r"\s*(?:ROOT\s+)?%?[A-Za-z0-9_][\w.\-]*\s*=\s*(?:\(|b\(|[a-z][a-z0-9]*\[)")
 _SHAPELESS = re.compile(r"(?!b\()[a-z][a-z0-9\-]*\s*\(")  # `add(...)` straight after '='
 _NESTED = re.compile(r"\s*(?:(?:\(|b\(|[a-z][a-z0-9]*\[)[^%]*?[\]})]\s*)?[a-z][a-z0-9\-]*\s*\(", re.S)
-
-# Possessive (`*+`): each repeat is followed by what it cannot match, so giving back is useless,
-# and not keeping the state to give back makes the match some 15% faster.
-_FAST = re.compile(
-    r"[ \t]*+(ROOT[ \t]++)?%?([A-Za-z0-9_][\w.\-]*+)[ \t]*+=[ \t]*+"
-    r"([a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^{}]*+\})?|\([^()]*+\))"  # an array, or a tuple of arrays
-    r"[ \t]++([a-z][a-z0-9\-]*+)\("
-    # the operands: `%a, %b` (as current XLA prints them), `a, b` (jax's HLO dialect: no '%', no
-    # shapes), or anything else without brackets or quotes, for the code below to read
-    r"(?:(%[\w.\-]++(?:, %[\w.\-]++)*+)|([A-Za-z_][\w.\-]*+(?:, ?[A-Za-z_][\w.\-]*+)*+)|([^()\"]*+))\)"
-)
-
-
-def decode_fast(stmt: str, computation: str, line: int = 0, column: int = 0) -> Instruction | None:
-    """The common form of a compiled module's instruction, in one regular-expression match:
-    an array or flat tuple shape, `%`-named operands, attributes with no `, key=` inside their values. Returns
-    None for anything else; decode_statement then does the full job (and reports errors).
-    This runs once per instruction of every module, so it is written for speed, in one piece."""
-    m = _FAST.match(stmt)
-    if m is None:
-        return None
-    root, name, shape_text, opcode, names, bare, body = m.groups()
-    opcode = _OPCODE_NAMES.get(opcode)  # one shared string per opcode (a module holds 200k of them)
-    if opcode is None:
-        return None
-    shape = _shape_cache.get(shape_text) or _cached_shape(shape_text)
-    if shape is None:
-        return None
-    attributes: dict[str, str] = {}
-    operand_shapes: tuple[Shape, ...] | None = None
-    if body is None:
-        body = names or bare
-    if opcode == "parameter":
-        if not body.isdigit() or len(body) > 9:  # odd or huge numbers: the full decoder checks them
-            return None
-        attributes["parameter_number"] = body
-        operands: tuple[str, ...] = ()
-    elif opcode == "constant":
-        attributes["literal"] = body.strip()
-        operands = ()
-    elif not body:
-        operands = ()
-    elif names is not None:
-        operands = tuple(names[1:].split(", %"))
-    elif "%" in body and "#" not in body and _BRACKETED.sub("", body).count(",") + 1 == body.count("%"):
-        if "/*" in body:
-            body = _INDEX_COMMENT.sub("", body)
-        pairs = _SHAPED_OPERAND.findall(body)
-        if len(pairs) == body.count("%"):  # every operand written `shape %name`: keep the shapes
-            operands = tuple([operand for _, operand in pairs])
-            operand_shapes = tuple([_shape_cache.get(text) or _cached_shape(text) for text, _ in pairs])
-            if None in operand_shapes:
-                return None
-        else:
-            operands = tuple(_PERCENT_NAME.findall(body))
-    elif bare is not None:
-        operands = tuple(bare.replace(" ", "").split(","))
-    else:
-        return None
-    calls: tuple[CallSite, ...] = ()
-    tail = stmt[m.end():]
-    if tail and not tail.isspace():
-        parts = _ATTR_SPLIT.split(tail)
-        if parts[0] and not parts[0].isspace():
-            return None
-        allowed = ALLOWED.get(opcode, ANY_OPCODE)
-        for k in range(1, len(parts), 2):
-            key = parts[k]
-            if key in attributes or key not in allowed:
-                return None
-            raw = parts[k + 1]
-            value = _VALUES.get(raw)  # a value seen before has passed the checks below
-            if value is None:
-                # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
-                # attribute value nests `, key=` in parentheses or brackets alone).
-                if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
-                    return None
-                value = _value(raw)
-            attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
-        if not CALL_ATTRIBUTES.isdisjoint(attributes):
-            try:
-                calls = call_sites(opcode, attributes, name, False)
-            except AttributeSyntaxError:
-                return None  # an inline computation, or a mistake the full decoder reports
-    return _Unfrozen(name, opcode, shape, operands, attributes, calls, root is not None, line, column,  # type: ignore[return-value]
-                     computation, operand_shapes)
-
 
 def _cached_shape(text: str) -> Shape | None:
     """parse_shape through the decoder's cache; None if the text is not a shape."""
@@ -324,7 +212,7 @@ def _operands(
         and "/*" not in body
         and _BRACKETED.sub("", body).count(",") + 1 == body.count("%")
     ):
-        # Compiled modules write every operand as `%name` or `shape %name`, as decode_fast reads
+        # Compiled modules write every operand as `%name` or `shape %name`, as fast_path.decode_fast reads
         # them: keep the shapes, for the validator to hold them to the operands' own.
         pairs = _SHAPED_OPERAND.findall(body)
         if len(pairs) != body.count("%"):

@@ -23,13 +23,12 @@ from hloparse.errors import HloParseError
 from hloparse.grammar import explain
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 from hloparse.allocation import long_lived_objects
+from hloparse.fast_path import decode_fast, decode_lines, forget_values
 from hloparse.instructions import (
     NextStatementAt,
     StatementError,
     UnreadableHead,
-    decode_fast,
     decode_statement,
-    forget_values,
 )
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape
@@ -235,7 +234,7 @@ class _Builder:
         self.compact_names: set[tuple[str, str]] = set()
         try:
             # Streamed, not listed: a 30 MB module's statements need not all be alive at once.
-            self._parse_structure(split_statements(self.text))
+            self._parse_structure(split_statements(self.text, walk=self._walk))
         except UnexpectedToken as e:
             statement = getattr(e, "statement", None)
             expected = " or ".join(sorted(_READABLE.get(t, t) for t in e.expected))
@@ -246,6 +245,8 @@ class _Builder:
             raise self.error(f"unexpected {got}", statement, 0, expected) from None
         except UnexpectedInput as e:  # pragma: no cover - every token comes from our own splitter
             raise HloParseError(str(e), file=self.source, line=1, column=1) from None
+        finally:
+            forget_values()  # nor this one's, once decoded (the decoded tails are objects a caller's gc.freeze holds)
         if not self.computations:
             raise HloParseError("no computation in the module", file=self.source, line=1, column=1,
                                 expected="a computation such as 'ENTRY %main { ... }'")
@@ -341,6 +342,18 @@ class _Builder:
         if deferred:
             feed(_TOKENS["COMPUTATION_HEADER"])
         interactive.feed_eof()
+
+    def _walk(self, text: str, offset: int, line: int) -> tuple[int, int]:
+        """split_statements' walk: the current computation's one-line instructions from `offset` on."""
+        pending = self.pending
+        taken = len(pending)
+        offset = decode_lines(text, offset, self.current[0], line, pending)
+        taken = len(pending) - taken
+        if taken and pending[-1].is_root:  # the last line it took, if any is a root
+            root = pending[-1]
+            start = text.rfind("\n", 0, offset - 1) + 1
+            self._count_root(Statement(text[start:offset - 1], root.line, root.column), root)
+        return offset, taken
 
     # Handlers, in the order the grammar allows them.
     def _on_module_header(self, st: Statement) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 TABLE_NAMES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _TABLE_ROW = re.compile(r"\s*\d+\s")
@@ -182,18 +182,41 @@ def _strip_comments(lines: list[str], text: str) -> None:
             k += 1
 
 
-def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[str, Statement]]:
+# split_statements' `walk`: given the text, the offset of a line inside a computation and its
+# 1-based number, it takes the one-line instructions from there on (those the loop would yield
+# one by one) and returns the offset where it stopped and how many lines it took.
+Walk = Callable[[str, int, int], tuple[int, int]]
+
+
+def split_statements(text: str, in_computation: bool = False,
+                     walk: Walk | None = None) -> Iterator[tuple[str, Statement]]:
     """Yield (token type, statement) pairs for the Lark grammar in hlo.lark.
 
     A statement continues onto the next line while its brackets are open, or while the next
-    line does not start a statement of its own (attributes wrapped onto their own lines)."""
+    line does not start a statement of its own (attributes wrapped onto their own lines).
+
+    With `walk`, a computation's plain one-line instructions go to it instead, run by run (it is
+    called when the statement before them has been consumed: the caller is ready for them)."""
     lines = text.split("\n")
     if _has_comments(text):
         _strip_comments(lines, text)
+        if walk:
+            text = "\n".join(lines)  # the walk reads the lines as the splitter does: comments gone
     n = len(lines)
     i = 0
     in_table = False
+    known_line, known_offset = 0, 0  # a line's index and its offset in text (where the walk starts)
+    stalled = -1  # the line where the walk last stopped (left to the loop below)
     while i < n:
+        if walk and in_computation and i != stalled:
+            while known_line < i:  # the lines since the last run: few, read by the loop below
+                known_offset += len(lines[known_line]) + 1
+                known_line += 1
+            known_offset, taken = walk(text, known_offset, i + 1)
+            i += taken
+            known_line = stalled = i
+            if i >= n:
+                break
         line = lines[i]
         left = line.lstrip()
         # The common case: a one-line instruction followed by another statement, in a loop of its
@@ -210,6 +233,10 @@ def split_statements(text: str, in_computation: bool = False) -> Iterator[tuple[
             yield "INSTRUCTION", _statement(Statement, (line, i + 1, len(line) - len(left) + 1))
             i += 1
             line, left = following, nxt
+            if walk:
+                break  # the walk may take the lines that follow
+        if walk and in_computation and i != stalled:
+            continue  # the loop above took a line: the walk tries the next
         stripped = left.rstrip()
         if not stripped or (stripped.startswith("/*") and stripped.endswith("*/") and "*/" not in stripped[2:-2]):
             i += 1

@@ -262,7 +262,8 @@ def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
     """decode_fast is an optimisation of decode_statement: on every instruction of the corpus it
     takes, it must make exactly what the full decoder makes (the full decoder is what the XLA
     comparisons exercise on the rest)."""
-    from hloparse.instructions import decode_fast, decode_statement
+    from hloparse.fast_path import decode_fast
+    from hloparse.instructions import decode_statement
     from hloparse.statements import split_statements
 
     fields = ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "computation",
@@ -279,3 +280,42 @@ def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
             differ = [f for f in fields if getattr(fast, f) != getattr(full, f)]
             assert not differ, (file, statement.text[:200], differ)
     assert taken > 400_000  # the fast path is the common case: it must not silently stop matching
+
+
+@pytest.mark.skipif(not ACCEPTED, reason="the shared corpus is not beside this checkout")
+def test_walk_and_line_splitter_agree_on_every_corpus_module() -> None:
+    """split_statements' walk (decode_lines) is an optimisation of its line-by-line loop and
+    decode_fast: each line it takes must be a one-line INSTRUCTION statement of the plain splitter
+    that decode_fast reads into the same instruction, at the same line and column; every other
+    statement must come out unchanged."""
+    from hloparse.fast_path import decode_fast, decode_lines
+    from hloparse.statements import split_statements
+
+    fields = ("name", "opcode", "shape", "operands", "attributes", "calls", "is_root", "line", "column",
+              "computation", "inline_operand_shapes")
+    walked = 0
+    for file in ACCEPTED:
+        text = (CORPUS_DIR / file).read_text()
+        taken: list = []
+
+        def walk(text: str, offset: int, line: int) -> tuple[int, int]:
+            before = len(taken)
+            return decode_lines(text, offset, "c", line, taken), len(taken) - before
+
+        ours = {}
+        for kind, statement in split_statements(text, walk=walk):
+            ours[statement.line] = (kind, statement)
+        by_line = {inst.line: inst for inst in taken}
+        assert len(by_line) == len(taken), file
+        for kind, statement in split_statements(text):
+            inst = by_line.pop(statement.line, None)
+            if inst is None:
+                assert ours.pop(statement.line) == (kind, statement), (file, statement.line)
+                continue
+            assert kind == "INSTRUCTION" and statement.line not in ours, (file, statement.line)
+            fast = decode_fast(statement.text, "c", statement.line, statement.column)
+            assert fast is not None, (file, statement.line)
+            assert [getattr(inst, f) for f in fields] == [getattr(fast, f) for f in fields], (file, statement.line)
+            walked += 1
+        assert not by_line and not ours, file
+    assert walked > 400_000  # the walk is the common case: it must not silently stop matching

@@ -309,7 +309,8 @@ ENTRY e {
 def test_fast_and_full_decoders_agree_on_call_sites(statement: str) -> None:
     # decode_fast has its own path for the usual single callee; it must make what the full
     # decoder makes.
-    from hloparse.instructions import decode_fast, decode_statement
+    from hloparse.fast_path import decode_fast
+    from hloparse.instructions import decode_statement
 
     fast = decode_fast(statement, "c")
     full, _ = decode_statement(statement, "c", [], [])
