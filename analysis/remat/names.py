@@ -5,12 +5,14 @@ recompute's name inside its checkpoint."""
 from __future__ import annotations
 
 import re
+from operator import attrgetter, methodcaller
 from typing import Iterable
 
 from analysis.scopes import WRAPPER, is_absolute, model_components, split_components
 from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
+_ATTRIBUTES, _METADATA = attrgetter("attributes"), methodcaller("get", "metadata")
 XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
 
 
@@ -29,7 +31,9 @@ class OpNames:
         self.prefix: dict[str, str] = {}
         # op_name per distinct metadata text: decoding it once per instruction is most of the cost.
         self.by_metadata: dict[str | None, str] = {}
+        self.first: dict[str | None, Instruction] = {}  # metadata text -> the instruction it was decoded from
         self.lists: dict[str, list[str]] = {}  # computation -> whole op_name of each instruction
+        self.raws: dict[str, list[str | None]] = {}  # computation -> metadata text of each instruction
         # The module's call table (built once per module) lists each computation's call sites:
         # scanning every instruction for `calls` was most of this loop on large modules. Sites
         # come grouped by callee, first call first, so the first site that reaches a callee wins
@@ -57,18 +61,20 @@ class OpNames:
         pass and the accounting rows both read them)."""
         names = self.lists.get(comp.name)
         if names is None:
-            # `of` for each instruction, as comprehensions (a large optimized module spends a
-            # tenth of its remat pass here), decoding only metadata texts not seen before.
+            # By `map` over the instructions (no Python code per instruction: a large optimized
+            # module spent a tenth of its remat pass here), decoding only metadata texts not
+            # seen before.
             by_metadata, instructions = self.by_metadata, comp.instructions
-            raws = [inst.attributes.get("metadata") for inst in instructions]
-            names = [by_metadata.get(raw) for raw in raws]
+            raws = self.raws[comp.name] = list(map(_METADATA, map(_ATTRIBUTES, instructions)))
+            names = list(map(by_metadata.get, raws))
             if None in names:
                 for k, name in enumerate(names):
                     if name is None:
                         raw = raws[k]
                         name = by_metadata.get(raw)
                         if name is None:
-                            name = by_metadata[raw] = instructions[k].op_name
+                            inst = self.first[raw] = instructions[k]
+                            name = by_metadata[raw] = inst.op_name
                         names[k] = name
             prefix = self.prefix.get(comp.name)
             if prefix:
@@ -77,11 +83,18 @@ class OpNames:
             self.lists[comp.name] = names
         return names
 
+    def metadata_in(self, comp: Computation) -> list[str | None]:
+        """The raw metadata text of each instruction of `comp`, in order (None where absent)."""
+        if comp.name not in self.raws:
+            self.names_in(comp)
+        return self.raws[comp.name]
+
     def of(self, computation: str, inst: Instruction) -> str:
         raw = inst.attributes.get("metadata")
         op_name = self.by_metadata.get(raw)
         if op_name is None:
             op_name = self.by_metadata[raw] = inst.op_name
+            self.first[raw] = inst
         prefix = self.prefix.get(computation)
         return self.join(prefix, op_name) if prefix else op_name
 
