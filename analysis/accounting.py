@@ -237,8 +237,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     """One Row per instruction, and the uncounted ones. A large module has hundreds of
     thousands of rows (in tens of thousands of computations): they are made by one `map` of
     RowBuilder over columns that `map` and `chain` put together in C, without Python code per
-    row but RowBuilder's, nor per computation (each was a large part of the time). The few rows
-    that say more than their cost (custom-calls, collectives) are made again with what they say."""
+    row but RowBuilder's, nor per computation (each was a large part of the time). What the few
+    rows of custom-calls and collectives say besides their cost is filled in afterwards."""
     order, by_name = ex.order, module.by_name
     places = zip(order, map(ex.computations.get, order, repeat(0)), map(ex.known.get, order, repeat(True)),
                  map(ex.fusion_of.get, order), map(ex.loop_of.get, order),
