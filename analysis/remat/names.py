@@ -5,14 +5,12 @@ recompute's name inside its checkpoint."""
 from __future__ import annotations
 
 import re
-from operator import attrgetter, methodcaller
 from typing import Iterable
 
 from analysis.scopes import WRAPPER, is_absolute, model_components, split_components
 from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
-_ATTRIBUTES, _METADATA = attrgetter("attributes"), methodcaller("get", "metadata")
 XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
 
 
@@ -61,11 +59,10 @@ class OpNames:
         pass and the accounting rows both read them)."""
         names = self.lists.get(comp.name)
         if names is None:
-            # By `map` over the instructions (no Python code per instruction: a large optimized
-            # module spent a tenth of its remat pass here), decoding only metadata texts not
-            # seen before.
+            # As comprehensions (a large optimized module spends a tenth of its remat pass
+            # here), decoding only metadata texts not seen before.
             by_metadata, instructions = self.by_metadata, comp.instructions
-            raws = self.raws[comp.name] = list(map(_METADATA, map(_ATTRIBUTES, instructions)))
+            raws = self.raws[comp.name] = [inst.attributes.get("metadata") for inst in instructions]
             names = list(map(by_metadata.get, raws))
             if None in names:
                 for k, name in enumerate(names):
