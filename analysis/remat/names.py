@@ -55,24 +55,10 @@ class OpNames:
         return f"{prefix}/{op_name}" if op_name else prefix
 
     def names_in(self, comp: Computation) -> list[str]:
-        """The whole op_name of each instruction of `comp`, in order (worked out once: the remat
-        pass and the accounting rows both read them)."""
+        """The whole op_name of each instruction of `comp`, in order (worked out once)."""
         names = self.lists.get(comp.name)
         if names is None:
-            # As comprehensions (a large optimized module spends a tenth of its remat pass
-            # here), decoding only metadata texts not seen before.
-            by_metadata, instructions = self.by_metadata, comp.instructions
-            raws = self.raws[comp.name] = [inst.attributes.get("metadata") for inst in instructions]
-            names = list(map(by_metadata.get, raws))
-            if None in names:
-                for k, name in enumerate(names):
-                    if name is None:
-                        raw = raws[k]
-                        name = by_metadata.get(raw)
-                        if name is None:
-                            inst = self.first[raw] = instructions[k]
-                            name = by_metadata[raw] = inst.op_name
-                        names[k] = name
+            names = list(map(self.by_metadata.__getitem__, self.metadata_in(comp)))
             prefix = self.prefix.get(comp.name)
             if prefix:
                 join = self.join
@@ -81,10 +67,35 @@ class OpNames:
         return names
 
     def metadata_in(self, comp: Computation) -> list[str | None]:
-        """The raw metadata text of each instruction of `comp`, in order (None where absent)."""
-        if comp.name not in self.raws:
-            self.names_in(comp)
-        return self.raws[comp.name]
+        """The metadata text of each instruction of `comp`, in order (None where absent), each
+        text's op_name decoded once, from the first instruction that has it (`by_metadata`,
+        `first`). The op_names of a large optimized module are a few thousand texts: the
+        accounting and the remat pass read them per text, not per instruction."""
+        raws = self.raws.get(comp.name)
+        if raws is None:
+            raws = self.raws[comp.name] = [inst.attributes.get("metadata") for inst in comp.instructions]
+            new = set(raws).difference(self.by_metadata)
+            if new:
+                for inst, raw in zip(comp.instructions, raws):
+                    if raw in new:
+                        new.discard(raw)
+                        self.first[raw] = inst
+                        self.by_metadata[raw] = inst.op_name
+        return raws
+
+    def any_name_holds(self, part: str, comps: Iterable[Computation]) -> bool:
+        """Does the whole op_name of any instruction of `comps` hold `part` (no '/' in it)?
+        Looked for once per distinct metadata text, but in computations whose names continue a
+        caller's (`prefix`), which are joined."""
+        texts: set[str | None] = set()
+        for comp in comps:
+            if self.prefix.get(comp.name):
+                if part in "\n".join(self.names_in(comp)):
+                    return True
+            else:
+                texts.update(self.metadata_in(comp))
+        by_metadata = self.by_metadata
+        return any(part in by_metadata[raw] for raw in texts)
 
     def of(self, computation: str, inst: Instruction) -> str:
         raw = inst.attributes.get("metadata")
