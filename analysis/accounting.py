@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain, compress, filterfalse, repeat
+from operator import attrgetter, not_
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
-from analysis.cost.communication import NOTHING as NOT_SENT
-from analysis.cost.communication import SENDERS, device_counts, sent_bytes
+from analysis.cost.communication import SENDERS, SentBytes
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
@@ -54,7 +55,8 @@ from analysis.graph import call_table
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.attribute_names import ALLOWED
+from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
 
 RESIDUAL = "residual"
 CostFn = Callable[[Module, Computation, Instruction], OpCost]
@@ -120,7 +122,8 @@ class _Inclusive:
             self.exact[name], self.once[name] = self._one(name)
 
     def _one(self, name: str) -> tuple[Cost, Cost]:
-        exact = once = self.own.get(name, ZERO)
+        own = self.own.get(name, ZERO)
+        exact, once = [own], [own]  # the terms of each sum, added up once at the end
         for inst in self.callers.get(name, ()):
             sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in self.exact]
             if not sites:
@@ -130,21 +133,29 @@ class _Inclusive:
                 n = tc.value if tc.value is not None else tc.lower
                 body = inst.called(CallRole.WHILE_BODY)[0]
                 cond = inst.called(CallRole.WHILE_CONDITION)[0]
-                exact = exact + self.exact[body].scaled(n) + self.exact[cond].scaled(n + 1)
-                once = once + self.once[body] + self.once[cond]
+                exact += (self.exact[body].scaled(n), self.exact[cond].scaled(n + 1))
+                once += (self.once[body], self.once[cond])
                 continue
             branches = [s for s in sites if s.role == CallRole.BRANCH]
             if branches:
                 pick = max if self.pick_max else min
                 chosen = pick(branches, key=lambda s: (_rank(self.exact[s.computation]), -s.index))
                 self.choice[inst.name] = chosen.index
-                exact = exact + self.exact[chosen.computation]
-                once = once + self.once[chosen.computation]
+                exact.append(self.exact[chosen.computation])
+                once.append(self.once[chosen.computation])
             for site in sites:
                 if site.role != CallRole.BRANCH:
-                    exact = exact + self.exact[site.computation]
-                    once = once + self.once[site.computation]
-        return exact, once
+                    exact.append(self.exact[site.computation])
+                    once.append(self.once[site.computation])
+        if len(exact) == 1:
+            return own, own
+        return _sum(exact), _sum(once)
+
+
+def _sum(costs: list[Cost]) -> Cost:
+    """The sum of Costs, in C (a Cost per addition was most of `_Inclusive` on an entry
+    computation calling twenty thousand fusions; a Python loop, a tenth of the accounting)."""
+    return Cost(sum(map(_FLOPS, costs)), sum(map(_TRANSCENDENTALS, costs)), sum(map(_BYTES, costs)))
 
 
 def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
@@ -178,17 +189,15 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         comp = module.by_name[name]
         costs = exact[name] if exact is not None else [cost_fn(module, comp, inst) for inst in comp.instructions]
         op_costs[name] = costs
-        flops = transcendentals = bytes_accessed = 0
-        for oc in costs:
-            flops += oc.cost.flops
-            transcendentals += oc.cost.transcendentals
-            bytes_accessed += oc.cost.bytes_accessed
-        own[name] = Cost(flops, transcendentals, bytes_accessed)
+        own[name] = _sum(list(map(_COST, costs)))
 
     upper = _Inclusive(module, own, trips, pick_max=True, callers=callers)
     upper.compute(first.order)
-    lower = _Inclusive(module, own, trips, pick_max=False, callers=callers)
-    lower.compute(first.order)
+    # Only branch choices tell the bounds apart: without conditionals the lower one is the same.
+    lower = upper
+    if upper.choice:
+        lower = _Inclusive(module, own, trips, pick_max=False, callers=callers)
+        lower.compute(first.order)
     # The upper bound's branch choices decide the counts under multi-branch conditionals; with
     # none chosen, the first counts (their trip counts now hold every loop) are the same.
     ex = execution_counts(module, trips, branch_choice=upper.choice) if upper.choice else first
@@ -206,12 +215,11 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     xla_flops = int(xla_flops) if math.isfinite(xla_flops) else 0
     reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
     reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
-    phase_flops = {p: 0 for p in PHASES}
-    remat_flops = 0
-    for row in rows:
-        phase_flops[row.phase] += row.total.flops
-        if row.remat:
-            remat_flops += row.total.flops
+    # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES).
+    flops = list(map(_TOTAL_FLOPS, rows))
+    phases = list(map(_PHASE, rows))
+    phase_flops = {p: sum(compress(flops, map(p.__eq__, phases))) for p in PHASES}
+    remat_flops = sum(compress(flops, map(_REMAT, rows)))
     return LoopAccounting(
         module_name=module.name,
         rows=tuple(rows),
@@ -232,55 +240,118 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
 def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCost]],
           remat_index: remat_analysis.RematIndex, remat_bodies: Mapping[str, bool],
           op_names: remat_analysis.OpNames):
-    rows: list[Row] = []
+    """One Row per instruction, and the uncounted ones. A large module has hundreds of
+    thousands of rows (in tens of thousands of computations): they are made by one `map` of
+    RowBuilder over columns that `map` and `chain` put together in C, without Python code per
+    row but RowBuilder's, nor per computation (each was a large part of the time). What the few
+    rows of custom-calls and collectives say besides their cost is filled in afterwards."""
+    order, by_name = ex.order, module.by_name
+    places = zip(order, map(ex.computations.get, order, repeat(0)), map(ex.known.get, order, repeat(True)),
+                 map(ex.fusion_of.get, order), map(ex.loop_of.get, order),
+                 map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())))
+    lengths = map(len, map(_INSTRUCTIONS, map(by_name.__getitem__, order)))
+    rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)),
+                               chain.from_iterable(map(_INSTRUCTIONS, map(by_name.__getitem__, order))),
+                               chain.from_iterable(map(op_costs.__getitem__, order)),
+                               _Described(module, op_names, order).column()))
+    extras = _Extras(module)
+    for row in compress(rows, map(not_, map(_PLAIN_OPCODES.__contains__, map(_OPCODE, rows)))):
+        comp = by_name[row.computation]
+        _fill_extra(row, extras.of(comp, comp.by_name[row.name], row.uncounted))
     uncounted: list[Uncounted] = []
-    scopes: dict[str, tuple[str, str]] = {}  # op_name -> (phase, scope), worked out once per name
-    source_location = module.source_location
-    remat = remat_index.remat
-    any_remat = bool(remat)
-    devices = device_counts(module)
-    for name in ex.order:
-        comp = module.by_name[name]
-        executions = ex.of(name)
-        known = ex.is_known(name)
-        fusion = ex.fusion_of.get(name)
-        loop = ex.loop_of.get(name)
-        body_is_remat = remat_bodies.get(name, False)
-        for inst, oc, op_name in zip(comp.instructions, op_costs[name], op_names.names_in(comp)):
-            named = scopes.get(op_name)
-            if named is None:
-                named = scopes[op_name] = (remat_analysis.phase(op_name), remat_analysis.scope(op_name))
-            cost = oc.cost
-            opcode = inst.opcode
-            is_custom_call = opcode == "custom-call"
-            # Only custom-calls carry a target: the property's decoding is skipped for the rest.
-            target = inst.custom_call_target if "custom_call_target" in inst.attributes else None
-            # A collective's bytes sent per device and execution (analysis.cost.communication).
-            sent = sent_bytes(module, comp, inst, devices) if opcode in SENDERS else NOT_SENT
-            rows.append(RowBuilder(  # a Row, built fast (analysis.results.RowBuilder)
-                name,  # computation
-                inst.name,
-                opcode,
-                executions,
-                known,  # executions_known
-                cost,
-                cost if executions == 1 else cost.scaled(executions),  # total
-                fusion,
-                loop,
-                body_is_remat or (any_remat and (name, inst.name) in remat),  # remat
-                named[0],  # phase
-                named[1],  # scope
-                source_location(inst),
-                oc.uncounted,
-                target,
-                row_note(comp, inst) if is_custom_call and oc.uncounted is None else None,  # note
-                sent.bytes,  # communication
-                sent.uncounted,  # communication_uncounted
-            ))
-            if oc.uncounted is not None:
-                uncounted.append(Uncounted(inst.name, inst.opcode, name, oc.uncounted,
-                                           inst.custom_call_target, executions))
+    if not _NONE.issuperset(map(_UNCOUNTED, chain.from_iterable(map(op_costs.__getitem__, order)))):
+        uncounted = [Uncounted(row.name, row.opcode, row.computation, row.uncounted,
+                               by_name[row.computation].by_name[row.name].custom_call_target, row.executions)
+                     for row in rows if row.uncounted is not None]
     return rows, uncounted
+
+
+_OPCODE, _UNCOUNTED, _INSTRUCTIONS = attrgetter("opcode"), attrgetter("uncounted"), attrgetter("instructions")
+_COST, _FLOPS, _TRANSCENDENTALS = attrgetter("cost"), attrgetter("flops"), attrgetter("transcendentals")
+_BYTES = attrgetter("bytes_accessed")
+_TOTAL_FLOPS, _PHASE, _REMAT = attrgetter("total.flops"), attrgetter("phase"), attrgetter("remat")
+_NONE = frozenset({None})
+# Opcodes whose rows carry nothing but their cost: not a custom-call (a target, a note), not a
+# collective (bytes sent), and not one XLA's parser lets carry a custom_call_target.
+_PLAIN_OPCODES = frozenset(op for op, names in ALLOWED.items()
+                           if op != "custom-call" and op not in SENDERS and "custom_call_target" not in names)
+Extra = tuple[str | None, str | None, int, str | None]  # target, note, communication, communication_uncounted
+
+
+def _remat_names(module: Module, index: remat_analysis.RematIndex, bodies: Mapping[str, bool]) -> dict[str, set[str]]:
+    """The instructions of each computation that are recomputation (all of a remat body's)."""
+    by_computation: dict[str, set[str]] = {}
+    for computation, name in index.remat:
+        by_computation.setdefault(computation, set()).add(name)
+    for computation, is_remat in bodies.items():
+        if is_remat:
+            by_computation[computation] = {inst.name for inst in module.by_name[computation].instructions}
+    return by_computation
+
+
+class _Extras:
+    """What the row of a custom-call or collective says besides its cost: the target, the note
+    and the bytes sent. Targets are decoded once per distinct text."""
+
+    def __init__(self, module: Module):
+        self.sent_bytes = SentBytes(module)
+        self.targets: dict[str, str | None] = {}
+
+    def of(self, comp: Computation, inst: Instruction, uncounted: str | None) -> Extra:
+        raw = inst.attributes.get("custom_call_target")
+        target = None
+        if raw is not None:
+            target = self.targets.get(raw)
+            if target is None:
+                target = self.targets[raw] = inst.custom_call_target
+        note = row_note(comp, inst) if inst.opcode == "custom-call" and uncounted is None else None
+        # A collective's bytes sent per device and execution (analysis.cost.communication).
+        sent = self.sent_bytes.of(comp, inst)
+        return target, note, sent.bytes, sent.uncounted
+
+
+def _fill_extra(row: Row, extra: Extra) -> None:
+    """Set what `_Extras` says on a row just made (frozen: as a dataclass's own __init__ does)."""
+    for field_name, value in zip(("target", "note", "communication", "communication_uncounted"), extra):
+        object.__setattr__(row, field_name, value)
+
+
+class _Described:
+    """RowBuilder's `described` (phase, scope, source location) of each instruction, worked out
+    once per metadata text (and name prefix): most instructions share theirs with others."""
+
+    def __init__(self, module: Module, op_names: remat_analysis.OpNames, order: tuple[str, ...]):
+        self.op_names = op_names
+        self.order = order
+        self.source_location = module.source_location
+        for name in filterfalse(op_names.raws.__contains__, order):  # every metadata text decoded
+            op_names.metadata_in(module.by_name[name])
+        self.by_prefix: dict[str, dict[str | None, tuple]] = {}  # name prefix -> metadata text -> described
+        self.by_prefix[""] = {raw: self._described(op_name, op_names.first.get(raw))
+                              for raw, op_name in op_names.by_metadata.items()}
+
+    def _described(self, op_name: str, first: Instruction | None) -> tuple[str, str, SourceLocation | None]:
+        source = self.source_location(first) if first is not None else None
+        return remat_analysis.phase(op_name), remat_analysis.scope(op_name), source
+
+    def column(self) -> Iterable[tuple]:
+        """The described of each row (instructions of `order`, in order)."""
+        op_names, prefix = self.op_names, self.op_names.prefix
+        if not any(map(prefix.get, self.order)):  # whole names (optimized modules): one table
+            return map(self.by_prefix[""].__getitem__, chain.from_iterable(map(op_names.raws.__getitem__, self.order)))
+        return chain.from_iterable(map(self._of, self.order))
+
+    def _of(self, name: str) -> Iterable[tuple]:
+        op_names = self.op_names
+        raws = op_names.raws[name]
+        prefix = op_names.prefix.get(name)
+        if not prefix:
+            return map(self.by_prefix[""].__getitem__, raws)
+        # Called functions of a module before optimization: their names continue the caller's.
+        table = self.by_prefix.setdefault(prefix, {})
+        for raw in set(raws).difference(table):
+            table[raw] = self._described(op_names.join(prefix, op_names.by_metadata[raw]), op_names.first.get(raw))
+        return map(table.__getitem__, raws)
 
 
 def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematUnpaired, ...]:

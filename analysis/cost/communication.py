@@ -198,3 +198,32 @@ def sent_bytes(module: Module, comp: Computation, inst: Instruction,
         return sender(_Ctx(module, comp, inst, replicas, partitions))
     except (GroupSyntaxError, IndexError, KeyError, ValueError) as error:
         return Sent(uncounted=f"cannot decode its groups: {error}")
+
+
+# What a sender reads besides the shapes and the device counts (channel_id only as present or not).
+_READ = ("use_global_device_ids", "replica_groups", "slice_sizes", "source_target_pairs", "is_host_transfer")
+
+
+class SentBytes:
+    """`sent_bytes` of a module's instructions, worked out once per distinct collective: a
+    module repeats the same all-reduce (shapes, groups) thousands of times, and each costs a
+    dozen small calls. Shapes are compared by identity (the parser shares one per shape text)."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.devices = device_counts(module)
+        self.known: dict[tuple, Sent] = {}
+
+    def of(self, comp: Computation, inst: Instruction) -> Sent:
+        if inst.opcode not in SENDERS:
+            return NOTHING
+        attributes = inst.attributes
+        try:
+            operands = tuple(map(id, comp.operand_shapes(inst)))
+        except KeyError:  # an operand the computation lacks: sent_bytes says why, for this one
+            return sent_bytes(self.module, comp, inst, self.devices)
+        key = (inst.opcode, id(inst.shape), operands, "channel_id" in attributes, *map(attributes.get, _READ))
+        sent = self.known.get(key)
+        if sent is None:
+            sent = self.known[key] = sent_bytes(self.module, comp, inst, self.devices)
+        return sent

@@ -73,6 +73,10 @@ def site_multiplier(inst: Instruction, role: CallRole, index: int, trips: Mappin
     return 1, True
 
 
+# Call roles whose callee runs other than once per execution of the caller (`site_multiplier`).
+_MULTIPLIED = frozenset({CallRole.WHILE_BODY, CallRole.WHILE_CONDITION, CallRole.BRANCH})
+
+
 def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None = None, *,
                      overrides: Mapping[str, int] | None = None,
                      branch_choice: Mapping[str, int] | None = None) -> ExecutionCounts:
@@ -90,20 +94,26 @@ def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None
     fusion_of[module.entry_name] = None
     calls = call_table(module).calls
     for name in order:  # callers first: a caller's count is final before its callees read it
-        for callee, site in calls.get(name, ()):
+        sites = calls.get(name)
+        if not sites:
+            continue
+        for callee, site in sites:
             inst, role = site["instruction"], site["role"]
             if callee not in counts or not is_executing_site(inst, role):
                 continue
-            if inst.opcode == "while" and inst.name not in while_sites:
-                while_sites[inst.name] = name
-                if inst.name not in trips:
-                    trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
-            times, exact = site_multiplier(inst, role, site["index"], trips, branch_choice)
-            counts[callee] += counts[name] * times
+            if role in _MULTIPLIED:
+                if inst.opcode == "while" and inst.name not in while_sites:
+                    while_sites[inst.name] = name
+                    if inst.name not in trips:
+                        trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
+                times, exact = site_multiplier(inst, role, site["index"], trips, branch_choice)
+                counts[callee] += counts[name] * times
+            else:  # a fusion, call or async op runs its callee once
+                counts[callee] += counts[name]
+                exact = True
             known[callee] = known[callee] and known[name] and exact
             if callee not in loop_of:  # first caller in order decides the context
-                in_loop = role in (CallRole.WHILE_BODY, CallRole.WHILE_CONDITION)
+                in_loop = role == CallRole.WHILE_BODY or role == CallRole.WHILE_CONDITION
                 loop_of[callee] = inst.name if in_loop else loop_of.get(name)
-                outer_fusion = fusion_of.get(name)
-                fusion_of[callee] = outer_fusion or (inst.name if role == CallRole.FUSION else None)
+                fusion_of[callee] = fusion_of.get(name) or (inst.name if role == CallRole.FUSION else None)
     return ExecutionCounts(counts, known, trips, loop_of, fusion_of, while_sites, tuple(order))

@@ -29,7 +29,9 @@ class OpNames:
         self.prefix: dict[str, str] = {}
         # op_name per distinct metadata text: decoding it once per instruction is most of the cost.
         self.by_metadata: dict[str | None, str] = {}
+        self.first: dict[str | None, Instruction] = {}  # metadata text -> the instruction it was decoded from
         self.lists: dict[str, list[str]] = {}  # computation -> whole op_name of each instruction
+        self.raws: dict[str, list[str | None]] = {}  # computation -> metadata text of each instruction
         # The module's call table (built once per module) lists each computation's call sites:
         # scanning every instruction for `calls` was most of this loop on large modules. Sites
         # come grouped by callee, first call first, so the first site that reaches a callee wins
@@ -53,23 +55,10 @@ class OpNames:
         return f"{prefix}/{op_name}" if op_name else prefix
 
     def names_in(self, comp: Computation) -> list[str]:
-        """The whole op_name of each instruction of `comp`, in order (worked out once: the remat
-        pass and the accounting rows both read them)."""
+        """The whole op_name of each instruction of `comp`, in order (worked out once)."""
         names = self.lists.get(comp.name)
         if names is None:
-            # `of` for each instruction, as comprehensions (a large optimized module spends a
-            # tenth of its remat pass here), decoding only metadata texts not seen before.
-            by_metadata, instructions = self.by_metadata, comp.instructions
-            raws = [inst.attributes.get("metadata") for inst in instructions]
-            names = [by_metadata.get(raw) for raw in raws]
-            if None in names:
-                for k, name in enumerate(names):
-                    if name is None:
-                        raw = raws[k]
-                        name = by_metadata.get(raw)
-                        if name is None:
-                            name = by_metadata[raw] = instructions[k].op_name
-                        names[k] = name
+            names = list(map(self.by_metadata.__getitem__, self.metadata_in(comp)))
             prefix = self.prefix.get(comp.name)
             if prefix:
                 join = self.join
@@ -77,11 +66,43 @@ class OpNames:
             self.lists[comp.name] = names
         return names
 
+    def metadata_in(self, comp: Computation) -> list[str | None]:
+        """The metadata text of each instruction of `comp`, in order (None where absent), each
+        text's op_name decoded once, from the first instruction that has it (`by_metadata`,
+        `first`). The op_names of a large optimized module are a few thousand texts: the
+        accounting and the remat pass read them per text, not per instruction."""
+        raws = self.raws.get(comp.name)
+        if raws is None:
+            raws = self.raws[comp.name] = [inst.attributes.get("metadata") for inst in comp.instructions]
+            new = set(raws).difference(self.by_metadata)
+            if new:
+                for inst, raw in zip(comp.instructions, raws):
+                    if raw in new:
+                        new.discard(raw)
+                        self.first[raw] = inst
+                        self.by_metadata[raw] = inst.op_name
+        return raws
+
+    def any_name_holds(self, part: str, comps: Iterable[Computation]) -> bool:
+        """Does the whole op_name of any instruction of `comps` hold `part` (no '/' in it)?
+        Looked for once per distinct metadata text, but in computations whose names continue a
+        caller's (`prefix`), which are joined."""
+        texts: set[str | None] = set()
+        for comp in comps:
+            if self.prefix.get(comp.name):
+                if part in "\n".join(self.names_in(comp)):
+                    return True
+            else:
+                texts.update(self.metadata_in(comp))
+        by_metadata = self.by_metadata
+        return any(part in by_metadata[raw] for raw in texts)
+
     def of(self, computation: str, inst: Instruction) -> str:
         raw = inst.attributes.get("metadata")
         op_name = self.by_metadata.get(raw)
         if op_name is None:
             op_name = self.by_metadata[raw] = inst.op_name
+            self.first[raw] = inst
         prefix = self.prefix.get(computation)
         return self.join(prefix, op_name) if prefix else op_name
 

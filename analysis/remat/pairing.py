@@ -98,7 +98,7 @@ def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: Op
     for comp in comps:
         if any(".remat" in inst.name for inst in comp.instructions):
             return False
-    return not any(REMAT_SCOPE in "\n".join(op_names.names_in(comp)) for comp in comps)
+    return not op_names.any_name_holds(REMAT_SCOPE, comps)
 
 
 def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> RematIndex:
@@ -169,8 +169,7 @@ def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) 
         for inst in comp.instructions:
             if inst.opcode == "opt-barrier" or ".remat" in inst.name:
                 return True
-    # One search per computation ("\n" cannot be part of the scope's name, so none spans two).
-    return any(REMAT_SCOPE in "\n".join(op_names.names_in(comp)) for comp in comps)
+    return op_names.any_name_holds(REMAT_SCOPE, comps)
 
 
 def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
