@@ -27,10 +27,11 @@ from typing import Any
 
 import networkx as nx
 
+from analysis.cost.classes import structure_key
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from analysis.cost.rules import ALWAYS, LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
+from analysis.cost.rules import ALWAYS, BODY, LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
 from analysis.cost.shapes import UNBOUNDED, produced_size
 from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved, module_descendants
 from analysis.xla import diagnostics as xla_diagnostics
@@ -121,6 +122,12 @@ class Evaluation:
         self._callee_total = self.applied.get
         self._same_charge: dict[tuple, tuple] = {}
         self._local: dict[tuple, dict[tuple, tuple]] = {}
+        # Computations of one structure (analysis.cost.classes) in one context cost the same: the
+        # first is costed, the others get its results. A computation's class is a number when it
+        # has such results to share (nothing uncounted, XLA's totals known: no reason naming one
+        # of its instructions), else its own name.
+        self._class: dict[str, int | str] = {}
+        self._first_of_class: dict[tuple, str] = {}
         for name in order:
             if name in module.by_name:
                 self._computation(module.by_name[name])
@@ -132,11 +139,33 @@ class Evaluation:
 
     # ---- one computation ---------------------------------------------------------------
     def _computation(self, comp: Computation) -> None:
-        exact_view = self.view == "exact"
-        in_fusion = comp.is_fusion_body or comp.name in self.info.fusion_bodies
-        silenced = not exact_view and comp.name in self.info.silenced
-        estimate = exact_view  # XLA's float32 view is read from the exact evaluation only
-        unobserved = comp.name in self.unobserved
+        name = comp.name
+        in_fusion = comp.is_fusion_body or name in self.info.fusion_bodies
+        silenced = self.view != "exact" and name in self.info.silenced
+        unobserved = name in self.unobserved
+        if comp.is_entry or self.diagnostics:  # nothing calls ENTRY; the diagnostic keys are not shared
+            self._cost_computation(comp, in_fusion, silenced, unobserved)
+            self._class[name] = name
+            return
+        key = (in_fusion, silenced, unobserved, structure_key(comp, self._class))
+        first = self._first_of_class.get(key)
+        if first is not None:
+            self.exact[name] = list(self.exact[first])
+            self.applied[name] = self.applied[first]
+            if first in self.xla:
+                self.xla[name] = self.xla[first]
+            self._class[name] = self._class[first]
+            return
+        self._cost_computation(comp, in_fusion, silenced, unobserved)
+        if (name in self.unavailable or isinstance(self.applied[name], str)
+                or any(cost.uncounted is not None for cost in self.exact[name])):
+            self._class[name] = name
+        else:
+            self._class[name] = len(self._first_of_class)
+            self._first_of_class[key] = name
+
+    def _cost_computation(self, comp: Computation, in_fusion: bool, silenced: bool, unobserved: bool) -> None:
+        estimate = self.view == "exact"  # XLA's float32 view is read from the exact evaluation only
         bytes_unread = in_fusion and unobserved  # no view reads the bytes: the rules skip them
         costs: list[OpCost] = []
         props: list[tuple] = []
@@ -152,11 +181,15 @@ class Evaluation:
             op = inst.opcode
             fn = RULES.get(op)
             reads = LOCAL_RULES.get(fn)  # type: ignore[arg-type]
+            key: tuple | None = None
             if local is not None and reads is not None:
-                if reads == NEVER or (bytes_unread and reads != ALWAYS):  # no operand is read
-                    key: tuple = (op, id(inst.shape))
+                if reads == BODY:
+                    key = self._body_key(inst)
+                elif reads == NEVER or (bytes_unread and reads != ALWAYS):  # no operand is read
+                    key = (op, id(inst.shape))
                 else:
                     key = (op, id(inst.shape), *[produced_size(by_name[o]) for o in inst.operands])
+            if key is not None:
                 known = local.get(key)
                 if known is None:
                     known = local[key] = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)[:2]
@@ -202,6 +235,14 @@ class Evaluation:
             applied_flops, applied_transcendentals, 0)
         if estimate and comp.name not in self.unavailable:
             self._xla_sum(comp, props, keys)
+
+    def _body_key(self, inst: Instruction) -> tuple | None:
+        """What the fusion rule reads of a fusion: its shape, its kind and its body's class (None
+        when the body has no shared results: a reason from it must reach this computation)."""
+        classes = tuple(self._class.get(site.computation) for site in inst.calls)
+        if not all(type(c) is int for c in classes):
+            return None
+        return (inst.opcode, id(inst.shape), inst.attributes.get("kind"), classes)
 
     def _charged(self, comp: Computation, inst: Instruction, fn: Any, in_fusion: bool, unobserved: bool,
                  bytes_unread: bool) -> tuple[OpCost, tuple | None, Charge]:

@@ -435,9 +435,11 @@ KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
 # Rules that read nothing but the opcode, the instruction's shape and its operands' sizes
 # (`produced_size`): the engine costs each distinct combination once. The value says when such a
 # rule reads its operands' sizes: never, only where bytes are read (`default_bytes`), or always.
-NEVER, WITH_BYTES, ALWAYS = range(3)
+# The fusion rule reads the shape, the fusion kind and the fusion body (never the operands): the
+# engine costs it once per shape, kind and class of body (analysis.cost.classes).
+NEVER, WITH_BYTES, ALWAYS, BODY = range(4)
 LOCAL_RULES = {_free: NEVER, _transcendental: WITH_BYTES, _elementwise: WITH_BYTES, _default: WITH_BYTES,
-               _all_reduce: ALWAYS}
+               _all_reduce: ALWAYS, _fusion: BODY}
 
 
 class MalformedInstruction(ValueError):
