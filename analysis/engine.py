@@ -23,7 +23,7 @@ import weakref
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter
-from typing import Any
+from typing import Any, Iterable
 
 import networkx as nx
 
@@ -52,24 +52,26 @@ class ModuleInfo:
     silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
 
 
-def module_info(module: Module) -> ModuleInfo:
+def module_info(module: Module, *, silenced: bool = True) -> ModuleInfo:
+    """The fusion bodies, and with `silenced` the silenced ones (only view "xla" reads them)."""
     bodies: set[str] = set()
-    silenced: set[str] = set()
-    for caller, sites in call_table(module).calls.items():
+    quiet: set[str] = set()
+    by_name = module.by_name
+    for sites in call_table(module).calls.values():
         for callee, site in sites:
-            if site["role"] != CallRole.FUSION or callee not in module.by_name:
+            if site["role"] != CallRole.FUSION or callee not in by_name:
                 continue
             bodies.add(callee)
-            if custom_fusion_gather_or_scatter(site["instruction"], module.by_name[callee]) is not None:
-                silenced.add(callee)
+            if silenced and custom_fusion_gather_or_scatter(site["instruction"], by_name[callee]) is not None:
+                quiet.add(callee)
     # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
-    return ModuleInfo(frozenset(module_descendants(module, bodies)), frozenset(module_descendants(module, silenced)))
+    return ModuleInfo(frozenset(module_descendants(module, bodies)), frozenset(module_descendants(module, quiet)))
 
 
-def has_unbounded_shapes(module: Module) -> bool:
+def has_unbounded_shapes(computations: Iterable[Computation]) -> bool:
     """Does any instruction's shape have an unbounded `?` dimension (each distinct shape once)."""
     distinct: dict[int, Any] = {}
-    for comp in module.computations:  # in C: a module has far fewer shapes than instructions
+    for comp in computations:  # in C: a module has far fewer shapes than instructions
         shapes = list(map(_SHAPE, comp.instructions))
         distinct.update(zip(map(id, shapes), shapes))
     stack = list(distinct.values())
@@ -109,10 +111,9 @@ class Evaluation:
         self.module = module
         self.view = view
         self.diagnostics = diagnostics
-        self.info = module_info(module)
-        self.unbounded = view == "exact" and has_unbounded_shapes(module)
+        self.info = module_info(module, silenced=view != "exact")
         # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
-        order = module_bottom_up(module)
+        order = [name for name in module_bottom_up(module) if name in module.by_name]
         self.unobserved = set() if diagnostics else module_bytes_unobserved(module, order)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
@@ -123,46 +124,65 @@ class Evaluation:
         self._same_charge: dict[tuple, tuple] = {}
         self._local: dict[tuple, dict[tuple, tuple]] = {}
         # Computations of one structure (analysis.cost.classes) in one context cost the same: the
-        # first is costed, the others get its results. A computation's class is a number when it
-        # has such results to share (nothing uncounted, XLA's totals known: no reason naming one
-        # of its instructions), else its own name.
-        self._class: dict[str, int | str] = {}
-        self._first_of_class: dict[tuple, str] = {}
+        # first of a class is costed, the others get its results where it has results to share
+        # (nothing uncounted, XLA's totals known: no reason that names one of its instructions).
+        self._class = {} if diagnostics else self._classes(order)  # ENTRY has none
+        self._costed: dict[int, str] = {}  # class -> the computation whose results it shares
+        self._unshared: set[int] = set()  # classes whose first computation has none to share
+        # Computations of one class hold the same shape objects: one of each class is looked at.
+        firsts = {cls: name for name, cls in reversed(self._class.items())}
+        looked_at = set(firsts.values()) | (module.by_name.keys() - self._class.keys())
+        self.unbounded = view == "exact" and has_unbounded_shapes(
+            comp for comp in module.computations if comp.name in looked_at)
         for name in order:
-            if name in module.by_name:
-                self._computation(module.by_name[name])
+            self._computation(module.by_name[name])
 
     @property
     def graph(self) -> nx.MultiDiGraph:
         """The module's networkx call graph (the pass itself walks analysis.graph.call_table)."""
         return call_graph(self.module)
 
+    def _context(self, name: str) -> tuple[bool, bool, bool]:
+        """(inside a fusion, silenced, bytes unobserved): what a computation's costs depend on
+        besides its instructions."""
+        in_fusion = self.module.by_name[name].is_fusion_body or name in self.info.fusion_bodies
+        return in_fusion, self.view != "exact" and name in self.info.silenced, name in self.unobserved
+
+    def _classes(self, order: list[str]) -> dict[str, int]:
+        """Each computation's class but ENTRY's: one number per distinct (context, structure),
+        callees (earlier in `order`) by their class."""
+        calls = call_table(self.module).calls
+        by_name = self.module.by_name
+        classes: dict[str, int] = {}
+        numbers: dict[tuple, int] = {}
+        for name in order:
+            comp = by_name[name]
+            if comp.is_entry:
+                continue
+            callers = [site["instruction"] for _, site in calls.get(name, ())]
+            key = (self._context(name), structure_key(comp, classes, callers))
+            classes[name] = numbers.setdefault(key, len(numbers))
+        return classes
+
     # ---- one computation ---------------------------------------------------------------
     def _computation(self, comp: Computation) -> None:
         name = comp.name
-        in_fusion = comp.is_fusion_body or name in self.info.fusion_bodies
-        silenced = self.view != "exact" and name in self.info.silenced
-        unobserved = name in self.unobserved
-        if comp.is_entry or self.diagnostics:  # nothing calls ENTRY; the diagnostic keys are not shared
-            self._cost_computation(comp, in_fusion, silenced, unobserved)
-            self._class[name] = name
-            return
-        key = (in_fusion, silenced, unobserved, structure_key(comp, self._class))
-        first = self._first_of_class.get(key)
+        cls = self._class.get(name)
+        first = self._costed.get(cls)  # type: ignore[arg-type]
         if first is not None:
             self.exact[name] = list(self.exact[first])
             self.applied[name] = self.applied[first]
             if first in self.xla:
                 self.xla[name] = self.xla[first]
-            self._class[name] = self._class[first]
             return
-        self._cost_computation(comp, in_fusion, silenced, unobserved)
+        self._cost_computation(comp, *self._context(name))
+        if cls is None or cls in self._unshared:
+            return
         if (name in self.unavailable or isinstance(self.applied[name], str)
                 or any(cost.uncounted is not None for cost in self.exact[name])):
-            self._class[name] = name
+            self._unshared.add(cls)
         else:
-            self._class[name] = len(self._first_of_class)
-            self._first_of_class[key] = name
+            self._costed[cls] = name
 
     def _cost_computation(self, comp: Computation, in_fusion: bool, silenced: bool, unobserved: bool) -> None:
         estimate = self.view == "exact"  # XLA's float32 view is read from the exact evaluation only
@@ -240,7 +260,7 @@ class Evaluation:
         """What the fusion rule reads of a fusion: its shape, its kind and its body's class (None
         when the body has no shared results: a reason from it must reach this computation)."""
         classes = tuple(self._class.get(site.computation) for site in inst.calls)
-        if not all(type(c) is int for c in classes):
+        if not all(c in self._costed for c in classes):
             return None
         return (inst.opcode, id(inst.shape), inst.attributes.get("kind"), classes)
 

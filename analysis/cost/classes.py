@@ -10,46 +10,48 @@ sums can read of a computation, with the names taken out: per instruction its op
 (the parser shares one Shape object per distinct shape text, so its id stands for it), its
 operands as positions in the computation, its attributes (metadata included, which no rule reads:
 leaving it in only costs matches) and, for an instruction that calls computations, each call
-site's role, index and the callee's own class in place of the callee's name; and which
-instructions are marked ROOT. Attribute values that name instructions (control-predecessors) stay
+site's role, index and the callee's own class in place of the callee's name; and the root's
+position. Attribute values that name instructions (control-predecessors) stay
 as they are: such computations then match only when the names match too.
 
-Everything is built by C loops (`map`, `zip`, `compress`): computing a key must cost far less than
+Everything is built by C loops (`map`, `zip`): computing a key must cost far less than
 costing the computation, or nothing is gained.
 """
 
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import repeat
 from operator import attrgetter, methodcaller
-from typing import Hashable, Mapping
+from typing import Hashable, Iterable, Mapping
 
 from hloparse.call_sites import CALL_ATTRIBUTES
-from hloparse.ir import Computation
+from hloparse.ir import Computation, Instruction
 
 _NAME = attrgetter("name")
 _OPCODE = attrgetter("opcode")
 _SHAPE = attrgetter("shape")
 _OPERANDS = attrgetter("operands")
 _ATTRIBUTES = attrgetter("attributes")
-_CALLS = attrgetter("calls")
-_IS_ROOT = attrgetter("is_root")
 _ITEMS = methodcaller("items")
 
 
-def structure_key(comp: Computation, class_of: Mapping[str, Hashable]) -> tuple:
-    """The computation's structure without names (see the module docstring). `class_of` gives a
-    callee's class; a callee without one stands for itself (its name)."""
+def structure_key(comp: Computation, class_of: Mapping[str, Hashable], callers: Iterable[Instruction] = ()) -> tuple:
+    """The computation's structure without names (see the module docstring). `callers`: its
+    instructions that call computations (from the call table: most computations call none);
+    `class_of` gives a callee's class, and a callee without one stands for itself (its name)."""
     instructions = comp.instructions
     n = len(instructions)
+    if not n:
+        return ()
     position = dict(zip(map(_NAME, instructions), range(n))).get
     attributes = list(map(tuple, map(_ITEMS, map(_ATTRIBUTES, instructions))))
-    callers = list(compress(range(n), map(_CALLS, instructions)))
+    calling = sorted({position(inst.name) for inst in callers})
     callees = []
-    for i in callers:  # the attributes that name callees give way to the callees' classes
+    for i in calling:  # the attributes that name callees give way to the callees' classes
         attributes[i] = tuple(item for item in attributes[i] if item[0] not in CALL_ATTRIBUTES)
         callees.append(tuple((site.role, class_of.get(site.computation, site.computation), site.index)
                              for site in instructions[i].calls))
+    root = n - 1 if instructions[-1].is_root else position(comp.root.name)
     return (tuple(map(_OPCODE, instructions)), tuple(map(id, map(_SHAPE, instructions))),
             tuple(map(tuple, map(map, repeat(position), map(_OPERANDS, instructions)))), tuple(attributes),
-            tuple(callers), tuple(callees), tuple(compress(range(n), map(_IS_ROOT, instructions))))
+            tuple(calling), tuple(callees), root)
