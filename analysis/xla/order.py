@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import chain, repeat
 from operator import attrgetter, contains
+from typing import Callable
 
 from hloparse.ir import Computation, Instruction
 
@@ -23,17 +24,17 @@ def visit_positions(computation: Computation) -> list[int]:
     # The setup runs in C (map, zip, sets): a computation can hold 30k instructions.
     position = dict(zip(map(_NAME, instructions), range(n)))
     operands = list(map(_OPERANDS, instructions))  # names; turned into positions on expansion
-    used = set(chain.from_iterable(operands))
     if True in map(contains, map(_ATTRIBUTES, instructions), repeat("control-predecessors")):
         for i, inst in enumerate(instructions):
             if "control-predecessors" in inst.attributes:
-                predecessors = _control_predecessors(inst)
-                operands[i] = inst.operands + predecessors
-                used.update(predecessors)
+                operands[i] = inst.operands + _control_predecessors(inst)
+    get = position.get
+    if n and computation.root is instructions[-1] and _walked_in_text_order(get, operands):
+        return list(range(n))
+    used = set(chain.from_iterable(operands))
     root = position.get(computation.root.name, n - 1)
     unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
     starts = [i for i in unused if i != root] + [root]
-    get = position.get
     state = bytearray(n)  # 0: not seen, 1: expanded, 2: done
     order: list[int] = []
     for start in starts:
@@ -54,6 +55,38 @@ def visit_positions(computation: Computation) -> list[int]:
                     if k is not None and not state[k]:
                         push(k)
     return order
+
+
+def _walked_in_text_order(position: Callable[[str], int | None], operands: list[tuple[str, ...]]) -> bool:
+    """Does the post-order walk from the last instruction (the root) alone visit every
+    instruction, in text order? It almost always does (XLA prints a computation in post-order),
+    and this check costs a third of the walk.
+
+    If it does, the walk that starts at instruction v, when everything before position first[v]
+    is done, finishes the instructions first[v] .. v in turn: each operand at or after the
+    position where that walk stands is walked next and must start right there, each operand
+    before it is done already, and the last operand walked must end just before v. Checked from
+    the last instruction down, each instruction's first position being set by the one instruction
+    that walks it; anything else (an operand after its user, an instruction walked twice or never:
+    another start, an operand that names no instruction) says no, and the caller walks."""
+    first = [-1] * len(operands)
+    first[-1] = 0
+    for v in range(len(operands) - 1, -1, -1):
+        at = first[v]
+        if at < 0:
+            return False
+        for name in operands[v]:
+            k = position(name)
+            if k is None:
+                return False
+            if k >= at:  # not done yet: walked now, from here
+                if first[k] >= 0:
+                    return False
+                first[k] = at
+                at = k + 1
+        if at != v:
+            return False
+    return True
 
 
 _NAME = attrgetter("name")
