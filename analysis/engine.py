@@ -31,8 +31,8 @@ from analysis.cost.classes import structure_key
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from analysis.cost.rules import ALWAYS, BODY, LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
-from analysis.cost.shapes import UNBOUNDED, produced_size
+from analysis.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
+from analysis.cost.shapes import UNBOUNDED, producer_tokens
 from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved, module_descendants
 from analysis.xla import diagnostics as xla_diagnostics
 from analysis.xla.float32 import add, f32, mul, running_sum
@@ -192,23 +192,26 @@ class Evaluation:
         keys: list[dict[str, Any]] = []
         applied_flops = applied_transcendentals = 0
         applied_failed: str | None = None
-        # Most instructions' rules read only the opcode, the shape and the operands' sizes: each
-        # distinct (opcode, shape, operand sizes) is costed once per context (LOCAL_RULES).
+        # Most instructions' rules read only the opcode, the shape, the operands' shapes and sizes
+        # and maybe an attribute or the callees: each distinct combination is costed once per
+        # context (LOCAL_RULES).
         local = None if silenced or self.unbounded or self.diagnostics else self._local.setdefault(
             (in_fusion, unobserved), {})
-        by_name = comp.by_name
+        token = producer_tokens(comp).__getitem__ if local is not None else None
         for inst in comp.instructions:
             op = inst.opcode
             fn = RULES.get(op)
             reads = LOCAL_RULES.get(fn)  # type: ignore[arg-type]
             key: tuple | None = None
-            if local is not None and reads is not None:
-                if reads == BODY:
-                    key = self._body_key(inst)
-                elif reads == NEVER or (bytes_unread and reads != ALWAYS):  # no operand is read
+            if local is not None and reads is not None and len(inst.operands) >= OPERANDS[op]:
+                if reads.operands == NEVER or (bytes_unread and reads.operands == WITH_BYTES):  # none read
                     key = (op, id(inst.shape))
                 else:
-                    key = (op, id(inst.shape), *[produced_size(by_name[o]) for o in inst.operands])
+                    key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
+                if reads.attributes:
+                    key += tuple(map(inst.attributes.get, reads.attributes))
+                if reads.callees:
+                    key = self._with_callees(key, inst)
             if key is not None:
                 known = local.get(key)
                 if known is None:
@@ -256,13 +259,13 @@ class Evaluation:
         if estimate and comp.name not in self.unavailable:
             self._xla_sum(comp, props, keys)
 
-    def _body_key(self, inst: Instruction) -> tuple | None:
-        """What the fusion rule reads of a fusion: its shape, its kind and its body's class (None
-        when the body has no shared results: a reason from it must reach this computation)."""
+    def _with_callees(self, key: tuple, inst: Instruction) -> tuple | None:
+        """The memo key with the callees' classes, or None when a callee has no results to share
+        (a reason from it must reach this computation, naming its instructions)."""
         classes = tuple(self._class.get(site.computation) for site in inst.calls)
         if not all(c in self._costed for c in classes):
             return None
-        return (inst.opcode, id(inst.shape), inst.attributes.get("kind"), classes)
+        return key + classes
 
     def _charged(self, comp: Computation, inst: Instruction, fn: Any, in_fusion: bool, unobserved: bool,
                  bytes_unread: bool) -> tuple[OpCost, tuple | None, Charge]:
