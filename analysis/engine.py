@@ -22,7 +22,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
-from operator import attrgetter
+from operator import attrgetter, or_
 from typing import Any, Iterable
 
 import networkx as nx
@@ -402,7 +402,7 @@ class Evaluation:
                 totals.append(total)  # every partial sum is exact: the order does not matter
                 continue
             if order is None:
-                order = visit_positions(comp)
+                order = visit_positions(comp, None if self.diagnostics else _adds_to_sums(comp, props))
             totals.append(running_sum(list(map(values.__getitem__, order))))
         self.xla[comp.name] = tuple(totals)
         if self.diagnostics:
@@ -421,6 +421,16 @@ class Evaluation:
         if self.diagnostics:
             totals.update(self.xla_keys[comp.name])
         return totals
+
+
+def _adds_to_sums(comp: Computation, props: list[tuple]) -> list[bool]:
+    """Per instruction: has it operands, or does it add something to a sum? (The float32 running
+    sums do not depend on where a zero is added; XLA's order then matters for the others only.)"""
+    return list(map(or_, map(bool, map(_OPERANDS, comp.instructions)), map(_NOTHING.__ne__, props)))
+
+
+_NOTHING = (0, 0, 0, 0)
+_OPERANDS = attrgetter("operands")
 
 
 def _f32_sum(terms: tuple) -> Any:
