@@ -20,7 +20,7 @@ costing the computation, or nothing is gained.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain
 from operator import attrgetter, methodcaller
 from typing import Hashable, Iterable, Mapping
 
@@ -32,26 +32,29 @@ _OPCODE = attrgetter("opcode")
 _SHAPE = attrgetter("shape")
 _OPERANDS = attrgetter("operands")
 _ATTRIBUTES = attrgetter("attributes")
-_ITEMS = methodcaller("items")
+_VALUES = methodcaller("values")
 
 
 def structure_key(comp: Computation, class_of: Mapping[str, Hashable], callers: Iterable[Instruction] = ()) -> tuple:
     """The computation's structure without names (see the module docstring). `callers`: its
     instructions that call computations (from the call table: most computations call none);
-    `class_of` gives a callee's class, and a callee without one stands for itself (its name)."""
+    `class_of` gives a callee's class, and a callee without one stands for itself (its name).
+    Flat tuples with the lengths beside them: fewer small tuples to build and to hash."""
     instructions = comp.instructions
     n = len(instructions)
     if not n:
         return ()
     position = dict(zip(map(_NAME, instructions), range(n))).get
-    attributes = list(map(tuple, map(_ITEMS, map(_ATTRIBUTES, instructions))))
+    operands = list(map(_OPERANDS, instructions))
+    attributes = list(map(_ATTRIBUTES, instructions))
     calling = sorted({position(inst.name) for inst in callers})
     callees = []
     for i in calling:  # the attributes that name callees give way to the callees' classes
-        attributes[i] = tuple(item for item in attributes[i] if item[0] not in CALL_ATTRIBUTES)
+        attributes[i] = {k: v for k, v in attributes[i].items() if k not in CALL_ATTRIBUTES}
         callees.append(tuple((site.role, class_of.get(site.computation, site.computation), site.index)
                              for site in instructions[i].calls))
     root = n - 1 if instructions[-1].is_root else position(comp.root.name)
     return (tuple(map(_OPCODE, instructions)), tuple(map(id, map(_SHAPE, instructions))),
-            tuple(map(tuple, map(map, repeat(position), map(_OPERANDS, instructions)))), tuple(attributes),
-            tuple(calling), tuple(callees), root)
+            tuple(map(len, operands)), tuple(map(position, chain.from_iterable(operands))),
+            tuple(map(len, attributes)), tuple(chain.from_iterable(attributes)),
+            tuple(chain.from_iterable(map(_VALUES, attributes))), tuple(calling), tuple(callees), root)
