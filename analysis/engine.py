@@ -134,18 +134,28 @@ class Evaluation:
         looked_at = set(firsts.values()) | (module.by_name.keys() - self._class.keys())
         self.unbounded = view == "exact" and has_unbounded_shapes(
             comp for comp in module.computations if comp.name in looked_at)
+        exact, applied, xla = self.exact, self.applied, self.xla
+        first_of, class_of = self._costed.get, self._class.get
         for name in order:
-            self._computation(module.by_name[name])
+            first = first_of(class_of(name))  # type: ignore[arg-type]
+            if first is None:
+                self._computation(module.by_name[name])
+            else:  # the results of the first computation of its class
+                exact[name] = list(exact[first])
+                applied[name] = applied[first]
+                if first in xla:
+                    xla[name] = xla[first]
 
     @property
     def graph(self) -> nx.MultiDiGraph:
         """The module's networkx call graph (the pass itself walks analysis.graph.call_table)."""
         return call_graph(self.module)
 
-    def _context(self, name: str) -> tuple[bool, bool, bool]:
+    def _context(self, comp: Computation) -> tuple[bool, bool, bool]:
         """(inside a fusion, silenced, bytes unobserved): what a computation's costs depend on
         besides its instructions."""
-        in_fusion = self.module.by_name[name].is_fusion_body or name in self.info.fusion_bodies
+        name = comp.name
+        in_fusion = comp.is_fusion_body or name in self.info.fusion_bodies
         return in_fusion, self.view != "exact" and name in self.info.silenced, name in self.unobserved
 
     def _classes(self, order: list[str]) -> dict[str, int]:
@@ -159,23 +169,19 @@ class Evaluation:
             comp = by_name[name]
             if comp.is_entry:
                 continue
-            callers = [site["instruction"] for _, site in calls.get(name, ())]
-            key = (self._context(name), structure_key(comp, classes, callers))
+            sites = calls.get(name)
+            callers = [site["instruction"] for _, site in sites] if sites else ()
+            key = (self._context(comp), structure_key(comp, classes, callers))
             classes[name] = numbers.setdefault(key, len(numbers))
         return classes
 
     # ---- one computation ---------------------------------------------------------------
     def _computation(self, comp: Computation) -> None:
+        """Cost a computation; the first of its class shares its results with the others, if it
+        has results to share."""
         name = comp.name
         cls = self._class.get(name)
-        first = self._costed.get(cls)  # type: ignore[arg-type]
-        if first is not None:
-            self.exact[name] = list(self.exact[first])
-            self.applied[name] = self.applied[first]
-            if first in self.xla:
-                self.xla[name] = self.xla[first]
-            return
-        self._cost_computation(comp, *self._context(name))
+        self._cost_computation(comp, *self._context(comp))
         if cls is None or cls in self._unshared:
             return
         if (name in self.unavailable or isinstance(self.applied[name], str)
@@ -402,7 +408,7 @@ class Evaluation:
                 totals.append(total)  # every partial sum is exact: the order does not matter
                 continue
             if order is None:
-                order = visit_positions(comp, None if self.diagnostics else _adds_to_sums(comp, props))
+                order = visit_positions(comp, None if self.diagnostics else lambda: _adds_to_sums(comp, props))
             totals.append(running_sum(list(map(values.__getitem__, order))))
         self.xla[comp.name] = tuple(totals)
         if self.diagnostics:

@@ -17,11 +17,12 @@ def visit_order(computation: Computation) -> list[Instruction]:
     return [instructions[i] for i in visit_positions(computation)]
 
 
-def visit_positions(computation: Computation, kept: Sequence[bool] | None = None) -> list[int]:
-    """`visit_order` as positions in `computation.instructions`. With `kept` (a flag per
-    instruction), only the order of the kept instructions is asked for: the others must have no
-    operands (a leaf that adds nothing to a sum), and may be left out of the answer. Leaving a leaf
-    out changes nothing in the order of the rest: walking it walks only itself."""
+def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]] | None = None) -> list[int]:
+    """`visit_order` as positions in `computation.instructions`. With `kept` (which gives a flag
+    per instruction, asked for only where the walk does not follow the text order), only the order
+    of the kept instructions is asked for: the others must have no operands (a leaf that adds
+    nothing to a sum), and may be left out of the answer. Leaving a leaf out changes nothing in the
+    order of the rest: walking it walks only itself."""
     instructions = computation.instructions
     n = len(instructions)
     operands = list(map(_OPERANDS, instructions))  # names; turned into positions on expansion
@@ -30,15 +31,19 @@ def visit_positions(computation: Computation, kept: Sequence[bool] | None = None
         for i, inst in enumerate(instructions):
             if "control-predecessors" in inst.attributes:
                 operands[i] = inst.operands + _control_predecessors(inst)
-    if n and computation.root is instructions[-1] and (kept is None or kept[-1]):
-        # The setup runs in C (map, zip, compress): a computation can hold 30k instructions.
-        positions = list(range(n)) if kept is None else list(compress(range(n), kept))
-        names = map(_NAME, map(instructions.__getitem__, positions))
-        if _walked_in_text_order(dict(zip(names, range(len(positions)))).get,
-                                 list(map(operands.__getitem__, positions))):
-            return positions
     position = dict(zip(map(_NAME, instructions), range(n)))
     get = position.get
+    if n and computation.root is instructions[-1]:
+        if _walked_in_text_order(get, operands):
+            return list(range(n))
+        flags = kept() if kept is not None else None
+        if flags is not None and flags[-1]:  # the same check without the leaves left out
+            # The setup runs in C (map, zip, compress): a computation can hold 30k instructions.
+            positions = list(compress(range(n), flags))
+            names = map(_NAME, map(instructions.__getitem__, positions))
+            if _walked_in_text_order(dict(zip(names, range(len(positions)))).get,
+                                     list(map(operands.__getitem__, positions))):
+                return positions
     used = set(chain.from_iterable(operands))
     root = get(computation.root.name, n - 1)
     unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
