@@ -33,7 +33,7 @@ from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
 from analysis.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
 from analysis.cost.shapes import UNBOUNDED, producer_tokens
-from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved, module_descendants
+from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved
 from analysis.xla import diagnostics as xla_diagnostics
 from analysis.xla.float32 import add, f32, mul, running_sum
 from analysis.xla.order import visit_positions
@@ -52,20 +52,26 @@ class ModuleInfo:
     silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
 
 
-def module_info(module: Module, *, silenced: bool = True) -> ModuleInfo:
-    """The fusion bodies, and with `silenced` the silenced ones (only view "xla" reads them)."""
+def module_info(module: Module, order: list[str], *, silenced: bool = True) -> ModuleInfo:
+    """The fusion bodies, and with `silenced` the silenced ones (only view "xla" reads them).
+    `order` is module_bottom_up(module): walked from the callers down, everything a fusion body
+    runs (a while or call inside it too) is inside the fusion, and so below a silenced body."""
+    calls = call_table(module).calls
+    by_name = module.by_name
     bodies: set[str] = set()
     quiet: set[str] = set()
-    by_name = module.by_name
-    for sites in call_table(module).calls.values():
+    for name in reversed(order):  # callers first: whether a computation is inside is known before its callees
+        sites = calls.get(name)
+        if not sites:
+            continue
+        inside, hushed = name in bodies, name in quiet
         for callee, site in sites:
-            if site["role"] != CallRole.FUSION or callee not in by_name:
-                continue
-            bodies.add(callee)
-            if silenced and custom_fusion_gather_or_scatter(site["instruction"], by_name[callee]) is not None:
+            if inside or (site["role"] == CallRole.FUSION and callee in by_name):
+                bodies.add(callee)
+            if hushed or (silenced and site["role"] == CallRole.FUSION and callee in by_name
+                          and custom_fusion_gather_or_scatter(site["instruction"], by_name[callee]) is not None):
                 quiet.add(callee)
-    # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
-    return ModuleInfo(frozenset(module_descendants(module, bodies)), frozenset(module_descendants(module, quiet)))
+    return ModuleInfo(frozenset(bodies), frozenset(quiet))
 
 
 def has_unbounded_shapes(computations: Iterable[Computation]) -> bool:
@@ -111,9 +117,9 @@ class Evaluation:
         self.module = module
         self.view = view
         self.diagnostics = diagnostics
-        self.info = module_info(module, silenced=view != "exact")
-        # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
         order = [name for name in module_bottom_up(module) if name in module.by_name]
+        self.info = module_info(module, order, silenced=view != "exact")
+        # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
         self.unobserved = set() if diagnostics else module_bytes_unobserved(module, order)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
@@ -268,8 +274,8 @@ class Evaluation:
     def _with_callees(self, key: tuple, inst: Instruction) -> tuple | None:
         """The memo key with the callees' classes, or None when a callee has no results to share
         (a reason from it must reach this computation, naming its instructions)."""
-        classes = tuple(self._class.get(site.computation) for site in inst.calls)
-        if not all(c in self._costed for c in classes):
+        classes = tuple(map(self._class.get, map(_CALLEE, inst.calls)))
+        if not all(map(self._costed.__contains__, classes)):
             return None
         return key + classes
 
@@ -436,6 +442,7 @@ def _adds_to_sums(comp: Computation, props: list[tuple]) -> list[bool]:
 
 
 _NOTHING = (0, 0, 0, 0)
+_CALLEE = attrgetter("computation")
 _OPERANDS = attrgetter("operands")
 
 

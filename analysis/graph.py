@@ -192,10 +192,9 @@ def module_bottom_up(module: Module) -> list[str]:
     callee before its callers (post-order of a depth-first walk; a cycle raises as bottom_up
     does)."""
     calls = call_table(module).calls
-    names = list(module.by_name) + [callee for sites in calls.values() for callee, _ in sites]
     state: dict[str, int] = {}  # 1: on the stack, 2: done
     order: list[str] = []
-    for root in names:
+    for root in module.by_name:  # a callee that names no computation is met through its caller
         if root in state:
             continue
         state[root] = 1
