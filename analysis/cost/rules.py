@@ -451,7 +451,8 @@ LOCAL_RULES = {
     _free: Reads(), _transcendental: Reads(WITH_BYTES), _elementwise: Reads(WITH_BYTES),
     _default: Reads(WITH_BYTES), _all_reduce: Reads(ALWAYS), _slice: Reads(ALWAYS), _dynamic_slice: Reads(ALWAYS),
     _dynamic_update_slice: Reads(ALWAYS), _gather: Reads(ALWAYS), _transpose: Reads(ALWAYS, ("dimensions",)),
-    _dot: Reads(ALWAYS, ("lhs_contracting_dims",)),  # the flops read the lhs contracting dimensions only
+    # the flops read the lhs contracting dimensions only, but all four are decoded
+    _dot: Reads(ALWAYS, ("lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims")),
     _reduce: Reads(ALWAYS, callees=True),
     _fusion: Reads(attributes=("kind",), callees=True),  # the body, never the fusion's operands
 }
