@@ -23,7 +23,7 @@ import weakref
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import networkx as nx
 
@@ -129,6 +129,7 @@ class Evaluation:
         self._callee_total = self.applied.get
         self._same_charge: dict[tuple, tuple] = {}
         self._local: dict[tuple, dict[tuple, tuple]] = {}
+        self._plans = {unread: _memo_plans(unread) for unread in (False, True)}  # per bytes_unread
         # Computations of one structure (analysis.cost.classes) in one context cost the same: the
         # first of a class is costed, the others get its results where it has results to share
         # (nothing uncounted, XLA's totals known: no reason that names one of its instructions).
@@ -209,25 +210,26 @@ class Evaluation:
         # context (LOCAL_RULES).
         local = None if silenced or self.unbounded or self.diagnostics else self._local.setdefault(
             (in_fusion, unobserved), {})
+        plans = self._plans[bytes_unread] if local is not None else {}
         token = producer_tokens(comp).__getitem__ if local is not None else None
         for inst in comp.instructions:
             op = inst.opcode
-            fn = RULES.get(op)
-            reads = LOCAL_RULES.get(fn)  # type: ignore[arg-type]
+            plan = plans.get(op)
             key: tuple | None = None
-            if local is not None and reads is not None and len(inst.operands) >= OPERANDS[op]:
-                if reads.operands == NEVER or (bytes_unread and reads.operands == WITH_BYTES):  # none read
-                    key = (op, id(inst.shape))
-                else:
+            if plan is not None and len(inst.operands) >= plan.least:
+                if plan.operands:
                     key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
-                if reads.attributes:
-                    key += tuple(map(inst.attributes.get, reads.attributes))
-                if reads.callees:
+                else:
+                    key = (op, id(inst.shape))
+                if plan.attributes:
+                    key += tuple(map(inst.attributes.get, plan.attributes))
+                if plan.callees:
                     key = self._with_callees(key, inst)
             if key is not None:
-                known = local.get(key)
+                known = local.get(key)  # type: ignore[union-attr]
                 if known is None:
-                    known = local[key] = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)[:2]
+                    known = local[key] = self._charged(  # type: ignore[index]
+                        comp, inst, plan.rule, in_fusion, unobserved, bytes_unread)[:2]  # type: ignore[union-attr]
                 cost = known[0]
                 if estimate:
                     props.append(known[1])
@@ -239,7 +241,7 @@ class Evaluation:
             elif silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
                 costs.append(OpCost(ZERO))
                 continue
-            elif fn is None:
+            elif (fn := RULES.get(op)) is None:
                 cost = OpCost(uncounted=f"unknown opcode {op!r}")
                 self._unavailable(comp, f"no rule for opcode {op!r} ({inst.name}, line {inst.line})")
             elif len(inst.operands) < OPERANDS[op]:
@@ -433,6 +435,27 @@ class Evaluation:
         if self.diagnostics:
             totals.update(self.xla_keys[comp.name])
         return totals
+
+
+class _Plan(NamedTuple):
+    """How the memo of costs keys one opcode's instructions (see LOCAL_RULES)."""
+
+    rule: Any
+    least: int  # operands: an instruction with fewer is malformed, and costed on its own
+    operands: bool  # the key holds the operands (no: the rule reads none here)
+    attributes: tuple[str, ...]
+    callees: bool
+
+
+def _memo_plans(bytes_unread: bool) -> dict[str, _Plan]:
+    """The plan of each opcode whose rule is in LOCAL_RULES, where bytes are read or not."""
+    plans = {}
+    for op, fn in RULES.items():
+        reads = LOCAL_RULES.get(fn)
+        if reads is not None:
+            operands = not (reads.operands == NEVER or (bytes_unread and reads.operands == WITH_BYTES))
+            plans[op] = _Plan(fn, OPERANDS[op], operands, reads.attributes, reads.callees)
+    return plans
 
 
 def _adds_to_sums(comp: Computation, props: list[tuple]) -> list[bool]:
