@@ -70,11 +70,11 @@ def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]]
     return order
 
 
-def _walked_in_text_order(position: Callable[[str], int | None], operands: list[tuple[str, ...]]) -> bool:
+def _walked_in_text_order(position: Callable[[str, int], int], operands: list[tuple[str, ...]]) -> bool:
     """Does the post-order walk from the last instruction (the root) alone visit every
     instruction, in text order? It almost always does (XLA prints a computation in post-order),
-    and this check costs half the walk. `position` gives an operand's position, or None for a
-    name the walk skips (one that names no instruction, or a leaf left out).
+    and this check costs half the walk. `position(name, -1)` gives an operand's position, or -1
+    for a name the walk skips (one that names no instruction, or a leaf left out).
 
     If it does, the walk that starts at instruction v, when everything before position first[v]
     is done, finishes the instructions first[v] .. v in turn: each operand at or after the
@@ -85,13 +85,15 @@ def _walked_in_text_order(position: Callable[[str], int | None], operands: list[
     another start) says no, and the caller walks."""
     first = [-1] * len(operands)
     first[-1] = 0
-    for v in range(len(operands) - 1, -1, -1):
+    v = len(operands)
+    for names in reversed(operands):
+        v -= 1
         at = first[v]
         if at < 0:
             return False
-        for name in operands[v]:
-            k = position(name)
-            if k is not None and k >= at:  # not done yet: walked now, from here
+        for name in names:
+            k = position(name, -1)
+            if k >= at:  # not done yet: walked now, from here
                 if first[k] >= 0:
                     return False
                 first[k] = at
