@@ -23,7 +23,7 @@ import weakref
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import networkx as nx
 
@@ -409,7 +409,7 @@ class Evaluation:
     def _xla_sum(self, comp: Computation, props: list[tuple], keys: list[dict[str, Any]]) -> None:
         """A computation's totals: one float32 running sum per key, in XLA's visit order."""
         totals = []
-        order: list[int] | None = None
+        order: Sequence[int] | None = None
         for values in zip(*props) if props else ((), (), (), ()):
             total = sum(values)
             if type(total) is int and sum(map(abs, values)) <= F32_EXACT:
@@ -417,7 +417,7 @@ class Evaluation:
                 continue
             if order is None:
                 order = visit_positions(comp, None if self.diagnostics else lambda: _adds_to_sums(comp, props))
-            totals.append(running_sum(list(map(values.__getitem__, order))))
+            totals.append(running_sum(values if order == range(len(values)) else list(map(values.__getitem__, order))))
         self.xla[comp.name] = tuple(totals)
         if self.diagnostics:
             sums: dict[str, Any] = {}

@@ -17,8 +17,9 @@ def visit_order(computation: Computation) -> list[Instruction]:
     return [instructions[i] for i in visit_positions(computation)]
 
 
-def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]] | None = None) -> list[int]:
-    """`visit_order` as positions in `computation.instructions`. With `kept` (which gives a flag
+def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]] | None = None) -> Sequence[int]:
+    """`visit_order` as positions in `computation.instructions` (`range(n)` when it is the text
+    order, as it almost always is). With `kept` (which gives a flag
     per instruction, asked for only where the walk does not follow the text order), only the order
     of the kept instructions is asked for: the others must have no operands (a leaf that adds
     nothing to a sum), and may be left out of the answer. Leaving a leaf out changes nothing in the
@@ -35,7 +36,7 @@ def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]]
     get = position.get
     if n and computation.root is instructions[-1]:
         if _walked_in_text_order(get, operands):
-            return list(range(n))
+            return range(n)
         flags = kept() if kept is not None else None
         if flags is not None and flags[-1]:  # the same check without the leaves left out
             # The setup runs in C (map, zip, compress): a computation can hold 30k instructions.
