@@ -227,16 +227,17 @@ class Evaluation:
                     key = self._with_callees(key, inst)
             if key is not None:
                 known = local.get(key)  # type: ignore[union-attr]
-                if known is None:
-                    known = local[key] = self._charged(  # type: ignore[index]
-                        comp, inst, plan.rule, in_fusion, unobserved, bytes_unread)[:2]  # type: ignore[union-attr]
+                if known is None:  # (cost, what it adds to XLA's sums, its flops, its transcendentals)
+                    cost, prop, _ = self._charged(comp, inst, plan.rule, in_fusion, unobserved,  # type: ignore[union-attr]
+                                                  bytes_unread)
+                    known = local[key] = (cost, prop, cost.cost.flops, cost.cost.transcendentals)  # type: ignore[index]
                 cost = known[0]
                 if estimate:
                     props.append(known[1])
                 if not inst.calls and applied_failed is None:  # counted (never uncounted), no callee
                     costs.append(cost)
-                    applied_flops += cost.cost.flops
-                    applied_transcendentals += cost.cost.transcendentals
+                    applied_flops += known[2]
+                    applied_transcendentals += known[3]
                     continue
             elif silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
                 costs.append(OpCost(ZERO))
