@@ -20,6 +20,7 @@ conditional's branches by their per-key maximum).
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
@@ -166,15 +167,18 @@ class Evaluation:
         return in_fusion, self.view != "exact" and name in self.info.silenced, name in self.unobserved
 
     def _classes(self, order: list[str]) -> dict[str, int]:
-        """Each computation's class but ENTRY's: one number per distinct (context, structure),
-        callees (earlier in `order`) by their class."""
+        """The class of each computation that may share one: one number per distinct (context,
+        structure), callees (earlier in `order`) by their class. ENTRY, and a computation whose
+        number of instructions no other has, cannot share: they get none (the key of a large
+        one costs a good part of costing it)."""
         calls = call_table(self.module).calls
         by_name = self.module.by_name
+        sizes = Counter(len(by_name[name].instructions) for name in order)
         classes: dict[str, int] = {}
         numbers: dict[tuple, int] = {}
         for name in order:
             comp = by_name[name]
-            if comp.is_entry:
+            if comp.is_entry or sizes[len(comp.instructions)] < 2:
                 continue
             sites = calls.get(name)
             callers = [site["instruction"] for _, site in sites] if sites else ()
