@@ -20,19 +20,21 @@ conditional's branches by their per-key maximum).
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from operator import attrgetter
-from typing import Any
+from operator import attrgetter, or_
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import networkx as nx
 
+from analysis.cost.classes import structure_key
 from analysis.cost.costs import ZERO, Cost, OpCost
 from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
 from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from analysis.cost.rules import ALWAYS, LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, custom_fusion_gather_or_scatter
-from analysis.cost.shapes import UNBOUNDED, produced_size
-from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved, module_descendants
+from analysis.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
+from analysis.cost.shapes import UNBOUNDED, producer_tokens
+from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved
 from analysis.xla import diagnostics as xla_diagnostics
 from analysis.xla.float32 import add, f32, mul, running_sum
 from analysis.xla.order import visit_positions
@@ -51,24 +53,32 @@ class ModuleInfo:
     silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
 
 
-def module_info(module: Module) -> ModuleInfo:
+def module_info(module: Module, order: list[str], *, silenced: bool = True) -> ModuleInfo:
+    """The fusion bodies, and with `silenced` the silenced ones (only view "xla" reads them).
+    `order` is module_bottom_up(module): walked from the callers down, everything a fusion body
+    runs (a while or call inside it too) is inside the fusion, and so below a silenced body."""
+    calls = call_table(module).calls
+    by_name = module.by_name
     bodies: set[str] = set()
-    silenced: set[str] = set()
-    for caller, sites in call_table(module).calls.items():
+    quiet: set[str] = set()
+    for name in reversed(order):  # callers first: whether a computation is inside is known before its callees
+        sites = calls.get(name)
+        if not sites:
+            continue
+        inside, hushed = name in bodies, name in quiet
         for callee, site in sites:
-            if site["role"] != CallRole.FUSION or callee not in module.by_name:
-                continue
-            bodies.add(callee)
-            if custom_fusion_gather_or_scatter(site["instruction"], module.by_name[callee]) is not None:
-                silenced.add(callee)
-    # Everything a fusion body runs (a while or call inside it too) is inside the fusion.
-    return ModuleInfo(frozenset(module_descendants(module, bodies)), frozenset(module_descendants(module, silenced)))
+            if inside or (site["role"] == CallRole.FUSION and callee in by_name):
+                bodies.add(callee)
+            if hushed or (silenced and site["role"] == CallRole.FUSION and callee in by_name
+                          and custom_fusion_gather_or_scatter(site["instruction"], by_name[callee]) is not None):
+                quiet.add(callee)
+    return ModuleInfo(frozenset(bodies), frozenset(quiet))
 
 
-def has_unbounded_shapes(module: Module) -> bool:
+def has_unbounded_shapes(computations: Iterable[Computation]) -> bool:
     """Does any instruction's shape have an unbounded `?` dimension (each distinct shape once)."""
     distinct: dict[int, Any] = {}
-    for comp in module.computations:  # in C: a module has far fewer shapes than instructions
+    for comp in computations:  # in C: a module has far fewer shapes than instructions
         shapes = list(map(_SHAPE, comp.instructions))
         distinct.update(zip(map(id, shapes), shapes))
     stack = list(distinct.values())
@@ -108,10 +118,9 @@ class Evaluation:
         self.module = module
         self.view = view
         self.diagnostics = diagnostics
-        self.info = module_info(module)
-        self.unbounded = view == "exact" and has_unbounded_shapes(module)
+        order = [name for name in module_bottom_up(module) if name in module.by_name]
+        self.info = module_info(module, order, silenced=view != "exact")
         # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
-        order = module_bottom_up(module)
         self.unobserved = set() if diagnostics else module_bytes_unobserved(module, order)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
@@ -121,57 +130,123 @@ class Evaluation:
         self._callee_total = self.applied.get
         self._same_charge: dict[tuple, tuple] = {}
         self._local: dict[tuple, dict[tuple, tuple]] = {}
+        self._plans = {unread: _memo_plans(unread) for unread in (False, True)}  # per bytes_unread
+        # Computations of one structure (analysis.cost.classes) in one context cost the same: the
+        # first of a class is costed, the others get its results where it has results to share
+        # (nothing uncounted, XLA's totals known: no reason that names one of its instructions).
+        self._class = {} if diagnostics else self._classes(order)  # ENTRY has none
+        self._costed: dict[int, str] = {}  # class -> the computation whose results it shares
+        self._unshared: set[int] = set()  # classes whose first computation has none to share
+        # Computations of one class hold the same shape objects: one of each class is looked at.
+        firsts = {cls: name for name, cls in reversed(self._class.items())}
+        looked_at = set(firsts.values()) | (module.by_name.keys() - self._class.keys())
+        self.unbounded = view == "exact" and has_unbounded_shapes(
+            comp for comp in module.computations if comp.name in looked_at)
+        exact, applied, xla = self.exact, self.applied, self.xla
+        first_of, class_of = self._costed.get, self._class.get
         for name in order:
-            if name in module.by_name:
+            first = first_of(class_of(name))  # type: ignore[arg-type]
+            if first is None:
                 self._computation(module.by_name[name])
+            else:  # the results of the first computation of its class
+                exact[name] = list(exact[first])
+                applied[name] = applied[first]
+                if first in xla:
+                    xla[name] = xla[first]
 
     @property
     def graph(self) -> nx.MultiDiGraph:
         """The module's networkx call graph (the pass itself walks analysis.graph.call_table)."""
         return call_graph(self.module)
 
+    def _context(self, comp: Computation) -> tuple[bool, bool, bool]:
+        """(inside a fusion, silenced, bytes unobserved): what a computation's costs depend on
+        besides its instructions."""
+        name = comp.name
+        in_fusion = comp.is_fusion_body or name in self.info.fusion_bodies
+        return in_fusion, self.view != "exact" and name in self.info.silenced, name in self.unobserved
+
+    def _classes(self, order: list[str]) -> dict[str, int]:
+        """The class of each computation that may share one: one number per distinct (context,
+        structure), callees (earlier in `order`) by their class. ENTRY, and a computation whose
+        number of instructions no other has, cannot share: they get none (the key of a large
+        one costs a good part of costing it)."""
+        calls = call_table(self.module).calls
+        by_name = self.module.by_name
+        sizes = Counter(len(by_name[name].instructions) for name in order)
+        classes: dict[str, int] = {}
+        numbers: dict[tuple, int] = {}
+        for name in order:
+            comp = by_name[name]
+            if comp.is_entry or sizes[len(comp.instructions)] < 2:
+                continue
+            sites = calls.get(name)
+            callers = [site["instruction"] for _, site in sites] if sites else ()
+            key = (self._context(comp), structure_key(comp, classes, callers))
+            classes[name] = numbers.setdefault(key, len(numbers))
+        return classes
+
     # ---- one computation ---------------------------------------------------------------
     def _computation(self, comp: Computation) -> None:
-        exact_view = self.view == "exact"
-        in_fusion = comp.is_fusion_body or comp.name in self.info.fusion_bodies
-        silenced = not exact_view and comp.name in self.info.silenced
-        estimate = exact_view  # XLA's float32 view is read from the exact evaluation only
-        unobserved = comp.name in self.unobserved
+        """Cost a computation; the first of its class shares its results with the others, if it
+        has results to share."""
+        name = comp.name
+        cls = self._class.get(name)
+        self._cost_computation(comp, *self._context(comp))
+        if cls is None or cls in self._unshared:
+            return
+        if (name in self.unavailable or isinstance(self.applied[name], str)
+                or any(cost.uncounted is not None for cost in self.exact[name])):
+            self._unshared.add(cls)
+        else:
+            self._costed[cls] = name
+
+    def _cost_computation(self, comp: Computation, in_fusion: bool, silenced: bool, unobserved: bool) -> None:
+        estimate = self.view == "exact"  # XLA's float32 view is read from the exact evaluation only
         bytes_unread = in_fusion and unobserved  # no view reads the bytes: the rules skip them
         costs: list[OpCost] = []
         props: list[tuple] = []
         keys: list[dict[str, Any]] = []
         applied_flops = applied_transcendentals = 0
         applied_failed: str | None = None
-        # Most instructions' rules read only the opcode, the shape and the operands' sizes: each
-        # distinct (opcode, shape, operand sizes) is costed once per context (LOCAL_RULES).
+        # Most instructions' rules read only the opcode, the shape, the operands' shapes and sizes
+        # and maybe an attribute or the callees: each distinct combination is costed once per
+        # context (LOCAL_RULES).
         local = None if silenced or self.unbounded or self.diagnostics else self._local.setdefault(
             (in_fusion, unobserved), {})
-        by_name = comp.by_name
+        plans = self._plans[bytes_unread] if local is not None else {}
+        token = producer_tokens(comp).__getitem__ if local is not None else None
         for inst in comp.instructions:
             op = inst.opcode
-            fn = RULES.get(op)
-            reads = LOCAL_RULES.get(fn)  # type: ignore[arg-type]
-            if local is not None and reads is not None:
-                if reads == NEVER or (bytes_unread and reads != ALWAYS):  # no operand is read
-                    key: tuple = (op, id(inst.shape))
+            plan = plans.get(op)
+            key: tuple | None = None
+            if plan is not None and len(inst.operands) >= plan.least:
+                if plan.operands:
+                    key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
                 else:
-                    key = (op, id(inst.shape), *[produced_size(by_name[o]) for o in inst.operands])
-                known = local.get(key)
-                if known is None:
-                    known = local[key] = self._charged(comp, inst, fn, in_fusion, unobserved, bytes_unread)[:2]
+                    key = (op, id(inst.shape))
+                if plan.attributes:
+                    key += tuple(map(inst.attributes.get, plan.attributes))
+                if plan.callees:
+                    key = self._with_callees(key, inst)
+            if key is not None:
+                known = local.get(key)  # type: ignore[union-attr]
+                if known is None:  # (cost, what it adds to XLA's sums, its flops, its transcendentals)
+                    cost, prop, _ = self._charged(comp, inst, plan.rule, in_fusion, unobserved,  # type: ignore[union-attr]
+                                                  bytes_unread)
+                    known = local[key] = (cost, prop, cost.cost.flops, cost.cost.transcendentals)  # type: ignore[index]
                 cost = known[0]
                 if estimate:
                     props.append(known[1])
                 if not inst.calls and applied_failed is None:  # counted (never uncounted), no callee
                     costs.append(cost)
-                    applied_flops += cost.cost.flops
-                    applied_transcendentals += cost.cost.transcendentals
+                    applied_flops += known[2]
+                    applied_transcendentals += known[3]
                     continue
             elif silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
                 costs.append(OpCost(ZERO))
                 continue
-            elif fn is None:
+            elif (fn := RULES.get(op)) is None:
                 cost = OpCost(uncounted=f"unknown opcode {op!r}")
                 self._unavailable(comp, f"no rule for opcode {op!r} ({inst.name}, line {inst.line})")
             elif len(inst.operands) < OPERANDS[op]:
@@ -202,6 +277,14 @@ class Evaluation:
             applied_flops, applied_transcendentals, 0)
         if estimate and comp.name not in self.unavailable:
             self._xla_sum(comp, props, keys)
+
+    def _with_callees(self, key: tuple, inst: Instruction) -> tuple | None:
+        """The memo key with the callees' classes, or None when a callee has no results to share
+        (a reason from it must reach this computation, naming its instructions)."""
+        classes = tuple(map(self._class.get, map(_CALLEE, inst.calls)))
+        if not all(map(self._costed.__contains__, classes)):
+            return None
+        return key + classes
 
     def _charged(self, comp: Computation, inst: Instruction, fn: Any, in_fusion: bool, unobserved: bool,
                  bytes_unread: bool) -> tuple[OpCost, tuple | None, Charge]:
@@ -331,15 +414,15 @@ class Evaluation:
     def _xla_sum(self, comp: Computation, props: list[tuple], keys: list[dict[str, Any]]) -> None:
         """A computation's totals: one float32 running sum per key, in XLA's visit order."""
         totals = []
-        order: list[int] | None = None
+        order: Sequence[int] | None = None
         for values in zip(*props) if props else ((), (), (), ()):
             total = sum(values)
             if type(total) is int and sum(map(abs, values)) <= F32_EXACT:
                 totals.append(total)  # every partial sum is exact: the order does not matter
                 continue
             if order is None:
-                order = visit_positions(comp)
-            totals.append(running_sum(list(map(values.__getitem__, order))))
+                order = visit_positions(comp, None if self.diagnostics else lambda: _adds_to_sums(comp, props))
+            totals.append(running_sum(values if order == range(len(values)) else list(map(values.__getitem__, order))))
         self.xla[comp.name] = tuple(totals)
         if self.diagnostics:
             sums: dict[str, Any] = {}
@@ -357,6 +440,38 @@ class Evaluation:
         if self.diagnostics:
             totals.update(self.xla_keys[comp.name])
         return totals
+
+
+class _Plan(NamedTuple):
+    """How the memo of costs keys one opcode's instructions (see LOCAL_RULES)."""
+
+    rule: Any
+    least: int  # operands: an instruction with fewer is malformed, and costed on its own
+    operands: bool  # the key holds the operands (no: the rule reads none here)
+    attributes: tuple[str, ...]
+    callees: bool
+
+
+def _memo_plans(bytes_unread: bool) -> dict[str, _Plan]:
+    """The plan of each opcode whose rule is in LOCAL_RULES, where bytes are read or not."""
+    plans = {}
+    for op, fn in RULES.items():
+        reads = LOCAL_RULES.get(fn)
+        if reads is not None:
+            operands = not (reads.operands == NEVER or (bytes_unread and reads.operands == WITH_BYTES))
+            plans[op] = _Plan(fn, OPERANDS[op], operands, reads.attributes, reads.callees)
+    return plans
+
+
+def _adds_to_sums(comp: Computation, props: list[tuple]) -> list[bool]:
+    """Per instruction: has it operands, or does it add something to a sum? (The float32 running
+    sums do not depend on where a zero is added; XLA's order then matters for the others only.)"""
+    return list(map(or_, map(bool, map(_OPERANDS, comp.instructions)), map(_NOTHING.__ne__, props)))
+
+
+_NOTHING = (0, 0, 0, 0)
+_CALLEE = attrgetter("computation")
+_OPERANDS = attrgetter("operands")
 
 
 def _f32_sum(terms: tuple) -> Any:

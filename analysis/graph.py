@@ -145,20 +145,6 @@ def call_sites(graph: nx.MultiDiGraph, callee: str) -> Iterator[tuple[str, Instr
 BYTES_STOP_AT = frozenset({CallRole.FUSION, CallRole.TO_APPLY, CallRole.CUSTOM_CALL})
 
 
-def _unobserved(entry: str, edges: Iterable[tuple[str, str, CallRole]], order: list[str]) -> set[str]:
-    callers: dict[str, list[tuple[str, CallRole]]] = {}
-    for caller, callee, role in edges:
-        callers.setdefault(callee, []).append((caller, role))
-    unobserved: set[str] = set()
-    for name in reversed(order):  # callers first
-        calls = callers.get(name)
-        if name == entry or not calls:
-            continue
-        if all(role in BYTES_STOP_AT or caller in unobserved for caller, role in calls):
-            unobserved.add(name)
-    return unobserved
-
-
 # ---- the same call sites as plain dicts ------------------------------------------------------
 Site = dict  # {"role": CallRole, "instruction": Instruction, "index": int}, as on a graph edge
 
@@ -192,13 +178,6 @@ def call_table(module: Module) -> CallTable:
     return table
 
 
-def module_edges(module: Module) -> Iterator[tuple[str, str, CallRole]]:
-    """(caller, callee, role) of every call site, in the graph's edge order."""
-    for caller, sites in call_table(module).calls.items():
-        for callee, site in sites:
-            yield caller, callee, site["role"]
-
-
 def module_control_order(module: Module) -> list[str]:
     """`control_order(call_graph(module))` from the call table."""
     table = call_table(module)
@@ -213,10 +192,9 @@ def module_bottom_up(module: Module) -> list[str]:
     callee before its callers (post-order of a depth-first walk; a cycle raises as bottom_up
     does)."""
     calls = call_table(module).calls
-    names = list(module.by_name) + [callee for sites in calls.values() for callee, _ in sites]
     state: dict[str, int] = {}  # 1: on the stack, 2: done
     order: list[str] = []
-    for root in names:
+    for root in module.by_name:  # a callee that names no computation is met through its caller
         if root in state:
             continue
         state[root] = 1
@@ -254,5 +232,15 @@ def module_descendants(module: Module, roots: Iterable[str]) -> set[str]:
 def module_bytes_unobserved(module: Module, order: list[str]) -> set[str]:
     """Computations whose XLA bytes total no caller ever reads: every call of them goes through
     a role in BYTES_STOP_AT or comes from a computation that is itself unobserved. `order` is
-    `module_bottom_up(module)`."""
-    return _unobserved(module.entry_name, module_edges(module), order)
+    `module_bottom_up(module)`. Walked from the callers down: ENTRY and the computations nobody
+    calls are observed, and so is whatever an observed one calls through another role."""
+    calls = call_table(module).calls
+    called = {callee for sites in calls.values() for callee, _ in sites}
+    observed = {name for name in order if name not in called}
+    observed.add(module.entry_name)
+    for name in reversed(order):  # callers first: a computation is decided before its callees
+        if name in observed:
+            for callee, site in calls.get(name, ()):
+                if site["role"] not in BYTES_STOP_AT:
+                    observed.add(callee)
+    return set(order) - observed

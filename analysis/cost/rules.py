@@ -432,12 +432,30 @@ def _custom_call(ctx: Ctx) -> Charge:
 
 KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
 
-# Rules that read nothing but the opcode, the instruction's shape and its operands' sizes
-# (`produced_size`): the engine costs each distinct combination once. The value says when such a
-# rule reads its operands' sizes: never, only where bytes are read (`default_bytes`), or always.
+# Rules that read nothing of an instruction but its opcode, its shape and what `Reads` lists: the
+# engine costs each distinct combination once per context. `operands` says when a rule reads its
+# operands (their shapes and the sizes they produce, `produced_size`): never, only where bytes
+# are read (`default_bytes`), or always; `attributes` are the attribute values it reads, and
+# `callees` whether it reads the computations it calls (by their class: analysis.cost.classes).
 NEVER, WITH_BYTES, ALWAYS = range(3)
-LOCAL_RULES = {_free: NEVER, _transcendental: WITH_BYTES, _elementwise: WITH_BYTES, _default: WITH_BYTES,
-               _all_reduce: ALWAYS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    operands: int = NEVER
+    attributes: tuple[str, ...] = ()
+    callees: bool = False
+
+
+LOCAL_RULES = {
+    _free: Reads(), _transcendental: Reads(WITH_BYTES), _elementwise: Reads(WITH_BYTES),
+    _default: Reads(WITH_BYTES), _all_reduce: Reads(ALWAYS), _slice: Reads(ALWAYS), _dynamic_slice: Reads(ALWAYS),
+    _dynamic_update_slice: Reads(ALWAYS), _gather: Reads(ALWAYS), _transpose: Reads(ALWAYS, ("dimensions",)),
+    # the flops read the lhs contracting dimensions only, but all four are decoded
+    _dot: Reads(ALWAYS, ("lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims")),
+    _reduce: Reads(ALWAYS, callees=True),
+    _fusion: Reads(attributes=("kind",), callees=True),  # the body, never the fusion's operands
+}
 
 
 class MalformedInstruction(ValueError):

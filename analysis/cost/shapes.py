@@ -10,6 +10,8 @@ the default layout from XLA's text parser, so its size is counted like any other
 from __future__ import annotations
 
 import re
+from itertools import compress
+from operator import attrgetter
 
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Shape
 
@@ -105,6 +107,20 @@ def produced_size(producer: Instruction) -> int:
     return size(producer.shape, op != "constant")
 
 
+def producer_tokens(computation: Computation) -> dict[str, object]:
+    """Per instruction name, a value that stands for both the shape an instruction produces and
+    `produced_size` of it: its shape's id (the parser shares one Shape per distinct shape text),
+    tagged with the opcode where `produced_size` reads it (constant, send, recv). Built in C
+    loops: the engine keys its memo of costs on these."""
+    instructions = computation.instructions
+    tokens: dict[str, object] = dict(zip(map(_NAME, instructions), map(id, map(_SHAPE, instructions))))
+    for inst in compress(instructions, map(_SIZED_BY_OPCODE.__contains__, map(_OPCODE, instructions))):
+        tokens[inst.name] = (inst.opcode, id(inst.shape))
+    return tokens
+
+
+_SIZED_BY_OPCODE = frozenset({"constant", "send", "recv"})  # the opcodes produced_size reads
+_NAME, _OPCODE, _SHAPE = attrgetter("name"), attrgetter("opcode"), attrgetter("shape")
 _OUTPUT_SIZES: dict[int, tuple[Shape, int]] = {}
 
 

@@ -13,6 +13,7 @@ float32 addition and multiplication give. Anything else goes through numpy.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -78,7 +79,7 @@ def mul(a: Value, b: Value) -> Value:
     return _back(np.float32(a) * np.float32(b))
 
 
-def running_sum(values: list[Value]) -> Value:
+def running_sum(values: Sequence[Value]) -> Value:
     """float32 values added one by one, left to right, in float32 (numpy's accumulate is a
     sequential loop, unlike its pairwise sum). Each value is exact as a double, and so in the
     float32 array."""

@@ -3,8 +3,9 @@ are added up in this order, so a different order can give a different float32 to
 
 from __future__ import annotations
 
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, contains
+from typing import Callable, Sequence
 
 from hloparse.ir import Computation, Instruction
 
@@ -16,24 +17,38 @@ def visit_order(computation: Computation) -> list[Instruction]:
     return [instructions[i] for i in visit_positions(computation)]
 
 
-def visit_positions(computation: Computation) -> list[int]:
-    """`visit_order` as positions in `computation.instructions`."""
+def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]] | None = None) -> Sequence[int]:
+    """`visit_order` as positions in `computation.instructions` (`range(n)` when it is the text
+    order, as it almost always is). With `kept` (which gives a flag
+    per instruction, asked for only where the walk does not follow the text order), only the order
+    of the kept instructions is asked for: the others must have no operands (a leaf that adds
+    nothing to a sum), and may be left out of the answer. Leaving a leaf out changes nothing in the
+    order of the rest: walking it walks only itself."""
     instructions = computation.instructions
     n = len(instructions)
-    # The setup runs in C (map, zip, sets): a computation can hold 30k instructions.
-    position = dict(zip(map(_NAME, instructions), range(n)))
     operands = list(map(_OPERANDS, instructions))  # names; turned into positions on expansion
-    used = set(chain.from_iterable(operands))
     if True in map(contains, map(_ATTRIBUTES, instructions), repeat("control-predecessors")):
+        kept = None  # a control successor is no leaf: keep it simple, keep all
         for i, inst in enumerate(instructions):
             if "control-predecessors" in inst.attributes:
-                predecessors = _control_predecessors(inst)
-                operands[i] = inst.operands + predecessors
-                used.update(predecessors)
-    root = position.get(computation.root.name, n - 1)
+                operands[i] = inst.operands + _control_predecessors(inst)
+    position = dict(zip(map(_NAME, instructions), range(n)))
+    get = position.get
+    if n and computation.root is instructions[-1]:
+        if _walked_in_text_order(get, operands):
+            return range(n)
+        flags = kept() if kept is not None else None
+        if flags is not None and flags[-1]:  # the same check without the leaves left out
+            # The setup runs in C (map, zip, compress): a computation can hold 30k instructions.
+            positions = list(compress(range(n), flags))
+            names = map(_NAME, map(instructions.__getitem__, positions))
+            if _walked_in_text_order(dict(zip(names, range(len(positions)))).get,
+                                     list(map(operands.__getitem__, positions))):
+                return positions
+    used = set(chain.from_iterable(operands))
+    root = get(computation.root.name, n - 1)
     unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
     starts = [i for i in unused if i != root] + [root]
-    get = position.get
     state = bytearray(n)  # 0: not seen, 1: expanded, 2: done
     order: list[int] = []
     for start in starts:
@@ -54,6 +69,39 @@ def visit_positions(computation: Computation) -> list[int]:
                     if k is not None and not state[k]:
                         push(k)
     return order
+
+
+def _walked_in_text_order(position: Callable[[str, int], int], operands: list[tuple[str, ...]]) -> bool:
+    """Does the post-order walk from the last instruction (the root) alone visit every
+    instruction, in text order? It almost always does (XLA prints a computation in post-order),
+    and this check costs half the walk. `position(name, -1)` gives an operand's position, or -1
+    for a name the walk skips (one that names no instruction, or a leaf left out).
+
+    If it does, the walk that starts at instruction v, when everything before position first[v]
+    is done, finishes the instructions first[v] .. v in turn: each operand at or after the
+    position where that walk stands is walked next and must start right there, each operand
+    before it is done already, and the last operand walked must end just before v. Checked from
+    the last instruction down, each instruction's first position being set by the one instruction
+    that walks it; anything else (an operand after its user, an instruction walked twice or never:
+    another start) says no, and the caller walks."""
+    first = [-1] * len(operands)
+    first[-1] = 0
+    v = len(operands)
+    for names in reversed(operands):
+        v -= 1
+        at = first[v]
+        if at < 0:
+            return False
+        for name in names:
+            k = position(name, -1)
+            if k >= at:  # not done yet: walked now, from here
+                if first[k] >= 0:
+                    return False
+                first[k] = at
+                at = k + 1
+        if at != v:
+            return False
+    return True
 
 
 _NAME = attrgetter("name")
