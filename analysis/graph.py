@@ -216,19 +216,6 @@ def module_bottom_up(module: Module) -> list[str]:
     return order
 
 
-def module_descendants(module: Module, roots: Iterable[str]) -> set[str]:
-    """`with_descendants(call_graph(module), roots)` from the call table."""
-    calls = call_table(module).calls
-    found: set[str] = set()
-    stack = list(roots)
-    while stack:
-        name = stack.pop()
-        if name not in found:
-            found.add(name)
-            stack.extend(callee for callee, _ in calls.get(name, ()))
-    return found
-
-
 def module_bytes_unobserved(module: Module, order: list[str]) -> set[str]:
     """Computations whose XLA bytes total no caller ever reads: every call of them goes through
     a role in BYTES_STOP_AT or comes from a computation that is itself unobserved. `order` is
