@@ -154,6 +154,9 @@ class _Numbering:
         # (opcode, id(shape), result attributes) -> the number of that head: an instruction's key
         # is then its head's number and its operands' (short keys hash fast).
         self.heads: dict[tuple, int] = {}
+        # (opcode, id(shape), *attribute items) -> the head's number: a key built without
+        # looking at which attributes matter (`result_attributes`, half the cost of a head).
+        self.head_by_text: dict[tuple, int] = {}
         self.first_applied: dict[int, tuple[tuple[str, ...], int]] = {}  # see `applied`
 
     def shape_key(self, shape: Shape) -> tuple:
@@ -251,42 +254,65 @@ class _Numbering:
             out.shared.add(comp_name)
             numbers = []
         local: dict[str, Number] = {}
-        plain, head, ids, leaves, with_abstract = self._plain, self.head, self.ids, self.leaves, self.with_abstract
+        plain, head_by_text, ids, leaves = self._plain, self.head_by_text, self.ids, self.leaves
+        with_abstract = self.with_abstract
         for inst in comp.instructions:
             opcode = inst.opcode
             if opcode == "parameter":
                 n = parameter_number(inst)
                 value = params[n] if n < len(params) else (self.opaque(("param", comp_name, n), inst.shape),
                                                             self.leaf(inst.shape), False)
-            else:
-                try:
-                    seen = [local[o] for o in inst.operands]
-                except KeyError:  # an operand we cannot see: a value of its own
-                    seen = None
-                if seen and opcode not in NOT_PLAIN and not inst.calls:
-                    # Fast path (most of a module): what `_plain` does for an op that applies nothing.
+                local[inst.name] = value
+                numbers.append(value)
+                continue
+            try:
+                seen = [local[o] for o in inst.operands]
+            except KeyError:  # an operand we cannot see: a value of its own
+                seen = None
+            calls = inst.calls
+            # The computations an op applies (reducers, comparators): none is inlined unless
+            # `appliers` comes out shorter than `calls`.
+            appliers = tuple([s.computation for s in calls if s.role not in INLINED]) if calls else ()
+            if seen is None:
+                tag = ("unseen", comp_name, inst.name)
+                value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
+            elif opcode not in NOT_PLAIN and len(appliers) == len(calls):
+                # Fast path (most of a module): an op computing its value from its operands'.
+                if seen:
                     exacts, abstracts, taints = zip(*seen)  # one pass in C over the operands
-                    exact_key = (head(inst), *exacts)
-                    exact = ids.get(exact_key)
-                    if exact is None:
-                        exact = ids[exact_key] = len(ids)
-                    if not with_abstract:
-                        abstract = exact
-                    elif opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in leaves:
-                        abstract = self.leaf(inst.shape)
-                    elif abstracts == exacts:
-                        abstract = exact
-                    else:
-                        abstract = self.intern((exact_key[0], *abstracts))
-                    value = (exact, abstract, True in taints)
-                elif seen is None:
-                    tag = ("unseen", comp_name, inst.name)
-                    value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
-                elif opcode == "while" or opcode == "conditional" or (
-                        inst.calls and any(s.role in INLINED for s in inst.calls)):
-                    value = yield from self._calling(comp, inst, seen)
                 else:
-                    value = plain(comp, inst, seen)
+                    exacts = abstracts = taints = ()
+                # The head's number, by opcode, Shape object and attribute texts: a cheap key,
+                # finer than the head itself (`head`), so most ops build no head.
+                attributes = inst.attributes
+                head_key = (opcode, id(inst.shape), *attributes.items()) if attributes else (opcode, id(inst.shape))
+                head = head_by_text.get(head_key)
+                if head is None:
+                    head = head_by_text[head_key] = self.head(inst)
+                exact_key = (head, *exacts)
+                exact = ids.get(exact_key)
+                if exact is None:
+                    exact = ids[exact_key] = len(ids)
+                if appliers:
+                    exact = self.applied(exact, appliers)
+                if not with_abstract:
+                    abstract = exact
+                elif exacts and opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) \
+                        and abstracts[0] in leaves:
+                    abstract = self.leaf(inst.shape)
+                elif abstracts == exacts:
+                    abstract = exact
+                else:
+                    abstract = self.intern((head, *abstracts))
+                    if appliers:
+                        abstract = self.applied(abstract, appliers)
+                value = (exact, abstract, True in taints)
+            elif opcode == "copy" and len(seen) == 1:  # a layout change: its operand's value
+                value = seen[0]
+            elif opcode == "while" or opcode == "conditional" or len(appliers) < len(calls):
+                value = yield from self._calling(comp, inst, seen)
+            else:
+                value = plain(comp, inst, seen)
             local[inst.name] = value
             numbers.append(value)
         return local[comp.root.name] if comp.instructions else ((), (), False)
