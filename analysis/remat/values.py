@@ -277,15 +277,15 @@ class _Numbering:
                 value = params[n] if n < len(params) else (self.opaque(("param", comp_name, n), inst.shape),
                                                             self.leaf(inst.shape), False)
             else:
-                try:
-                    exacts = [exact_of[o] for o in operands]
-                except KeyError:  # an operand we cannot see: a value of its own
-                    exacts = None
                 calls = inst.calls
-                # The computations an op applies (reducers, comparators): none is inlined unless
-                # `appliers` comes out shorter than `calls`.
-                appliers = tuple([s.computation for s in calls if s.role not in INLINED]) if calls else ()
-                if exacts is not None and opcode not in NOT_PLAIN and len(appliers) == len(calls):
+                # The computations an op applies (reducers, comparators); `inlines`: it calls a
+                # fusion, a function or a branch.
+                if calls:
+                    appliers = tuple([s.computation for s in calls if s.role not in INLINED])
+                    inlines = len(appliers) < len(calls)
+                else:
+                    appliers, inlines = (), False
+                if not inlines and opcode not in NOT_PLAIN:
                     # Fast path (most of a module): an op computing its value from its operands'.
                     # The head's number, by opcode, Shape object and attribute texts: a cheap key,
                     # finer than the head itself (`head`), so most ops build no head.
@@ -295,18 +295,26 @@ class _Numbering:
                     head = head_by_text.get(head_key)
                     if head is None:
                         head = head_by_text[head_key] = self.head(inst)
-                    exact_key = (head, *exacts)
-                    exact = ids.get(exact_key)
-                    if exact is None:
-                        exact = ids[exact_key] = len(ids)
-                    if appliers:
-                        exact = self.applied(exact, appliers)
-                    exact_of[name] = exact
-                    if with_abstract:
-                        abstract_of[name] = self._abstract(inst, head, exact, exacts, appliers, abstract_of)
-                    if not tainted.isdisjoint(operands):
-                        tainted.add(name)
-                    continue
+                    try:
+                        exact_key = (head, *map(exact_of.__getitem__, operands))
+                    except KeyError:  # an operand we cannot see: a value of its own (below)
+                        exact_key = None
+                    if exact_key is not None:
+                        exact = ids.get(exact_key)
+                        if exact is None:
+                            exact = ids[exact_key] = len(ids)
+                        if appliers:
+                            exact = self.applied(exact, appliers)
+                        exact_of[name] = exact
+                        if with_abstract:
+                            abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
+                        if not tainted.isdisjoint(operands):
+                            tainted.add(name)
+                        continue
+                try:
+                    exacts = [exact_of[o] for o in operands]
+                except KeyError:  # an operand we cannot see: a value of its own
+                    exacts = None
                 if exacts is None:
                     tag = ("unseen", comp_name, inst.name)
                     value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
@@ -314,7 +322,7 @@ class _Numbering:
                     seen = list(zip(exacts, [abstract_of[o] for o in operands], [o in tainted for o in operands]))
                     if opcode == "copy" and len(seen) == 1:  # a layout change: its operand's value
                         value = seen[0]
-                    elif opcode == "while" or opcode == "conditional" or len(appliers) < len(calls):
+                    elif opcode == "while" or opcode == "conditional" or inlines:
                         value = yield from self._calling(comp, inst, seen)
                     else:
                         value = plain(comp, inst, seen)
@@ -328,16 +336,17 @@ class _Numbering:
         root = comp.root.name
         return exact_of[root], abstract_of[root], root in tainted
 
-    def _abstract(self, inst: Instruction, head: int, exact: Val, exacts: list[Val], appliers: tuple[str, ...],
+    def _abstract(self, inst: Instruction, exact_key: tuple, exact: Val, appliers: tuple[str, ...],
                   abstract_of: dict[str, Val]) -> Val:
-        """The abstract number of an op on `_frame`'s fast path, whose exact number is `exact`."""
-        abstracts = [abstract_of[o] for o in inst.operands]
+        """The abstract number of an op on `_frame`'s fast path: `exact_key` is its head's number
+        and its operands' exact numbers, `exact` its exact number."""
+        abstracts = tuple(map(abstract_of.__getitem__, inst.operands))
         if abstracts and inst.opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) \
                 and abstracts[0] in self.leaves:
             return self.leaf(inst.shape)
-        if abstracts == exacts:
+        if abstracts == exact_key[1:]:
             return exact
-        abstract = self.intern((head, *abstracts))
+        abstract = self.intern((exact_key[0], *abstracts))
         return self.applied(abstract, appliers) if appliers else abstract
 
     def _calling(self, comp: Computation, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, Number]:
