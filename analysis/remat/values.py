@@ -42,6 +42,10 @@ IGNORED_ATTRIBUTES = frozenset({
 })
 
 
+# Ignored attributes whose text is most often its op's own.
+PER_OP_ATTRIBUTES = frozenset({"metadata", "channel_id"})
+
+
 def result_attributes(inst: Instruction) -> tuple:
     """The attributes that change what an instruction computes. A custom-call's backend_config
     is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
@@ -288,10 +292,16 @@ class _Numbering:
                 if not inlines and opcode not in NOT_PLAIN:
                     # Fast path (most of a module): an op computing its value from its operands'.
                     # The head's number, by opcode, Shape object and attribute texts: a cheap key,
-                    # finer than the head itself (`head`), so most ops build no head.
+                    # finer than the head itself (`head`), so most ops build no head. Texts that
+                    # differ from op to op but do not change the value (a reducer's or a channel's
+                    # name, metadata) are left out, or each such op would build its head.
                     attributes = inst.attributes
-                    head_key = (opcode, id(inst.shape), *attributes, *attributes.values()) if attributes \
-                        else (opcode, id(inst.shape))
+                    if attributes:
+                        if calls or not PER_OP_ATTRIBUTES.isdisjoint(attributes):
+                            attributes = {k: v for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES}
+                        head_key = (opcode, id(inst.shape), *attributes, *attributes.values())
+                    else:
+                        head_key = (opcode, id(inst.shape))
                     head = head_by_text.get(head_key)
                     if head is None:
                         head = head_by_text[head_key] = self.head(inst)
