@@ -328,11 +328,14 @@ class _Numbering:
                 if exacts is None:
                     tag = ("unseen", comp_name, inst.name)
                     value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
+                elif len(exacts) == 1 and (opcode == "copy" or opcode == "get-tuple-element"):
+                    operand = operands[0]  # a copy (a layout change) has its operand's value
+                    value = (exacts[0], abstract_of[operand], operand in tainted)
+                    if opcode == "get-tuple-element":
+                        value = self._element(inst, value)
                 else:
                     seen = list(zip(exacts, [abstract_of[o] for o in operands], [o in tainted for o in operands]))
-                    if opcode == "copy" and len(seen) == 1:  # a layout change: its operand's value
-                        value = seen[0]
-                    elif opcode == "while" or opcode == "conditional" or inlines:
+                    if opcode == "while" or opcode == "conditional" or inlines:
                         value = yield from self._calling(comp, inst, seen)
                     else:
                         value = plain(comp, inst, seen)
@@ -391,11 +394,7 @@ class _Numbering:
         if opcode == "tuple":
             return exacts, abstracts, taint
         if opcode == "get-tuple-element":
-            index = int(inst.attr("index", "0"))
-            exact, abstract = exacts[0], abstracts[0]
-            exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
-            abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
-            return exact, abstract, taint
+            return self._element(inst, (exacts[0], abstracts[0], taint))
         if opcode in IDENTITY and len(ops) == 1:
             return exacts[0], abstracts[0], taint
         if opcode in UNIQUE or (opcode == "custom-call" and inst.attr("custom_call_has_side_effect") == "true"):
@@ -423,6 +422,14 @@ class _Numbering:
                 abstract = ids[abstract_key] = len(ids)
             if appliers:
                 abstract = self.applied(abstract, appliers)
+        return exact, abstract, taint
+
+    def _element(self, inst: Instruction, of: Number) -> Number:
+        """A get-tuple-element's numbers, from its operand's `of`: that element of a tuple."""
+        index = int(inst.attr("index", "0"))
+        exact, abstract, taint = of
+        exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
+        abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
         return exact, abstract, taint
 
     def _while(self, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, None]:
