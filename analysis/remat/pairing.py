@@ -4,7 +4,8 @@ computes the same value (see analysis/remat/__init__.py for the rules and why)."
 from __future__ import annotations
 
 from collections import Counter
-from itertools import count
+from itertools import chain, compress, count
+from operator import attrgetter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -65,7 +66,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     order = count()
     for comp in comps:
         comp_name = comp.name
-        comp_numbers = numbers.numbers.get(comp_name)
+        comp_numbers = numbers.numbers(comp)
         if comp_numbers is None or comp_name in numbers.shared:
             continue
         frame = numbers.frame[comp_name]
@@ -92,46 +93,43 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
 def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> bool:
     """No op carries a remat name and all are numbered in one frame (an optimized module
     without loops, mixtral): only same-value classes can pair (`_by_value_only`)."""
-    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.numbers and c.name not in numbers.shared}
+    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact and c.name not in numbers.shared}
     if len(frames) > 1:
         return False
-    for comp in comps:
-        if any(".remat" in inst.name for inst in comp.instructions):
-            return False
-    return not op_names.any_name_holds(REMAT_SCOPE, comps)
+    return not _has_clones(comps) and not op_names.any_name_holds(REMAT_SCOPE, comps)
 
 
 def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> RematIndex:
     """`find_remat` for `_one_frame_unnamed` modules, without an `_Op` per instruction (building
     them was a third of mixtral's remat pass): the same-value classes' marked ops, as
-    `_same_value` picks them; no clones, no names, no other frame to pair with."""
-    entries: list[tuple[Val, bool, Computation, int]] = []  # (exact, tainted, computation, index)
+    `_same_value` picks them; no clones, no names, no other frame to pair with. Only the ops of
+    classes with more than one member (a seventh of mixtral's) are looked at one by one."""
+    kept: list[tuple[Computation, list[Instruction], list[Val]]] = []  # ops that can pair, their numbers
     for comp in comps:
-        comp_numbers = numbers.numbers.get(comp.name)
-        if comp_numbers is None or comp.name in numbers.shared:
+        exact = numbers.exact.get(comp.name)
+        if exact is None or comp.name in numbers.shared:
             continue
-        entries += [(number[0], number[2], comp, k)
-                    for k, (inst, number) in enumerate(zip(comp.instructions, comp_numbers))
-                    if inst.opcode not in PASS_THROUGH]
-    sizes = Counter([entry[0] for entry in entries])
-    classes: dict[Val, list[int]] = {}  # exact number -> positions in `entries` (the ops' order)
-    for position, entry in enumerate(entries):
-        if sizes[entry[0]] > 1 and not isinstance(entry[0], tuple):
-            classes.setdefault(entry[0], []).append(position)
+        ops = [inst for inst in comp.instructions if inst.opcode not in PASS_THROUGH]
+        kept.append((comp, ops, [exact[inst.name] for inst in ops]))
+    sizes = Counter(chain.from_iterable(exacts for _, _, exacts in kept))
+    repeated = {number for number, size in sizes.items() if size > 1 and not isinstance(number, tuple)}
+    classes: dict[Val, list[tuple[int, Computation, Instruction]]] = {}  # exact -> its marked ops, in order
+    offset = 0  # an op's order: its position among all kept ops
+    for comp, ops, exacts in kept:
+        tainted = numbers.tainted[comp.name]
+        for k in compress(range(len(ops)), map(repeated.__contains__, exacts)):
+            if ops[k].name in tainted:
+                classes.setdefault(exacts[k], []).append((offset + k, comp, ops[k]))
+        offset += len(ops)
 
-    def rank(p: int) -> tuple:  # `_same_value`'s choice of the first; no remat names: depth 0
-        return (phase(op_names.names_in(entries[p][2])[entries[p][3]]) != "forward", p)
+    def rank(op: tuple[int, Computation, Instruction]) -> tuple:  # `_same_value`'s first; no remat names: depth 0
+        return (phase(op_names.of(op[1].name, op[2])) != "forward", op[0])
 
     remat: set[Key] = set()
-    for members in classes.values():
-        marked = [p for p in members if entries[p][1]]
-        if not marked:
-            continue
-        if len(marked) == len(members):  # no unmarked op computes it first: a marked one does
+    for exact, marked in classes.items():
+        if len(marked) == sizes[exact]:  # no unmarked op computes it first: a marked one does
             marked.remove(min(marked, key=rank))
-        for p in marked:
-            comp, k = entries[p][2], entries[p][3]
-            remat.add((comp.name, comp.instructions[k].name))
+        remat.update([(comp.name, inst.name) for _, comp, inst in marked])
     return RematIndex(frozenset(remat), 0, ())
 
 
@@ -139,8 +137,19 @@ def _is_named(inst: Instruction, op_name: str) -> bool:
     return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
 
 
+def _has_clones(comps: list[Computation]) -> bool:
+    """Is any instruction named like an XLA `.remat` clone? (One search of all names joined:
+    a third of the time of a test per instruction.)"""
+    return ".remat" in "\n".join(map(_NAME, chain.from_iterable([comp.instructions for comp in comps])))
+
+
+_NAME = attrgetter("name")
+
+
 def _clones(comps: list[Computation]) -> set[Key]:
     """XLA's clones (fusions too): the original of the same name is the twin."""
+    if not _has_clones(comps):
+        return set()
     clones = [(comp.name, inst.name) for comp in comps for inst in comp.instructions if ".remat" in inst.name]
     if not clones:
         return set()

@@ -42,6 +42,10 @@ IGNORED_ATTRIBUTES = frozenset({
 })
 
 
+# Ignored attributes whose text is most often its op's own.
+PER_OP_ATTRIBUTES = frozenset({"metadata", "channel_id"})
+
+
 def result_attributes(inst: Instruction) -> tuple:
     """The attributes that change what an instruction computes. A custom-call's backend_config
     is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
@@ -107,18 +111,28 @@ Number = tuple[Val, Val, bool]  # an instruction's (exact, abstract, tainted)
 @dataclass
 class Numbered:
     """The numbering as the pairing reads it: per computation numbered from ENTRY, the frame it
-    is taken in and each instruction's `Number`, in instruction order (no per-instruction keys
-    to build)."""
+    is taken in and its instructions' numbers by name, as the numbering left them (no `Number`
+    per instruction to build: `numbers` makes the list where one is read)."""
 
     frame: dict[str, str] = field(default_factory=dict)
-    numbers: dict[str, list[Number]] = field(default_factory=dict)
+    exact: dict[str, dict[str, Val]] = field(default_factory=dict)
+    abstract: dict[str, dict[str, Val]] = field(default_factory=dict)
+    tainted: dict[str, set[str]] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)
+
+    def numbers(self, comp: Computation) -> list[Number] | None:
+        """Each instruction's `Number`, in instruction order; None where `comp` is not numbered."""
+        exact = self.exact.get(comp.name)
+        if exact is None:
+            return None
+        abstract, tainted = self.abstract[comp.name], self.tainted[comp.name]
+        return [(exact[i.name], abstract[i.name], i.name in tainted) for i in comp.instructions]
 
     def value_numbers(self, module: Module) -> ValueNumbers:
         out = ValueNumbers(shared=set(self.shared))
-        for name, numbers in self.numbers.items():
-            frame = self.frame[name]
-            for inst, (exact, abstract, taint) in zip(module.by_name[name].instructions, numbers):
+        for name in self.exact:
+            frame, comp = self.frame[name], module.by_name[name]
+            for inst, (exact, abstract, taint) in zip(comp.instructions, self.numbers(comp) or ()):
                 key = (name, inst.name)
                 out.exact[key], out.abstract[key], out.frame[key] = exact, abstract, frame
                 if taint:
@@ -133,7 +147,9 @@ class Numbered:
             keys = [(comp.name, inst.name) for inst in comp.instructions]
             if keys and keys[0] in values.exact:
                 out.frame[comp.name] = values.frame[keys[0]]
-                out.numbers[comp.name] = [(values.exact[k], values.abstract[k], k in values.tainted) for k in keys]
+                out.exact[comp.name] = {k[1]: values.exact[k] for k in keys}
+                out.abstract[comp.name] = {k[1]: values.abstract[k] for k in keys}
+                out.tainted[comp.name] = {k[1] for k in keys if k in values.tainted}
         return out
 
 
@@ -154,6 +170,9 @@ class _Numbering:
         # (opcode, id(shape), result attributes) -> the number of that head: an instruction's key
         # is then its head's number and its operands' (short keys hash fast).
         self.heads: dict[tuple, int] = {}
+        # (opcode, id(shape), *attribute names, *attribute texts) -> the head's number: a key built without
+        # looking at which attributes matter (`result_attributes`, half the cost of a head).
+        self.head_by_text: dict[tuple, int] = {}
         self.first_applied: dict[int, tuple[tuple[str, ...], int]] = {}  # see `applied`
 
     def shape_key(self, shape: Shape) -> tuple:
@@ -243,53 +262,105 @@ class _Numbering:
         # of a module) are numbered by a plain call.
         comp_name = comp.name
         out = self.out
-        record = comp_name not in out.numbers
-        if record:
+        # An op's numbers, kept apart (no Number tuple per op to build and take apart); without
+        # abstract numbers an op's abstract number is its exact one.
+        exact_of: dict[str, Val] = {}
+        abstract_of: dict[str, Val] = {} if self.with_abstract else exact_of
+        tainted: set[str] = set()
+        if comp_name not in out.exact:
             out.frame[comp_name] = self._frame_name
-            out.numbers[comp_name] = numbers = []
-        else:
+            out.exact[comp_name], out.abstract[comp_name], out.tainted[comp_name] = exact_of, abstract_of, tainted
+        else:  # numbered again from another call site: the first site's numbers stay
             out.shared.add(comp_name)
-            numbers = []
-        local: dict[str, Number] = {}
-        plain, head, ids, leaves, with_abstract = self._plain, self.head, self.ids, self.leaves, self.with_abstract
+        plain, head_by_text, ids = self._plain, self.head_by_text, self.ids
+        with_abstract = self.with_abstract
         for inst in comp.instructions:
-            opcode = inst.opcode
+            opcode, name, operands = inst.opcode, inst.name, inst.operands
             if opcode == "parameter":
                 n = parameter_number(inst)
                 value = params[n] if n < len(params) else (self.opaque(("param", comp_name, n), inst.shape),
                                                             self.leaf(inst.shape), False)
             else:
-                try:
-                    seen = [local[o] for o in inst.operands]
-                except KeyError:  # an operand we cannot see: a value of its own
-                    seen = None
-                if seen and opcode not in NOT_PLAIN and not inst.calls:
-                    # Fast path (most of a module): what `_plain` does for an op that applies nothing.
-                    exacts, abstracts, taints = zip(*seen)  # one pass in C over the operands
-                    exact_key = (head(inst), *exacts)
-                    exact = ids.get(exact_key)
-                    if exact is None:
-                        exact = ids[exact_key] = len(ids)
-                    if not with_abstract:
-                        abstract = exact
-                    elif opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in leaves:
-                        abstract = self.leaf(inst.shape)
-                    elif abstracts == exacts:
-                        abstract = exact
+                calls = inst.calls
+                # The computations an op applies (reducers, comparators); `inlines`: it calls a
+                # fusion, a function or a branch.
+                if calls:
+                    appliers = tuple([s.computation for s in calls if s.role not in INLINED])
+                    inlines = len(appliers) < len(calls)
+                else:
+                    appliers, inlines = (), False
+                if not inlines and opcode not in NOT_PLAIN:
+                    # Fast path (most of a module): an op computing its value from its operands'.
+                    # The head's number, by opcode, Shape object and attribute texts: a cheap key,
+                    # finer than the head itself (`head`), so most ops build no head. Texts that
+                    # differ from op to op but do not change the value (a reducer's or a channel's
+                    # name, metadata) are left out, or each such op would build its head.
+                    attributes = inst.attributes
+                    if attributes:
+                        if calls or not PER_OP_ATTRIBUTES.isdisjoint(attributes):
+                            attributes = {k: v for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES}
+                        head_key = (opcode, id(inst.shape), *attributes, *attributes.values())
                     else:
-                        abstract = self.intern((exact_key[0], *abstracts))
-                    value = (exact, abstract, True in taints)
-                elif seen is None:
+                        head_key = (opcode, id(inst.shape))
+                    head = head_by_text.get(head_key)
+                    if head is None:
+                        head = head_by_text[head_key] = self.head(inst)
+                    try:
+                        exact_key = (head, *map(exact_of.__getitem__, operands))
+                    except KeyError:  # an operand we cannot see: a value of its own (below)
+                        exact_key = None
+                    if exact_key is not None:
+                        exact = ids.get(exact_key)
+                        if exact is None:
+                            exact = ids[exact_key] = len(ids)
+                        if appliers:
+                            exact = self.applied(exact, appliers)
+                        exact_of[name] = exact
+                        if with_abstract:
+                            abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
+                        if not tainted.isdisjoint(operands):
+                            tainted.add(name)
+                        continue
+                try:
+                    exacts = [exact_of[o] for o in operands]
+                except KeyError:  # an operand we cannot see: a value of its own
+                    exacts = None
+                if exacts is None:
                     tag = ("unseen", comp_name, inst.name)
                     value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
-                elif opcode == "while" or opcode == "conditional" or (
-                        inst.calls and any(s.role in INLINED for s in inst.calls)):
-                    value = yield from self._calling(comp, inst, seen)
+                elif len(exacts) == 1 and (opcode == "copy" or opcode == "get-tuple-element"):
+                    operand = operands[0]  # a copy (a layout change) has its operand's value
+                    value = (exacts[0], abstract_of[operand], operand in tainted)
+                    if opcode == "get-tuple-element":
+                        value = self._element(inst, value)
                 else:
-                    value = plain(comp, inst, seen)
-            local[inst.name] = value
-            numbers.append(value)
-        return local[comp.root.name] if comp.instructions else ((), (), False)
+                    seen = list(zip(exacts, [abstract_of[o] for o in operands], [o in tainted for o in operands]))
+                    if opcode == "while" or opcode == "conditional" or inlines:
+                        value = yield from self._calling(comp, inst, seen)
+                    else:
+                        value = plain(comp, inst, seen)
+            exact_of[name] = value[0]
+            if with_abstract:
+                abstract_of[name] = value[1]
+            if value[2]:
+                tainted.add(name)
+        if not comp.instructions:
+            return (), (), False
+        root = comp.root.name
+        return exact_of[root], abstract_of[root], root in tainted
+
+    def _abstract(self, inst: Instruction, exact_key: tuple, exact: Val, appliers: tuple[str, ...],
+                  abstract_of: dict[str, Val]) -> Val:
+        """The abstract number of an op on `_frame`'s fast path: `exact_key` is its head's number
+        and its operands' exact numbers, `exact` its exact number."""
+        abstracts = tuple(map(abstract_of.__getitem__, inst.operands))
+        if abstracts and inst.opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) \
+                and abstracts[0] in self.leaves:
+            return self.leaf(inst.shape)
+        if abstracts == exact_key[1:]:
+            return exact
+        abstract = self.intern((exact_key[0], *abstracts))
+        return self.applied(abstract, appliers) if appliers else abstract
 
     def _calling(self, comp: Computation, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, Number]:
         taint = _taint(ops, inst.opcode)
@@ -323,11 +394,7 @@ class _Numbering:
         if opcode == "tuple":
             return exacts, abstracts, taint
         if opcode == "get-tuple-element":
-            index = int(inst.attr("index", "0"))
-            exact, abstract = exacts[0], abstracts[0]
-            exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
-            abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
-            return exact, abstract, taint
+            return self._element(inst, (exacts[0], abstracts[0], taint))
         if opcode in IDENTITY and len(ops) == 1:
             return exacts[0], abstracts[0], taint
         if opcode in UNIQUE or (opcode == "custom-call" and inst.attr("custom_call_has_side_effect") == "true"):
@@ -355,6 +422,14 @@ class _Numbering:
                 abstract = ids[abstract_key] = len(ids)
             if appliers:
                 abstract = self.applied(abstract, appliers)
+        return exact, abstract, taint
+
+    def _element(self, inst: Instruction, of: Number) -> Number:
+        """A get-tuple-element's numbers, from its operand's `of`: that element of a tuple."""
+        index = int(inst.attr("index", "0"))
+        exact, abstract, taint = of
+        exact = exact[index] if isinstance(exact, tuple) else self.intern(("gte", exact, index))
+        abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
         return exact, abstract, taint
 
     def _while(self, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, None]:
