@@ -249,11 +249,6 @@ class _Builder:
 
         computations = tuple(self.computations + self.extra)
         entry = self.entry_name or self.computations[-1].name
-        fusion_bodies = {site.computation for c in computations for i in c.instructions for site in i.calls
-                         if site.role == "fusion"}
-        for c in computations:
-            if c.name in fusion_bodies:
-                c.__dict__["is_fusion_body"] = True  # our fresh object; its one assignment of the field
         module = Module(
             name=self.module_name,
             computations=computations,
@@ -262,7 +257,7 @@ class _Builder:
             stack_frames=stack_frames(self.tables),
             path=None if self.source == "<string>" else self.source,
         )
-        validate(module, self)
+        validate(module, self)  # which also marks the fusion bodies, as it walks the call sites
         return module
 
     def _parse_structure(self, tokens: Iterator[tuple[str, Statement]]) -> None:

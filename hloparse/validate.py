@@ -58,6 +58,8 @@ def validate(module: Module, builder: _Builder) -> None:
                             inst, f"computation {site.computation!r} called by {name!r} does not exist",
                             "a computation defined in the module", needle=site.computation)
                     callees.setdefault(comp.name, []).append((inst, site.computation))
+                    if site.role == "fusion":  # the parser's fresh object: the one assignment of the field
+                        names[site.computation].__dict__["is_fusion_body"] = True
             declared = inst.inline_operand_shapes
             if declared is not None:
                 for operand, shape in zip(operands, declared):
