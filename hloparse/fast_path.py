@@ -13,7 +13,8 @@ from hloparse.attribute_names import ALLOWED, ANY_OPCODE
 from hloparse.attributes import AttributeSyntaxError
 from hloparse.call_sites import CALL_ATTRIBUTES, call_sites
 from hloparse.instructions import (_ATTR_SPLIT, _BRACKETED, _INDEX_COMMENT, _PERCENT_NAME, _SHAPED_OPERAND,
-                                   _cached_shape, _shape_cache, _Unfrozen)
+                                   NextStatementAt, StatementError, _attributes, _cached_shape, _shape_cache,
+                                   _Unfrozen)
 from hloparse.ir import CallSite, Instruction, Shape
 
 _OPCODE_NAMES = {op: op for op in opcodes.ARITY}
@@ -190,7 +191,7 @@ def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[Call
     if parts[0] and not parts[0].isspace():
         return None
     allowed = ALLOWED.get(opcode, ANY_OPCODE)
-    attributes: dict[str, str] = {}
+    attributes: dict[str, str] | None = {}
     for k in range(1, len(parts), 2):
         key = parts[k]
         if key in attributes or key not in allowed:
@@ -201,9 +202,12 @@ def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[Call
             # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
             # attribute value nests `, key=` in parentheses or brackets alone).
             if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
-                return None
+                attributes = _bracketed_attributes(tail, allowed)
+                break
             value = _value(raw)
         attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
+    if attributes is None:
+        return None
     calls: tuple[CallSite, ...] = ()
     if not CALL_ATTRIBUTES.isdisjoint(attributes):
         try:
@@ -211,3 +215,16 @@ def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[Call
         except AttributeSyntaxError:
             return None  # an inline computation, or a mistake the full decoder reports
     return attributes, calls
+
+
+def _bracketed_attributes(tail: str, allowed: frozenset[str]) -> dict[str, str] | None:
+    """The attributes of a tail whose values hold `, key=` themselves (mixtral's custom-calls:
+    `backend_config={attn_heads = 32 : i64, ...}`), read as the full decoder reads them (once per
+    distinct tail, not once per instruction); None where it would report an error or the next
+    statement."""
+    attributes: dict[str, str] = {}
+    try:
+        _attributes(tail, 0, attributes)
+    except (StatementError, NextStatementAt):
+        return None
+    return attributes if allowed.issuperset(attributes) else None

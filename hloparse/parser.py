@@ -30,12 +30,13 @@ from hloparse.instructions import (
     UnreadableHead,
     decode_statement,
 )
-from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
+from hloparse.ir import Computation, Instruction, Module, Shape
 from hloparse.shapes import ShapeSyntaxError, parse_shape
 from hloparse.stack_frames import stack_frames
-from hloparse.statements import Statement, blank_multiline_comments, one_statement_per_line, split_statements
+from hloparse.headings import COMP_NAME, NEXT_HEADING, SIMPLE_SIGNATURE
+from hloparse.statements import (Statement, blank_multiline_comments, new_statement, one_statement_per_line,
+                                 split_statements)
 
-_COMP_NAME = re.compile(r"\s*(ENTRY\s+)?%?([A-Za-z0-9_][\w.\-:]*)\s*")  # then the signature, then '{'
 _MODULE_HEAD = re.compile(r"\s*HloModule\s+([^\s,]+)\s*")
 
 
@@ -146,17 +147,6 @@ class _StatementLexer(Lexer):
             yield Token(kind, statement, line=statement.line, column=statement.column)
 
 
-_ELEMENT = "(?:" + "|".join(sorted(ELEMENT_BYTES, key=len, reverse=True)) + ")"
-_ARRAY = _ELEMENT + r"\[[\d,\s<=?]*\](?:\{[^{}]*\})?|token\[\]"
-_FLAT_TUPLE = r"\((?:\s*(?:/\*index=\d+\*/)?\s*(?:" + _ARRAY + r")\s*,?)*\s*\)"
-_SHAPE_PATTERN = f"(?:{_ARRAY}|{_FLAT_TUPLE})"
-# `(p0: f32[2], p1: (s32[], f32[])) -> f32[2]`, the form nearly every heading takes.
-_SIMPLE_SIGNATURE = re.compile(
-    rf"\s*\(\s*(?:%?[\w.\-]+\s*:\s*{_SHAPE_PATTERN}\s*(?:,\s*(?=%?[\w.\-]+\s*:)|(?=\))))*\)"
-    rf"\s*->\s*{_SHAPE_PATTERN}\s*"
-)
-
-
 class _NoTree(Transformer):
     """The builder's handlers make the IR as the statements arrive; Lark only has to check their
     order, so its rules build nothing (no parse tree is ever materialised)."""
@@ -228,6 +218,7 @@ class _Builder:
         self.signatures: dict[str, tuple[Statement, str, int]] = {}  # heading, signature text, its offset
         self.entry_name: str | None = None
         self.pending: list[Instruction] = []
+        self.may_chain = False  # the walk may close the computation and open the next (see _walk)
         self.shapeless = False  # some instruction may lack a shape: run the inference
         self.extra: list[Computation] = []  # synthesised async-wrapped computations
         self.last_statement = Statement("", 1, 1)
@@ -258,11 +249,6 @@ class _Builder:
 
         computations = tuple(self.computations + self.extra)
         entry = self.entry_name or self.computations[-1].name
-        fusion_bodies = {site.computation for c in computations for i in c.instructions for site in i.calls
-                         if site.role == "fusion"}
-        for c in computations:
-            if c.name in fusion_bodies:
-                c.__dict__["is_fusion_body"] = True  # our fresh object; its one assignment of the field
         module = Module(
             name=self.module_name,
             computations=computations,
@@ -271,7 +257,7 @@ class _Builder:
             stack_frames=stack_frames(self.tables),
             path=None if self.source == "<string>" else self.source,
         )
-        validate(module, self)
+        validate(module, self)  # which also marks the fusion bodies, as it walks the call sites
         return module
 
     def _parse_structure(self, tokens: Iterator[tuple[str, Statement]]) -> None:
@@ -288,19 +274,19 @@ class _Builder:
         # and inside a stack-frame table, rows; so Lark is shown only instructions and rows that
         # stand outside one (to report them): its per-token cost stays off the hot path.
         statement = self.last_statement
-        computation, append = "", self.pending.append
         in_table = False
         after_end = deferred = False  # Lark's state: just after a COMPUTATION_END; a heading held back
         for kind, statement in tokens:
             if kind == "INSTRUCTION":
                 if inside:
-                    # The hot path: most instructions decode in one match.
+                    # Most instructions decode in one match (the walk took most of those already;
+                    # it may also have moved on to the next computation, hence self.current).
                     text, line, column = statement
-                    inst = decode_fast(text, computation, line, column)
+                    inst = decode_fast(text, self.current[0], line, column)
                     if inst is not None:
                         if inst.is_root:
                             self._count_root(statement, inst)
-                        append(inst)
+                        self.pending.append(inst)
                         continue
                     on_instruction(statement, True)  # the full decoder, without a second fast try
                     continue
@@ -336,24 +322,42 @@ class _Builder:
                     raise
                 after_end = kind == "COMPUTATION_END"
             handlers[kind](statement)
-            if inside:
-                computation, append = self.current[0], self.pending.append
+            # A computation whose heading Lark did not see may be closed by the walk, with the
+            # next one opened, leaving Lark where it was (see _walk).
+            self.may_chain = deferred
         self.last_statement = statement
         if deferred:
             feed(_TOKENS["COMPUTATION_HEADER"])
         interactive.feed_eof()
 
     def _walk(self, text: str, offset: int, line: int) -> tuple[int, int]:
-        """split_statements' walk: the current computation's one-line instructions from `offset` on."""
-        pending = self.pending
-        taken = len(pending)
-        offset = decode_lines(text, offset, self.current[0], line, pending)
-        taken = len(pending) - taken
-        if taken and pending[-1].is_root:  # the last line it took, if any is a root
-            root = pending[-1]
-            start = text.rfind("\n", 0, offset - 1) + 1
-            self._count_root(Statement(text[start:offset - 1], root.line, root.column), root)
-        return offset, taken
+        """split_statements' walk: the current computation's one-line instructions from `offset` on,
+        then, while its ROOT line is followed by a lone `}` and a one-line heading, the next ones'
+        (mixtral's 4,000 small reducers cost the splitter and Lark's loop nothing)."""
+        first = line
+        while True:
+            pending = self.pending
+            taken = len(pending)
+            offset = decode_lines(text, offset, self.current[0], line, pending)
+            line += len(pending) - taken
+            if len(pending) == taken or not pending[-1].is_root:
+                break
+            if self.roots:  # a second ROOT, located at its line
+                start = text.rfind("\n", 0, offset - 1) + 1
+                self._count_root(Statement(text[start:offset - 1], pending[-1].line, pending[-1].column), pending[-1])
+            self.roots, self.root = 1, pending[-1]
+            m = NEXT_HEADING.match(text, offset) if self.may_chain else None
+            heading = m and m.group(1)
+            if not heading or heading.count("(") + heading.count("{") + heading.count("[") != (
+                    heading.count(")") + heading.count("}") + heading.count("]") + 1):
+                break  # (brackets left open: the splitter runs the heading on, to its statement and error)
+            self._on_computation_end(new_statement(Statement, ("}", line, 1)))
+            line += m.group().count("\n") - 1  # the heading's line
+            indent = len(heading) - len(heading.lstrip())
+            self._on_computation_header(new_statement(Statement, (heading, line, indent + 1)))
+            line += 1
+            offset = m.end()
+        return offset, line - first
 
     # Handlers, in the order the grammar allows them.
     def _on_module_header(self, st: Statement) -> None:
@@ -397,7 +401,7 @@ class _Builder:
 
     def _on_computation_header(self, st: Statement) -> None:
         text = st.text.rstrip()
-        m = _COMP_NAME.match(text) if text[-1:] == "{" else None
+        m = COMP_NAME.match(text) if text[-1:] == "{" else None
         if m is None:
             raise self.error("expected a computation heading", st, 0, "[ENTRY] %name [(params) -> shape] {")
         is_entry, name, signature = m.group(1) is not None, m.group(2), text[m.end():-1]
@@ -410,7 +414,7 @@ class _Builder:
         # Parsed on demand: only the result shape is always needed (to check the root against).
         # A heading the quick pattern does not vouch for is parsed now, to report its errors.
         self.signatures[name] = (st, signature, m.end())
-        if signature and not _SIMPLE_SIGNATURE.fullmatch(signature):
+        if signature and not SIMPLE_SIGNATURE.fullmatch(signature):
             self._signature(st, signature, m.end())
         self.current = (name, is_entry, st)
         self.pending = []

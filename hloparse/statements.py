@@ -31,7 +31,7 @@ class Statement(NamedTuple):
     column: int  # 1-based column of the statement's first non-blank character
 
 
-_statement = tuple.__new__  # Statement(text, line, column) without NamedTuple's Python-level __new__
+new_statement = tuple.__new__  # Statement(text, line, column) without NamedTuple's Python-level __new__
 
 
 
@@ -230,7 +230,7 @@ def split_statements(text: str, in_computation: bool = False,
             if not (first == "%" or first == "}" or nxt.startswith("ROOT ")
                     or (" = " in nxt and _STATEMENT_START.match(nxt))):  # names written without '%'
                 break
-            yield "INSTRUCTION", _statement(Statement, (line, i + 1, len(line) - len(left) + 1))
+            yield "INSTRUCTION", new_statement(Statement, (line, i + 1, len(line) - len(left) + 1))
             i += 1
             line, left = following, nxt
             if walk:

@@ -58,6 +58,8 @@ def validate(module: Module, builder: _Builder) -> None:
                             inst, f"computation {site.computation!r} called by {name!r} does not exist",
                             "a computation defined in the module", needle=site.computation)
                     callees.setdefault(comp.name, []).append((inst, site.computation))
+                    if site.role == "fusion":  # the parser's fresh object: the one assignment of the field
+                        names[site.computation].__dict__["is_fusion_body"] = True
             declared = inst.inline_operand_shapes
             if declared is not None:
                 for operand, shape in zip(operands, declared):
@@ -71,13 +73,27 @@ def validate(module: Module, builder: _Builder) -> None:
             op = inst.opcode
             attrs = inst.attributes
             layout = inst.shape.layout
+            arity = _COMMON_ARITY.get(op, _OWN_CHECKS)
+            if arity is not _OWN_CHECKS:
+                # Most instructions: an opcode without checks of its own (a parameter's number
+                # aside), so only the operand count, a layout's details and the values of the
+                # attributes checked below (all in the order of the general case further on).
+                if op == "parameter":
+                    number = attrs["parameter_number"]
+                    if number in parameter_numbers:
+                        raise builder.error_at_instruction(
+                            inst, f"duplicate parameter number {number} in {comp.name}", "each parameter number once")
+                    parameter_numbers.add(number)
+                if arity is not None and len(operands) != arity or layout is not None and layout.details:
+                    _check_instruction(inst, defined, builder)
+                elif not attrs or _NOTABLE_ATTRIBUTES.isdisjoint(attrs):
+                    continue
+                elif not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
+                    _check_new_values(inst, defined, builder)
+                if "control-predecessors" in attrs:
+                    check_control_predecessors(inst, defined, builder)
+                continue
             special = op in _SPECIAL_OPCODES  # one test for the opcodes with checks of their own
-            if special and op == "parameter":
-                number = attrs["parameter_number"]
-                if number in parameter_numbers:
-                    raise builder.error_at_instruction(inst, f"duplicate parameter number {number} in {comp.name}",
-                                                       "each parameter number once")
-                parameter_numbers.add(number)
             arity = arity_of(op)
             if op == "get-tuple-element" and not (layout is not None and layout.details) and _plain_tuple_access(
                     inst, defined):
@@ -87,10 +103,7 @@ def validate(module: Module, builder: _Builder) -> None:
             ):
                 _check_instruction(inst, defined, builder)
             elif attrs and not _CHECKED_ATTRIBUTES.isdisjoint(attrs):
-                for key in _CHECKED_ATTRIBUTES.intersection(attrs):
-                    if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
-                        _check_instruction(inst, defined, builder)
-                        break
+                _check_new_values(inst, defined, builder)
             if special:
                 if op in REQUIRED and not REQUIRED[op] <= attrs.keys():
                     raise missing_attribute(inst, builder)
@@ -182,8 +195,23 @@ _VALUE_CHECKED = _INT_LIST_ATTRIBUTES | _INT_ATTRIBUTES | _BOOL_ATTRIBUTES | {"s
 _CHECKED_ATTRIBUTES = _VALUE_CHECKED | {"window", "dim_labels", "operand_layout_constraints", "replica_groups",
                                          "sharding"}
 _SPECIAL_OPCODES = frozenset({"parameter"}) | _CHECKED_OPCODES | REQUIRED.keys() | XLA_CHECKED_OPCODES
+# Opcode -> operand count (None: any) for the opcodes whose only checks are the common ones
+# (parameter's number aside); the others (_OWN_CHECKS) take the general path.
+_COMMON_ARITY = {op: arity for op, arity in opcodes.ARITY.items() if op not in _SPECIAL_OPCODES or op == "parameter"}
+_OWN_CHECKS = object()
+_NOTABLE_ATTRIBUTES = _CHECKED_ATTRIBUTES | {"control-predecessors"}
 # Values of _VALUE_CHECKED attributes found good, by attribute: later uses skip the check.
 _GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
+
+
+def _check_new_values(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
+    """_check_instruction for an instruction with some of _CHECKED_ATTRIBUTES, unless their values
+    have all been found good before."""
+    attrs = inst.attributes
+    for key in _CHECKED_ATTRIBUTES.intersection(attrs):
+        if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
+            _check_instruction(inst, above, builder)
+            return
 
 
 def _plain_tuple_access(inst: Instruction, above: Mapping[str, Instruction]) -> bool:
