@@ -99,12 +99,17 @@ def value_size(computation: Computation, name: str) -> int:
     return produced_size(computation.by_name[name])
 
 
+_SIZED_BY_OPCODE = frozenset({"constant", "send", "recv"})  # the opcodes produced_size reads
+
+
 def produced_size(producer: Instruction) -> int:
     """GetShapeSize of the value an instruction produces, as its users read it."""
     op = producer.opcode
-    if op == "send" or op == "recv":
+    if op not in _SIZED_BY_OPCODE:
+        return size(producer.shape, True)
+    if op != "constant":  # send, recv
         return 3 * 8  # XLA's own 3-tuple shape for them, whatever the text says
-    return size(producer.shape, op != "constant")
+    return size(producer.shape, False)
 
 
 def producer_tokens(computation: Computation) -> dict[str, object]:
@@ -119,7 +124,6 @@ def producer_tokens(computation: Computation) -> dict[str, object]:
     return tokens
 
 
-_SIZED_BY_OPCODE = frozenset({"constant", "send", "recv"})  # the opcodes produced_size reads
 _NAME, _OPCODE, _SHAPE = attrgetter("name"), attrgetter("opcode"), attrgetter("shape")
 _OUTPUT_SIZES: dict[int, tuple[Shape, int]] = {}
 
