@@ -38,6 +38,7 @@ def _value(raw: str) -> str:
 def forget_values() -> None:
     _VALUES.clear()
     _TAILS.clear()
+    _PREFIXES.clear()
 
 
 def _key_name(key: str) -> str:
@@ -47,14 +48,17 @@ def _key_name(key: str) -> str:
 
 
 # Possessive (`*+`): each repeat is followed by what it cannot match, so giving back is useless,
-# and not keeping the state to give back makes the match some 15% faster.
+# and not keeping the state to give back makes the match some 15% faster. Names are spelt
+# `A-Za-z0-9_`, not `\w`: an ASCII class is a table look-up per character where `\w` asks
+# Unicode (mixtral's lines match 30% faster); a name beyond ASCII is the full decoder's.
 _FAST_TEXT = (
-    r"(ROOT[ \t]++)?%?([A-Za-z0-9_][\w.\-]*+)[ \t]*+=[ \t]*+"
+    r"(ROOT[ \t]++)?%?([A-Za-z0-9_][A-Za-z0-9_.\-]*+)[ \t]*+=[ \t]*+"
     r"([a-z][a-z0-9]*+\[[^\]]*+\](?:\{[^{}]*+\})?|\([^()]*+\))"  # an array, or a tuple of arrays
     r"[ \t]++([a-z][a-z0-9\-]*+)\("
     # the operands: `%a, %b` (as current XLA prints them), `a, b` (jax's HLO dialect: no '%', no
     # shapes), or anything else without brackets or quotes, for the code below to read
-    r"(?:(%[\w.\-]++(?:, %[\w.\-]++)*+)|([A-Za-z_][\w.\-]*+(?:, ?[A-Za-z_][\w.\-]*+)*+)|([^()\"]*+))\)"
+    r"(?:(%[A-Za-z0-9_.\-]++(?:, %[A-Za-z0-9_.\-]++)*+)"
+    r"|([A-Za-z_][A-Za-z0-9_.\-]*+(?:, ?[A-Za-z_][A-Za-z0-9_.\-]*+)*+)|([^()\"]*+))\)"
 )
 _FAST = re.compile(r"[ \t]*+" + _FAST_TEXT)
 
@@ -67,7 +71,7 @@ _FAST = re.compile(r"[ \t]*+" + _FAST_TEXT)
 # parentheses balance, which a regular expression cannot.
 INSTRUCTION_LINE = re.compile(
     r"([ \t]*+)" + _FAST_TEXT.replace("[^", "[^\n") + r"([^\n]*+)(?<![,={(\[\s])\n"
-    r"(?=[ \t]*+(?:%|\}|ROOT |[\w.\-]++ = (?:[a-z][a-z0-9]*+\[|\()))"  # `name = shape`: jax's names lack '%'
+    r"(?=[ \t]*+(?:%|\}|ROOT |[A-Za-z0-9_.\-]++ = (?:[a-z][a-z0-9]*+\[|\()))"  # `name = shape`: jax's names lack '%'
 )
 
 
@@ -153,15 +157,19 @@ def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: s
         return None
     calls: tuple[CallSite, ...] = ()
     if tail and not tail.isspace():
-        key = (opcode, tail)
-        decoded = _TAILS.get(key, _UNSEEN)
-        first = decoded is _UNSEEN
-        if first:
-            decoded = _tail_attributes(opcode, tail)
-            if len(_TAILS) < 50_000:
-                _TAILS[key] = decoded
-        if decoded is None:
-            return None
+        cut = tail.find(_METADATA)  # metadata comes last, as XLA prints it, and is most often distinct
+        decoded = _with_last(opcode, tail, cut, "metadata", cut + 11) if cut >= 0 else None  # all allow it
+        first = decoded is not None  # a fresh dict, this instruction's own
+        if not first:
+            key = (opcode, tail)
+            decoded = _TAILS.get(key, _UNSEEN)
+            first = decoded is _UNSEEN
+            if first:
+                decoded = _last_attribute(opcode, tail) or _tail_attributes(opcode, tail)
+                if len(_TAILS) < 50_000:
+                    _TAILS[key] = decoded
+            if decoded is None:
+                return None
         written, calls = decoded
         if not attributes:
             # Each instruction owns its dict: the first with this text takes the one just made
@@ -184,9 +192,67 @@ _TAILS: dict[tuple[str, str], tuple[dict[str, str], tuple[CallSite, ...]] | None
 _UNSEEN = object()
 
 
-def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[CallSite, ...]] | None:
+# Most instructions of a traced module end in `, metadata={op_name="..." ...}`, distinct per
+# instruction (gemma4: 15,035 distinct tails in 19,205 instructions), and a reduce's tail ends in
+# `, to_apply=%region_N`, distinct per reduce (mixtral: 3,809), so a cache of whole tails mostly
+# misses there. _with_last takes the last attribute off by a find instead, and decodes (and
+# caches) only what is written before it: most often nothing, else the few distinct `, dimensions=
+# {0}` and the like. (opcode, text before the last attribute) -> as _TAILS, the plain split alone.
+_METADATA = ", metadata={"
+_PREFIXES: dict[tuple[str, str], tuple[dict[str, str], tuple[CallSite, ...]] | None] = {}
+
+
+def _last_attribute(opcode: str, tail: str) -> tuple[dict[str, str], tuple[CallSite, ...]] | None:
+    """_tail_attributes(opcode, tail) through _with_last, taking the text from the tail's last `, `
+    on as its last attribute; None where that is not sure."""
+    cut = tail.rfind(", ")
+    eq = tail.find("=", cut)
+    key = tail[cut + 2:eq]
+    if cut < 0 or eq < 0 or key not in ALLOWED.get(opcode, ANY_OPCODE):  # (allowed: all plain names)
+        return None
+    decoded = _with_last(opcode, tail, cut, _KEY_NAMES.get(key) or _key_name(key), eq + 1)
+    if decoded is not None and key in CALL_ATTRIBUTES:
+        try:  # the call sites of all the attributes, as _tail_attributes reads them
+            return decoded[0], call_sites(opcode, decoded[0], "", False)
+        except AttributeSyntaxError:
+            return None
+    return decoded
+
+
+def _with_last(opcode: str, tail: str, cut: int, key: str, start: int
+               ) -> tuple[dict[str, str], tuple[CallSite, ...]] | None:
+    """_tail_attributes(opcode, tail) with a fresh dict (the call sites of the text before `cut`
+    alone), for a tail whose `, key=` at `cut` starts its last attribute, its value at `start`;
+    None where that is not sure (the general path then decides). The split of the whole tail is
+    the split of the text before `cut` (no separator can run over the comma at `cut`), then `key`
+    and its value, if the value holds no separator itself."""
+    raw = tail[start:]
+    value = _VALUES.get(raw)  # a split's piece: it holds no separator and passed the checks below
+    if value is None:
+        if "," in raw and _ATTR_SPLIT.search(raw) or (
+                raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw):
+            return None
+        value = _value(raw)
+    if not cut:
+        return {key: value}, ()
+    prefix = (opcode, tail[:cut])
+    decoded = _PREFIXES.get(prefix, _UNSEEN)
+    if decoded is _UNSEEN:
+        decoded = _tail_attributes(opcode, prefix[1], plain_only=True)
+        if len(_PREFIXES) < 50_000:
+            _PREFIXES[prefix] = decoded
+    if decoded is None or key in decoded[0]:
+        return None
+    attributes = decoded[0].copy()
+    attributes[key] = value
+    return attributes, decoded[1]
+
+
+def _tail_attributes(opcode: str, tail: str, plain_only: bool = False
+                     ) -> tuple[dict[str, str], tuple[CallSite, ...]] | None:
     """`, key=value, ...` after an instruction's operands -> its attributes and call sites (which
-    depend on nothing else), or None if they are not the plain form decode_fast reads."""
+    depend on nothing else), or None if they are not the plain form decode_fast reads (nor, unless
+    plain_only, values holding `, key=` that the full decoder reads)."""
     parts = _ATTR_SPLIT.split(tail)
     if parts[0] and not parts[0].isspace():
         return None
@@ -202,7 +268,7 @@ def _tail_attributes(opcode: str, tail: str) -> tuple[dict[str, str], tuple[Call
             # A split inside a value leaves braces or quotes unbalanced on both sides of it (no
             # attribute value nests `, key=` in parentheses or brackets alone).
             if raw.count("{") != raw.count("}") or raw.count('"') % 2 or " = " in raw:
-                attributes = _bracketed_attributes(tail, allowed)
+                attributes = None if plain_only else _bracketed_attributes(tail, allowed)
                 break
             value = _value(raw)
         attributes[_KEY_NAMES.get(key) or _key_name(key)] = value
