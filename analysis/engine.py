@@ -220,20 +220,21 @@ class Evaluation:
             op = inst.opcode
             plan = plans.get(op)
             key: tuple | None = None
-            if plan is not None and len(inst.operands) >= plan.least:
-                if plan.operands:
-                    key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
-                else:
-                    key = (op, id(inst.shape))
-                if plan.attributes:
-                    key += tuple(map(inst.attributes.get, plan.attributes))
-                if plan.callees:
-                    key = self._with_callees(key, inst)
+            if plan is not None:
+                rule, least, by_operands, attributes, by_callees = plan  # one unpacking: 30k instructions
+                if len(inst.operands) >= least:
+                    if by_operands:
+                        key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
+                    else:
+                        key = (op, id(inst.shape))
+                    if attributes:
+                        key += tuple(map(inst.attributes.get, attributes))
+                    if by_callees:
+                        key = self._with_callees(key, inst)
             if key is not None:
                 known = local.get(key)  # type: ignore[union-attr]
                 if known is None:  # (cost, what it adds to XLA's sums, its flops, its transcendentals)
-                    cost, prop, _ = self._charged(comp, inst, plan.rule, in_fusion, unobserved,  # type: ignore[union-attr]
-                                                  bytes_unread)
+                    cost, prop, _ = self._charged(comp, inst, rule, in_fusion, unobserved, bytes_unread)
                     known = local[key] = (cost, prop, cost.cost.flops, cost.cost.transcendentals)  # type: ignore[index]
                 cost = known[0]
                 if estimate:

@@ -39,7 +39,7 @@ def structure_key(comp: Computation, class_of: Mapping[str, Hashable], callers: 
     """The computation's structure without names (see the module docstring). `callers`: its
     instructions that call computations (from the call table: most computations call none);
     `class_of` gives a callee's class, and a callee without one stands for itself (its name).
-    Flat tuples with the lengths beside them: fewer small tuples to build and to hash."""
+    One flat tuple with the lengths in it: no small tuples to build and to hash."""
     instructions = comp.instructions
     n = len(instructions)
     if not n:
@@ -54,7 +54,9 @@ def structure_key(comp: Computation, class_of: Mapping[str, Hashable], callers: 
         callees.append(tuple((site.role, class_of.get(site.computation, site.computation), site.index)
                              for site in instructions[i].calls))
     root = n - 1 if instructions[-1].is_root else position(comp.root.name)
-    return (tuple(map(_OPCODE, instructions)), tuple(map(id, map(_SHAPE, instructions))),
-            tuple(map(len, operands)), tuple(map(position, chain.from_iterable(operands))),
-            tuple(map(len, attributes)), tuple(chain.from_iterable(attributes)),
-            tuple(chain.from_iterable(map(_VALUES, attributes))), tuple(calling), tuple(callees), root)
+    # One flat tuple: n fixes where each per-instruction run ends, the lengths where each run of
+    # operands and attributes ends, len(calling) where the callers end.
+    return (n, *map(_OPCODE, instructions), *map(id, map(_SHAPE, instructions)),
+            *map(len, operands), *map(position, chain.from_iterable(operands)),
+            *map(len, attributes), *chain.from_iterable(attributes),
+            *chain.from_iterable(map(_VALUES, attributes)), len(calling), *calling, *callees, root)

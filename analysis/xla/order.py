@@ -34,20 +34,23 @@ def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]]
                 operands[i] = inst.operands + _control_predecessors(inst)
     position = dict(zip(map(_NAME, instructions), range(n)))
     get = position.get
+    if n and computation.root is instructions[-1] and _walked_in_text_order(get, operands, ()):
+        return range(n)  # the root alone walks everything (the usual case: no set of names needed)
+    used = set(chain.from_iterable(operands))
+    unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
     if n and computation.root is instructions[-1]:
-        if _walked_in_text_order(get, operands):
+        if unused != [n - 1] and _walked_in_text_order(get, operands, unused):
             return range(n)
         flags = kept() if kept is not None else None
         if flags is not None and flags[-1]:  # the same check without the leaves left out
             # The setup runs in C (map, zip, compress): a computation can hold 30k instructions.
             positions = list(compress(range(n), flags))
-            names = map(_NAME, map(instructions.__getitem__, positions))
-            if _walked_in_text_order(dict(zip(names, range(len(positions)))).get,
-                                     list(map(operands.__getitem__, positions))):
+            names = dict(zip(map(_NAME, map(instructions.__getitem__, positions)), range(len(positions))))
+            # A kept instruction is used by a kept one or by none (a leaf uses nothing).
+            if _walked_in_text_order(names.get, list(map(operands.__getitem__, positions)),
+                                     sorted(names[name] for name in names.keys() - used)):
                 return positions
-    used = set(chain.from_iterable(operands))
     root = get(computation.root.name, n - 1)
-    unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
     starts = [i for i in unused if i != root] + [root]
     state = bytearray(n)  # 0: not seen, 1: expanded, 2: done
     order: list[int] = []
@@ -71,21 +74,30 @@ def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]]
     return order
 
 
-def _walked_in_text_order(position: Callable[[str, int], int], operands: list[tuple[str, ...]]) -> bool:
-    """Does the post-order walk from the last instruction (the root) alone visit every
-    instruction, in text order? It almost always does (XLA prints a computation in post-order),
-    and this check costs half the walk. `position(name, -1)` gives an operand's position, or -1
-    for a name the walk skips (one that names no instruction, or a leaf left out).
+def _walked_in_text_order(position: Callable[[str, int], int], operands: list[tuple[str, ...]],
+                          unused: Sequence[int]) -> bool:
+    """Do the post-order walks from each unused instruction (`unused`, ascending; what nobody
+    uses), then from the last one (the root), visit every instruction in text order? They almost
+    always do (XLA prints a computation in post-order; an ENTRY's unused parameters and
+    get-tuple-elements are walked first, each in its place), and this check costs half the walk.
+    `position(name, -1)` gives an operand's position, or -1 for a name the walk skips (one that
+    names no instruction, or a leaf left out).
 
-    If it does, the walk that starts at instruction v, when everything before position first[v]
-    is done, finishes the instructions first[v] .. v in turn: each operand at or after the
-    position where that walk stands is walked next and must start right there, each operand
-    before it is done already, and the last operand walked must end just before v. Checked from
-    the last instruction down, each instruction's first position being set by the one instruction
-    that walks it; anything else (an operand after its user, an instruction walked twice or never:
-    another start) says no, and the caller walks."""
+    If they do, the walk from start s begins right after the previous start and ends at s; and
+    the walk that starts at instruction v, when everything before position first[v] is done,
+    finishes the instructions first[v] .. v in turn: each operand at or after the position where
+    that walk stands is walked next and must start right there, each operand before it is done
+    already, and the last operand walked must end just before v. Checked from the last
+    instruction down, each instruction's first position being set by its start or by the one
+    instruction that walks it; anything else (an operand after its user, an instruction walked
+    twice or never) says no, and the caller walks."""
     first = [-1] * len(operands)
-    first[-1] = 0
+    begin = 0
+    for start in unused:  # nobody walks an unused instruction: its start sets its first position
+        first[start] = begin
+        begin = start + 1
+    if first[-1] < 0:  # the root is the last start, used or not (a user of it then says no)
+        first[-1] = begin
     v = len(operands)
     for names in reversed(operands):
         v -= 1
