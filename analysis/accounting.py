@@ -324,7 +324,7 @@ class _Described:
         self.op_names = op_names
         self.order = order
         self.source_location = module.source_location
-        for name in filterfalse(op_names.raws.__contains__, order):  # every metadata text decoded
+        for name in filterfalse(op_names.decoded.__contains__, order):  # every metadata text decoded
             op_names.metadata_in(module.by_name[name])
         self.by_prefix: dict[str, dict[str | None, tuple]] = {}  # name prefix -> metadata text -> described
         self.by_prefix[""] = {raw: self._described(op_name, op_names.first.get(raw))
