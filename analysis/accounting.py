@@ -248,7 +248,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     order, by_name = ex.order, module.by_name
     places = zip(order, map(ex.computations.get, order, repeat(0)), map(ex.known.get, order, repeat(True)),
                  map(ex.fusion_of.get, order), map(ex.loop_of.get, order),
-                 map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())))
+                 map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())),
+                 map(dict, repeat((), len(order))))  # a fresh `totals` dict each
     lengths = map(len, map(_INSTRUCTIONS, map(by_name.__getitem__, order)))
     rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)),
                                chain.from_iterable(map(_INSTRUCTIONS, map(by_name.__getitem__, order))),

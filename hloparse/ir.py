@@ -185,13 +185,6 @@ _NO_METADATA: Mapping[str, str] = MappingProxyType({})
 # each was most of the time the accounting spends on names. Any other form is decoded in full.
 _PLAIN_METADATA = re.compile(r'\{op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?\}')
 
-
-def plain_metadata(raw: str) -> re.Match[str] | None:
-    """The match of a metadata text of the plain form: group 1 the op_name, group 2 the stack
-    frame id (None if absent); None for any other form."""
-    return _PLAIN_METADATA.fullmatch(raw)
-
-
 @dataclass(frozen=True, eq=False, slots=True)
 class Instruction:
     """One HLO instruction. `attributes` maps each attribute name to its raw value text, exactly

@@ -113,10 +113,11 @@ class OpNames:
     def _may_hold(self, part: str, comps: list[Computation]) -> bool:
         """False where no op_name of `comps` can hold `part`, without decoding one: an op_name is
         a piece of its metadata text but for escapes (`\\"`, `\\n`, ...), so with the backslashes
-        taken out a text holds every such part its op_name holds. Most optimized modules have no
-        remat name at all, and decoding every text to say so was most of the remat pass.
-        (Joined names, before optimization, also hold their callers' op_names: not looked at.)"""
-        if any(self.prefix.get(comp.name) for comp in comps):
+        taken out a text holds every such part its op_name holds; a joined name holds the part
+        only where its prefix or its own op_name does (the part has no '/'). Most modules have
+        no remat name at all, and decoding every text to say so was most of the remat pass."""
+        prefix = self.prefix
+        if any(part in prefix.get(comp.name, "") for comp in comps):
             return True
         texts = set(chain.from_iterable(map(self.texts_in, comps)))
         texts.discard(None)
