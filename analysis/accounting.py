@@ -248,7 +248,8 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     order, by_name = ex.order, module.by_name
     places = zip(order, map(ex.computations.get, order, repeat(0)), map(ex.known.get, order, repeat(True)),
                  map(ex.fusion_of.get, order), map(ex.loop_of.get, order),
-                 map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())))
+                 map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())),
+                 map(dict, repeat((), len(order))))  # a fresh `totals` dict each
     lengths = map(len, map(_INSTRUCTIONS, map(by_name.__getitem__, order)))
     rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)),
                                chain.from_iterable(map(_INSTRUCTIONS, map(by_name.__getitem__, order))),
@@ -324,7 +325,7 @@ class _Described:
         self.op_names = op_names
         self.order = order
         self.source_location = module.source_location
-        for name in filterfalse(op_names.raws.__contains__, order):  # every metadata text decoded
+        for name in filterfalse(op_names.decoded.__contains__, order):  # every metadata text decoded
             op_names.metadata_in(module.by_name[name])
         self.by_prefix: dict[str, dict[str | None, tuple]] = {}  # name prefix -> metadata text -> described
         self.by_prefix[""] = {raw: self._described(op_name, op_names.first.get(raw))

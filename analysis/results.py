@@ -44,7 +44,7 @@ class Row:
         return self.communication * self.executions
 
 
-Place = tuple[str, int, bool, "str | None", "str | None", "frozenset[str] | set[str]"]
+Place = tuple[str, int, bool, "str | None", "str | None", "frozenset[str] | set[str]", "dict[int, Cost]"]
 Described = tuple[str, str, "SourceLocation | None"]
 
 
@@ -56,8 +56,10 @@ class RowBuilder:
     frozen from then on. The fields come grouped as the accounting knows them, so that it can
     hand over all rows to one `map`, with no Python code of its own per row:
 
-        place      (computation, executions, executions_known, fusion, loop, remat names):
-                   one per computation; `remat names` are its instructions that are recomputation
+        place      (computation, executions, executions_known, fusion, loop, remat names, totals):
+                   one per computation; `remat names` are its instructions that are recomputation,
+                   `totals` an empty dict to keep each distinct cost's total in (id of the Cost
+                   -> its total: a loop body's thousands of ops share a few hundred Costs)
         described  (phase, scope, source): one per metadata text
 
     The fields only custom-calls and collectives have (target, note, communication,
@@ -67,12 +69,18 @@ class RowBuilder:
     __slots__ = Row.__slots__
 
     def __init__(self, place: Place, instruction: Instruction, op_cost: OpCost, described: Described) -> None:
-        self.computation, executions, self.executions_known, self.fusion, self.loop, remat = place
+        self.computation, executions, self.executions_known, self.fusion, self.loop, remat, totals = place
         self.executions = executions
         self.name = name = instruction.name
         self.opcode = instruction.opcode
         cost = self.cost = op_cost.cost
-        self.total = cost if executions == 1 else cost.scaled(executions)
+        if executions == 1:
+            self.total = cost
+        else:
+            total = totals.get(id(cost))
+            if total is None:  # the caller holds every Cost while the rows are made: ids stay theirs
+                total = totals[id(cost)] = cost.scaled(executions)
+            self.total = total
         self.remat = name in remat
         self.phase, self.scope, self.source = described
         self.uncounted = op_cost.uncounted

@@ -8,6 +8,7 @@ that parsing a 30 MB dump does not pay for decoding metadata nobody reads.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -178,7 +179,11 @@ class SourceLocation:
 _METADATA: dict[str, Mapping[str, str]] = {}
 _METADATA_LIMIT = 200_000
 _NO_METADATA: Mapping[str, str] = MappingProxyType({})
-
+# The form nearly every metadata text has (optimized jax modules): an op_name without escapes,
+# maybe a stack frame id. Its two fields are read straight off the text, without decoding it
+# into a mapping: a large module has one distinct text per instruction, and the full decode of
+# each was most of the time the accounting spends on names. Any other form is decoded in full.
+_PLAIN_METADATA = re.compile(r'\{op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?\}')
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Instruction:
@@ -246,6 +251,12 @@ class Instruction:
 
     @property
     def op_name(self) -> str:
+        raw = self.attributes.get("metadata")
+        if raw is None:
+            return ""
+        plain = _PLAIN_METADATA.fullmatch(raw)
+        if plain is not None:
+            return plain.group(1)
         return self.metadata.get("op_name", "")
 
     @property
@@ -445,6 +456,10 @@ class Module:
         return self._sources[raw]
 
     def _source_location(self, instruction: Instruction) -> SourceLocation | None:
+        plain = _PLAIN_METADATA.fullmatch(instruction.attributes["metadata"])
+        if plain is not None:  # no source_file: the stack frame, if any, is all there is
+            frame_id = plain.group(2)
+            return None if frame_id is None else self.stack_frames.location(int(frame_id))
         md = instruction.metadata
         frame = md.get("stack_frame_id")
         if frame is not None:

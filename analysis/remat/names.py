@@ -5,6 +5,7 @@ recompute's name inside its checkpoint."""
 from __future__ import annotations
 
 import re
+from itertools import chain
 from typing import Iterable
 
 from analysis.scopes import WRAPPER, is_absolute, model_components, split_components
@@ -32,6 +33,7 @@ class OpNames:
         self.first: dict[str | None, Instruction] = {}  # metadata text -> the instruction it was decoded from
         self.lists: dict[str, list[str]] = {}  # computation -> whole op_name of each instruction
         self.raws: dict[str, list[str | None]] = {}  # computation -> metadata text of each instruction
+        self.decoded: set[str] = set()  # computations whose texts' op_names are in by_metadata
         # The module's call table (built once per module) lists each computation's call sites:
         # scanning every instruction for `calls` was most of this loop on large modules. Sites
         # come grouped by callee, first call first, so the first site that reaches a callee wins
@@ -71,9 +73,9 @@ class OpNames:
         text's op_name decoded once, from the first instruction that has it (`by_metadata`,
         `first`). The op_names of a large optimized module are a few thousand texts: the
         accounting and the remat pass read them per text, not per instruction."""
-        raws = self.raws.get(comp.name)
-        if raws is None:
-            raws = self.raws[comp.name] = [inst.attributes.get("metadata") for inst in comp.instructions]
+        raws = self.texts_in(comp)
+        if comp.name not in self.decoded:
+            self.decoded.add(comp.name)
             new = set(raws).difference(self.by_metadata)
             if new:
                 for inst, raw in zip(comp.instructions, raws):
@@ -83,10 +85,21 @@ class OpNames:
                         self.by_metadata[raw] = inst.op_name
         return raws
 
+    def texts_in(self, comp: Computation) -> list[str | None]:
+        """The metadata text of each instruction of `comp`, in order (None where absent), not
+        decoded."""
+        raws = self.raws.get(comp.name)
+        if raws is None:
+            raws = self.raws[comp.name] = [inst.attributes.get("metadata") for inst in comp.instructions]
+        return raws
+
     def any_name_holds(self, part: str, comps: Iterable[Computation]) -> bool:
-        """Does the whole op_name of any instruction of `comps` hold `part` (no '/' in it)?
-        Looked for once per distinct metadata text, but in computations whose names continue a
-        caller's (`prefix`), which are joined."""
+        """Does the whole op_name of any instruction of `comps` hold `part` (no '/', newline,
+        tab or backslash in it)? Looked for once per distinct metadata text, but in computations
+        whose names continue a caller's (`prefix`), which are joined."""
+        comps = list(comps)
+        if not self._may_hold(part, comps):
+            return False
         texts: set[str | None] = set()
         for comp in comps:
             if self.prefix.get(comp.name):
@@ -96,6 +109,19 @@ class OpNames:
                 texts.update(self.metadata_in(comp))
         by_metadata = self.by_metadata
         return any(part in by_metadata[raw] for raw in texts)
+
+    def _may_hold(self, part: str, comps: list[Computation]) -> bool:
+        """False where no op_name of `comps` can hold `part`, without decoding one: an op_name is
+        a piece of its metadata text but for escapes (`\\"`, `\\n`, ...), so with the backslashes
+        taken out a text holds every such part its op_name holds; a joined name holds the part
+        only where its prefix or its own op_name does (the part has no '/'). Most modules have
+        no remat name at all, and decoding every text to say so was most of the remat pass."""
+        prefix = self.prefix
+        if any(part in prefix.get(comp.name, "") for comp in comps):
+            return True
+        texts = set(chain.from_iterable(map(self.texts_in, comps)))
+        texts.discard(None)
+        return part in "\n".join(texts).replace("\\", "")
 
     def of(self, computation: str, inst: Instruction) -> str:
         raw = inst.attributes.get("metadata")

@@ -56,10 +56,14 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
-    if values is None and not _may_be_marked(module, comps, op_names):
-        return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
-    # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
-    numbers = numbered(module, _has_loops(module)) if values is None else Numbered.of(module, values)
+    if values is None:
+        opcodes = _opcodes(module)
+        if not _may_be_marked(module, comps, op_names, opcodes):
+            return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
+        # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
+        numbers = numbered(module, "while" in opcodes)
+    else:
+        numbers = Numbered.of(module, values)
     if _one_frame_unnamed(comps, numbers, op_names):
         return _by_value_only(comps, numbers, op_names)
     ops: list[_Op] = []
@@ -162,22 +166,18 @@ def _clones(comps: list[Computation]) -> set[Key]:
     return found
 
 
-def _has_loops(module: Module) -> bool:
-    for comp in module.computations:  # plain loops: a third of the time of any() over a generator
-        for inst in comp.instructions:
-            if inst.opcode == "while":
-                return True
-    return False
+def _opcodes(module: Module) -> set[str]:
+    """The opcodes the module uses, found once for the tests below (each scanned every
+    instruction)."""
+    return {inst.opcode for comp in module.computations for inst in comp.instructions}
 
 
-def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames) -> bool:
+def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames, opcodes: set[str]) -> bool:
     """Can any op be remat-marked? Not without a remat name, a `.remat` clone or an
     optimization barrier (most optimized modules): then nothing is remat, and the value
     numbering, the costliest part of the pass, is not needed."""
-    for comp in module.computations:
-        for inst in comp.instructions:
-            if inst.opcode == "opt-barrier" or ".remat" in inst.name:
-                return True
+    if "opt-barrier" in opcodes or _has_clones(list(module.computations)):
+        return True
     return op_names.any_name_holds(REMAT_SCOPE, comps)
 
 

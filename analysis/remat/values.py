@@ -182,10 +182,8 @@ class _Numbering:
         return hit[1]
 
     def intern(self, key: tuple) -> int:
-        found = self.ids.get(key)
-        if found is None:
-            found = self.ids[key] = len(self.ids)
-        return found
+        ids = self.ids
+        return ids.setdefault(key, len(ids))  # one hash of the key (a tuple's is not kept)
 
     def leaf(self, shape: Shape) -> Val:
         hit = self.leaf_numbers.get(id(shape))
@@ -310,9 +308,7 @@ class _Numbering:
                     except KeyError:  # an operand we cannot see: a value of its own (below)
                         exact_key = None
                     if exact_key is not None:
-                        exact = ids.get(exact_key)
-                        if exact is None:
-                            exact = ids[exact_key] = len(ids)
+                        exact = ids.setdefault(exact_key, len(ids))  # most ops are a new value: one hash
                         if appliers:
                             exact = self.applied(exact, appliers)
                         exact_of[name] = exact
@@ -404,9 +400,7 @@ class _Numbering:
         calls = inst.calls
         appliers = tuple([s.computation for s in calls if s.role not in INLINED]) if calls else ()
         exact_key = (self.head(inst), *exacts)
-        exact = ids.get(exact_key)
-        if exact is None:
-            exact = ids[exact_key] = len(ids)
+        exact = ids.setdefault(exact_key, len(ids))
         if appliers:
             exact = self.applied(exact, appliers)
         if not self.with_abstract:
@@ -416,10 +410,7 @@ class _Numbering:
         elif abstracts == exacts:
             abstract = exact
         else:
-            abstract_key = (exact_key[0], *abstracts)
-            abstract = ids.get(abstract_key)
-            if abstract is None:
-                abstract = ids[abstract_key] = len(ids)
+            abstract = ids.setdefault((exact_key[0], *abstracts), len(ids))
             if appliers:
                 abstract = self.applied(abstract, appliers)
         return exact, abstract, taint
