@@ -213,19 +213,28 @@ def check_database(path: str | Path) -> None:
         raise DatabaseUnusable(f"{path}: database file is not readable and writable")
     if path.stat().st_size == 0:
         return  # an empty file is a new SQLite database
+    # A header that says WAL makes even a read-only open create `-wal` and `-shm` beside the
+    # file (one random 4 kB "database" in ~200 does): a file we refuse must be left as we found it.
+    companions = [Path(f"{path}{suffix}") for suffix in ("-wal", "-shm")]
+    absent = [c for c in companions if not c.exists()]
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60.0)
         try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
-                if "meta" in tables else None
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as e:
-        raise DatabaseUnusable(f"{path}: not a usable SQLite database ({e})") from None
-    if found is None or "modules" not in tables:  # (an older hloflops database may lack later tables)
-        raise DatabaseUnusable(f"{path}: an SQLite database, but not an hloflops batch database "
-                               f"(tables: {', '.join(sorted(tables)) or 'none'}); choose another --db")
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60.0)
+            try:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
+                    if "meta" in tables else None
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            raise DatabaseUnusable(f"{path}: not a usable SQLite database ({e})") from None
+        if found is None or "modules" not in tables:  # (an older hloflops database may lack later tables)
+            raise DatabaseUnusable(f"{path}: an SQLite database, but not an hloflops batch database "
+                                   f"(tables: {', '.join(sorted(tables)) or 'none'}); choose another --db")
+    except DatabaseUnusable:
+        for companion in absent:
+            companion.unlink(missing_ok=True)
+        raise
 
 
 class ResultsDB:

@@ -317,6 +317,18 @@ def test_db_that_is_a_directory_or_corrupt(tmp_path):
     assert corrupt.read_bytes() == before and not Path(str(corrupt) + "-wal").exists()
 
 
+def test_corrupt_db_whose_header_says_wal_is_left_alone(tmp_path):
+    """Was (1 random corrupt file in ~200): refused, but a stray `-wal` and `-shm` left beside it.
+    Bytes 18-19 of an SQLite header are the write and read versions; 2 means WAL."""
+    corrupt = tmp_path / "corrupt.sqlite"
+    header = bytearray(b"SQLite format 3\0" + bytes(range(256)) * 15)
+    header[16:20] = b"\x10\x00\x02\x02"  # page size 4096, WAL
+    corrupt.write_bytes(bytes(header))
+    assert "not" in one_line_usage_error(_batch_db(tmp_path, corrupt))
+    assert corrupt.read_bytes() == bytes(header)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.sqlite", "m"]
+
+
 def test_db_read_only(tmp_path):
     ro = tmp_path / "ro.sqlite"
     assert _batch_db(tmp_path, ro).returncode == 0
