@@ -206,9 +206,11 @@ def _last_attribute(opcode: str, tail: str) -> tuple[dict[str, str], tuple[CallS
     """_tail_attributes(opcode, tail) through _with_last, taking the text from the tail's last `, `
     on as its last attribute; None where that is not sure."""
     cut = tail.rfind(", ")
-    eq = tail.find("=", cut)
+    eq = tail.find("=", cut) if cut >= 0 else -1
+    if eq < 0:
+        return None
     key = tail[cut + 2:eq]
-    if cut < 0 or eq < 0 or key not in ALLOWED.get(opcode, ANY_OPCODE):  # (allowed: all plain names)
+    if key not in ALLOWED.get(opcode, ANY_OPCODE):  # (allowed: all plain names)
         return None
     decoded = _with_last(opcode, tail, cut, _KEY_NAMES.get(key) or _key_name(key), eq + 1)
     if decoded is not None and key in CALL_ATTRIBUTES:

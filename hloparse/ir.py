@@ -185,6 +185,7 @@ _NO_METADATA: Mapping[str, str] = MappingProxyType({})
 # each was most of the time the accounting spends on names. Any other form is decoded in full.
 _PLAIN_METADATA = re.compile(r'\{op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?\}')
 
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Instruction:
     """One HLO instruction. `attributes` maps each attribute name to its raw value text, exactly

@@ -215,19 +215,9 @@ def check_database(path: str | Path) -> None:
         return  # an empty file is a new SQLite database
     # A header that says WAL makes even a read-only open create `-wal` and `-shm` beside the
     # file (one random 4 kB "database" in ~200 does): a file we refuse must be left as we found it.
-    companions = [Path(f"{path}{suffix}") for suffix in ("-wal", "-shm")]
-    absent = [c for c in companions if not c.exists()]
+    absent = [c for c in (Path(f"{path}-wal"), Path(f"{path}-shm")) if not c.exists()]
     try:
-        try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60.0)
-            try:
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
-                    if "meta" in tables else None
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as e:
-            raise DatabaseUnusable(f"{path}: not a usable SQLite database ({e})") from None
+        tables, found = _tables_and_schema(path)
         if found is None or "modules" not in tables:  # (an older hloflops database may lack later tables)
             raise DatabaseUnusable(f"{path}: an SQLite database, but not an hloflops batch database "
                                    f"(tables: {', '.join(sorted(tables)) or 'none'}); choose another --db")
@@ -235,6 +225,22 @@ def check_database(path: str | Path) -> None:
         for companion in absent:
             companion.unlink(missing_ok=True)
         raise
+
+
+def _tables_and_schema(path: Path) -> tuple[set[str], Any]:
+    """The tables of an SQLite file and its hloflops schema version (None without one), read
+    through a read-only connection; DatabaseUnusable if SQLite cannot read it."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60.0)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            found = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
+                if "meta" in tables else None
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise DatabaseUnusable(f"{path}: not a usable SQLite database ({e})") from None
+    return tables, found
 
 
 class ResultsDB:

@@ -56,6 +56,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
+    clones = _has_clones(comps)
     if values is None:
         opcodes = _opcodes(module)
         if not _may_be_marked(module, comps, op_names, opcodes):
@@ -64,7 +65,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         numbers = numbered(module, "while" in opcodes)
     else:
         numbers = Numbered.of(module, values)
-    if _one_frame_unnamed(comps, numbers, op_names):
+    if _one_frame_unnamed(comps, numbers, op_names, clones):
         return _by_value_only(comps, numbers, op_names)
     ops: list[_Op] = []
     order = count()
@@ -79,7 +80,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                                                                     comp_numbers)
                 if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name),)]
 
-    remat = _clones(comps)
+    remat = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(remat), 0, ())
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
@@ -94,13 +95,14 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     return RematIndex(frozenset(remat), len(named_ops), merged)
 
 
-def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> bool:
-    """No op carries a remat name and all are numbered in one frame (an optimized module
-    without loops, mixtral): only same-value classes can pair (`_by_value_only`)."""
+def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames, clones: bool) -> bool:
+    """No op carries a remat name, none is a clone (`clones`: `_has_clones(comps)`) and all are
+    numbered in one frame (an optimized module without loops, mixtral): only same-value classes
+    can pair (`_by_value_only`)."""
     frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact and c.name not in numbers.shared}
     if len(frames) > 1:
         return False
-    return not _has_clones(comps) and not op_names.any_name_holds(REMAT_SCOPE, comps)
+    return not clones and not op_names.any_name_holds(REMAT_SCOPE, comps)
 
 
 def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> RematIndex:
@@ -152,8 +154,6 @@ _NAME = attrgetter("name")
 
 def _clones(comps: list[Computation]) -> set[Key]:
     """XLA's clones (fusions too): the original of the same name is the twin."""
-    if not _has_clones(comps):
-        return set()
     clones = [(comp.name, inst.name) for comp in comps for inst in comp.instructions if ".remat" in inst.name]
     if not clones:
         return set()

@@ -34,11 +34,12 @@ def visit_positions(computation: Computation, kept: Callable[[], Sequence[bool]]
                 operands[i] = inst.operands + _control_predecessors(inst)
     position = dict(zip(map(_NAME, instructions), range(n)))
     get = position.get
-    if n and computation.root is instructions[-1] and _walked_in_text_order(get, operands, ()):
+    root_last = n > 0 and computation.root is instructions[-1]
+    if root_last and _walked_in_text_order(get, operands, ()):
         return range(n)  # the root alone walks everything (the usual case: no set of names needed)
     used = set(chain.from_iterable(operands))
     unused = sorted(position[name] for name in position.keys() - used)  # what nobody uses
-    if n and computation.root is instructions[-1]:
+    if root_last:
         if unused != [n - 1] and _walked_in_text_order(get, operands, unused):
             return range(n)
         flags = kept() if kept is not None else None
