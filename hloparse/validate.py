@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 
 def validate(module: Module, builder: _Builder) -> None:
+    _CONSTRAINT_SHAPES.clear()  # the previous module's
     names = module.by_name
     arity_of = opcodes.ARITY.get
     callees: dict[str, list[tuple[Instruction, str]]] = {}  # the call graph, for the cycle check
@@ -111,7 +112,8 @@ def validate(module: Module, builder: _Builder) -> None:
                     check_opcode_rules(inst, defined, builder)
             if attrs and "control-predecessors" in attrs:
                 check_control_predecessors(inst, defined, builder)
-        if parameter_numbers and max(map(int, parameter_numbers)) >= len(parameter_numbers):
+        if parameter_numbers and parameter_numbers != _NUMBERS_BELOW.get(len(parameter_numbers)) and max(
+                map(int, parameter_numbers)) >= len(parameter_numbers):
             # XLA's computation aborts (CHECK param_no < parameter_count) on a gap or a number
             # beyond the count; for us it is input at fault.
             bad = next(i for i in comp.instructions if i.opcode == "parameter"
@@ -204,12 +206,18 @@ _NOTABLE_ATTRIBUTES = _CHECKED_ATTRIBUTES | {"control-predecessors"}
 _GOOD_VALUES: dict[str, set[str]] = {key: set() for key in _CHECKED_ATTRIBUTES}
 
 
+# The parameter numbers of a computation of N parameters, as XLA prints them: {"0", ..., "N-1"}
+# (equal: no gap, nothing beyond the count, without an int() each).
+_NUMBERS_BELOW = {n: frozenset(map(str, range(n))) for n in range(1, 65)}
+
+
 def _check_new_values(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
     """_check_instruction for an instruction with some of _CHECKED_ATTRIBUTES, unless their values
     have all been found good before."""
-    attrs = inst.attributes
-    for key in _CHECKED_ATTRIBUTES.intersection(attrs):
-        if attrs[key] not in _GOOD_VALUES[key]:  # a value not seen before: check it
+    good_values = _GOOD_VALUES.get
+    for key, value in inst.attributes.items():  # a few keys: cheaper than a set intersection
+        good = good_values(key)
+        if good is not None and value not in good:  # a checked value not seen before: check it
             _check_instruction(inst, above, builder)
             return
 
@@ -326,13 +334,24 @@ def _check_instruction(inst: Instruction, above: Mapping[str, Instruction], buil
                                 inst, f"expected a DimLevelType abbreviation, got {level.strip()!r}", "D, C or S")
 
 
+# operand_layout_constraints text -> its shapes: a custom-call's constraints recur on every call
+# of it (mixtral: one text, 96 times, a bracket-by-bracket split each). Emptied per module.
+_CONSTRAINT_SHAPES: dict[str, list[Shape]] = {}
+
+
 def _check_layout_constraints(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
-    raw = inst.attributes["operand_layout_constraints"].strip()
-    body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
-    try:
-        shapes = [parse_shape(body[s:e]) for s, e in split_top_level(body) if body[s:e].strip()]
-    except (AttributeSyntaxError, ShapeSyntaxError) as e:
-        raise builder.error_at_instruction(inst, f"operand_layout_constraints: {e}", "shapes with layouts") from None
+    raw = inst.attributes["operand_layout_constraints"]
+    shapes = _CONSTRAINT_SHAPES.get(raw)
+    if shapes is None:
+        raw = raw.strip()
+        body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
+        try:
+            shapes = [parse_shape(body[s:e]) for s, e in split_top_level(body) if body[s:e].strip()]
+        except (AttributeSyntaxError, ShapeSyntaxError) as e:
+            raise builder.error_at_instruction(inst, f"operand_layout_constraints: {e}",
+                                               "shapes with layouts") from None
+        if len(_CONSTRAINT_SHAPES) < 1_000:
+            _CONSTRAINT_SHAPES[inst.attributes["operand_layout_constraints"]] = shapes
     if len(shapes) != len(inst.operands):
         raise builder.error_at_instruction(
             inst, f"Expected {len(inst.operands)} operand layout constraints, {len(shapes)} given",
