@@ -171,7 +171,6 @@ class Evaluation:
         structure), callees (earlier in `order`) by their class. ENTRY, and a computation whose
         number of instructions no other has, cannot share: they get none (the key of a large
         one costs a good part of costing it)."""
-        calls = call_table(self.module).calls
         by_name = self.module.by_name
         sizes = Counter(len(by_name[name].instructions) for name in order)
         classes: dict[str, int] = {}
@@ -180,9 +179,7 @@ class Evaluation:
             comp = by_name[name]
             if comp.is_entry or sizes[len(comp.instructions)] < 2:
                 continue
-            sites = calls.get(name)
-            callers = [site["instruction"] for _, site in sites] if sites else ()
-            key = (self._context(comp), structure_key(comp, classes, callers))
+            key = (self._context(comp), structure_key(comp, classes))
             classes[name] = numbers.setdefault(key, len(numbers))
         return classes
 
