@@ -284,14 +284,14 @@ class _Numbering:
                 calls = inst.calls
                 # The computations an op applies (reducers, comparators); `inlines`: it calls a
                 # fusion, a function or a branch.
-                if len(calls) == 1:  # most calling ops: one reducer, or one fusion
+                if not calls:
+                    appliers, inlines = (), False
+                elif len(calls) == 1:  # most calling ops: one reducer, or one fusion
                     inlines = calls[0].role in INLINED
                     appliers = () if inlines else (calls[0].computation,)
-                elif calls:
+                else:
                     appliers = tuple([s.computation for s in calls if s.role not in INLINED])
                     inlines = len(appliers) < len(calls)
-                else:
-                    appliers, inlines = (), False
                 if not inlines and opcode not in NOT_PLAIN:
                     # Fast path (most of a module): an op computing its value from its operands'.
                     # The head's number, by opcode, Shape object and attribute texts: a cheap key,
@@ -314,13 +314,20 @@ class _Numbering:
                     head = head_by_text.get(head_key)
                     if head is None:
                         head = head_by_text[head_key] = self.head(inst)
-                    try:  # one or two operands (most ops): no map and list to build the key
-                        if len(operands) == 2:
-                            exact_key = (head, exact_of[operands[0]], exact_of[operands[1]])
-                        elif len(operands) == 1:
+                    arity = len(operands)
+                    # One or two operands (most ops): the key and the taint without a map, a list
+                    # or a method call.
+                    try:
+                        if arity == 2:
+                            first, second = operands
+                            exact_key = (head, exact_of[first], exact_of[second])
+                            taint = first in tainted or second in tainted
+                        elif arity == 1:
                             exact_key = (head, exact_of[operands[0]])
+                            taint = operands[0] in tainted
                         else:
                             exact_key = (head, *map(exact_of.__getitem__, operands))
+                            taint = not tainted.isdisjoint(operands)
                     except KeyError:  # an operand we cannot see: a value of its own (below)
                         exact_key = None
                     if exact_key is not None:
@@ -330,7 +337,7 @@ class _Numbering:
                         exact_of[name] = exact
                         if with_abstract:
                             abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
-                        if not tainted.isdisjoint(operands):
+                        if taint:
                             tainted.add(name)
                         continue
                 try:
