@@ -115,8 +115,12 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
         exact = numbers.exact.get(comp.name)
         if exact is None or comp.name in numbers.shared:
             continue
-        ops = [inst for inst in comp.instructions if inst.opcode not in PASS_THROUGH]
-        kept.append((comp, ops, [exact[inst.name] for inst in ops]))
+        can_pair = [inst.opcode not in PASS_THROUGH for inst in comp.instructions]
+        ops = list(compress(comp.instructions, can_pair))
+        # The numbering sets each instruction's number once, in order: its dict's values line up
+        # with the instructions (a lookup by name per op was a fifth of this function).
+        numbers_in_order = exact.values() if len(exact) == len(can_pair) else [exact[i.name] for i in comp.instructions]
+        kept.append((comp, ops, list(compress(numbers_in_order, can_pair))))
     sizes = Counter(chain.from_iterable(exacts for _, _, exacts in kept))
     repeated = {number for number, size in sizes.items() if size > 1 and not isinstance(number, tuple)}
     classes: dict[Val, list[tuple[int, Computation, Instruction]]] = {}  # exact -> its marked ops, in order

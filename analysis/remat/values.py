@@ -174,6 +174,8 @@ class _Numbering:
         # looking at which attributes matter (`result_attributes`, half the cost of a head).
         self.head_by_text: dict[tuple, int] = {}
         self.first_applied: dict[int, tuple[tuple[str, ...], int]] = {}  # see `applied`
+        # An op's attribute names -> those of them that change its result (`head_by_text`'s keys).
+        self.kept_names: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def shape_key(self, shape: Shape) -> tuple:
         hit = self.shape_keys.get(id(shape))
@@ -270,7 +272,7 @@ class _Numbering:
             out.exact[comp_name], out.abstract[comp_name], out.tainted[comp_name] = exact_of, abstract_of, tainted
         else:  # numbered again from another call site: the first site's numbers stay
             out.shared.add(comp_name)
-        plain, head_by_text, ids = self._plain, self.head_by_text, self.ids
+        plain, head_by_text, ids, kept_names = self._plain, self.head_by_text, self.ids, self.kept_names
         with_abstract = self.with_abstract
         for inst in comp.instructions:
             opcode, name, operands = inst.opcode, inst.name, inst.operands
@@ -282,11 +284,14 @@ class _Numbering:
                 calls = inst.calls
                 # The computations an op applies (reducers, comparators); `inlines`: it calls a
                 # fusion, a function or a branch.
-                if calls:
+                if not calls:
+                    appliers, inlines = (), False
+                elif len(calls) == 1:  # most calling ops: one reducer, or one fusion
+                    inlines = calls[0].role in INLINED
+                    appliers = () if inlines else (calls[0].computation,)
+                else:
                     appliers = tuple([s.computation for s in calls if s.role not in INLINED])
                     inlines = len(appliers) < len(calls)
-                else:
-                    appliers, inlines = (), False
                 if not inlines and opcode not in NOT_PLAIN:
                     # Fast path (most of a module): an op computing its value from its operands'.
                     # The head's number, by opcode, Shape object and attribute texts: a cheap key,
@@ -296,15 +301,33 @@ class _Numbering:
                     attributes = inst.attributes
                     if attributes:
                         if calls or not PER_OP_ATTRIBUTES.isdisjoint(attributes):
-                            attributes = {k: v for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES}
-                        head_key = (opcode, id(inst.shape), *attributes, *attributes.values())
+                            # The names kept, worked out once per list of names.
+                            names = tuple(attributes)
+                            kept = kept_names.get(names)
+                            if kept is None:
+                                kept = kept_names[names] = tuple([k for k in names if k not in IGNORED_ATTRIBUTES])
+                            head_key = (opcode, id(inst.shape), kept, *map(attributes.__getitem__, kept))
+                        else:
+                            head_key = (opcode, id(inst.shape), *attributes, *attributes.values())
                     else:
                         head_key = (opcode, id(inst.shape))
                     head = head_by_text.get(head_key)
                     if head is None:
                         head = head_by_text[head_key] = self.head(inst)
+                    arity = len(operands)
+                    # One or two operands (most ops): the key and the taint without a map, a list
+                    # or a method call.
                     try:
-                        exact_key = (head, *map(exact_of.__getitem__, operands))
+                        if arity == 2:
+                            first, second = operands
+                            exact_key = (head, exact_of[first], exact_of[second])
+                            taint = first in tainted or second in tainted
+                        elif arity == 1:
+                            exact_key = (head, exact_of[operands[0]])
+                            taint = operands[0] in tainted
+                        else:
+                            exact_key = (head, *map(exact_of.__getitem__, operands))
+                            taint = not tainted.isdisjoint(operands)
                     except KeyError:  # an operand we cannot see: a value of its own (below)
                         exact_key = None
                     if exact_key is not None:
@@ -314,7 +337,7 @@ class _Numbering:
                         exact_of[name] = exact
                         if with_abstract:
                             abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
-                        if not tainted.isdisjoint(operands):
+                        if taint:
                             tainted.add(name)
                         continue
                 try:
