@@ -14,7 +14,7 @@ from hloparse.attributes import AttributeSyntaxError
 from hloparse.call_sites import CALL_ATTRIBUTES, call_sites
 from hloparse.instructions import (_ATTR_SPLIT, _BRACKETED, _INDEX_COMMENT, _PERCENT_NAME, _SHAPED_OPERAND,
                                    NextStatementAt, StatementError, _attributes, _cached_shape, _shape_cache,
-                                   _Unfrozen)
+                                   unfrozen_instruction)
 from hloparse.ir import CallSite, Instruction, Shape
 
 _OPCODE_NAMES = {op: op for op in opcodes.ARITY}
@@ -113,8 +113,8 @@ def decode_lines(text: str, offset: int, computation: str, line: int, out: list[
             # The commonest line by far (mixtral: 31,000 of 43,714): `%n = f32[2]{0} add(%a, %b)`,
             # a known shape, `%` operands, nothing after them. What _decoded makes of it, without
             # its call and the tests of everything such a line lacks.
-            inst = _Unfrozen(name, plain_opcode, shape, tuple(names[1:].split(", %")), {}, (), root is not None,
-                             line, len(indent) + 1, computation, None)
+            inst = unfrozen_instruction(name, plain_opcode, shape, tuple(names[1:].split(", %")), {}, (),
+                                        root is not None, line, len(indent) + 1, computation, None)
         else:
             inst = _decoded(root, name, shape_text, opcode, names, bare, body, tail, computation, line,
                             len(indent) + 1)
@@ -194,8 +194,8 @@ def _decoded(root: str | None, name: str, shape_text: str, opcode: str, names: s
             attributes.update(written)  # after the parameter number or literal, as written
         else:
             return None  # an attribute written twice: the full decoder says so
-    return _Unfrozen(name, opcode, shape, operands, attributes, calls, root is not None, line, column,  # type: ignore[return-value]
-                     computation, operand_shapes)
+    return unfrozen_instruction(name, opcode, shape, operands, attributes, calls, root is not None, line, column,
+                                computation, operand_shapes)
 
 
 # The attributes after the operands, decoded once per (opcode, text): a module's instructions

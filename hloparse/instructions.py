@@ -152,8 +152,8 @@ def new_instruction(
     column: int = 0,
 ) -> Instruction:
     """Instruction(...) without the frozen dataclass's per-field object.__setattr__ (see _Unfrozen)."""
-    return _Unfrozen(name, opcode, shape, operands, attributes, calls, is_root, line, column, computation,
-                     operand_shapes)
+    return unfrozen_instruction(name, opcode, shape, operands, attributes, calls, is_root, line, column, computation,
+                                operand_shapes)
 
 
 class _Unfrozen:
@@ -163,22 +163,32 @@ class _Unfrozen:
 
     __slots__ = Instruction.__slots__
 
-    def __init__(self, name: str, opcode: str, shape: Shape | None, operands: tuple[str, ...],
-                 attributes: dict[str, str], calls: tuple[CallSite, ...], is_root: bool, line: int, column: int,
-                 computation: str, operand_shapes: tuple[Shape | None, ...] | None) -> None:
-        self.name = name
-        self.opcode = opcode
-        self.shape = shape
-        self.operands = operands
-        self.attributes = attributes
-        self.calls = calls
-        self.is_root = is_root
-        self.line = line
-        self.column = column
-        self.computation = computation
-        self.inline_operand_shapes = operand_shapes
-        self._decoded = None
-        self.__class__ = Instruction  # type: ignore[assignment]
+
+_new = object.__new__
+
+
+def unfrozen_instruction(name: str, opcode: str, shape: Shape | None, operands: tuple[str, ...],
+                         attributes: dict[str, str], calls: tuple[CallSite, ...], is_root: bool, line: int,
+                         column: int, computation: str, operand_shapes: tuple[Shape | None, ...] | None
+                         ) -> Instruction:
+    """A fresh Instruction, filled through _Unfrozen's slots. A function, not _Unfrozen's
+    __init__: Python 3.11 calls a class's __init__ with its arguments packed in a tuple, a plain
+    function without (mixtral's 43,714 instructions: 19 M machine instructions less)."""
+    inst = _new(_Unfrozen)
+    inst.name = name
+    inst.opcode = opcode
+    inst.shape = shape
+    inst.operands = operands
+    inst.attributes = attributes
+    inst.calls = calls
+    inst.is_root = is_root
+    inst.line = line
+    inst.column = column
+    inst.computation = computation
+    inst.inline_operand_shapes = operand_shapes
+    inst._decoded = None
+    inst.__class__ = Instruction  # type: ignore[assignment]
+    return inst  # type: ignore[return-value]
 
 
 def _operands(
