@@ -219,9 +219,16 @@ class Evaluation:
             key: tuple | None = None
             if plan is not None:
                 rule, least, by_operands, attributes, by_callees = plan  # one unpacking: 30k instructions
-                if len(inst.operands) >= least:
-                    if by_operands:
-                        key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
+                operands = inst.operands
+                count = len(operands)
+                if count >= least:
+                    if by_operands:  # most have one or two operands: a tuple made at once, no list, no map
+                        if count == 2:
+                            key = (op, id(inst.shape), token(operands[0]), token(operands[1]))  # type: ignore[misc]
+                        elif count == 1:
+                            key = (op, id(inst.shape), token(operands[0]))  # type: ignore[misc]
+                        else:
+                            key = (op, id(inst.shape), *map(token, operands))  # type: ignore[arg-type]
                     else:
                         key = (op, id(inst.shape))
                     if attributes:
