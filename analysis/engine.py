@@ -457,14 +457,16 @@ class _Plan(NamedTuple):
     callees: bool
 
 
-def _memo_plans(bytes_unread: bool) -> dict[str, _Plan]:
-    """The plan of each opcode whose rule is in LOCAL_RULES, where bytes are read or not."""
+def _memo_plans(bytes_unread: bool) -> dict[str, tuple]:
+    """The plan of each opcode whose rule is in LOCAL_RULES, where bytes are read or not (a
+    _Plan's fields, in its order)."""
     plans = {}
     for op, fn in RULES.items():
         reads = LOCAL_RULES.get(fn)
         if reads is not None:
             operands = not (reads.operands == NEVER or (bytes_unread and reads.operands == WITH_BYTES))
-            plans[op] = _Plan(fn, OPERANDS[op], operands, reads.attributes, reads.callees)
+            # as a plain tuple: the engine's loop unpacks one per instruction, a tuple subclass more slowly
+            plans[op] = tuple(_Plan(fn, OPERANDS[op], operands, reads.attributes, reads.callees))
     return plans
 
 
