@@ -219,9 +219,16 @@ class Evaluation:
             key: tuple | None = None
             if plan is not None:
                 rule, least, by_operands, attributes, by_callees = plan  # one unpacking: 30k instructions
-                if len(inst.operands) >= least:
-                    if by_operands:
-                        key = (op, id(inst.shape), *map(token, inst.operands))  # type: ignore[arg-type]
+                operands = inst.operands
+                count = len(operands)
+                if count >= least:
+                    if by_operands:  # most have one or two operands: a tuple made at once, no list, no map
+                        if count == 2:
+                            key = (op, id(inst.shape), token(operands[0]), token(operands[1]))  # type: ignore[misc]
+                        elif count == 1:
+                            key = (op, id(inst.shape), token(operands[0]))  # type: ignore[misc]
+                        else:
+                            key = (op, id(inst.shape), *map(token, operands))  # type: ignore[arg-type]
                     else:
                         key = (op, id(inst.shape))
                     if attributes:
@@ -450,14 +457,16 @@ class _Plan(NamedTuple):
     callees: bool
 
 
-def _memo_plans(bytes_unread: bool) -> dict[str, _Plan]:
-    """The plan of each opcode whose rule is in LOCAL_RULES, where bytes are read or not."""
+def _memo_plans(bytes_unread: bool) -> dict[str, tuple]:
+    """The plan of each opcode whose rule is in LOCAL_RULES, where bytes are read or not (a
+    _Plan's fields, in its order)."""
     plans = {}
     for op, fn in RULES.items():
         reads = LOCAL_RULES.get(fn)
         if reads is not None:
             operands = not (reads.operands == NEVER or (bytes_unread and reads.operands == WITH_BYTES))
-            plans[op] = _Plan(fn, OPERANDS[op], operands, reads.attributes, reads.callees)
+            # as a plain tuple: the engine's loop unpacks one per instruction, a tuple subclass more slowly
+            plans[op] = tuple(_Plan(fn, OPERANDS[op], operands, reads.attributes, reads.callees))
     return plans
 
 

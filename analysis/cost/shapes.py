@@ -13,6 +13,7 @@ import re
 from itertools import compress
 from operator import attrgetter
 
+from analysis.xla.order import instruction_names
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Shape
 
 POINTER_SIZE = 8
@@ -118,13 +119,13 @@ def producer_tokens(computation: Computation) -> dict[str, object]:
     tagged with the opcode where `produced_size` reads it (constant, send, recv). Built in C
     loops: the engine keys its memo of costs on these."""
     instructions = computation.instructions
-    tokens: dict[str, object] = dict(zip(map(_NAME, instructions), map(id, map(_SHAPE, instructions))))
+    tokens: dict[str, object] = dict(zip(instruction_names(computation), map(id, map(_SHAPE, instructions))))
     for inst in compress(instructions, map(_SIZED_BY_OPCODE.__contains__, map(_OPCODE, instructions))):
         tokens[inst.name] = (inst.opcode, id(inst.shape))
     return tokens
 
 
-_NAME, _OPCODE, _SHAPE = attrgetter("name"), attrgetter("opcode"), attrgetter("shape")
+_OPCODE, _SHAPE = attrgetter("opcode"), attrgetter("shape")
 _OUTPUT_SIZES: dict[int, tuple[Shape, int]] = {}
 
 
