@@ -53,7 +53,7 @@ from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
 from analysis.graph import call_table
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, RowBuilder, Uncounted
+from analysis.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.attribute_names import ALLOWED
 from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
@@ -244,23 +244,22 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     thousands of rows (in tens of thousands of computations): they are made by one `map` of
     RowBuilder over columns that `map` and `chain` put together in C, without Python code per
     row but RowBuilder's, nor per computation (each was a large part of the time). What the few
-    rows of custom-calls and collectives say besides their cost is filled in afterwards."""
+    rows of custom-calls and collectives say besides their cost comes in a column of its own
+    (`_extras_column`)."""
     order, by_name = ex.order, module.by_name
+    comps = list(map(by_name.__getitem__, order))
     places = zip(order, map(ex.computations.get, order, repeat(0)), map(ex.known.get, order, repeat(True)),
                  map(ex.fusion_of.get, order), map(ex.loop_of.get, order),
                  map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())),
                  map(dict, repeat((), len(order))))  # a fresh `totals` dict each
-    lengths = map(len, map(_INSTRUCTIONS, map(by_name.__getitem__, order)))
-    rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)),
-                               chain.from_iterable(map(_INSTRUCTIONS, map(by_name.__getitem__, order))),
-                               chain.from_iterable(map(op_costs.__getitem__, order)),
-                               _Described(module, op_names, order).column()))
-    extras = _Extras(module)
-    for row in compress(rows, map(not_, map(_PLAIN_OPCODES.__contains__, map(_OPCODE, rows)))):
-        comp = by_name[row.computation]
-        _fill_extra(row, extras.of(comp, comp.by_name[row.name], row.uncounted))
+    lengths = list(map(len, map(_INSTRUCTIONS, comps)))
+    instructions = list(chain.from_iterable(map(_INSTRUCTIONS, comps)))
+    costs = list(chain.from_iterable(map(op_costs.__getitem__, order)))
+    rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)), instructions, costs,
+                               _Described(module, op_names, order).column(),
+                               _extras_column(module, comps, lengths, instructions, costs)))
     uncounted: list[Uncounted] = []
-    if not _NONE.issuperset(map(_UNCOUNTED, chain.from_iterable(map(op_costs.__getitem__, order)))):
+    if not _NONE.issuperset(map(_UNCOUNTED, costs)):
         uncounted = [Uncounted(row.name, row.opcode, row.computation, row.uncounted,
                                by_name[row.computation].by_name[row.name].custom_call_target, row.executions)
                      for row in rows if row.uncounted is not None]
@@ -276,7 +275,6 @@ _NONE = frozenset({None})
 # collective (bytes sent), and not one XLA's parser lets carry a custom_call_target.
 _PLAIN_OPCODES = frozenset(op for op, names in ALLOWED.items()
                            if op != "custom-call" and op not in SENDERS and "custom_call_target" not in names)
-Extra = tuple[str | None, str | None, int, str | None]  # target, note, communication, communication_uncounted
 
 
 def _remat_names(module: Module, index: remat_analysis.RematIndex, bodies: Mapping[str, bool]) -> dict[str, set[str]]:
@@ -311,10 +309,24 @@ class _Extras:
         return target, note, sent.bytes, sent.uncounted
 
 
-def _fill_extra(row: Row, extra: Extra) -> None:
-    """Set what `_Extras` says on a row just made (frozen: as a dataclass's own __init__ does)."""
-    for field_name, value in zip(("target", "note", "communication", "communication_uncounted"), extra):
-        object.__setattr__(row, field_name, value)
+def _extras_column(module: Module, comps: list[Computation], lengths: list[int], instructions: list[Instruction],
+                   costs: list[OpCost]) -> list[Extra]:
+    """What `_Extras` says for each row (instructions in order): the rows of plain opcodes, all
+    but a few, share one tuple of defaults. Made before the rows, so that RowBuilder sets these
+    fields once (setting them again on the few rows afterwards, and finding their instructions
+    again, was a tenth of the rows)."""
+    column = [_NO_EXTRA] * len(instructions)
+    special = list(compress(range(len(instructions)),
+                            map(not_, map(_PLAIN_OPCODES.__contains__, map(_OPCODE, instructions)))))
+    if special:
+        extras = _Extras(module)
+        comp_of = list(chain.from_iterable(map(repeat, comps, lengths)))
+        for k in special:
+            column[k] = extras.of(comp_of[k], instructions[k], costs[k].uncounted)
+    return column
+
+
+_NO_EXTRA: Extra = (None, None, 0, None)
 
 
 class _Described:
