@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, not_
+from operator import attrgetter, eq, not_
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
@@ -218,7 +218,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES).
     flops = list(map(_TOTAL_FLOPS, rows))
     phases = list(map(_PHASE, rows))
-    phase_flops = {p: sum(compress(flops, map(p.__eq__, phases))) for p in PHASES}
+    phase_flops = {p: sum(compress(flops, map(eq, phases, repeat(p)))) for p in PHASES}  # eq: no method-wrapper call
     remat_flops = sum(compress(flops, map(_REMAT, rows)))
     return LoopAccounting(
         module_name=module.name,
