@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, not_
+from operator import attrgetter, eq
 from typing import Callable, Iterable, Mapping
 
 from analysis import remat as remat_analysis
@@ -53,7 +53,7 @@ from analysis.cost.kernels import row_note
 from analysis.engine import evaluate, own_cost
 from analysis.graph import call_table
 from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, RowBuilder, Uncounted
+from analysis.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from analysis.loops.tripcount import TripCount, trip_count
 from hloparse.attribute_names import ALLOWED
 from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
@@ -158,6 +158,14 @@ def _sum(costs: list[Cost]) -> Cost:
     return Cost(sum(map(_FLOPS, costs)), sum(map(_TRANSCENDENTALS, costs)), sum(map(_BYTES, costs)))
 
 
+def _sum_of_ops(costs: list[OpCost]) -> Cost:
+    """`_sum` of the ops' costs, read by comprehensions: on an entry computation's tens of
+    thousands of ops their specialised attribute loads beat `map` of an attrgetter (half the
+    instructions per op), though not on `_Inclusive`'s short lists (a comprehension is a call)."""
+    cs = [op.cost for op in costs]
+    return Cost(sum([c.flops for c in cs]), sum([c.transcendentals for c in cs]), sum([c.bytes_accessed for c in cs]))
+
+
 def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
             cost_fn: CostFn | None = None, xla: Mapping[str, float] | None = None) -> LoopAccounting:
     """The loop- and remat-aware accounting of a module (see the module docstring).
@@ -189,7 +197,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         comp = module.by_name[name]
         costs = exact[name] if exact is not None else [cost_fn(module, comp, inst) for inst in comp.instructions]
         op_costs[name] = costs
-        own[name] = _sum(list(map(_COST, costs)))
+        own[name] = _sum_of_ops(costs)
 
     upper = _Inclusive(module, own, trips, pick_max=True, callers=callers)
     upper.compute(first.order)
@@ -215,11 +223,13 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     xla_flops = int(xla_flops) if math.isfinite(xla_flops) else 0
     reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
     reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
-    # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES).
-    flops = list(map(_TOTAL_FLOPS, rows))
-    phases = list(map(_PHASE, rows))
-    phase_flops = {p: sum(compress(flops, map(p.__eq__, phases))) for p in PHASES}
-    remat_flops = sum(compress(flops, map(_REMAT, rows)))
+    # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES). The
+    # columns are read by comprehensions (their attribute loads are specialised: faster than map
+    # of an attrgetter), compared by operator.eq (a str.__eq__ method-wrapper builds a tuple per call).
+    flops = [row.total.flops for row in rows]
+    phases = [row.phase for row in rows]
+    phase_flops = {p: sum(compress(flops, map(eq, phases, repeat(p)))) for p in PHASES}
+    remat_flops = sum(compress(flops, [row.remat for row in rows]))
     return LoopAccounting(
         module_name=module.name,
         rows=tuple(rows),
@@ -244,39 +254,36 @@ def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCos
     thousands of rows (in tens of thousands of computations): they are made by one `map` of
     RowBuilder over columns that `map` and `chain` put together in C, without Python code per
     row but RowBuilder's, nor per computation (each was a large part of the time). What the few
-    rows of custom-calls and collectives say besides their cost is filled in afterwards."""
+    rows of custom-calls and collectives say besides their cost comes in a column of its own
+    (`_extras_column`)."""
     order, by_name = ex.order, module.by_name
+    comps = list(map(by_name.__getitem__, order))
     places = zip(order, map(ex.computations.get, order, repeat(0)), map(ex.known.get, order, repeat(True)),
                  map(ex.fusion_of.get, order), map(ex.loop_of.get, order),
                  map(_remat_names(module, remat_index, remat_bodies).get, order, repeat(frozenset())),
                  map(dict, repeat((), len(order))))  # a fresh `totals` dict each
-    lengths = map(len, map(_INSTRUCTIONS, map(by_name.__getitem__, order)))
-    rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)),
-                               chain.from_iterable(map(_INSTRUCTIONS, map(by_name.__getitem__, order))),
-                               chain.from_iterable(map(op_costs.__getitem__, order)),
-                               _Described(module, op_names, order).column()))
-    extras = _Extras(module)
-    for row in compress(rows, map(not_, map(_PLAIN_OPCODES.__contains__, map(_OPCODE, rows)))):
-        comp = by_name[row.computation]
-        _fill_extra(row, extras.of(comp, comp.by_name[row.name], row.uncounted))
+    lengths = list(map(len, map(_INSTRUCTIONS, comps)))
+    instructions = list(chain.from_iterable(map(_INSTRUCTIONS, comps)))
+    costs = list(chain.from_iterable(map(op_costs.__getitem__, order)))
+    rows: list[Row] = list(map(RowBuilder, chain.from_iterable(map(repeat, places, lengths)), instructions, costs,
+                               _Described(module, op_names, order).column(),
+                               _extras_column(module, comps, lengths, instructions, costs)))
     uncounted: list[Uncounted] = []
-    if not _NONE.issuperset(map(_UNCOUNTED, chain.from_iterable(map(op_costs.__getitem__, order)))):
+    if not _NONE.issuperset([cost.uncounted for cost in costs]):
         uncounted = [Uncounted(row.name, row.opcode, row.computation, row.uncounted,
                                by_name[row.computation].by_name[row.name].custom_call_target, row.executions)
                      for row in rows if row.uncounted is not None]
     return rows, uncounted
 
 
-_OPCODE, _UNCOUNTED, _INSTRUCTIONS = attrgetter("opcode"), attrgetter("uncounted"), attrgetter("instructions")
-_COST, _FLOPS, _TRANSCENDENTALS = attrgetter("cost"), attrgetter("flops"), attrgetter("transcendentals")
+_INSTRUCTIONS = attrgetter("instructions")
+_FLOPS, _TRANSCENDENTALS = attrgetter("flops"), attrgetter("transcendentals")
 _BYTES = attrgetter("bytes_accessed")
-_TOTAL_FLOPS, _PHASE, _REMAT = attrgetter("total.flops"), attrgetter("phase"), attrgetter("remat")
 _NONE = frozenset({None})
 # Opcodes whose rows carry nothing but their cost: not a custom-call (a target, a note), not a
 # collective (bytes sent), and not one XLA's parser lets carry a custom_call_target.
 _PLAIN_OPCODES = frozenset(op for op, names in ALLOWED.items()
                            if op != "custom-call" and op not in SENDERS and "custom_call_target" not in names)
-Extra = tuple[str | None, str | None, int, str | None]  # target, note, communication, communication_uncounted
 
 
 def _remat_names(module: Module, index: remat_analysis.RematIndex, bodies: Mapping[str, bool]) -> dict[str, set[str]]:
@@ -311,10 +318,23 @@ class _Extras:
         return target, note, sent.bytes, sent.uncounted
 
 
-def _fill_extra(row: Row, extra: Extra) -> None:
-    """Set what `_Extras` says on a row just made (frozen: as a dataclass's own __init__ does)."""
-    for field_name, value in zip(("target", "note", "communication", "communication_uncounted"), extra):
-        object.__setattr__(row, field_name, value)
+def _extras_column(module: Module, comps: list[Computation], lengths: list[int], instructions: list[Instruction],
+                   costs: list[OpCost]) -> list[Extra]:
+    """What `_Extras` says for each row (instructions in order): the rows of plain opcodes, all
+    but a few, share one tuple of defaults. Made before the rows, so that RowBuilder sets these
+    fields once (setting them again on the few rows afterwards, and finding their instructions
+    again, was a tenth of the rows)."""
+    column = [_NO_EXTRA] * len(instructions)
+    special = [k for k, inst in enumerate(instructions) if inst.opcode not in _PLAIN_OPCODES]
+    if special:
+        extras = _Extras(module)
+        comp_of = list(chain.from_iterable(map(repeat, comps, lengths)))
+        for k in special:
+            column[k] = extras.of(comp_of[k], instructions[k], costs[k].uncounted)
+    return column
+
+
+_NO_EXTRA: Extra = (None, None, 0, None)
 
 
 class _Described:

@@ -46,6 +46,7 @@ class Row:
 
 Place = tuple[str, int, bool, "str | None", "str | None", "frozenset[str] | set[str]", "dict[int, Cost]"]
 Described = tuple[str, str, "SourceLocation | None"]
+Extra = tuple["str | None", "str | None", int, "str | None"]  # target, note, communication, communication_uncounted
 
 
 class RowBuilder:
@@ -61,14 +62,14 @@ class RowBuilder:
                    `totals` an empty dict to keep each distinct cost's total in (id of the Cost
                    -> its total: a loop body's thousands of ops share a few hundred Costs)
         described  (phase, scope, source): one per metadata text
-
-    The fields only custom-calls and collectives have (target, note, communication,
-    communication_uncounted) are left at None, None, 0, None for the accounting to fill in.
+        extra      (target, note, communication, communication_uncounted): what only custom-calls
+                   and collectives have; (None, None, 0, None) on every other row
     """
 
     __slots__ = Row.__slots__
 
-    def __init__(self, place: Place, instruction: Instruction, op_cost: OpCost, described: Described) -> None:
+    def __init__(self, place: Place, instruction: Instruction, op_cost: OpCost, described: Described,
+                 extra: Extra) -> None:
         self.computation, executions, self.executions_known, self.fusion, self.loop, remat, totals = place
         self.executions = executions
         self.name = name = instruction.name
@@ -84,8 +85,7 @@ class RowBuilder:
         self.remat = name in remat
         self.phase, self.scope, self.source = described
         self.uncounted = op_cost.uncounted
-        self.target = self.note = self.communication_uncounted = None
-        self.communication = 0
+        self.target, self.note, self.communication, self.communication_uncounted = extra
         self.__class__ = Row  # type: ignore[assignment]
 
 

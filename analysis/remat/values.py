@@ -340,24 +340,26 @@ class _Numbering:
                         if taint:
                             tainted.add(name)
                         continue
-                try:
-                    exacts = [exact_of[o] for o in operands]
-                except KeyError:  # an operand we cannot see: a value of its own
-                    exacts = None
-                if exacts is None:
-                    tag = ("unseen", comp_name, inst.name)
-                    value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
-                elif len(exacts) == 1 and (opcode == "copy" or opcode == "get-tuple-element"):
+                if (opcode == "copy" or opcode == "get-tuple-element") and len(operands) == 1 \
+                        and operands[0] in exact_of:  # without building the operand lists below
                     operand = operands[0]  # a copy (a layout change) has its operand's value
-                    value = (exacts[0], abstract_of[operand], operand in tainted)
+                    value = (exact_of[operand], abstract_of[operand], operand in tainted)
                     if opcode == "get-tuple-element":
                         value = self._element(inst, value)
                 else:
-                    seen = list(zip(exacts, [abstract_of[o] for o in operands], [o in tainted for o in operands]))
-                    if opcode == "while" or opcode == "conditional" or inlines:
-                        value = yield from self._calling(comp, inst, seen)
+                    try:
+                        exacts = [exact_of[o] for o in operands]
+                    except KeyError:  # an operand we cannot see: a value of its own
+                        exacts = None
+                    if exacts is None:
+                        tag = ("unseen", comp_name, inst.name)
+                        value = self.opaque(tag, inst.shape), self.opaque(tag, inst.shape), False
                     else:
-                        value = plain(comp, inst, seen)
+                        seen = list(zip(exacts, [abstract_of[o] for o in operands], [o in tainted for o in operands]))
+                        if opcode == "while" or opcode == "conditional" or inlines:
+                            value = yield from self._calling(comp, inst, seen)
+                        else:
+                            value = plain(comp, inst, seen)
             exact_of[name] = value[0]
             if with_abstract:
                 abstract_of[name] = value[1]
