@@ -340,10 +340,10 @@ _CONSTRAINT_SHAPES: dict[str, list[Shape]] = {}
 
 
 def _check_layout_constraints(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
-    raw = inst.attributes["operand_layout_constraints"]
-    shapes = _CONSTRAINT_SHAPES.get(raw)
+    text = inst.attributes["operand_layout_constraints"]
+    shapes = _CONSTRAINT_SHAPES.get(text)
     if shapes is None:
-        raw = raw.strip()
+        raw = text.strip()
         body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
         try:
             shapes = [parse_shape(body[s:e]) for s, e in split_top_level(body) if body[s:e].strip()]
@@ -351,7 +351,7 @@ def _check_layout_constraints(inst: Instruction, above: Mapping[str, Instruction
             raise builder.error_at_instruction(inst, f"operand_layout_constraints: {e}",
                                                "shapes with layouts") from None
         if len(_CONSTRAINT_SHAPES) < 1_000:
-            _CONSTRAINT_SHAPES[inst.attributes["operand_layout_constraints"]] = shapes
+            _CONSTRAINT_SHAPES[text] = shapes
     if len(shapes) != len(inst.operands):
         raise builder.error_at_instruction(
             inst, f"Expected {len(inst.operands)} operand layout constraints, {len(shapes)} given",

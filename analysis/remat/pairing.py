@@ -58,7 +58,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     clones = _has_clones(comps)
     if values is None:
         opcodes = _opcodes(module)
-        if not _may_be_marked(module, comps, op_names, opcodes):
+        if not _may_be_marked(comps, op_names, opcodes, clones):
             return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
         # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
         numbers = numbered(module, "while" in opcodes)
@@ -174,11 +174,12 @@ def _opcodes(module: Module) -> set[str]:
     return {inst.opcode for comp in module.computations for inst in comp.instructions}
 
 
-def _may_be_marked(module: Module, comps: list[Computation], op_names: OpNames, opcodes: set[str]) -> bool:
-    """Can any op be remat-marked? Not without a remat name, a `.remat` clone or an
-    optimization barrier (most optimized modules): then nothing is remat, and the value
-    numbering, the costliest part of the pass, is not needed."""
-    if "opt-barrier" in opcodes or _has_clones(list(module.computations)):
+def _may_be_marked(comps: list[Computation], op_names: OpNames, opcodes: set[str], clones: bool) -> bool:
+    """Can any op of `comps` be remat-marked? Not without a remat name, a `.remat` clone
+    (`clones`: `_has_clones(comps)`) or an optimization barrier in the module (`opcodes`: the
+    module's): then nothing is remat, and the value numbering, the costliest part of the pass, is
+    not needed. (A clone in a computation outside `comps` marks none of theirs.)"""
+    if clones or "opt-barrier" in opcodes:
         return True
     return op_names.any_name_holds(REMAT_SCOPE, comps)
 
