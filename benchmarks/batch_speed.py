@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 ENGINE = Path(os.environ.get("HLOFLOPS_BENCH_ENGINE", str(REPO)))
 sys.path.insert(0, str(ENGINE))
 
-from analysis.batch.run import run_batch  # noqa: E402
-from analysis.batch.discovery import discover  # noqa: E402
-from analysis.batch.worker import engine_version  # noqa: E402
+from hloflops.batch.run import run_batch  # noqa: E402
+from hloflops.batch.discovery import discover  # noqa: E402
+from hloflops.batch.worker import engine_version  # noqa: E402
 
 MB = 1024 * 1024
 HEADER = """# Batch analysis speed
@@ -85,8 +85,8 @@ def _run_on_snapshot(argv: list[str]) -> int:
     """Rerun this script on a private copy of the engine's sources: the cached-rerun measurement
     needs the engine version to stay put, and a working tree being edited would change it."""
     with tempfile.TemporaryDirectory(prefix="hloflops-bench-engine-") as snapshot:
-        for package in ("hloparse", "analysis"):
-            shutil.copytree(REPO / package, Path(snapshot) / package, ignore=shutil.ignore_patterns("__pycache__"))
+        for directory, package in (("hloparse", "hloparse"), ("analysis", "hloflops")):  # analysis/ is hloflops
+            shutil.copytree(REPO / directory, Path(snapshot) / package, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(REPO / "pyproject.toml", Path(snapshot) / "pyproject.toml")  # the version is part of the engine's
         env = dict(os.environ, HLOFLOPS_BENCH_ENGINE=snapshot, PYTHONPATH=snapshot)
         return subprocess.call([sys.executable, str(Path(__file__).resolve()), *argv], env=env, cwd=snapshot)

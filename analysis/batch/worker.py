@@ -1,7 +1,7 @@
 """What a batch worker does with one file: bytes in, one flat, picklable result record out.
 
 `analyze_file(path, data, options)` never raises: every failure becomes a record with a
-`status` (see `analysis.batch.db`) and a one-line `error`, so that one bad file cannot stop a
+`status` (see `hloflops.batch.db`) and a one-line `error`, so that one bad file cannot stop a
 batch. It runs in a local worker process or on a dask worker; it receives the file's bytes from
 the parent (which hashed them) so that remote workers need no shared filesystem.
 """
@@ -16,14 +16,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from analysis.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
+from hloflops.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 
 # What decides a module's numbers: every source file of the parser and the analysis except the
-# batch machinery and the pure presentation layers. Changing any other file invalidates cached rows.
-_ENGINE_DIRS = ("hloparse", "analysis")
-_NOT_ENGINE_DIRS = ("analysis/batch",)
-_NOT_ENGINE_FILES = ("analysis/cli.py", "analysis/report/html.py", "analysis/report/text.py")
+# batch machinery and the pure presentation layers (per package, the paths that are not engine).
+# Changing any other file invalidates cached rows. The directories are where Python imports the
+# packages from (a checkout's analysis/ is the `hloflops` package), so a wheel and a checkout agree.
+_ENGINE_PACKAGES = (("hloparse", ()), ("hloflops", ("batch/", "cli.py", "report/html.py", "report/text.py")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
 def package_version() -> str:
     """The `hloflops` version of the running sources: their checkout's pyproject.toml when there is
     one (an installed distribution could belong to another checkout), else the installed metadata."""
-    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     try:
         import tomllib
 
@@ -59,16 +59,16 @@ def package_version() -> str:
 @lru_cache(maxsize=1)
 def engine_version() -> str:
     """`hloflops` version plus a hash of the engine's sources, so changed rules invalidate cached rows."""
-    root = Path(__file__).resolve().parents[2]
+    import importlib
+
     digest = hashlib.sha256()
-    for package in _ENGINE_DIRS:
-        for source in sorted((root / package).rglob("*")):
+    for package, not_engine in _ENGINE_PACKAGES:
+        root = Path(importlib.import_module(package).__file__).resolve().parent
+        for source in sorted(root.rglob("*")):
             rel = source.relative_to(root).as_posix()
-            if source.suffix not in (".py", ".lark") or rel in _NOT_ENGINE_FILES:
+            if source.suffix not in (".py", ".lark") or any(rel.startswith(n) for n in not_engine):
                 continue
-            if any(rel.startswith(d + "/") for d in _NOT_ENGINE_DIRS):
-                continue
-            digest.update(f"{rel}\0".encode())
+            digest.update(f"{package}/{rel}\0".encode())
             digest.update(source.read_bytes())
             digest.update(b"\0")
     return f"{package_version()}+{digest.hexdigest()[:16]}"
@@ -120,7 +120,7 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         return {**base, "status": READ_ERROR, "error": str(e), "seconds": time.perf_counter() - start}
     try:
         import hloparse
-        from analysis.api import analyze
+        from hloflops.api import analyze
     except Exception as e:  # a broken installation fails every file the same way; say why
         message = _one_line(f"cannot import the engine: {type(e).__name__}: {e}")
         return {**base, "status": ANALYSIS_ERROR, "error": message, "seconds": time.perf_counter() - start}

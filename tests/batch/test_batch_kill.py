@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.batch.db import ResultsDB, comparable_rows
+from hloflops.batch.db import ResultsDB, comparable_rows
 
 REPO = Path(__file__).resolve().parents[2]
 COPIES = 24
@@ -33,14 +33,14 @@ def _make_input(root: Path) -> int:
 def _snapshot_engine(root: Path) -> Path:
     """A private copy of the engine's sources, so that edits to the working tree while the test runs
     cannot change the engine version between the runs being compared."""
-    for package in ("hloparse", "analysis"):
-        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for directory, package in (("hloparse", "hloparse"), ("analysis", "hloflops")):  # analysis/ is hloflops
+        shutil.copytree(REPO / directory, root / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")  # the version is part of the engine's
     return root
 
 
 def _cli(directory: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "analysis.batch.run", str(directory), "--db", str(db),
+    return [sys.executable, "-m", "hloflops.batch.run", str(directory), "--db", str(db),
             "-j", "2", "--no-progress", "-q"]
 
 
