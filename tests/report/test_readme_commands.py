@@ -189,3 +189,12 @@ def test_readme_test_command_is_what_ci_runs():
     test_command = "python3 -m pip install -e '.[test]' && python3 -m pytest -q"
     assert test_command in readme.split("## Quick start", 1)[1].split("##", 1)[0]
     assert ci.rstrip().splitlines()[-1] == test_command
+
+
+def test_links_between_the_pages_resolve():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if not target.startswith(("http://", "https://")) and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken
