@@ -6,8 +6,9 @@ For each file (default: every bundled `examples/*.after_optimizations.hlo`) it r
 command line in a fresh interpreter N times (`python -m hloflops.cli FILE --json`) and prints the
 median and best wall time and the median CPU time (user + system; a busy machine inflates it
 least), the time of each phase in one process (imports, parse, account, JSON), then runs it once
-under `python -X importtime` and lists the heavy modules imported (jax, jaxlib, pandas and
-networkx must not be; numpy is, by hloflops.xla.estimate) and the slowest imports. Also prints
+under `python -X importtime` and lists the heavy modules imported (jax, jaxlib and pandas must
+not be; networkx is, by hloflops.engine and hloflops.graph, and numpy, by hloflops.xla.estimate)
+and the slowest imports. Also prints
 the bare interpreter's start-up for reference.
 """
 

@@ -1,5 +1,7 @@
-"""The README's pasted `$ hloflops ...` sessions are real: each is rerun and must print the same
-text (a block with `...` lines is an excerpt: its other lines must appear in order)."""
+"""The pasted `$ hloflops ...` sessions of README.md and docs/*.md are real: each is rerun and must
+print the same text (a block with `...` lines is an excerpt: its other lines must appear in order).
+`hloflops run` sessions run too (the suite has jax); tests/report/test_readme_commands.py runs the
+other documented commands."""
 
 from __future__ import annotations
 
@@ -14,17 +16,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def sessions() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def sessions(pages: list[Path] = PAGES) -> list[tuple[str, str]]:
     found = []
-    for block in re.findall(r"```\n(\$ hloflops .*?)```", text, flags=re.S):
-        command, _, output = block.partition("\n")
-        found.append((command[2:], output))
+    for page in pages:
+        for block in re.findall(r"^```(?:console)?\n(\$ hloflops .*?)^```", page.read_text(), flags=re.S | re.M):
+            command, _, output = block.partition("\n")
+            found.append((command[2:], output))
     return found
 
 
 def test_readme_has_sessions():
-    assert len(sessions()) >= 2
+    assert len(sessions([ROOT / "README.md"])) >= 4
+    assert len(sessions()) >= 6
 
 
 @pytest.mark.parametrize("command,expected", sessions(), ids=lambda v: v[:60] if isinstance(v, str) else "")
@@ -45,12 +51,13 @@ def test_readme_session_is_real_output(command, expected):
         position = lines.index(line, position) + 1
 
 
-def test_readme_api_values_are_real():
-    """`report.a, report.b   # 1 2` lines of the README's Python API example print those values."""
+@pytest.mark.parametrize("page,heading", [("README.md", "## Python API"), ("docs/api.md", "# Python API")])
+def test_readme_api_values_are_real(page, heading):
+    """`report.a, report.b   # 1 2` lines of the Python API examples print those values."""
     from hloflops import analyze
 
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    text = (ROOT / page).read_text()
+    block = text.split(heading, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     path = re.search(r'analyze\("([^"]+)"\)', block).group(1)
     report = analyze(ROOT / path)
     checked = 0

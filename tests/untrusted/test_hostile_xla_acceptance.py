@@ -239,7 +239,7 @@ def test_differential_fuzz_fixed_sample():
     theirs = xla_verdicts(texts)
     ours = [our_verdict(t) for t in texts]
     # Layouts that are no permutation of the dimensions: XLA's parser takes them, its verifier and
-    # our cost rules do not (documented in the README).
+    # our cost rules do not (documented in docs/hostile-input.md).
     too_strict = [(i, o, x) for i, (o, x) in enumerate(zip(ours, theirs))
                   if x == "accept" and o != "accept" and "is not a permutation" not in o]
     assert not too_strict, too_strict[:5]
