@@ -200,8 +200,10 @@ def format_run(result: RunResult, *, top: int = 10, sort: str = "flops") -> str:
     lines.append(text.rstrip("\n"))
     if result.top_report is not None:
         report = result.top_report
-        compiled = compile_counts(result.summary.rows).get(report.module_name, 1)
-        lines += ["", f"Top module: {report.module_name} (XLA compiled this name {compiled} time"
+        top_path = sort_rows([r for r in result.summary.rows if r["status"] == OK], sort)[0]["path"]
+        program = compile_counts(result.summary.rows).get(top_path)
+        label, compiled = (program.label, program.compiled) if program else (report.module_name, 1)
+        lines += ["", f"Top module: {label} (XLA compiled this program {compiled} time"
                       f"{'s' if compiled != 1 else ''})", ""]
         lines.append(report.summary(top=top).rstrip("\n"))
     return "\n".join(lines) + "\n"
