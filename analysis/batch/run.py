@@ -27,6 +27,7 @@ from hloflops.batch.pool import Job, default_processes, run_dask, run_local
 from hloflops.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
 from hloflops.batch.progress import Progress
 from hloflops.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
+from hloflops.report.fit import output_width
 from hloflops.report.format import escape_controls
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -353,7 +354,8 @@ def cli_main(argv: list[str]) -> int:
             print(escape_controls(f"hloflops batch: error: {e}"), file=sys.stderr)
             return EXIT_USAGE
         if not args.quiet:
-            sys.stdout.write(escape_controls(format_summary(summary, top=args.top, sort=args.sort)))
+            sys.stdout.write(escape_controls(format_summary(summary, top=args.top, sort=args.sort,
+                                                            width=output_width())))
         status = summary.exit_code
     for out, table in exports:
         try:

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from hloflops.batch.db import OK
 from hloflops.batch.programs import Program, programs, recompiled_lines
 from hloflops.batch.progress import format_duration
+from hloflops.report.fit import fitted
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -82,8 +83,11 @@ def display_path(path: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
-def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+def _table(header: list[str], rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
+    """Columns after a two-space indent; with `width`, the name columns (the left-aligned ones)
+    are elided in the middle to fit it."""
+    left = [i for i in reversed(range(len(header))) if i not in right]  # the path before the module
+    header, rows, widths = fitted(header, rows, None if width is None else width - 2, left)
     out = []
     for r in [header, *rows]:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
@@ -92,7 +96,7 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
 
 
 def modules_table(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program], *, lead: str = "flops",
-                  paths: bool = True, seconds: bool = False) -> list[str]:
+                  paths: bool = True, seconds: bool = False, width: int | None = None) -> list[str]:
     """One line per module. `lead` is the first column ("flops" or "ratio", what the table ranks
     by); `compiled` is how many times XLA compiled that program in its dump (`counts`, from
     `compile_counts`), and the module column names the program (`jit_f#2` where names are shared)."""
@@ -118,7 +122,7 @@ def modules_table(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program],
         header.append("path")
         cells.append(lambda r: display_path(r["path"]))
     table = [[cell(r) for cell in cells] for r in rows]
-    return _table(header, table, right=set(range(len(header) - (2 if paths else 1))))
+    return _table(header, table, right=set(range(len(header) - (2 if paths else 1))), width=width)
 
 
 def _program(counts: Mapping[str, Program], row: dict[str, Any]) -> Program:
@@ -126,7 +130,7 @@ def _program(counts: Mapping[str, Program], row: dict[str, Any]) -> Program:
 
 
 def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops", paths: bool = True,
-                   prog: str = "hloflops batch", db_label: str | None = None) -> str:
+                   prog: str = "hloflops batch", db_label: str | None = None, width: int | None = None) -> str:
     """The closing report: counts, the modules in `sort` order, the other ranking (worst XLA
     undercount, or heaviest when sorting by ratio), then the failures."""
     mb = summary.total_bytes / (1024 * 1024)
@@ -154,7 +158,7 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
             shown = sort_rows(ok_rows, by)[:top]
             lines += ["", f"{TITLES[by]}, top {len(shown)} of {len(ok_rows)}:"]
             lines += modules_table(shown, counts, lead="ratio" if by == "ratio" else "flops", paths=paths,
-                                   seconds=by == "time")
+                                   seconds=by == "time", width=width)
         recompiled = recompiled_lines(ok_rows, top=top)
         lines += [""] + recompiled if recompiled else []
     failed_rows = sorted((r for r in summary.rows if r["status"] != OK), key=lambda r: (r["status"], r["path"]))
