@@ -178,3 +178,21 @@ def test_no_database_in_the_current_directory(tmp_path: Path, variable: str) -> 
     assert where == expected and where.is_file() and not list(home.iterdir())
     with ResultsDB(where) as results:
         assert [r["module_name"] for r in results.module_rows()] == ["jit_train_step"]
+
+
+def test_run_without_db_leaves_nothing_behind(tmp_path: Path) -> None:
+    """`hloflops run` without --db analyses into a temporary database, removed with the dump."""
+    pytest.importorskip("jax")
+    cwd, home, cache, tmp = tmp_path / "cwd", tmp_path / "home", tmp_path / "cache", tmp_path / "tmp"
+    for d in (cwd, home, cache, tmp):
+        d.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "HLOFLOPS_CACHE_DIR")}
+    env.update({"HOME": str(home), "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp), "JAX_PLATFORMS": "cpu",
+                "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))})
+    script = "import jax, jax.numpy as jnp; jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((4, 4)))"
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "run", "--no-progress", "-j", "1", "--",
+                           sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "a temporary database (--db PATH keeps one)" in proc.stdout and "Top module: jit__lambda " in proc.stdout
+    assert not list(cwd.iterdir()) and not list(cache.iterdir()) and not list(tmp.iterdir())
