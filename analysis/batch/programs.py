@@ -52,40 +52,33 @@ FINGERPRINT_CHARS = 16  # hex digits kept of the sha256: ~64 bits, collisions ou
 
 def strip_primitive_params(op_name: str) -> str:
     """The op_name without the `[key=value ...]` parameters older jax printed after each primitive
-    (balanced brackets; a pytree path such as `state[1]` or `inputs['ids']` has no `=` and stays)."""
+    (balanced brackets; a pytree path such as `state[1]` or `inputs['ids']` has no `=` and stays).
+    One pass (an op_name is file content: unbalanced brackets must not make it quadratic)."""
+    if "[" not in op_name or "=" not in op_name:
+        return op_name
     out: list[str] = []
-    i = 0
-    while i < len(op_name):
-        if op_name[i] == "[":
-            end = _matching_bracket(op_name, i)
-            if end is not None and "=" in op_name[i:end]:
-                i = end + 1
+    open_brackets: list[list[Any]] = []  # per open '[': [its position in `out`, whether its text has '=']
+    for char in op_name:
+        if char == "[":
+            open_brackets.append([len(out), False])
+        elif char == "]" and open_brackets:
+            position, has_equals = open_brackets.pop()
+            if open_brackets:
+                open_brackets[-1][1] = open_brackets[-1][1] or has_equals
+            if has_equals:
+                del out[position:]
                 continue
-        out.append(op_name[i])
-        i += 1
+        elif char == "=":
+            for bracket in open_brackets[-1:]:
+                bracket[1] = True
+        out.append(char)
     return "".join(out)
-
-
-def _matching_bracket(text: str, start: int) -> int | None:
-    depth = 0
-    for j in range(start, len(text)):
-        if text[j] == "[":
-            depth += 1
-        elif text[j] == "]":
-            depth -= 1
-            if depth == 0:
-                return j
-    return None
 
 
 def program_fingerprint(module: Module) -> str:
     """The module's program fingerprint (see the module docstring): hex, FINGERPRINT_CHARS long."""
-    items: set[str] = set()
-    for _computation, instruction in module.instructions():
-        if "metadata" in instruction.attributes:
-            op_name = instruction.op_name
-            if op_name:
-                items.add(f"op_name\0{strip_primitive_params(op_name)}")
+    op_names = {inst.op_name for _c, inst in module.instructions() if "metadata" in inst.attributes}
+    items = {f"op_name\0{strip_primitive_params(name)}" for name in op_names if name}
     if not items:  # no jax metadata at all: what the program does, without shapes or names
         items = {f"opcode\0{instruction.opcode}" for _c, instruction in module.instructions()}
     digest = hashlib.sha256()

@@ -126,6 +126,9 @@ def test_older_jax_primitive_parameters_are_not_part_of_the_program() -> None:
     assert strip_primitive_params(nested) == "jit(f)/dot_general/x"
     assert strip_primitive_params("state[1][0]") == "state[1][0]"  # a pytree path, not parameters
     assert strip_primitive_params("inputs['ids']") == "inputs['ids']"
+    assert strip_primitive_params("a[b=[c]]/d[1]") == "a/d[1]"  # nested: the whole parameter list goes
+    hostile = "[" * 100_000 + "="  # unbalanced, from a file: one pass, not one scan per bracket
+    assert strip_primitive_params(hostile) == hostile
 
 
 def test_database_from_before_the_program_columns_stays_readable(tmp_path: Path) -> None:
