@@ -9,8 +9,9 @@ as they were. Two different functions that share a name (`jit_f` from two closur
 So a module's identity is its name plus a **program fingerprint** that ignores what a
 recompilation changes and keeps what makes the program another one:
 
-- kept: the set of its instructions' jax op_names, the name stack that says which operation of
-  which function, Flax module and transformation each one is
+- kept: the set of its instructions' jax op_names (of the dump's `before_optimizations` text when
+  there is one: the program as jax lowered it; else of the analysed text), the name stack that
+  says which operation of which function, Flax module and transformation each one is
   (`jit(train_step)/transpose(jvp(Block_0))/checkpoint/dot_general`; remat adds its frames, another
   function has other operations);
 - dropped: shapes, layouts, dtypes, instruction names and ids, the dump's module id, the order
@@ -38,11 +39,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from hloflops.batch.db import OK
-from hloflops.batch.discovery import parse_dump_name
+from hloflops.batch.discovery import BEFORE_OPTIMIZATIONS, parse_dump_name
 
 if TYPE_CHECKING:  # the worker imports the parser lazily, so that a broken install is a row, not a crash
     from hloparse.ir import Module
@@ -75,17 +78,55 @@ def strip_primitive_params(op_name: str) -> str:
     return "".join(out)
 
 
-def program_fingerprint(module: Module) -> str:
-    """The module's program fingerprint (see the module docstring): hex, FINGERPRINT_CHARS long."""
-    op_names = {inst.op_name for _c, inst in module.instructions() if "metadata" in inst.attributes}
-    items = {f"op_name\0{strip_primitive_params(name)}" for name in op_names if name}
-    if not items:  # no jax metadata at all: what the program does, without shapes or names
-        items = {f"opcode\0{instruction.opcode}" for _c, instruction in module.instructions()}
+# An op_name in HLO text: a quoted string, escapes included (read off the text, not parsed: the
+# batch parent reads a dump's before-optimizations text with it, without the parser).
+_OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+
+
+def fingerprint_of_text(text: str) -> str | None:
+    """The program fingerprint of a module's text from its op_names; None when it has none."""
+    names = {strip_primitive_params(m) for m in set(_OP_NAME.findall(text))}
+    return _digest(f"op_name\0{name}" for name in names if name) if any(names) else None
+
+
+def program_fingerprint(module: Module, text: str) -> str:
+    """The fingerprint of a parsed module and its text (see the module docstring): its op_names,
+    or without any (hand-written HLO) its set of opcodes."""
+    found = fingerprint_of_text(text)
+    if found is not None:
+        return found
+    return _digest(f"opcode\0{instruction.opcode}" for _c, instruction in module.instructions())
+
+
+def _digest(items: Iterable[str]) -> str:
     digest = hashlib.sha256()
-    for item in sorted(items):
+    for item in sorted(set(items)):
         digest.update(item.encode("utf-8", "surrogatepass"))
         digest.update(b"\n")
     return digest.hexdigest()[:FINGERPRINT_CHARS]
+
+
+MAX_SIBLING_BYTES = 1 << 30  # a before-optimizations text larger than this is not read
+
+
+def dump_fingerprint(path: Path, stage: str) -> str | None:
+    """The fingerprint of a dump module from its `before_optimizations` text beside it, None when
+    there is none (or it cannot be read, or has no op_name). The text as jax lowered it, before
+    XLA's passes: those drop ops, and their op_names, at some shapes (a broadcast to `f32[1]`
+    becomes a bitcast), which would make one program compiled for two shapes read as two."""
+    name = path.name
+    suffix = f"{stage}.txt"
+    if not name.endswith(suffix):
+        return None
+    sibling = path.with_name(name[: -len(suffix)] + BEFORE_OPTIMIZATIONS + ".txt")
+    try:
+        st = os.stat(sibling)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SIBLING_BYTES:
+            return None
+        with open(sibling, encoding="utf-8", errors="replace") as f:
+            return fingerprint_of_text(f.read())
+    except OSError:
+        return None
 
 
 _LAYOUT = re.compile(r"\{[^{}]*\}")
@@ -100,9 +141,10 @@ def entry_signature(module: Module) -> str:
     return f"({args}) -> {_LAYOUT.sub('', str(entry.root.shape))}"
 
 
-def identity_fields(module: Module) -> dict[str, str]:
-    """The batch record's program columns."""
-    return {"program_fingerprint": program_fingerprint(module), "entry_signature": entry_signature(module)}
+def identity_fields(module: Module, text: str) -> dict[str, str]:
+    """The batch record's program columns, from the analysed text (the batch parent replaces the
+    fingerprint with the dump's before-optimizations one where there is one: `dump_fingerprint`)."""
+    return {"program_fingerprint": program_fingerprint(module, text), "entry_signature": entry_signature(module)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +190,7 @@ def programs(rows: Iterable[Mapping[str, Any]]) -> dict[str, Program]:
     return out
 
 
-def recompiled_lines(rows: Iterable[Mapping[str, Any]], *, top: int = 20) -> list[str]:
+def recompiled_lines(rows: Iterable[Mapping[str, Any]], *, top: int = 20, width: int | None = None) -> list[str]:
     """The summary's section on programs XLA compiled more than once in one dump, most compiled
     first, each with the entry signatures it was compiled for (`x2` where one signature was
     compiled twice: not a new shape but, say, a static argument or a cleared cache). Empty when
@@ -162,12 +204,28 @@ def recompiled_lines(rows: Iterable[Mapping[str, Any]], *, top: int = 20) -> lis
         return []
     ordered = sorted(by_program.items(), key=lambda kv: (-len(kv[1]), kv[0][1], kv[0][0]))
     lines = [f"Compiled more than once (same name and program in one dump; {len(ordered)} programs):"]
-    width = max(len(label) for (_d, label), _rows in ordered[:top])
+    name_width = max(len(label) for (_d, label), _rows in ordered[:top])
     for (_directory, label), members in ordered[:top]:
         signatures: dict[str, int] = {}
         for row in sorted(members, key=_compile_order):
             signature = row.get("entry_signature") or "?"
             signatures[signature] = signatures.get(signature, 0) + 1
-        shown = "; ".join(s + (f" x{n}" if n > 1 else "") for s, n in signatures.items())
-        lines.append(f"  {label.ljust(width)}  {len(members)} times: {shown}")
+        lead = f"  {label.ljust(name_width)}  {len(members)} times: "
+        listed = [s + (f" x{n}" if n > 1 else "") for s, n in signatures.items()]
+        lines.append(lead + _fit_list(listed, None if width is None else width - len(lead)))
     return lines
+
+
+def _fit_list(items: list[str], room: int | None) -> str:
+    """`items` joined by `; `, the first ones that fit `room` characters and `+N more` (None: all)."""
+    joined = "; ".join(items)
+    if room is None or len(joined) <= room:
+        return joined
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        more = f"; +{len(items) - i - 1} more" if i < len(items) - 1 else ""
+        if len("; ".join([*shown, item]) + more) > room and shown:
+            break
+        shown.append(item)
+    rest = len(items) - len(shown)
+    return "; ".join(shown) + (f"; +{rest} more" if rest else "")

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from hloflops.batch.cache_dir import CACHE_DIR_ENV, DEFAULT_DB_NAME, default_db_path
 from hloflops.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
 from hloflops.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
+from hloflops.batch.programs import dump_fingerprint
 from hloflops.batch.pool import Job, default_processes, run_dask, run_local
 from hloflops.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
 from hloflops.batch.progress import Progress
@@ -151,6 +152,10 @@ def run_batch(
         sizes: dict[str, int] = {}  # as read, which may differ from what discovery saw
 
         def record(mf: ModuleFile, digest: str | None, result: dict[str, Any]) -> None:
+            if result.get("status") == OK and mf.dump is not None:
+                before = dump_fingerprint(mf.path, mf.dump.stage)  # the program as jax lowered it
+                if before is not None:
+                    result = {**result, "program_fingerprint": before}
             row = row_from_result(
                 result,
                 path=_key(mf.path),

@@ -159,7 +159,7 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
             lines += ["", f"{TITLES[by]}, top {len(shown)} of {len(ok_rows)}:"]
             lines += modules_table(shown, counts, lead="ratio" if by == "ratio" else "flops", paths=paths,
                                    seconds=by == "time", width=width)
-        recompiled = recompiled_lines(ok_rows, top=top)
+        recompiled = recompiled_lines(ok_rows, top=top, width=width)
         lines += [""] + recompiled if recompiled else []
     failed_rows = sorted((r for r in summary.rows if r["status"] != OK), key=lambda r: (r["status"], r["path"]))
     if failed_rows:

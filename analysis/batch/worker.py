@@ -133,7 +133,7 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         module = hloparse.parse(text, path=path)
         report = analyze(module)
         result = report.to_dict(by=("scope",) if options.scopes else (), depth=options.scope_depth)
-        identity = identity_fields(module)  # which program this is (hloflops.batch.programs)
+        identity = identity_fields(module, text)  # which program this is (hloflops.batch.programs)
     except hloparse.HloParseError as e:
         return {**base, "status": PARSE_ERROR, "error": _one_line(str(e)), "seconds": time.perf_counter() - start}
     except MemoryError:  # the worker's memory limit (--memory-limit): the file's size, not a bug

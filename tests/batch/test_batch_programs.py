@@ -17,7 +17,7 @@ import pytest
 
 from hloflops.batch.cache_dir import default_db_path, user_cache_dir
 from hloflops.batch.db import ResultsDB
-from hloflops.batch.programs import programs, strip_primitive_params
+from hloflops.batch.programs import programs, recompiled_lines, strip_primitive_params
 from hloflops.batch.run import run_batch
 from hloflops.batch.summary import format_summary
 
@@ -54,6 +54,7 @@ SCRIPT = textwrap.dedent("""
     jax.jit(make_matmul())(jnp.ones((4, 4)))
     sine(jnp.ones((3, 3)))
     sine(jnp.ones((5, 5)))
+    jnp.ones((1,))  # jit_broadcast_in_dim again: XLA makes this one a bitcast and drops its op_name
     jax.jit(make_step(False))(jnp.ones((8, 8)), jnp.ones((2, 8)))
     jax.jit(make_step(True))(jnp.ones((8, 8)), jnp.ones((2, 8)))
 """)
@@ -92,6 +93,9 @@ def test_shared_names_are_two_programs_and_shapes_are_recompilations(dump: Path,
     assert "jit_f" not in compiled
     # train_step with and without remat: two programs, each compiled once
     assert compiled["jit_train_step#1"] == [1] and compiled["jit_train_step#2"] == [1], text
+    # every jnp.ones is one program, also where the optimized text lost the op (the f32[1] one)
+    assert "jit_broadcast_in_dim" in compiled and len(set(compiled["jit_broadcast_in_dim"])) == 1, text
+    assert compiled["jit_broadcast_in_dim"][0] == len(compiled["jit_broadcast_in_dim"]) >= 6, text
     # the closing section names the recompiled program with each shape it was compiled for
     line = next(line for line in text.splitlines() if line.strip().startswith("jit_f#1 "))
     assert "3 times: (f32[4,4]) -> f32[4,4]; (f32[3,3]) -> f32[3,3]; (f32[5,5]) -> f32[5,5]" in line
@@ -110,6 +114,17 @@ def test_fingerprints_are_stored_and_shape_free(dump: Path, tmp_path: Path) -> N
     assert matmul["program_fingerprint"] != first["program_fingerprint"]
     assert re.fullmatch(r"[0-9a-f]{16}", first["program_fingerprint"])
     assert {r["entry_signature"] for r in again} == {"(f32[3,3]) -> f32[3,3]", "(f32[5,5]) -> f32[5,5]"}
+
+
+def test_recompiled_signatures_fit_the_width() -> None:
+    rows = [{"path": f"/d/module_{i:04d}.jit_g.cpu_after_optimizations.txt", "module_name": "jit_g",
+             "program_fingerprint": "aa", "status": "ok", "entry_signature": f"(f32[{i}]) -> f32[{i}]"}
+            for i in range(1, 40)]
+    _title, full = recompiled_lines(rows)
+    assert full.count("f32[") == 78 and "more" not in full
+    _title, fitted = recompiled_lines(rows, width=80)
+    assert len(fitted) <= 80 and fitted.startswith("  jit_g  39 times: (f32[1]) -> f32[1]; ")
+    assert re.search(r"; \+(\d+) more$", fitted)
 
 
 def test_the_same_program_in_two_dumps_is_two_runs() -> None:
