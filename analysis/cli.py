@@ -26,6 +26,7 @@ import sys
 from typing import Sequence
 
 from hloflops.report.report import GROUP_KEYS, Report
+from hloflops.report.fit import output_width
 from hloflops.report.format import csv_cell, escape_controls
 from hloflops.report.text import render_summary
 
@@ -246,7 +247,7 @@ def _run_file(argv: Sequence[str]) -> int:
     else:
         summary_depth = 3 if args.depth is None else depth
         sys.stdout.write(escape_controls(render_summary(report, by=args.by, depth=summary_depth, top=args.top,
-                                                        chip=chip)))
+                                                        chip=chip, width=output_width())))
     if args.strict and not report.is_exact:
         unknown = [lp.name for lp in report.unknown_loops]
         what = []
@@ -275,7 +276,8 @@ def _run_diff(argv: Sequence[str]) -> int:
     if args.json:
         sys.stdout.write(result.to_json(fail_above=args.fail_above))
     else:
-        sys.stdout.write(escape_controls(render_diff(result, top=args.top, fail_above=args.fail_above)))
+        sys.stdout.write(escape_controls(render_diff(result, top=args.top, fail_above=args.fail_above,
+                                                     width=output_width())))
     if args.fail_above is not None and result.exceeds(args.fail_above):
         print(
             f"hloflops: FLOPs grew {result.flops_growth_text()} (budget {args.fail_above:g}%): {args.a} -> {args.b}",

@@ -63,6 +63,8 @@ MODULE_COLUMNS = (
     "n_unknown_trip_counts",
     "n_uncounted",
     "devices",
+    "program_fingerprint",
+    "entry_signature",
     *JSON_COLUMNS,
     "engine_version",
     *VOLATILE_COLUMNS,
@@ -109,7 +111,9 @@ CREATE TABLE IF NOT EXISTS modules (
     seconds REAL,
     finished_at TEXT,
     comm_bytes_per_device,
-    devices INTEGER
+    devices INTEGER,
+    program_fingerprint TEXT,
+    entry_signature TEXT
 );
 CREATE INDEX IF NOT EXISTS modules_by_hash ON modules (content_hash, engine_version);
 CREATE TABLE IF NOT EXISTS scopes (
@@ -124,7 +128,8 @@ CREATE TABLE IF NOT EXISTS scopes (
 
 
 # Columns added after the first schema: (name, declared type), for _add_missing_columns.
-_ADDED_COLUMNS = (("comm_bytes_per_device", ""), ("devices", "INTEGER"))
+_ADDED_COLUMNS = (("comm_bytes_per_device", ""), ("devices", "INTEGER"), ("program_fingerprint", "TEXT"),
+                  ("entry_signature", "TEXT"))
 
 
 def utc_now() -> str:
@@ -178,6 +183,8 @@ def row_from_result(
         "n_unknown_trip_counts": sum(1 for lp in loops if lp.get("trip_count") is None) if loops is not None else None,
         "n_uncounted": len(uncounted) if uncounted is not None else None,
         "devices": result.get("devices"),
+        "program_fingerprint": result.get("program_fingerprint"),
+        "entry_signature": result.get("entry_signature"),
         "loops": json.dumps(loops, sort_keys=True) if loops is not None else None,
         "uncounted": json.dumps(uncounted, sort_keys=True) if uncounted is not None else None,
         "engine_version": result.get("engine_version") or engine_version,

@@ -20,15 +20,17 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from hloflops.batch.cache_dir import CACHE_DIR_ENV, DEFAULT_DB_NAME, default_db_path
 from hloflops.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
 from hloflops.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
+from hloflops.batch.programs import dump_fingerprint
 from hloflops.batch.pool import Job, default_processes, run_dask, run_local
 from hloflops.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
 from hloflops.batch.progress import Progress
 from hloflops.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
+from hloflops.report.fit import output_width
 from hloflops.report.format import escape_controls
 
-DEFAULT_DB = "hloflops-batch.sqlite"
 DEFAULT_TIMEOUT_S = 600.0
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -85,7 +87,7 @@ def _read_regular_file(path: Path) -> bytes:
 def run_batch(
     paths: Iterable[str | os.PathLike[str]],
     *,
-    db: str | os.PathLike[str] = DEFAULT_DB,
+    db: str | os.PathLike[str] | None = None,
     processes: int | None = None,
     stage: str = AFTER_OPTIMIZATIONS,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
@@ -101,7 +103,8 @@ def run_batch(
     max_inflated: int | None = None,
     memory_limit: int | None = None,
 ) -> BatchSummary:
-    """Analyse every module file under `paths` into the database `db`; see the module docstring.
+    """Analyse every module file under `paths` into the database `db` (default: the per-user cache's,
+    `hloflops.batch.cache_dir`); see the module docstring.
 
     `processes`: local worker processes (default: every core). `scheduler`: a dask.distributed
     scheduler address (or Client) to use instead. `timeout_s`: per-file limit (None: none).
@@ -116,6 +119,7 @@ def run_batch(
     log = log or (lambda message: print(escape_controls(f"hloflops batch: {message}"), file=sys.stderr))
     started = time.monotonic()
     paths = list(paths)
+    db = default_db_path() if db is None else db
     check_database(db)
     found: Discovery = discover(paths, stage)
     if not found.files and not found.problems:
@@ -148,6 +152,10 @@ def run_batch(
         sizes: dict[str, int] = {}  # as read, which may differ from what discovery saw
 
         def record(mf: ModuleFile, digest: str | None, result: dict[str, Any]) -> None:
+            if result.get("status") == OK and mf.dump is not None:
+                before = dump_fingerprint(mf.path, mf.dump.stage)  # the program as jax lowered it
+                if before is not None:
+                    result = {**result, "program_fingerprint": before}
             row = row_from_result(
                 result,
                 path=_key(mf.path),
@@ -253,7 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 every file analysed, 1 some files failed (each has its row and error), 2 usage.",
     )
     parser.add_argument("paths", nargs="*", help="directories (searched recursively) and files")
-    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite database to write (default: {DEFAULT_DB})")
+    parser.add_argument("--db", default=None,
+                        help="SQLite database to write (default: one shared database in the per-user cache "
+                             f"directory, e.g. ~/.cache/hloflops/{DEFAULT_DB_NAME}; {CACHE_DIR_ENV} sets the "
+                             "directory); the summary says where")
     parser.add_argument("-j", "--processes", type=int, default=None, help="worker processes (default: all cores)")
     parser.add_argument(
         "--stage",
@@ -300,6 +311,7 @@ def cli_main(argv: list[str]) -> int:
     except SystemExit as e:
         return EXIT_OK if e.code in (0, None) else EXIT_USAGE
     exports = [(f, "modules") for f in args.export] + [(f, "scopes") for f in args.export_scopes]
+    args.db = os.fspath(default_db_path()) if args.db is None else args.db
     if not args.paths and not exports:
         parser.print_usage(sys.stderr)
         print("hloflops batch: error: give directories or files to analyse (or --export with --db)", file=sys.stderr)
@@ -347,7 +359,8 @@ def cli_main(argv: list[str]) -> int:
             print(escape_controls(f"hloflops batch: error: {e}"), file=sys.stderr)
             return EXIT_USAGE
         if not args.quiet:
-            sys.stdout.write(escape_controls(format_summary(summary, top=args.top, sort=args.sort)))
+            sys.stdout.write(escape_controls(format_summary(summary, top=args.top, sort=args.sort,
+                                                            width=output_width())))
         status = summary.exit_code
     for out, table in exports:
         try:

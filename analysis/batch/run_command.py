@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 from hloflops.batch.db import OK
 from hloflops.batch.discovery import AFTER_OPTIMIZATIONS
 from hloflops.batch.run import DEFAULT_TIMEOUT_S, BatchSummary, NoModulesFound, run_batch
+from hloflops.report.fit import output_width
 from hloflops.batch.summary import SORT_KEYS, compile_counts, format_summary, modules_table, sort_rows
 
 EXIT_USAGE = 2
@@ -184,7 +185,7 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def format_run(result: RunResult, *, top: int = 10, sort: str = "flops") -> str:
+def format_run(result: RunResult, *, top: int = 10, sort: str = "flops", width: int | None = None) -> str:
     command = " ".join(result.command)
     where = f"kept in {result.dump_dir}" if result.kept else "removed"
     lines = [f"hloflops run: `{command}` {describe_exit(result.command_exit_code)} "
@@ -196,14 +197,16 @@ def format_run(result: RunResult, *, top: int = 10, sort: str = "flops") -> str:
         return "\n".join(lines) + "\n"
     db_label = None if result.db_kept else "a temporary database (--db PATH keeps one)"
     text = format_summary(result.summary, top=top, sort=sort, paths=result.kept, prog="hloflops run",
-                          db_label=db_label)
+                          db_label=db_label, width=width)
     lines.append(text.rstrip("\n"))
     if result.top_report is not None:
         report = result.top_report
-        compiled = compile_counts(result.summary.rows).get(report.module_name, 1)
-        lines += ["", f"Top module: {report.module_name} (XLA compiled this name {compiled} time"
+        top_path = sort_rows([r for r in result.summary.rows if r["status"] == OK], sort)[0]["path"]
+        program = compile_counts(result.summary.rows).get(top_path)
+        label, compiled = (program.label, program.compiled) if program else (report.module_name, 1)
+        lines += ["", f"Top module: {label} (XLA compiled this program {compiled} time"
                       f"{'s' if compiled != 1 else ''})", ""]
-        lines.append(report.summary(top=top).rstrip("\n"))
+        lines.append(report.summary(top=top, width=width).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -286,7 +289,7 @@ def cli_main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("hloflops run: interrupted during the analysis", file=sys.stderr)
         return 130
-    sys.stdout.write(format_run(result, top=args.top, sort=args.sort))
+    sys.stdout.write(format_run(result, top=args.top, sort=args.sort, width=output_width()))
     if args.html and result.top_report is not None:
         Path(args.html).write_text(run_page(result, sort=args.sort), encoding="utf-8")
         print(f"hloflops run: wrote {args.html}", file=sys.stderr)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from hloflops.batch.db import OK
+from hloflops.batch.programs import Program, programs, recompiled_lines
 from hloflops.batch.progress import format_duration
+from hloflops.report.fit import fitted
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -67,14 +69,10 @@ def sort_rows(rows: Iterable[dict[str, Any]], by: str) -> list[dict[str, Any]]:
     return sorted(rows, key=keys[by])
 
 
-def compile_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """How many module files carry each name: how many times XLA compiled it (a function traced
-    again for new shapes or static arguments is compiled again under the same name)."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        name = r["module_name"] or ""
-        counts[name] = counts.get(name, 0) + 1
-    return counts
+def compile_counts(rows: Iterable[dict[str, Any]]) -> dict[str, Program]:
+    """Each analysed row's program (`hloflops.batch.programs`), by path: its label and how many
+    times XLA compiled it in the row's dump."""
+    return programs(rows)
 
 
 def display_path(path: str) -> str:
@@ -85,8 +83,11 @@ def display_path(path: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
-def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+def _table(header: list[str], rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
+    """Columns after a two-space indent; with `width`, the name columns (the left-aligned ones)
+    are elided in the middle to fit it."""
+    left = [i for i in reversed(range(len(header))) if i not in right]  # the path before the module
+    header, rows, widths = fitted(header, rows, None if width is None else width - 2, left)
     out = []
     for r in [header, *rows]:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
@@ -94,10 +95,11 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
     return out
 
 
-def modules_table(rows: Sequence[dict[str, Any]], counts: dict[str, int], *, lead: str = "flops",
-                  paths: bool = True, seconds: bool = False) -> list[str]:
+def modules_table(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program], *, lead: str = "flops",
+                  paths: bool = True, seconds: bool = False, width: int | None = None) -> list[str]:
     """One line per module. `lead` is the first column ("flops" or "ratio", what the table ranks
-    by); `compiled` is how many times XLA compiled that module name in this run."""
+    by); `compiled` is how many times XLA compiled that program in its dump (`counts`, from
+    `compile_counts`), and the module column names the program (`jit_f#2` where names are shared)."""
     ratio_cell = [lambda r: f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"]
     flops_cell = [lambda r: f"{r['flops']:,}"]
     cells = (ratio_cell + flops_cell) if lead == "ratio" else (flops_cell + ratio_cell)
@@ -105,7 +107,7 @@ def modules_table(rows: Sequence[dict[str, Any]], counts: dict[str, int], *, lea
     header += ["XLA flops", "compiled", "loops", "unknown", "uncounted", "remat"]
     cells += [
         lambda r: f"{r['xla_flops']:,.0f}" if r["xla_flops"] is not None else "-",
-        lambda r: str(counts.get(r["module_name"] or "", 1)),
+        lambda r: str(_program(counts, r).compiled),
         lambda r: str(r["n_loops"]),
         lambda r: str(r["n_unknown_trip_counts"]),
         lambda r: str(r["n_uncounted"]),
@@ -115,16 +117,20 @@ def modules_table(rows: Sequence[dict[str, Any]], counts: dict[str, int], *, lea
         header.append("seconds")
         cells.append(lambda r: f"{r['seconds'] or 0.0:.2f}")
     header.append("module")
-    cells.append(lambda r: r["module_name"] or "")
+    cells.append(lambda r: _program(counts, r).label)
     if paths:
         header.append("path")
         cells.append(lambda r: display_path(r["path"]))
     table = [[cell(r) for cell in cells] for r in rows]
-    return _table(header, table, right=set(range(len(header) - (2 if paths else 1))))
+    return _table(header, table, right=set(range(len(header) - (2 if paths else 1))), width=width)
+
+
+def _program(counts: Mapping[str, Program], row: dict[str, Any]) -> Program:
+    return counts.get(row["path"]) or Program(row["module_name"] or "", 1)
 
 
 def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops", paths: bool = True,
-                   prog: str = "hloflops batch", db_label: str | None = None) -> str:
+                   prog: str = "hloflops batch", db_label: str | None = None, width: int | None = None) -> str:
     """The closing report: counts, the modules in `sort` order, the other ranking (worst XLA
     undercount, or heaviest when sorting by ratio), then the failures."""
     mb = summary.total_bytes / (1024 * 1024)
@@ -152,7 +158,9 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
             shown = sort_rows(ok_rows, by)[:top]
             lines += ["", f"{TITLES[by]}, top {len(shown)} of {len(ok_rows)}:"]
             lines += modules_table(shown, counts, lead="ratio" if by == "ratio" else "flops", paths=paths,
-                                   seconds=by == "time")
+                                   seconds=by == "time", width=width)
+        recompiled = recompiled_lines(ok_rows, top=top, width=width)
+        lines += [""] + recompiled if recompiled else []
     failed_rows = sorted((r for r in summary.rows if r["status"] != OK), key=lambda r: (r["status"], r["path"]))
     if failed_rows:
         lines += ["", f"Failed files ({len(failed_rows)}{', first ' + str(top) if len(failed_rows) > top else ''}):"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hloflops.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
+from hloflops.batch.programs import identity_fields
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 
 # What decides a module's numbers: every source file of the parser and the analysis except the
@@ -24,6 +25,9 @@ from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 # Changing any other file invalidates cached rows. The directories are where Python imports the
 # packages from (a checkout's analysis/ is the `hloflops` package), so a wheel and a checkout agree.
 _ENGINE_PACKAGES = (("hloparse", ()), ("hloflops", ("batch/", "cli.py", "report/html.py", "report/text.py")))
+# Batch modules that compute columns of a row (the program fingerprint): hashed like the engine, so
+# a row computed before them (or by another version of them) is redone, not kept with an old value.
+_ROW_MODULES = ("batch/programs.py",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,8 @@ def engine_version() -> str:
         root = Path(importlib.import_module(package).__file__).resolve().parent
         for source in sorted(root.rglob("*")):
             rel = source.relative_to(root).as_posix()
-            if source.suffix not in (".py", ".lark") or any(rel.startswith(n) for n in not_engine):
+            if source.suffix not in (".py", ".lark") or (any(rel.startswith(n) for n in not_engine)
+                                                         and rel not in _ROW_MODULES):
                 continue
             digest.update(f"{package}/{rel}\0".encode())
             digest.update(source.read_bytes())
@@ -128,6 +133,7 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         module = hloparse.parse(text, path=path)
         report = analyze(module)
         result = report.to_dict(by=("scope",) if options.scopes else (), depth=options.scope_depth)
+        identity = identity_fields(module, text)  # which program this is (hloflops.batch.programs)
     except hloparse.HloParseError as e:
         return {**base, "status": PARSE_ERROR, "error": _one_line(str(e)), "seconds": time.perf_counter() - start}
     except MemoryError:  # the worker's memory limit (--memory-limit): the file's size, not a bug
@@ -136,6 +142,7 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         message = _one_line(f"{type(e).__name__}: {e}{_where(e)}")
         return {**base, "status": ANALYSIS_ERROR, "error": message, "seconds": time.perf_counter() - start}
     record = record_from_report_dict(result)
+    record.update(identity)
     record.update(base)
     record["seconds"] = time.perf_counter() - start
     return record

@@ -124,7 +124,8 @@ def diff_reports(a: Report, b: Report, *, by: str = "scope", depth: int | None =
     return DiffResult(a=a, b=b, by=by, depth=depth, groups=tuple(deltas))
 
 
-def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None = None) -> str:
+def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None = None,
+                width: int | None = None) -> str:
     a, b = result.a, result.b
     lines = [f"A: {a.module_name}" + (f"  ({a.path})" if a.path else ""),
              f"B: {b.module_name}" + (f"  ({b.path})" if b.path else ""), ""]
@@ -140,13 +141,15 @@ def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None =
         lines.append(f"loops in {label}: {loops or 'none'}")
     lines.append("")
     changed = [g for g in result.groups if g.delta != Cost()]
-    title = f"by {result.by}" + (f" (depth {result.depth})" if result.by in ("scope", "module") else "")
+    depth = "all" if result.depth is None else result.depth  # None: the whole name stack
+    title = f"by {result.by}" + (f" (depth {depth})" if result.by in ("scope", "module") else "")
     lines.append(f"{title}: {len(changed)} of {len(result.groups)} changed, largest FLOPs change first")
     rows = [
         ["  " + g.key, f"{g.a.flops:,}", f"{g.b.flops:,}", f"{g.delta.flops:+,}", f"{g.delta.bytes_accessed:+,}"]
         for g in changed[:top]
     ]
-    lines += format_table([f"  {result.by}", "A flops", "B flops", "delta flops", "delta bytes"], rows)
+    lines += format_table([f"  {result.by}", "A flops", "B flops", "delta flops", "delta bytes"], rows, width=width,
+                          elide=(0,))
     if fail_above is not None:
         verdict = "EXCEEDED" if result.exceeds(fail_above) else "ok"
         lines += ["", f"budget: FLOPs change {result.flops_growth_text()} vs allowed +{fail_above:g}%: {verdict}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 RATIO_DIGITS = 6  # ratios and shares in the JSON: enough to read, few enough to be stable
 
@@ -35,12 +36,14 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def format_table(header: list[str], rows: list[list[str]], *, align: str = "") -> list[str]:
+def format_table(header: list[str], rows: list[list[str]], *, align: str = "", width: int | None = None,
+                 elide: Sequence[int] = ()) -> list[str]:
     """Plain-text columns; `align` has one letter per column ('l' or 'r', default right except
-    the first column)."""
-    widths = [len(h) for h in header]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
+    the first column). With `width`, the `elide` columns are shortened in the middle to fit it,
+    in that order (`hloflops.report.fit`)."""
+    from hloflops.report.fit import fitted
+
+    header, rows, widths = fitted(header, rows, width, elide)
     aligns = align or ("l" + "r" * (len(header) - 1))
 
     def line(cells: list[str]) -> str:

@@ -64,7 +64,8 @@ def _cell(text: str) -> str:
 def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
-    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # the wrapper scrolls sideways inside its box: a wide table does not run off the page
+    return f"<div class='scroll'><table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def _pct(share: float | None) -> str:
@@ -121,6 +122,7 @@ td:first-child,th:first-child,td.t{text-align:left}.warn{color:#b00;font-weight:
 #chart text{font:11px monospace;pointer-events:none;fill:#111}
 #chart .cell{cursor:pointer}#chart .cell:hover rect.node{stroke:#000;stroke-width:1}
 #info{font:12px monospace;min-height:2.6em;white-space:pre-wrap;margin:4px 0}
+.scroll,pre{max-width:100%;overflow-x:auto}
 .legend span{display:inline-block;width:14px;height:10px;margin:0 4px 0 12px;vertical-align:middle}
 """
 
@@ -157,7 +159,7 @@ _JS = r"""
     var v = n.v, total = data.tree.v[metric];
     var share = total ? (100 * v[metric] / total).toFixed(2) + '%' : '-';
     return path(n) + '\n' + names[metric] + ' ' + fmt(v[metric]) + ' (' + share + ' of the module)' +
-      (v[3] ? ', remat flops ' + fmt(v[3]) : '') + (n.x[1] > 1 ? ', runs' + mult(n) + ' per step' : '');
+      (v[3] ? ', remat flops ' + fmt(v[3]) : '') + (n.p && n.x[1] > 1 ? ', runs' + mult(n) + ' per step' : '');
   }
   function render() {
     while (chart.firstChild) chart.removeChild(chart.firstChild);
@@ -198,7 +200,9 @@ _JS = r"""
       var title = el('title', {});
       title.textContent = describe(n);
       g.appendChild(title);
-      var label = n.n + mult(n), room = Math.floor((w - 6) / 6.6);
+      // the root is the module: its name and total (a range of executions over all its ops says nothing)
+      var label = n.p ? n.n + mult(n) : n.n + ': ' + fmt(n.v[metric]) + ' ' + names[metric] + ' in all',
+          room = Math.floor((w - 6) / 6.6);
       if (room >= 3) {
         var t = el('text', {x: 3, y: H - 5});
         t.textContent = label.length > room ? label.slice(0, room - 1) + '\u2026' : label;

@@ -472,9 +472,11 @@ class Report:
         )
 
     # ---- display -------------------------------------------------------------------------
-    def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15, chip: Any = None) -> str:
-        """The readable text `hloflops FILE` prints (with the roofline on `chip` if given)."""
-        return VIEWS["summary"](self, by=by, depth=depth, top=top, chip=chip)
+    def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15, chip: Any = None,
+                width: int | None = None) -> str:
+        """The readable text `hloflops FILE` prints (with the roofline on `chip` if given; name
+        columns elided in the middle to fit `width` if given)."""
+        return VIEWS["summary"](self, by=by, depth=depth, top=top, chip=chip, width=width)
 
     def __repr__(self) -> str:
         return (

@@ -49,7 +49,9 @@ def _attention_lines(report: Report) -> list[str]:
 
 
 def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
-                   chip: Any = None) -> str:
+                   chip: Any = None, width: int | None = None) -> str:
+    """The summary; with `width` (`hloflops.report.fit.output_width()`), its name columns are
+    elided in the middle to fit it."""
     xla = report.xla_estimate
     lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
     if not report.is_exact:
@@ -108,7 +110,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             )
         header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside", "phase",
                   "scope"]
-        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrlll")
+        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrlll", width=width,
+                              elide=(9, 7, 0))
         for lp in report.loops:
             if lp.trip_count is None:
                 lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "
@@ -142,7 +145,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         ]
         for g in groups[:top]
     ]
-    lines += format_table([f"  {by}", "flops", "share", "remat flops", "transcendentals", "bytes accessed"], rows)
+    lines += format_table([f"  {by}", "flops", "share", "remat flops", "transcendentals", "bytes accessed"], rows,
+                          width=width, elide=(0,))
     lines.append("")
     if report.uncounted:
         lines.append(f"UNCOUNTED ops ({len(report.uncounted)}): their cost is unknown and NOT in the totals")

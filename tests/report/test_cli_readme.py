@@ -5,6 +5,7 @@ other documented commands."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -36,8 +37,10 @@ def test_readme_has_sessions():
 @pytest.mark.parametrize("command,expected", sessions(), ids=lambda v: v[:60] if isinstance(v, str) else "")
 def test_readme_session_is_real_output(command, expected):
     args = shlex.split(command)[1:]
+    # the README shows what a pipe prints: no COLUMNS, so no table is elided to a terminal's width
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     proc = subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     if "\n...\n" not in "\n" + expected:
         assert proc.stdout == expected
