@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from analysis.cost.attention import ATTENTION, CONVENTION
 from analysis.cost.costs import Cost
 from analysis.cost.kernels import op_group
+from analysis.report.formulas import formula_json
 from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
@@ -215,6 +216,22 @@ class Report:
         return tuple(getattr(self.accounting, "conditionals", ()))
 
     @property
+    def formula(self) -> Any:
+        """The totals as a polynomial in the unknown trip counts (`analysis.loops.formula.Formula`),
+        None when every trip count is known."""
+        return getattr(self.accounting, "formula", None)
+
+    def evaluate(self, trip_counts: Mapping[str, int]) -> Any:
+        """The totals (`analysis.loops.formula.Totals`) with each unknown trip count at its value in
+        `trip_counts` (while instruction -> count): what analyze(..., trip_counts=...) gives."""
+        from analysis.loops.formula import Formula
+
+        formula = self.formula
+        if formula is None:  # every count known: the totals themselves, and no name to take
+            formula = Formula((), ((frozenset(), self.total),))
+        return formula.evaluate(trip_counts)
+
+    @property
     def unknown_loops(self) -> tuple[Loop, ...]:
         return tuple(lp for lp in self.loops if lp.trip_count is None)
 
@@ -401,6 +418,8 @@ class Report:
             "global_flops": self.global_flops,
             "communication": VIEWS["communication"](self, depth),
         }
+        if self.formula is not None:  # some trip count unknown (analysis.report.formulas)
+            out.update(formula_json(self.formula))
         if any(op_group(r.opcode, r.target) == ATTENTION for r in self.rows):
             out["conventions"] = {ATTENTION: CONVENTION}
         if chip is not None:

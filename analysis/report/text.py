@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.cost.attention import ATTENTION, CONVENTION_LINES
 from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
+from analysis.report.formulas import formula_lines
 
 if TYPE_CHECKING:
     from analysis.report.report import Report
@@ -113,6 +114,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             if lp.trip_count is None:
                 lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "
                              f"(give it with --trip-count {lp.name}=N)")
+        if report.formula is not None:
+            lines += formula_lines(report.formula)
     else:
         lines.append("loops: none")
     if report.conditionals:

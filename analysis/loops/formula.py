@@ -1,0 +1,189 @@
+"""Totals as polynomials in the trip counts the analysis could not find.
+
+Each while loop whose trip count is unknown becomes a symbol named after its while instruction
+(`N[while.3]`: the number of body executions of each execution of that while). One execution of
+a computation costs its own instructions plus, for each call site, its callee's cost times the
+callee's executions per call: 1 for a fusion, call or async op, the chosen branch of a
+conditional (the same choice the accounting made), n and n + 1 for the body and the condition of
+a loop of known trip count n, and N and N + 1 for a loop of unknown trip count. Folded bottom-up
+over the same call graph `analysis.accounting` folds with numbers, the ENTRY cost is a
+polynomial in the symbols with Cost coefficients. A loop inside an unknown loop multiplies, so
+every term is a product of distinct symbols (a while instruction cannot enclose itself): the
+polynomial is multilinear, and its coefficients are non-negative (sums of products of costs and
+trip counts), so it grows with every symbol and its extremes lie at the symbols' bounds.
+
+Substituting the accounting's own lower bounds (0, or what the evaluation proved) gives the
+accounting's total; substituting given counts gives what `account(trip_counts=...)` gives for
+them, as long as no conditional's choice of branch depends on a symbol (the branch the
+accounting picked is kept: a branch holding an unknown loop is noted in `Formula.notes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from analysis.cost.costs import ZERO, Cost
+from analysis.graph import is_executing_site
+from analysis.loops.tripcount import TripCount
+from hloparse.ir import CallRole, Instruction, Module
+
+Monomial = frozenset  # frozenset[str]: the symbols multiplied in one term ({} is the constant)
+CostPolynomial = dict  # dict[Monomial, Cost]
+METRICS = ("flops", "transcendentals", "bytes_accessed")
+_ONE: Monomial = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The totals for given trip counts (`Report.evaluate`)."""
+
+    flops: int
+    transcendentals: int
+    bytes_accessed: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"flops": self.flops, "transcendentals": self.transcendentals, "bytes_accessed": self.bytes_accessed}
+
+
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    """One unknown trip count: the while instruction it names and what the program proves of it."""
+
+    name: str  # the while instruction
+    lower: int  # certain lower bound on the body executions per execution of the while
+    upper: int | None  # proved upper bound, None if there is none
+    note: str = ""  # why the count is unknown
+
+
+@dataclass(frozen=True)
+class Formula:
+    """The ENTRY totals as a polynomial in the unknown trip counts (see the module docstring)."""
+
+    symbols: tuple[Symbol, ...]
+    terms: tuple[tuple[Monomial, Cost], ...]  # non-zero terms, in `_term_order`
+    notes: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.symbols)
+
+    def metric_terms(self, metric: str) -> list[tuple[int, tuple[str, ...]]]:
+        """(coefficient, sorted symbols) of each term with a non-zero coefficient of `metric`."""
+        return [(getattr(cost, metric), tuple(sorted(mono))) for mono, cost in self.terms if getattr(cost, metric)]
+
+    def evaluate(self, counts: Mapping[str, int]) -> Totals:
+        """The totals with each symbol at its count in `counts` (every symbol, nothing else)."""
+        values = _checked_counts(self, counts)
+        total = ZERO
+        for mono, cost in self.terms:
+            times = 1
+            for name in mono:
+                times *= values[name]
+            if times:
+                total = total + cost.scaled(times)
+        return Totals(total.flops, total.transcendentals, total.bytes_accessed)
+
+    def at_lower_bounds(self) -> Totals:
+        return self.evaluate({s.name: s.lower for s in self.symbols})
+
+    def at_upper_bounds(self) -> Totals | None:
+        """The totals with every symbol at its proved upper bound; None if one has none."""
+        if any(s.upper is None for s in self.symbols):
+            return None
+        return self.evaluate({s.name: s.upper for s in self.symbols})
+
+
+def _checked_counts(formula: Formula, counts: Mapping[str, int]) -> dict[str, int]:
+    names = set(formula.names)
+    missing = sorted(names - set(counts))
+    extra = sorted(set(counts) - names)
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"no count for {', '.join(missing)}")
+        if extra:
+            parts.append(f"{', '.join(extra)} {'is' if len(extra) == 1 else 'are'} not an unknown trip count "
+                         "(a known count is overridden with analyze(trip_counts=...))")
+        raise ValueError(f"evaluate() takes a count for each unknown trip count ({', '.join(sorted(names)) or 'none'})"
+                         f": {'; '.join(parts)}")
+    values: dict[str, int] = {}
+    for name in formula.names:
+        value = counts[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"trip count of {name} must be a non-negative int, got {value!r}")
+        values[name] = value
+    return values
+
+
+# ---- polynomial arithmetic (dict Monomial -> Cost) ----------------------------------------
+
+
+def _add_into(acc: CostPolynomial, poly: CostPolynomial, times: int = 1, symbol: str | None = None) -> None:
+    """acc += poly * times * (symbol if given)."""
+    if not times:
+        return
+    for mono, cost in poly.items():
+        key = mono | {symbol} if symbol is not None else mono
+        scaled = cost.scaled(times) if times != 1 else cost
+        previous = acc.get(key)
+        acc[key] = scaled if previous is None else previous + scaled
+
+
+def _term_order(item: tuple[Monomial, Cost]) -> tuple:
+    """Most symbols first, then by name: `a x N[w1] x N[w2] + b x N[w1] + c`."""
+    return (-len(item[0]), sorted(item[0]))
+
+
+# ---- the fold ------------------------------------------------------------------------------
+
+
+def loop_formula(module: Module, order: Iterable[str], own: Mapping[str, Cost], trips: Mapping[str, TripCount],
+                 branch_choice: Mapping[str, int], callers: Mapping[str, list[Instruction]]) -> Formula:
+    """The ENTRY totals as a polynomial in the unknown trip counts of the loops under ENTRY.
+    `order` is the computations reachable from ENTRY, callers first; `own` each computation's own
+    cost per execution; `branch_choice` the accounting's chosen branch per conditional."""
+    order = list(order)
+    inclusive: dict[str, CostPolynomial] = {}
+    symbols: dict[str, Symbol] = {}
+    notes: list[str] = []
+    for name in reversed(order):  # callees first
+        poly: CostPolynomial = {_ONE: own.get(name, ZERO)}
+        for inst in callers.get(name, ()):
+            sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in inclusive]
+            if not sites:
+                continue
+            if inst.opcode == "while":
+                _add_while(poly, inst, inclusive, trips[inst.name], symbols)
+                continue
+            branches = [s for s in sites if s.role == CallRole.BRANCH]
+            if branches:
+                chosen = next((s for s in branches if s.index == branch_choice.get(inst.name)), branches[0])
+                if any(len(mono) for s in branches for mono in inclusive[s.computation]):
+                    notes.append(f"conditional {inst.name}: a branch holds an unknown loop; the formula keeps branch "
+                                 f"{chosen.index}, the one the accounting chose at the loops' lower bounds")
+                _add_into(poly, inclusive[chosen.computation])
+            for site in sites:
+                if site.role != CallRole.BRANCH:
+                    _add_into(poly, inclusive[site.computation])
+        inclusive[name] = poly
+    entry = inclusive.get(module.entry_name, {_ONE: ZERO})
+    terms = tuple(sorted(((m, c) for m, c in entry.items() if c != ZERO), key=_term_order))
+    used = {s for mono, _ in terms for s in mono}
+    # A symbol whose loop costs nothing (an empty body) leaves no term, but it is still unknown.
+    ordered = tuple(symbols[n] for n in sorted(symbols, key=lambda n: (n not in used, n)))
+    return Formula(ordered, terms, tuple(notes))
+
+
+def _add_while(poly: CostPolynomial, inst: Instruction, inclusive: Mapping[str, CostPolynomial], tc: TripCount,
+               symbols: dict[str, Symbol]) -> None:
+    body = inclusive.get(inst.called(CallRole.WHILE_BODY)[0], {})
+    cond = inclusive.get(inst.called(CallRole.WHILE_CONDITION)[0], {})
+    if tc.value is not None:  # body n times, condition n + 1 times
+        _add_into(poly, body, tc.value)
+        _add_into(poly, cond, tc.value + 1)
+        return
+    symbols[inst.name] = Symbol(inst.name, tc.lower, tc.upper, tc.note)
+    _add_into(poly, body, 1, inst.name)  # N x body
+    _add_into(poly, cond, 1, inst.name)  # (N + 1) x condition
+    _add_into(poly, cond, 1)
