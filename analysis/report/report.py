@@ -232,6 +232,16 @@ class Report:
         return formula.evaluate(trip_counts)
 
     @property
+    def residual_causes(self) -> dict[str, int]:
+        """The reconciliation residual split by cause (analysis.xla.residual); empty when it is 0."""
+        if not hasattr(self, "_residual_causes"):
+            from analysis.xla.residual import residual_causes
+
+            causes = residual_causes(self.module, self.accounting) if self.module is not None else {}
+            self._residual_causes = causes
+        return dict(self._residual_causes)
+
+    @property
     def unknown_loops(self) -> tuple[Loop, ...]:
         return tuple(lp for lp in self.loops if lp.trip_count is None)
 
@@ -385,6 +395,7 @@ class Report:
             "xla_estimate": self.xla_estimate,
             "ratio_to_xla": self.ratio_to_xla,
             "reconciliation": {k: int(v) for k, v in self.accounting.reconciliation.items()},
+            **({"residual_causes": self.residual_causes} if self.residual_causes else {}),
             "loops": [self.loop_dict(lp) for lp in self.loops],
             "uncounted": [
                 {

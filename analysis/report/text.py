@@ -9,6 +9,7 @@ from analysis.cost.attention import ATTENTION, CONVENTION_LINES
 from analysis.report.communication import sharded_lines
 from analysis.report.format import format_table, ratio
 from analysis.report.formulas import formula_lines
+from analysis.xla.residual import residual_text
 
 if TYPE_CHECKING:
     from analysis.report.report import Report
@@ -165,5 +166,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         lines.append("uncounted ops: none")
     residual = report.accounting.reconciliation.get("residual")
     if residual:
-        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops")
+        causes = residual_text(report.residual_causes)
+        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops"
+                     + (f": {causes}" if causes else ""))
     return "\n".join(lines) + "\n"
