@@ -187,6 +187,15 @@ def _unoptimized(report: Report, chip: Chip, module: Module, rule: str) -> Roofl
     return Roofline(chip, lower, by_bound, mfu, (), exact, UNOPTIMIZED, rule, priced)
 
 
+def _priced_text(priced: Mapping[str, str]) -> str:
+    """`f32 dot/convolution at tf32 494.5 TFLOP/s; pred, f32, s32 other ops at f32 67 TFLOP/s`."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for label, rate in priced.items():
+        dtype, kind = label.split(" ", 1)
+        groups.setdefault((kind, rate), []).append(dtype)
+    return "; ".join(f"{', '.join(sorted(dtypes))} {kind} at {rate}" for (kind, rate), dtypes in sorted(groups.items()))
+
+
 def summary_lines(result: Roofline) -> list[str]:
     total = result.lower_bound_s
     lines = [f"roofline on {result.chip.name}: step time >= {total * 1e6:,.3f} us"
@@ -196,7 +205,7 @@ def summary_lines(result: Roofline) -> list[str]:
         lines.append("  (before optimization: only each ENTRY parameter read once, each output written once, and the "
                      "live ENTRY dots no pass removes; see analysis.report.roofline_basis)")
     if result.priced_at:
-        lines.append("  priced at: " + ", ".join(f"{k} at {v}" for k, v in sorted(result.priced_at.items())))
+        lines.append("  priced at: " + _priced_text(result.priced_at))
     lines.append("  " + "   ".join(f"{b} {s * 1e6:,.3f} us ({(s / total if total else 0):.1%})"
                                     for b, s in result.by_bound.items()))
     if result.mfu_upper_bound is not None:

@@ -48,7 +48,7 @@ def test_the_optimized_bound_is_the_per_instruction_sum() -> None:
                                 "s32 other ops": "f32 67 TFLOP/s"}
     text = report.summary(chip="h100")
     assert "basis: optimized (the file name says after_optimizations)" in text
-    assert "f32 dot/convolution at tf32 494.5 TFLOP/s" in text
+    assert "priced at: f32 dot/convolution at tf32 494.5 TFLOP/s; f32, s32 other ops at f32 67 TFLOP/s" in text
     d = report.to_dict(chip="h100")["roofline"]
     assert d["basis"] == "optimized" and d["priced_at"]["f32 dot/convolution"] == "tf32 494.5 TFLOP/s"
 
