@@ -14,8 +14,10 @@ trip counts), so it grows with every symbol and its extremes lie at the symbols'
 
 Substituting the accounting's own lower bounds (0, or what the evaluation proved) gives the
 accounting's total; substituting given counts gives what `account(trip_counts=...)` gives for
-them, as long as no conditional's choice of branch depends on a symbol (the branch the
-accounting picked is kept: a branch holding an unknown loop is noted in `Formula.notes`).
+them, as long as no conditional's choice of branch depends on a symbol. Where one does (a
+branch holds an unknown loop), the polynomial keeps the branch the accounting chose at the
+lower bounds, `Formula.notes` says so, and `Formula.evaluate` folds the call graph with numbers
+at the given counts instead, choosing each conditional's branch as the accounting does.
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class Symbol:
     note: str = ""  # why the count is unknown
 
 
+# One computation of the fold: (name, own cost, call sites), a call site being ("call", callee),
+# ("while", body, condition, known trip count or None, symbol) or ("branch", ((index, callee), ...)).
+Step = tuple
+
+
 @dataclass(frozen=True)
 class Formula:
     """The ENTRY totals as a polynomial in the unknown trip counts (see the module docstring)."""
@@ -63,6 +70,10 @@ class Formula:
     symbols: tuple[Symbol, ...]
     terms: tuple[tuple[Monomial, Cost], ...]  # non-zero terms, in `_term_order`
     notes: tuple[str, ...] = ()
+    # The fold itself, callees first, kept where a conditional's branch holds an unknown loop:
+    # which branch is dearest then depends on the counts, and `evaluate` chooses it as the
+    # accounting does (most flops, then transcendentals, bytes, lower index).
+    plan: tuple[Step, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -75,6 +86,9 @@ class Formula:
     def evaluate(self, counts: Mapping[str, int]) -> Totals:
         """The totals with each symbol at its count in `counts` (every symbol, nothing else)."""
         values = _checked_counts(self, counts)
+        if self.plan:
+            total = _fold(self.plan, values)
+            return Totals(total.flops, total.transcendentals, total.bytes_accessed)
         total = ZERO
         for mono, cost in self.terms:
             times = 1
@@ -116,6 +130,30 @@ def _checked_counts(formula: Formula, counts: Mapping[str, int]) -> dict[str, in
     return values
 
 
+def _fold(plan: tuple[Step, ...], counts: Mapping[str, int]) -> Cost:
+    """The ENTRY cost at `counts`, folded with numbers (the last step is ENTRY)."""
+    inclusive: dict[str, Cost] = {}
+    for name, own, sites in plan:
+        parts = [own]
+        for site in sites:
+            if site[0] == "call":
+                parts.append(inclusive[site[1]])
+            elif site[0] == "while":
+                _, body, cond, known, symbol = site
+                n = known if known is not None else counts[symbol]
+                parts += (inclusive[body].scaled(n), inclusive[cond].scaled(n + 1))
+            else:  # the dearest branch, ties to the lower index (the accounting's rule)
+                _, _, callee = max((_rank(inclusive[c]), -i, c) for i, c in site[1])
+                parts.append(inclusive[callee])
+        inclusive[name] = Cost(sum(p.flops for p in parts), sum(p.transcendentals for p in parts),
+                               sum(p.bytes_accessed for p in parts))
+    return inclusive[plan[-1][0]] if plan else ZERO
+
+
+def _rank(cost: Cost) -> tuple[int, int, int]:
+    return cost.flops, cost.transcendentals, cost.bytes_accessed
+
+
 # ---- polynomial arithmetic (dict Monomial -> Cost) ----------------------------------------
 
 
@@ -147,43 +185,53 @@ def loop_formula(module: Module, order: Iterable[str], own: Mapping[str, Cost], 
     inclusive: dict[str, CostPolynomial] = {}
     symbols: dict[str, Symbol] = {}
     notes: list[str] = []
+    plan: list[Step] = []
     for name in reversed(order):  # callees first
         poly: CostPolynomial = {_ONE: own.get(name, ZERO)}
+        steps: list[tuple] = []
         for inst in callers.get(name, ()):
             sites = [s for s in inst.calls if is_executing_site(inst, s.role) and s.computation in inclusive]
             if not sites:
                 continue
             if inst.opcode == "while":
-                _add_while(poly, inst, inclusive, trips[inst.name], symbols)
+                steps.append(_add_while(poly, inst, inclusive, trips[inst.name], symbols))
                 continue
             branches = [s for s in sites if s.role == CallRole.BRANCH]
             if branches:
                 chosen = next((s for s in branches if s.index == branch_choice.get(inst.name)), branches[0])
                 if any(len(mono) for s in branches for mono in inclusive[s.computation]):
-                    notes.append(f"conditional {inst.name}: a branch holds an unknown loop; the formula keeps branch "
-                                 f"{chosen.index}, the one the accounting chose at the loops' lower bounds")
+                    notes.append(f"conditional {inst.name}: a branch holds an unknown loop, so which branch is dearest "
+                                 f"depends on the counts; the polynomial keeps branch {chosen.index} (the accounting's "
+                                 "choice at the lower bounds), evaluate() chooses at the counts it is given")
                 _add_into(poly, inclusive[chosen.computation])
+                steps.append(("branch", tuple((s.index, s.computation) for s in branches)))
             for site in sites:
                 if site.role != CallRole.BRANCH:
                     _add_into(poly, inclusive[site.computation])
+                    steps.append(("call", site.computation))
         inclusive[name] = poly
+        plan.append((name, own.get(name, ZERO), tuple(steps)))
     entry = inclusive.get(module.entry_name, {_ONE: ZERO})
     terms = tuple(sorted(((m, c) for m, c in entry.items() if c != ZERO), key=_term_order))
     used = {s for mono, _ in terms for s in mono}
     # A symbol whose loop costs nothing (an empty body) leaves no term, but it is still unknown.
     ordered = tuple(symbols[n] for n in sorted(symbols, key=lambda n: (n not in used, n)))
-    return Formula(ordered, terms, tuple(notes))
+    # The plan ends with ENTRY (callers come first in `order`, so ENTRY is folded last).
+    kept = tuple(plan) if notes and plan and plan[-1][0] == module.entry_name else ()
+    return Formula(ordered, terms, tuple(notes), kept)
 
 
 def _add_while(poly: CostPolynomial, inst: Instruction, inclusive: Mapping[str, CostPolynomial], tc: TripCount,
-               symbols: dict[str, Symbol]) -> None:
-    body = inclusive.get(inst.called(CallRole.WHILE_BODY)[0], {})
-    cond = inclusive.get(inst.called(CallRole.WHILE_CONDITION)[0], {})
+               symbols: dict[str, Symbol]) -> Step:
+    body_name, cond_name = inst.called(CallRole.WHILE_BODY)[0], inst.called(CallRole.WHILE_CONDITION)[0]
+    body, cond = inclusive[body_name], inclusive[cond_name]
+    step = ("while", body_name, cond_name, tc.value, inst.name)
     if tc.value is not None:  # body n times, condition n + 1 times
         _add_into(poly, body, tc.value)
         _add_into(poly, cond, tc.value + 1)
-        return
+        return step
     symbols[inst.name] = Symbol(inst.name, tc.lower, tc.upper, tc.note)
     _add_into(poly, body, 1, inst.name)  # N x body
     _add_into(poly, cond, 1, inst.name)  # (N + 1) x condition
     _add_into(poly, cond, 1)
+    return step

@@ -11,10 +11,11 @@ the whole answer):
         [{"name": "while.3", "bounds": [lower, upper or null], "note": why it is unknown}, ...]
     formula_bounds
         {"flops": [at the lower bounds, at the upper bounds or null], "transcendentals": [...],
-         "bytes_accessed": [...]}: the totals at the symbols' proved bounds (the formula grows
-        with every symbol, so these are its extremes); the lower end equals the headline totals.
+         "bytes_accessed": [...]}: the totals at the symbols' proved bounds (`evaluate` there;
+        the polynomial grows with every symbol); the lower end equals the headline totals.
     formula_notes
-        what the formula could not follow (a conditional whose branch holds an unknown loop).
+        where the polynomial holds only for some counts (a conditional whose branch holds an
+        unknown loop: `Report.evaluate` is exact there, the polynomial keeps one branch).
 """
 
 from __future__ import annotations

@@ -268,3 +268,25 @@ def test_cli_trip_count_fills_in_the_formula(tmp_path: Path) -> None:
     told = json.loads(out.stdout)
     assert "flops_formula" not in told and told["exact"]
     assert report.evaluate({name: 5}).as_dict() == {k: told[k] for k in ("flops", "transcendentals", "bytes_accessed")}
+
+
+def loop_in_a_branch(flag, n, w, x):
+    """One branch runs a traced loop, the other two steps: which is dearer depends on n."""
+    return lax.cond(flag > 0, lambda h: lax.fori_loop(0, n, lambda i, g: _step(g, w), h),
+                    lambda h: _step(_step(h, w), w), x)
+
+
+@pytest.mark.parametrize("stage", ["optimized", "before_optimization"])
+def test_a_branch_holding_an_unknown_loop_is_chosen_at_the_given_counts(stage: str) -> None:
+    compiled, lowered, _ = compile_program(Program("formula_loop_in_a_branch", loop_in_a_branch,
+                                                   (np.int32(1), np.int32(5), W, X)))
+    text = compiled if stage == "optimized" else lowered
+    report = analyze(text)
+    (name,) = report.formula.names
+    assert report.formula.notes and "depends on the counts" in report.formula.notes[0]
+    seen = set()
+    for n in range(6):
+        told = analyze(text, trip_counts={name: n})
+        assert report.evaluate({name: n}) == Totals(told.flops, told.transcendentals, told.bytes_accessed)
+        seen.add(told.conditionals[0].chosen)
+    assert len(seen) == 2  # the dearer branch changes with n: the polynomial alone could not say
