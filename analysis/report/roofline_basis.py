@@ -35,7 +35,8 @@ Mandatory compute (conservative, each rule a thing some pass could remove otherw
 Mandatory memory: each ENTRY parameter read once, where a live op of the kind above reads it
 whole (through reshapes, transposes, converts, copies); each ENTRY output leaf written once,
 where a live computing op produces it (not a parameter passed through, a constant, an iota, an
-in-place dynamic-update-slice or scatter, nor a loop's or call's result). Network: 0 (before
+in-place dynamic-update-slice or scatter, nor a loop's or call's result; looking through
+reshapes, transposes, copies and same-type converts, which layout assignment can make free). Network: 0 (before
 SPMD partitioning the collectives are not placed yet, and the simplifier drops trivial ones).
 """
 
@@ -169,7 +170,11 @@ def _topological(comp: Computation) -> list[Instruction]:
     return order
 
 
-_IGNORED_ATTRIBUTES = frozenset({"metadata", "sharding", "frontend_attributes", "backend_config"})
+# Left out of the value key: names of called computations too, so that two reduces with equal
+# reducers of different names share a number (merging more than CSE can only count less).
+_IGNORED_ATTRIBUTES = frozenset({"metadata", "sharding", "frontend_attributes", "backend_config", "to_apply", "calls",
+                                 "body", "condition", "branch_computations", "true_computation", "false_computation",
+                                 "called_computations"})
 
 
 def _value_numbers(comp: Computation) -> dict[str, int]:
@@ -181,8 +186,7 @@ def _value_numbers(comp: Computation) -> dict[str, int]:
             key: tuple = ("parameter", inst.attributes.get("parameter_number"))
         else:
             attrs = tuple(sorted((k, v) for k, v in inst.attributes.items() if k not in _IGNORED_ATTRIBUTES))
-            key = (inst.opcode, str(inst.shape), attrs, tuple(numbers[o] for o in inst.operands),
-                   tuple((s.role, s.computation) for s in inst.calls))
+            key = (inst.opcode, str(inst.shape), attrs, tuple(numbers[o] for o in inst.operands))
         numbers[inst.name] = table.setdefault(key, len(table))
     return numbers
 
@@ -245,13 +249,22 @@ def _read_whole(name: str, users: dict[str, list[Instruction]], live: set[str],
     return False
 
 
+def _may_be_a_bitcast(comp: Computation, inst: Instruction) -> bool:
+    if not inst.operands or inst.opcode not in ("reshape", "bitcast", "copy", "transpose", "convert"):
+        return False
+    if inst.opcode != "convert":
+        return True
+    source = comp.by_name[inst.operands[0]].shape  # a convert to its own type is dropped
+    return source.is_array and inst.shape.is_array and source.element_type == inst.shape.element_type
+
+
 def _output_bytes(comp: Computation) -> int:
     root = comp.root
     leaves = root.operands if root.opcode == "tuple" else [root.name]
     total, seen = 0, set()
     for name in leaves:
         inst = origin = comp.by_name[name]
-        while origin.opcode in ("reshape", "bitcast", "copy") and origin.operands:  # no write of their own
+        while _may_be_a_bitcast(comp, origin):  # layout assignment can make these free: no write of their own
             origin = comp.by_name[origin.operands[0]]
         if name in seen or origin.opcode in _NOT_WRITTEN or not inst.shape.is_array:
             continue
