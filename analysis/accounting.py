@@ -6,11 +6,11 @@
 
 `trip_counts` keys are either a while instruction's name (always used, even over a count
 found in the HLO) or a pattern matched against the while's `op_name` with fnmatch (`*`, `?`,
-`[...]`); a pattern only fills in a count the analysis could not find. See analysis.loops.tripcount.
+`[...]`); a pattern only fills in a count the analysis could not find. See hloflops.loops.tripcount.
 
 Totals:
 - Each instruction: `rules.own_cost(..., view="exact")` times the executions of its
-  computation (analysis.loops.execution). Exact Python ints.
+  computation (hloflops.loops.execution). Exact Python ints.
 - A loop with an unknown trip count counts its body at the certain lower bound (0 unless the
   evaluation proved more) and its condition once more than that; its rows are marked
   `executions_known=False` and the loop is listed with `trip_count=None`: the total is then
@@ -19,7 +19,7 @@ Totals:
   transcendentals, more bytes, lower branch index); the other branches' rows are listed with 0
   executions. `conditionals` reports every branch's cost and `total_lower_bound` takes the
   smallest branch everywhere instead.
-- remat: rows the remat analysis calls real recomputation (analysis.remat); model FLOPs are
+- remat: rows the remat analysis calls real recomputation (hloflops.remat); model FLOPs are
   `total.flops - remat_flops`.
 
 Reconciliation with XLA (`xla_estimate`, which counts every loop body and condition once):
@@ -46,16 +46,16 @@ from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, eq
 from typing import Callable, Iterable, Mapping
 
-from analysis import remat as remat_analysis
-from analysis.cost.communication import SENDERS, SentBytes
-from analysis.cost.costs import ZERO, Cost, OpCost
-from analysis.cost.kernels import row_note
-from analysis.engine import evaluate, own_cost
-from analysis.graph import call_table
-from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from analysis.loops.formula import Formula, loop_formula
-from analysis.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
-from analysis.loops.tripcount import TripCount, trip_count
+from hloflops import remat as remat_analysis
+from hloflops.cost.communication import SENDERS, SentBytes
+from hloflops.cost.costs import ZERO, Cost, OpCost
+from hloflops.cost.kernels import row_note
+from hloflops.engine import evaluate, own_cost
+from hloflops.graph import call_table
+from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
+from hloflops.loops.formula import Formula, loop_formula
+from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
+from hloflops.loops.tripcount import TripCount, trip_count
 from hloparse.attribute_names import ALLOWED
 from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
 
@@ -174,7 +174,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     `cost_fn` replaces `rules.own_cost(view="exact")` and `xla` replaces
     `xla_estimate(module)` (tests use both to check the bookkeeping on its own)."""
     if xla is None:
-        from analysis.xla.estimate import EstimateUnavailable, xla_estimate
+        from hloflops.xla.estimate import EstimateUnavailable, xla_estimate
 
         try:
             xla = xla_estimate(module)
@@ -191,7 +191,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
             if inst.opcode == "while" and inst.name not in trips:
                 trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
 
-    # Every instruction's exact cost, from the one pass over the module (analysis.engine).
+    # Every instruction's exact cost, from the one pass over the module (hloflops.engine).
     exact = evaluate(module).exact if cost_fn is None else None
     op_costs: dict[str, list[OpCost]] = {}
     own: dict[str, Cost] = {}
@@ -219,7 +219,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     loops = _loops(module, ex, upper, op_names, callers)
     conditionals = _conditionals(module, ex, upper, lower, callers) if upper.choice else []
     formula = None
-    if any(trips[w].value is None for w in ex.while_sites):  # analysis.loops.formula
+    if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
         formula = loop_formula(module, first.order, own, trips, upper.choice, callers)
 
     total = upper.exact[module.entry_name]
@@ -319,7 +319,7 @@ class _Extras:
             if target is None:
                 target = self.targets[raw] = inst.custom_call_target
         note = row_note(comp, inst) if inst.opcode == "custom-call" and uncounted is None else None
-        # A collective's bytes sent per device and execution (analysis.cost.communication).
+        # A collective's bytes sent per device and execution (hloflops.cost.communication).
         sent = self.sent_bytes.of(comp, inst)
         return target, note, sent.bytes, sent.uncounted
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analysis.graph import call_table, is_executing_site, module_control_order
-from analysis.loops.tripcount import TripCount, trip_count
+from hloflops.graph import call_table, is_executing_site, module_control_order
+from hloflops.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 __all__ = ["ExecutionCounts", "control_order", "execution_counts", "is_executing_site", "site_multiplier"]
@@ -52,7 +52,7 @@ class ExecutionCounts:
 
 def control_order(module: Module) -> list[str]:
     """Computations reachable from ENTRY through CONTROL calls, callers before callees (the
-    call graph's walk, analysis.graph.control_order, on the module's call table)."""
+    call graph's walk, hloflops.graph.control_order, on the module's call table)."""
     return module_control_order(module)
 
 

@@ -6,7 +6,7 @@ a computation costs its own instructions plus, for each call site, its callee's 
 callee's executions per call: 1 for a fusion, call or async op, the chosen branch of a
 conditional (the same choice the accounting made), n and n + 1 for the body and the condition of
 a loop of known trip count n, and N and N + 1 for a loop of unknown trip count. Folded bottom-up
-over the same call graph `analysis.accounting` folds with numbers, the ENTRY cost is a
+over the same call graph `hloflops.accounting` folds with numbers, the ENTRY cost is a
 polynomial in the symbols with Cost coefficients. A loop inside an unknown loop multiplies, so
 every term is a product of distinct symbols (a while instruction cannot enclose itself): the
 polynomial is multilinear, and its coefficients are non-negative (sums of products of costs and
@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from analysis.cost.costs import ZERO, Cost
-from analysis.graph import is_executing_site
-from analysis.loops.tripcount import TripCount
+from hloflops.cost.costs import ZERO, Cost
+from hloflops.graph import is_executing_site
+from hloflops.loops.tripcount import TripCount
 from hloparse.ir import CallRole, Instruction, Module
 
 Monomial = frozenset  # frozenset[str]: the symbols multiplied in one term ({} is the constant)

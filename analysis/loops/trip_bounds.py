@@ -5,7 +5,7 @@ starts at a constant, moves by a constant step and stops at a bound that is clam
 constant: the count lies in [0, 10]. Here the bound's initial value (an expression over runtime
 inputs) is given an interval by integer interval arithmetic (`minimum`, `maximum`, `clamp`,
 `select`, `add`, `subtract`, `negate`, integer converts; anything else is unbounded), and the
-closed form of `analysis.loops.tripcount.solve_counter` is applied at both ends: for
+closed form of `hloflops.loops.tripcount.solve_counter` is applied at both ends: for
 `i < b` with a positive step the trip count grows with b, so b's lower and upper bounds give the
 count's. A side of the interval that is not proved stays open (lower 0, upper None).
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from analysis.loops import loop_eval
-from analysis.loops.loop_eval import Expr, Path
+from hloflops.loops import loop_eval
+from hloflops.loops.loop_eval import Expr, Path
 
 Interval = tuple["int | None", "int | None"]
 _UNBOUNDED: Interval = (None, None)

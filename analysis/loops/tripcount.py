@@ -28,8 +28,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Mapping
 
-from analysis.loops import loop_eval, trip_bounds
-from analysis.loops.loop_eval import Expr, Path, Tracer
+from hloflops.loops import loop_eval, trip_bounds
+from hloflops.loops.loop_eval import Expr, Path, Tracer
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 SOURCES = ("backend_config", "pattern", "evaluation", "override", "unknown")
@@ -190,7 +190,7 @@ def _infer(module: Module, computation: Computation, inst: Instruction, evaluati
 
 def _runtime_bound(cond_expr: Expr, updates: Mapping[Path, Expr], initial: Mapping[Path, object],
                    runtime: Mapping[Path, Expr], dtypes: Mapping[Path, str], why: str) -> TripCount:
-    """Unknown, with the bounds a clamped runtime bound proves (analysis.loops.trip_bounds)."""
+    """Unknown, with the bounds a clamped runtime bound proves (hloflops.loops.trip_bounds)."""
     bounds = trip_bounds.counter_trip_bounds(cond_expr, updates, initial, runtime, dtypes, solve_counter,
                                              _constant_step)
     if bounds is None:

@@ -1,4 +1,4 @@
-"""The report's view of `analysis.loops.formula`: the JSON keys and the summary lines.
+"""The report's view of `hloflops.loops.formula`: the JSON keys and the summary lines.
 
 JSON (only when some trip count under ENTRY is unknown; absent otherwise, where the totals are
 the whole answer):
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.loops.formula import METRICS, Formula
+from hloflops.loops.formula import METRICS, Formula
 
 
 def formula_json(formula: Formula) -> dict[str, Any]:

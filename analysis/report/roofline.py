@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from analysis.report.chips import Chip
-from analysis.report.roofline_basis import OPTIMIZED, UNOPTIMIZED, mandatory_work, optimization_stage
-from analysis.scopes import scope_prefix
+from hloflops.report.chips import Chip
+from hloflops.report.roofline_basis import OPTIMIZED, UNOPTIMIZED, mandatory_work, optimization_stage
+from hloflops.scopes import scope_prefix
 from hloparse.ir import Module
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 BOUNDS = ("compute", "memory", "network")
 _MATRIX_OPS = frozenset({"dot", "convolution"})
@@ -124,7 +124,7 @@ class Roofline:
     mfu_upper_bound: float | None
     top: tuple[tuple[str, float, str], ...]  # (scope, seconds, its dominant bound)
     exact_inputs: bool  # False when the counts under it are lower bounds themselves
-    basis: str = OPTIMIZED  # OPTIMIZED or UNOPTIMIZED (analysis.report.roofline_basis)
+    basis: str = OPTIMIZED  # OPTIMIZED or UNOPTIMIZED (hloflops.report.roofline_basis)
     basis_rule: str = ""  # why the module was taken for one or the other
     priced_at: Mapping[str, str] = field(default_factory=dict)  # "<dtype> dot/convolution" -> rate
 
@@ -170,7 +170,7 @@ def roofline(report: Report, chip: Chip, module: Module, *, depth: int | None = 
 
 def _unoptimized(report: Report, chip: Chip, module: Module, rule: str) -> Roofline:
     """max(mandatory compute, mandatory memory) of a module before optimization
-    (analysis.report.roofline_basis)."""
+    (hloflops.report.roofline_basis)."""
     work = mandatory_work(module)
     priced: dict[str, str] = {}
     compute = 0.0
@@ -203,7 +203,7 @@ def summary_lines(result: Roofline) -> list[str]:
     lines.append(f"  basis: {result.basis} ({result.basis_rule})" if result.basis_rule else f"  basis: {result.basis}")
     if result.basis == UNOPTIMIZED:
         lines.append("  (before optimization: only each ENTRY parameter read once, each output written once, and the "
-                     "live ENTRY dots no pass removes; see analysis.report.roofline_basis)")
+                     "live ENTRY dots no pass removes; see hloflops.report.roofline_basis)")
     if result.priced_at:
         lines.append("  priced at: " + _priced_text(result.priced_at))
     lines.append("  " + "   ".join(f"{b} {s * 1e6:,.3f} us ({(s / total if total else 0):.1%})"

@@ -2,7 +2,7 @@
 
 Before optimization nothing is fused (every intermediate would be charged as HBM traffic) and
 CSE / DCE / the algebraic simplifier have not run, so the per-instruction sum of
-`analysis.report.roofline` is not a lower bound on the compiled program's time. On such a
+`hloflops.report.roofline` is not a lower bound on the compiled program's time. On such a
 module the roofline is instead
 
     step time >= max(mandatory compute time, mandatory memory time)
@@ -45,8 +45,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from analysis.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
-from analysis.cost.shapes import elements, size
+from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloflops.cost.shapes import elements, size
 from hloparse.ir import Computation, Instruction, Module
 
 OPTIMIZED = "optimized"
@@ -119,7 +119,7 @@ def mandatory_work(module: Module) -> Mandatory:
 
 
 def _matrix_flops(module: Module, entry: Computation, inst: Instruction) -> int:
-    from analysis.engine import own_cost
+    from hloflops.engine import own_cost
 
     return own_cost(module, entry, inst).cost.flops
 

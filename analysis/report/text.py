@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from analysis.cost.attention import ATTENTION, CONVENTION_LINES
-from analysis.report.communication import sharded_lines
-from analysis.report.format import format_table, ratio
-from analysis.report.formulas import formula_lines
-from analysis.xla.residual import residual_text
+from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
+from hloflops.report.communication import sharded_lines
+from hloflops.report.format import format_table, ratio
+from hloflops.report.formulas import formula_lines
+from hloflops.xla.residual import residual_text
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 MAX_UNCOUNTED_LINES = 12  # beyond this the summary groups uncounted ops by kind
 

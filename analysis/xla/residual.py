@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.results import Accounting
+from hloflops.results import Accounting
 from hloparse.ir import Module
 
 CAUSES = ("conditionals", "exact_view", "float32_rounding", "unexplained")
@@ -33,7 +33,7 @@ def residual_causes(module: Module, accounting: Accounting) -> dict[str, int]:
     residual = int(accounting.reconciliation.get(RESIDUAL, 0))
     if not residual:
         return {}
-    from analysis.xla.estimate import loop_once_totals
+    from hloflops.xla.estimate import loop_once_totals
 
     loop_extras = sum(v for k, v in accounting.reconciliation.items() if k != RESIDUAL)
     once = accounting.total.flops - loop_extras

@@ -1,4 +1,4 @@
-"""Totals as formulas in unknown trip counts (analysis.loops.formula), against XLA.
+"""Totals as formulas in unknown trip counts (hloflops.loops.formula), against XLA.
 
 Each program is written the way users write a runtime loop: `fori_loop(0, n)` with a traced `n`,
 a `while_loop` until a data condition, a traced loop inside a traced loop, a scan inside a traced
@@ -24,11 +24,11 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 import hloparse  # noqa: E402
-from analysis import analyze  # noqa: E402
-from analysis.accounting import _calling_instructions  # noqa: E402
-from analysis.cost.costs import Cost  # noqa: E402
-from analysis.loops.execution import execution_counts  # noqa: E402
-from analysis.loops.formula import Totals, loop_formula  # noqa: E402
+from hloflops import analyze  # noqa: E402
+from hloflops.accounting import _calling_instructions  # noqa: E402
+from hloflops.cost.costs import Cost  # noqa: E402
+from hloflops.loops.execution import execution_counts  # noqa: E402
+from hloflops.loops.formula import Totals, loop_formula  # noqa: E402
 from tests.programs import Program  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
 
@@ -262,7 +262,7 @@ def test_cli_trip_count_fills_in_the_formula(tmp_path: Path) -> None:
     path.write_text(compiled)
     report = analyze(compiled)
     (name,) = report.formula.names
-    env_run = [sys.executable, "-m", "analysis.cli", str(path), "--json", "--trip-count", f"{name}=5"]
+    env_run = [sys.executable, "-m", "hloflops.cli", str(path), "--json", "--trip-count", f"{name}=5"]
     out = subprocess.run(env_run, capture_output=True, text=True, cwd=ROOT, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     told = json.loads(out.stdout)

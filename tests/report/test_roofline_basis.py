@@ -1,4 +1,4 @@
-"""A roofline bound that holds before optimization (analysis.report.roofline_basis).
+"""A roofline bound that holds before optimization (hloflops.report.roofline_basis).
 
 On every pair of the same program before and after XLA's optimizations (the bundled examples,
 and optax train steps of an MLP, a small conv net and a small transformer written with Flax),
@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import analyze
-from analysis.report.chips import CHIPS, find_chip
-from analysis.report.roofline import unit_times
-from analysis.report.roofline_basis import OPTIMIZED, UNOPTIMIZED, mandatory_work, optimization_stage
+from hloflops import analyze
+from hloflops.report.chips import CHIPS, find_chip
+from hloflops.report.roofline import unit_times
+from hloflops.report.roofline_basis import OPTIMIZED, UNOPTIMIZED, mandatory_work, optimization_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.name.split(".")[0] for p in (ROOT / "examples").glob("*.before_optimizations.hlo"))

@@ -1,4 +1,4 @@
-"""The reconciliation residual, explained (analysis.xla.residual): its causes sum to it, and each
+"""The reconciliation residual, explained (hloflops.xla.residual): its causes sum to it, and each
 is proved where XLA can be asked."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import analyze
-from analysis.xla.residual import CAUSES
+from hloflops import analyze
+from hloflops.xla.residual import CAUSES
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 CUBLAS_LT = CORPUS / "xla_cc_gpu" / "backends__gpu__autotuner__cublaslt_test__kCublasLtCustomCallHlo__L49.hlo"
@@ -34,7 +34,7 @@ def test_float32_rounding_is_the_whole_residual_of_a_loop_free_module() -> None:
     assert report.to_dict()["residual_causes"]["float32_rounding"] == residual
     assert f"{residual:,} flops: {residual:,} float32 rounding of XLA's sums" in report.summary()
     pytest.importorskip("jax")
-    from analysis.xla.compare import xla_cost_of_text
+    from hloflops.xla.compare import xla_cost_of_text
 
     assert int(xla_cost_of_text(ROUNDED)["flops"]) == int(report.xla_estimate["flops"])  # XLA's own float32 sum
 
