@@ -53,6 +53,7 @@ from hloflops.cost.kernels import row_note
 from hloflops.engine import evaluate, own_cost
 from hloflops.graph import call_table
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
+from hloflops.loops.formula import Formula, loop_formula
 from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from hloflops.loops.tripcount import TripCount, trip_count
 from hloparse.attribute_names import ALLOWED
@@ -86,6 +87,7 @@ class LoopAccounting(Accounting):
     conditionals: tuple[Conditional, ...] = ()
     total_lower_bound: Cost = ZERO  # smallest branch of every conditional, unknown loops at 0
     executions_known: bool = True  # False when some trip count is unknown
+    formula: Formula | None = None  # the totals in the unknown trip counts (None: every count known)
 
 
 def exact_cost(module: Module, computation: Computation, instruction: Instruction) -> OpCost:
@@ -216,6 +218,9 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
     loops = _loops(module, ex, upper, op_names, callers)
     conditionals = _conditionals(module, ex, upper, lower, callers) if upper.choice else []
+    formula = None
+    if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
+        formula = loop_formula(module, first.order, own, trips, upper.choice, callers)
 
     total = upper.exact[module.entry_name]
     xla_flops = xla.get("flops", 0.0)
@@ -244,6 +249,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         conditionals=tuple(conditionals),
         total_lower_bound=lower.exact[module.entry_name],
         executions_known=all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites),
+        formula=formula,
     )
 
 

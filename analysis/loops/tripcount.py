@@ -28,7 +28,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Mapping
 
-from hloflops.loops import loop_eval
+from hloflops.loops import loop_eval, trip_bounds
 from hloflops.loops.loop_eval import Expr, Path, Tracer
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -167,12 +167,18 @@ def _infer(module: Module, computation: Computation, inst: Instruction, evaluati
     init_frame = tracer.outer_frame(computation)
     initial: dict[Path, object] = {}
     dtypes: dict[Path, str] = {}
+    runtime: dict[Path, Expr] = {}  # elements whose initial value is a runtime value
     for path in updates:
         expr = loop_eval.fold(tracer.trace(init_frame, inst.operands[0], path))
         if expr[0] != "const":
-            why = loop_eval.first_opaque(expr) or "a non-constant expression"
-            return unknown(f"initial value of loop-state element {list(path)} is unknown: {why}")
+            runtime[path] = expr
+            continue
         initial[path], dtypes[path] = expr[1], expr[2]
+    if runtime:
+        path, expr = next(iter(runtime.items()))
+        why = loop_eval.first_opaque(expr) or "a non-constant expression"
+        return _runtime_bound(cond_expr, updates, initial, runtime, dtypes,
+                              f"initial value of loop-state element {list(path)} is unknown: {why}")
     if not updates:  # the condition is a constant
         return _constant_condition(cond_expr, evaluation_limit)
     invariant = {p: initial[p] for p, u in updates.items() if u == ("var", p)}
@@ -180,6 +186,19 @@ def _infer(module: Module, computation: Computation, inst: Instruction, evaluati
     if counted is not None:
         return counted
     return evaluate_trip_count(cond_expr, updates, initial, evaluation_limit)
+
+
+def _runtime_bound(cond_expr: Expr, updates: Mapping[Path, Expr], initial: Mapping[Path, object],
+                   runtime: Mapping[Path, Expr], dtypes: Mapping[Path, str], why: str) -> TripCount:
+    """Unknown, with the bounds a clamped runtime bound proves (hloflops.loops.trip_bounds)."""
+    bounds = trip_bounds.counter_trip_bounds(cond_expr, updates, initial, runtime, dtypes, solve_counter,
+                                             _constant_step)
+    if bounds is None:
+        return unknown(why)
+    lower, upper, note = bounds
+    if upper is not None and upper == lower:
+        return known(upper, "pattern", note + f": the count is {upper} at both ends")
+    return TripCount(None, "unknown", lower, upper, f"{why}; {note}")
 
 
 def _first_check(tracer: Tracer, computation: Computation, inst: Instruction, cond_expr: Expr,

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from hloflops.cost.attention import ATTENTION, CONVENTION
 from hloflops.cost.costs import Cost
 from hloflops.cost.kernels import op_group
+from hloflops.report.formulas import formula_json
 from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from hloflops.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
@@ -215,6 +216,32 @@ class Report:
         return tuple(getattr(self.accounting, "conditionals", ()))
 
     @property
+    def formula(self) -> Any:
+        """The totals as a polynomial in the unknown trip counts (`hloflops.loops.formula.Formula`),
+        None when every trip count is known."""
+        return getattr(self.accounting, "formula", None)
+
+    def evaluate(self, trip_counts: Mapping[str, int]) -> Any:
+        """The totals (`hloflops.loops.formula.Totals`) with each unknown trip count at its value in
+        `trip_counts` (while instruction -> count): what analyze(..., trip_counts=...) gives."""
+        from hloflops.loops.formula import Formula
+
+        formula = self.formula
+        if formula is None:  # every count known: the totals themselves, and no name to take
+            formula = Formula((), ((frozenset(), self.total),))
+        return formula.evaluate(trip_counts)
+
+    @property
+    def residual_causes(self) -> dict[str, int]:
+        """The reconciliation residual split by cause (hloflops.xla.residual); empty when it is 0."""
+        if not hasattr(self, "_residual_causes"):
+            from hloflops.xla.residual import residual_causes
+
+            causes = residual_causes(self.module, self.accounting) if self.module is not None else {}
+            self._residual_causes = causes
+        return dict(self._residual_causes)
+
+    @property
     def unknown_loops(self) -> tuple[Loop, ...]:
         return tuple(lp for lp in self.loops if lp.trip_count is None)
 
@@ -368,6 +395,7 @@ class Report:
             "xla_estimate": self.xla_estimate,
             "ratio_to_xla": self.ratio_to_xla,
             "reconciliation": {k: int(v) for k, v in self.accounting.reconciliation.items()},
+            **({"residual_causes": self.residual_causes} if self.residual_causes else {}),
             "loops": [self.loop_dict(lp) for lp in self.loops],
             "uncounted": [
                 {
@@ -401,6 +429,8 @@ class Report:
             "global_flops": self.global_flops,
             "communication": VIEWS["communication"](self, depth),
         }
+        if self.formula is not None:  # some trip count unknown (hloflops.report.formulas)
+            out.update(formula_json(self.formula))
         if any(op_group(r.opcode, r.target) == ATTENTION for r in self.rows):
             out["conventions"] = {ATTENTION: CONVENTION}
         if chip is not None:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
 from hloflops.report.communication import sharded_lines
 from hloflops.report.format import format_table, ratio
+from hloflops.report.formulas import formula_lines
+from hloflops.xla.residual import residual_text
 
 if TYPE_CHECKING:
     from hloflops.report.report import Report
@@ -116,6 +118,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             if lp.trip_count is None:
                 lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "
                              f"(give it with --trip-count {lp.name}=N)")
+        if report.formula is not None:
+            lines += formula_lines(report.formula)
     else:
         lines.append("loops: none")
     if report.conditionals:
@@ -166,5 +170,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         lines.append("uncounted ops: none")
     residual = report.accounting.reconciliation.get("residual")
     if residual:
-        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops")
+        causes = residual_text(report.residual_causes)
+        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops"
+                     + (f": {causes}" if causes else ""))
     return "\n".join(lines) + "\n"

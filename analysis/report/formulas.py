@@ -1,0 +1,63 @@
+"""The report's view of `hloflops.loops.formula`: the JSON keys and the summary lines.
+
+JSON (only when some trip count under ENTRY is unknown; absent otherwise, where the totals are
+the whole answer):
+
+    flops_formula, transcendentals_formula, bytes_accessed_formula
+        [{"coefficient": int, "symbols": ["while.3", ...]}, ...]: the total is the sum of each
+        coefficient times the product of its symbols' trip counts; the term without symbols is
+        the constant. Terms with a zero coefficient are left out (an all-zero metric is []).
+    formula_symbols
+        [{"name": "while.3", "bounds": [lower, upper or null], "note": why it is unknown}, ...]
+    formula_bounds
+        {"flops": [at the lower bounds, at the upper bounds or null], "transcendentals": [...],
+         "bytes_accessed": [...]}: the totals at the symbols' proved bounds (`evaluate` there;
+        the polynomial grows with every symbol); the lower end equals the headline totals.
+    formula_notes
+        where the polynomial holds only for some counts (a conditional whose branch holds an
+        unknown loop: `Report.evaluate` is exact there, the polynomial keeps one branch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hloflops.loops.formula import METRICS, Formula
+
+
+def formula_json(formula: Formula) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        f"{metric}_formula": [{"coefficient": c, "symbols": list(symbols)} for c, symbols in
+                              formula.metric_terms(metric)]
+        for metric in METRICS
+    }
+    out["formula_symbols"] = [{"name": s.name, "bounds": [s.lower, s.upper], "note": s.note}
+                              for s in formula.symbols]
+    low, high = formula.at_lower_bounds(), formula.at_upper_bounds()
+    out["formula_bounds"] = {m: [getattr(low, m), getattr(high, m) if high is not None else None] for m in METRICS}
+    out["formula_notes"] = list(formula.notes)
+    return out
+
+
+def polynomial_text(terms: list[tuple[int, tuple[str, ...]]]) -> str:
+    """`262,158 x N[while.3] + 1` (0 when there is no term)."""
+    if not terms:
+        return "0"
+    return " + ".join(" x ".join([f"{c:,}", *(f"N[{s}]" for s in symbols)]) for c, symbols in terms)
+
+
+def formula_lines(formula: Formula) -> list[str]:
+    names = ", ".join(f"N[{s.name}]" for s in formula.symbols)
+    lines = ["", f"totals in the unknown trip counts ({names}: body executions per execution of the loop):"]
+    for metric in METRICS:
+        lines.append(f"  {metric} = {polynomial_text(formula.metric_terms(metric))}")
+    for s in formula.symbols:
+        high = "unbounded" if s.upper is None else f"<= {s.upper:,}"
+        lines.append(f"  N[{s.name}] >= {s.lower:,}, {high}")
+    high_totals = formula.at_upper_bounds()
+    if high_totals is not None:
+        low = formula.at_lower_bounds()
+        lines.append(f"  at those bounds: flops {low.flops:,} .. {high_totals.flops:,}, "
+                     f"bytes accessed {low.bytes_accessed:,} .. {high_totals.bytes_accessed:,}")
+    lines += [f"  ! {note}" for note in formula.notes]
+    return lines
