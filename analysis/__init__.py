@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# The one place the version is written: pyproject reads it (dynamic version), `hloflops --version`
+# prints it without asking importlib.metadata (which walks every entry of sys.path).
+__version__ = "0.1.0"
+
 if TYPE_CHECKING:
     from hloflops.api import Comparison, analyze, compare
     from hloflops.notebook import count
