@@ -16,7 +16,8 @@ def _cpu_client() -> Any:
 
 def hlo_module_from_text(text: str) -> Any:
     """XLA's own parser, through jaxlib: an `HloModule` for the text, or whatever XLA raises.
-    jaxlib moved it from `xla_client._xla` (jax 0.4.x) to `jaxlib._hlo` (later releases)."""
+    jaxlib keeps it in `jaxlib._hlo` from jax 0.10 on, in `xla_client._xla` before (0.4.13, 0.4.30,
+    0.6.2, 0.8.3 and 0.9.2 checked, tests/compat on each)."""
     try:
         from jaxlib import _hlo
 
