@@ -51,8 +51,10 @@ def test_a_project_with_its_own_analysis_module(tmp_path: Path) -> None:
     done = run_python(api_command(), cwd=project, pythonpath=hostile_path(project))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == str(SEED000_FLOPS)
-    cli = run_python(f"import sys; from hloflops.cli import main; sys.exit(main([{str(SEED000)!r}, '--json']))",
-                     cwd=project, pythonpath=hostile_path(project))
+    # `python -m hloflops` puts the current directory (the project, with its analysis.py) first on sys.path
+    path = os.pathsep.join(p for p in (hostile_path(project), os.environ.get("PYTHONPATH", "")) if p)
+    cli = subprocess.run([sys.executable, "-m", "hloflops", str(SEED000), "--json"], cwd=project,
+                         env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert f'"flops": {SEED000_FLOPS}' in cli.stdout
     # and the user's own module is still theirs to import
