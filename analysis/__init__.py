@@ -5,20 +5,37 @@
     report.flops, report.xla_estimate["flops"], report.loops
     report = count(train_step)(params, batch)            # from hloflops import count: jit + compile + analyse (jax)
 
+The parser's entry points are here too (`hloflops.parse`, `hloflops.load`, `hloflops.Module`,
+`hloflops.HloParseError`, ...): they are `hloparse`'s own objects, so `import hloflops` is the one
+import a user needs; `hloparse` stays importable on its own for those who want only the parser.
+
 The names are resolved lazily (PEP 562) so that importing a submodule (`hloflops.cost.costs`, the
-accounting) never drags in the product layer, and `import analysis` stays cheap.
+accounting) never drags in the product layer, and `import hloflops` stays cheap (no lark, networkx
+or jax until a name is used).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# The one place the version is written: pyproject reads it (dynamic version), `hloflops --version`
+# prints it without asking importlib.metadata (which walks every entry of sys.path).
+__version__ = "0.1.0"
+
 if TYPE_CHECKING:
     from hloflops.api import Comparison, analyze, compare
     from hloflops.notebook import count
     from hloflops.report.report import MFU, Report
+    from hloparse import (CallRole, CallSite, Computation, HloParseError, Instruction, Layout, Module, Shape,
+                          SourceLocation, load, parse)
 
-__all__ = ["MFU", "Comparison", "Report", "analyze", "compare", "count"]
+# The parser's public names, re-exported from hloparse (its __all__; a test checks the two agree).
+_PARSER_NAMES = ("CallRole", "CallSite", "Computation", "HloParseError", "Instruction", "Layout", "Module", "Shape",
+                 "SourceLocation", "load", "parse")
+
+__all__ = ["MFU", "Comparison", "Report", "analyze", "compare", "count",
+           "CallRole", "CallSite", "Computation", "HloParseError", "Instruction", "Layout", "Module", "Shape",
+           "SourceLocation", "load", "parse"]
 
 _HOME = {
     "analyze": "hloflops.api",
@@ -27,6 +44,7 @@ _HOME = {
     "Comparison": "hloflops.api",
     "Report": "hloflops.report.report",
     "MFU": "hloflops.report.report",
+    **{name: "hloparse" for name in _PARSER_NAMES},
 }
 
 

@@ -23,12 +23,16 @@ import csv
 import io
 import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from hloflops.report.report import GROUP_KEYS, Report
-from hloflops.report.fit import output_width
-from hloflops.report.format import csv_cell, escape_controls
-from hloflops.report.text import render_summary
+# The report layer (and through it the parser, lark, numpy) is imported by the commands that use
+# it, not here: `hloflops --version` and `--help` answer in the time Python takes to start.
+if TYPE_CHECKING:
+    from hloflops.report.report import Report
+
+# hloflops.report.report.GROUP_KEYS, spelt here so that building the parser imports no report code;
+# tests/packaging/test_small_errors.py checks that the two agree.
+GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
 
 EXIT_OK = 0
 EXIT_FOUND = 1
@@ -66,12 +70,37 @@ def _count(text: str) -> int:
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version as installed
+    from hloflops import __version__  # pyproject's version is read from it: the two cannot differ
 
-        return installed("hloflops")
-    except (ImportError, PackageNotFoundError):
-        return "0.1.0"  # pyproject.toml's, for a checkout that is not installed
+    return __version__
+
+
+def escape_controls(text: str) -> str:
+    """hloflops.report.format.escape_controls, imported when first needed (see the imports)."""
+    from hloflops.report.format import escape_controls as escape
+
+    return escape(text)
+
+
+def csv_cell(value: object) -> object:
+    """hloflops.report.format.csv_cell, imported when first needed."""
+    from hloflops.report.format import csv_cell as cell
+
+    return cell(value)
+
+
+def output_width() -> int | None:
+    """hloflops.report.fit.output_width, imported when first needed."""
+    from hloflops.report.fit import output_width as width
+
+    return width()
+
+
+def render_summary(report: Report, **options: Any) -> str:
+    """hloflops.report.text.render_summary, imported when first needed."""
+    from hloflops.report.text import render_summary as render
+
+    return render(report, **options)
 
 
 def _depth(text: str) -> int:

@@ -40,3 +40,12 @@ class HloParseError(ValueError):
         return HloParseError(
             self.message, file=file, line=self.line, column=self.column, text=self.text, expected=self.expected
         )
+
+
+def error_at_end(message: str, text: str, *, file: str | None, expected: str) -> HloParseError:
+    """An error about what the text lacks, placed where the text stops: just after its last
+    non-blank character (a file cut short is the usual cause, and that is where it was cut)."""
+    body = text.rstrip()
+    last_line = body[body.rfind("\n") + 1:]
+    return HloParseError(message, file=file, line=body.count("\n") + 1, column=len(last_line) + 1,
+                         text=last_line.strip(), expected=expected)

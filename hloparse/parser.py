@@ -19,7 +19,7 @@ from lark.lexer import Lexer
 
 from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level, split_top_level
 from hloparse.header import HeaderError, check_attribute, check_module_name
-from hloparse.errors import HloParseError
+from hloparse.errors import HloParseError, error_at_end
 from hloparse.grammar import explain
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 from hloparse.allocation import long_lived_objects
@@ -76,12 +76,11 @@ def parse(text: str, path: str | None = None) -> Module:
 
 
 def load(path: str | os.PathLike[str]) -> Module:
-    """Read and parse a module from a file (plain text or gzip)."""
+    """Read and parse a module from a file (plain text or gzip). A file that cannot be read raises
+    the OSError Python raises (FileNotFoundError, IsADirectoryError, PermissionError): that is not
+    a parse error, and callers catch it as they catch it from open()."""
     path = os.fspath(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise HloParseError(f"cannot read file: {e.strerror or e}", file=path) from None
+    raw = Path(path).read_bytes()
     if raw[:2] == GZIP_MAGIC:
         try:
             raw = inflate(raw)  # streamed, with a cap on the inflated size (a gzip bomb is refused)
@@ -238,9 +237,10 @@ class _Builder:
             raise HloParseError(str(e), file=self.source, line=1, column=1) from None
         finally:
             forget_values()  # nor this one's, once decoded (the decoded tails are objects a caller's gc.freeze holds)
-        if not self.computations:
-            raise HloParseError("no computation in the module", file=self.source, line=1, column=1,
-                                expected="a computation such as 'ENTRY %main { ... }'")
+        if not self.computations:  # e.g. a file cut short inside the header's stack-frame tables
+            inside = f" in the header's {list(self.tables)[-1]} table," if self.tables else ""
+            raise error_at_end(f"the text ends{inside} before any computation", self.text, file=self.source,
+                               expected="a computation such as 'ENTRY %main { ... }'")
         from hloparse.infer import infer_missing_shapes
         from hloparse.validate import validate
 

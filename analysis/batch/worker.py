@@ -42,22 +42,11 @@ WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
 
 
 def package_version() -> str:
-    """The `hloflops` version of the running sources: their checkout's pyproject.toml when there is
-    one (an installed distribution could belong to another checkout), else the installed metadata."""
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    try:
-        import tomllib
+    """The `hloflops` version of the running sources (`hloflops.__version__`, which pyproject reads:
+    an installed distribution's metadata could belong to another checkout)."""
+    from hloflops import __version__
 
-        with open(pyproject, "rb") as f:
-            return str(tomllib.load(f)["project"]["version"])
-    except (OSError, KeyError, ValueError):
-        pass
-    try:
-        from importlib.metadata import version
-
-        return version("hloflops")
-    except Exception:  # neither: sources copied somewhere on their own
-        return "0+unknown"
+    return __version__
 
 
 @lru_cache(maxsize=1)

@@ -14,15 +14,32 @@ def _cpu_client() -> Any:
     return jax.devices("cpu")[0].client
 
 
+def hlo_module_from_text(text: str) -> Any:
+    """XLA's own parser, through jaxlib: an `HloModule` for the text, or whatever XLA raises.
+    jaxlib keeps it in `jaxlib._hlo` from jax 0.10 on, in `xla_client._xla` before (0.4.13, 0.4.30,
+    0.6.2, 0.8.3 and 0.9.2 checked, tests/compat on each)."""
+    try:
+        from jaxlib import _hlo
+
+        return _hlo.hlo_module_from_text(text)
+    except ImportError:
+        from jax._src.lib import xla_client
+
+        return xla_client._xla.hlo_module_from_text(text)
+
+
+def hlo_module_cost_analysis(module: Any) -> dict[str, float]:
+    """XLA's `HloCostAnalysis` of a module from `hlo_module_from_text`, on jaxlib's CPU client."""
+    from jax._src.lib import xla_client
+
+    return dict(xla_client._xla.hlo_module_cost_analysis(_cpu_client(), module))
+
+
 def xla_cost_of_text(text: str) -> dict[str, float]:
     """XLA's `HloCostAnalysis` totals for HLO text, as jaxlib's CPU client computes them (the
     same numbers `compiled.cost_analysis()` gives for the module the text prints). Raises
     whatever XLA's parser raises if it rejects the text."""
-    from jax._src.lib import xla_client
-    from jaxlib import _hlo
-
-    module = _hlo.hlo_module_from_text(text)
-    return dict(xla_client._xla.hlo_module_cost_analysis(_cpu_client(), module))
+    return hlo_module_cost_analysis(hlo_module_from_text(text))
 
 
 def xla_cost_of_compiled(compiled: Any) -> dict[str, float]:
@@ -127,21 +144,18 @@ def _run_range(tmp: str, start: int, stop: int, worker: int) -> dict[int, dict[s
 _WORKER = r"""
 import json, os, sys
 tmp, start, stop, out_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-import jax
-from jax._src.lib import xla_client
-from jaxlib import _hlo
-client = jax.devices("cpu")[0].client
+from hloflops.xla.compare import hlo_module_cost_analysis, hlo_module_from_text
 with open(out_path, "w") as out:
     for i in range(start, stop):
         with open(os.path.join(tmp, f"{i}.hlo")) as f:
             text = f.read()
         try:
-            module = _hlo.hlo_module_from_text(text)
+            module = hlo_module_from_text(text)
         except Exception as err:
             answer = "XLA rejected: " + str(err).splitlines()[0][:300]
         else:
             try:
-                answer = dict(xla_client._xla.hlo_module_cost_analysis(client, module))
+                answer = hlo_module_cost_analysis(module)
             except Exception as err:
                 answer = "XLA failed: " + str(err).splitlines()[0][:300]
         out.write(json.dumps([i, answer]) + "\n")

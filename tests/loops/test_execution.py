@@ -140,12 +140,10 @@ def test_unknown_loop_is_visible_in_the_accounting():
 # ---- with the real rules and XLA itself ------------------------------------------------------
 
 def xla_flops(text: str) -> float:
-    jax = pytest.importorskip("jax")
-    from jax._src.lib import xla_client
-    from jaxlib import _hlo
+    pytest.importorskip("jax")
+    from hloflops.xla.compare import xla_cost_of_text
 
-    module = _hlo.hlo_module_from_text(text)
-    return xla_client._xla.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)["flops"]
+    return xla_cost_of_text(text)["flops"]
 
 
 MATMUL_331 = """

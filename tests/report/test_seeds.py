@@ -29,12 +29,10 @@ def dot_flops(acc, *, remat: bool | None = None) -> int:
 
 
 def xla_flops(module_text: str) -> float:
-    jax = pytest.importorskip("jax")
-    from jax._src.lib import xla_client
-    from jaxlib import _hlo
+    pytest.importorskip("jax")
+    from hloflops.xla.compare import xla_cost_of_text
 
-    return xla_client._xla.hlo_module_cost_analysis(
-        jax.devices("cpu")[0].client, _hlo.hlo_module_from_text(module_text))["flops"]
+    return xla_cost_of_text(module_text)["flops"]
 
 
 def check_reconciliation(acc) -> None:
