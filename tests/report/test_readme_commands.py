@@ -188,7 +188,7 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = "python3 -m pip install -e '.[test]' && python3 -m pytest -q"
     assert test_command in readme.split("## Quick start", 1)[1].split("##", 1)[0]
-    assert ci.rstrip().splitlines()[-1] == test_command
+    assert test_command in [line.strip() for line in ci.splitlines()]  # a line of its own (the oldest-jax job follows)
 
 
 def test_links_between_the_pages_resolve():
