@@ -25,6 +25,7 @@ import os
 import sys
 from typing import Sequence
 
+from analysis.report.conditionals import range_reason
 from analysis.report.report import GROUP_KEYS, Report
 from analysis.report.format import csv_cell, escape_controls
 from analysis.report.text import render_summary
@@ -254,6 +255,8 @@ def _run_file(argv: Sequence[str]) -> int:
             what.append(f"{len(unknown)} unknown trip count(s) ({', '.join(unknown)})")
         if report.uncounted:
             what.append(f"{len(report.uncounted)} uncounted op(s)")
+        if report.unresolved_conditionals:  # the totals are a range (analysis.report.conditionals)
+            what.append(range_reason(report))
         print(f"hloflops: --strict: {'; '.join(what) or 'inexact execution counts'}", file=sys.stderr)
         return EXIT_FOUND
     return EXIT_OK

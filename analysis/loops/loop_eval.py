@@ -312,6 +312,11 @@ class _BranchFrame(Frame):
         self.operand = operand
 
 
+def branch_frame(module: Module, computation: Computation, caller: Instruction, operand: int, parent: Frame) -> Frame:
+    """The frame of a conditional branch whose parameter is the conditional's operand `operand`."""
+    return _BranchFrame(module, computation, caller, operand, parent)
+
+
 MAX_DEPTH = 24  # nested fusions / calls / enclosing computations followed
 EVALUATION_LIMIT = 1 << 17  # iterations a bounded evaluation steps before giving up
 
