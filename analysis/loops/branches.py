@@ -121,7 +121,7 @@ class _Resolver:
         self.module = module
         self.trips = trips
         self.reachable = frozenset(order)
-        self.tracer = Tracer(module)
+        self.tracer = Tracer(module, arrays=True)
         self.budget = budget
         self.sites: dict[str, list[_Hop]] = {}
         for caller, pairs in call_table(module).calls.items():
