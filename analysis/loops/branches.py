@@ -63,6 +63,10 @@ class Resolution:
         return sum(self.counts or ())
 
 
+class _NeverRuns(Exception):
+    """The conditional sits in a branch of a constant conditional that is never taken."""
+
+
 class _Unresolved(Exception):
     """Why a selector cannot be resolved; `kind` is "data" or "unresolved"."""
 
@@ -175,7 +179,10 @@ class _Resolver:
             if hop.role != CallRole.BRANCH or branch_count(hop.instruction) < 2:
                 continue
             gate = self.resolutions.get(hop.instruction.name)
-            if gate is None or gate.kind != "constant" or not gate.counts or not gate.counts[hop.index]:
+            if gate is not None and gate.kind == "constant" and gate.counts and not gate.counts[hop.index]:
+                raise _NeverRuns(f"it never runs: branch {hop.index} of {hop.instruction.name} "
+                                 "(a constant selector) is not taken")
+            if gate is None or gate.kind != "constant" or not gate.counts:
                 raise _Unresolved("unresolved", f"it runs inside conditional {hop.instruction.name}, "
                                                 "which is not resolved as a constant onto this branch")
 
@@ -192,6 +199,9 @@ class _Resolver:
             return self._resolve(computation, inst)
         except _Unresolved as why:
             return Resolution(why.kind, None, None, str(why))
+        except _NeverRuns as why:  # no execution to decide: every branch runs 0 times
+            counts = (1,) + (0,) * (branch_count(inst) - 1)
+            return Resolution("constant", computation.name, counts, str(why))
         except RecursionError:
             return Resolution("unresolved", None, None, "the selector's dependency chain is too deep to trace")
 
@@ -290,10 +300,19 @@ def resolve_conditionals(module: Module, trips: Mapping[str, TripCount], order: 
     before them)."""
     resolver = _Resolver(module, trips, order, budget)
     calls = call_table(module).calls
+    found: list[tuple[str, Instruction]] = []
     for name in order:
-        found = {site["instruction"].name: site["instruction"] for _, site in calls.get(name, ())
-                 if site["role"] == CallRole.BRANCH}
-        for inst in found.values():
-            if branch_count(inst) > 1:
-                resolver.resolutions[inst.name] = resolver.resolve(module.by_name[name], inst)
+        here = {site["instruction"].name: site["instruction"] for _, site in calls.get(name, ())
+                if site["role"] == CallRole.BRANCH}
+        found += [(name, inst) for inst in here.values() if branch_count(inst) > 1]
+    # Results are keyed by instruction name (as XLA's names are unique in a module); a name two
+    # conditionals share in a hand-written module is left unresolved rather than mixed up.
+    names = [inst.name for _, inst in found]
+    shared = {n for n in names if names.count(n) > 1} if len(set(names)) != len(names) else set()
+    for name, inst in found:
+        if inst.name in shared:
+            resolver.resolutions[inst.name] = Resolution("unresolved", None, None,
+                                                         "its name is shared by several conditionals")
+        else:
+            resolver.resolutions[inst.name] = resolver.resolve(module.by_name[name], inst)
     return resolver.resolutions

@@ -323,3 +323,109 @@ def test_strict_exits_1_on_a_range(tmp_path: Path):
     ok = subprocess.run([sys.executable, "-m", "analysis.cli", str(resolved), "--strict"],
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
+
+
+NEVER_RUNS = """HloModule never_runs
+
+cheap {
+  p = f32[4] parameter(0)
+  ROOT n = f32[4] negate(p)
+}
+
+dear {
+  p = f32[4] parameter(0)
+  e = f32[4] exponential(p)
+  ROOT m = f32[4] multiply(e, p)
+}
+
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4] get-tuple-element(s), index=1
+  two = s32[] constant(2)
+  r = s32[] remainder(i, two)
+  zero = s32[] constant(0)
+  p = pred[] compare(r, zero), direction=EQ
+  inner = f32[4] conditional(p, x, x), true_computation=dear, false_computation=cheap
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[4]) tuple(j, inner)
+}
+
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(10)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+dead {
+  s = (s32[], f32[4]) parameter(0)
+  w = (s32[], f32[4]) while(s), condition=cond, body=body
+  ROOT y = f32[4] get-tuple-element(w), index=1
+}
+
+alive {
+  s = (s32[], f32[4]) parameter(0)
+  ROOT y = f32[4] get-tuple-element(s), index=1
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  zero = s32[] constant(0)
+  t = (s32[], f32[4]) tuple(zero, x)
+  k = s32[] constant(1)
+  ROOT outer = f32[4] conditional(k, t, t), branch_computations={dead, alive}
+}
+"""
+
+
+GATED = NEVER_RUNS.replace("""  inner = f32[4] conditional(p, x, x), true_computation=dear, false_computation=cheap
+""", """  k = s32[] constant(GATE)
+  inner = f32[4] conditional(k, s, s), branch_computations={gated, passthrough}
+""").replace("dead {", """gated {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4] get-tuple-element(s), index=1
+  two = s32[] constant(2)
+  r = s32[] remainder(i, two)
+  zero = s32[] constant(0)
+  p = pred[] compare(r, zero), direction=EQ
+  ROOT counter = f32[4] conditional(p, x, x), true_computation=dear, false_computation=cheap
+}
+
+passthrough {
+  s = (s32[], f32[4]) parameter(0)
+  ROOT x = f32[4] get-tuple-element(s), index=1
+}
+
+dead {""").replace("branch_computations={dead, alive}", "branch_computations={dead, dead}")
+
+
+def test_a_conditional_in_a_branch_never_taken_is_resolved():
+    # A loop-counter conditional inside a loop that sits in a branch a constant selector never
+    # takes runs 0 times, per trip: exact too.
+    module = hloparse.parse(NEVER_RUNS)
+    report = Report(account(module), module=module)
+    by_name = {c.name: c for c in report.conditionals}
+    assert (by_name["outer"].resolution, by_name["outer"].branch_executions) == ("constant", (0, 1))
+    assert (by_name["inner"].resolution, by_name["inner"].branch_executions) == ("per-trip", (0, 0))
+    assert report.is_exact and report.transcendentals == 0 and report.flops == 0
+    # Inside the loop, behind a constant conditional: taken, it is evaluated per trip (i even:
+    # 5 of 10 take the exponential); not taken, it never runs.
+    for gate, counter, transcendentals in (("0", (5, 5), 5 * 4), ("1", (0, 0), 0)):
+        module = hloparse.parse(GATED.replace("GATE", gate))
+        report = Report(account(module), module=module)
+        by_name = {c.name: c for c in report.conditionals}
+        assert by_name["counter"].branch_executions == counter and report.is_exact, gate
+        assert by_name["counter"].resolution == ("per-trip" if gate == "0" else "constant")
+        assert report.transcendentals == transcendentals
+
+
+def test_conditionals_sharing_a_name_are_left_unresolved():
+    # Hand-written text may reuse an instruction name in two computations: never mixed up.
+    text = NEVER_RUNS.replace("ROOT outer = f32[4] conditional(k, t, t), branch_computations={dead, alive}",
+                              "ROOT inner = f32[4] conditional(k, t, t), branch_computations={alive, dead}")
+    module = hloparse.parse(text)
+    report = Report(account(module), module=module)
+    assert {c.resolution for c in report.conditionals} == {"unresolved"} and not report.is_exact
