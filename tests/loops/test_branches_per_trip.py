@@ -111,6 +111,7 @@ def test_branch_executions_per_program():
         "fori9_switch_mod3": [(3, 3, 3)],
         "nn_scan5_warmup_lt2": [(3, 2)],
         "scan6_mod4_grad": [(4, 2), (4, 2)],  # forward and backward each: i % 4 == 0 for 0 and 4
+        "nn_scan5_warmup_lt2_grad": [(3, 2), (3, 2)],
     }
     for name, counts in expected.items():
         for stage in STAGES:

@@ -171,7 +171,9 @@ def _nn_scan_pairs() -> list[LoopPair]:
         return h
 
     return [make_pair("nn_scan5_warmup_lt2", rolled, unrolled, (params, H), "nn.scan, cond on a carried counter",
-                      (5,))]
+                      (5,)),
+            make_pair("nn_scan5_warmup_lt2_grad", sum_loss(rolled), sum_loss(unrolled), (params, H),
+                      "jax.grad through nn.cond in an nn.scan", (5,), grad=True)]
 
 
 @dataclass(frozen=True)
