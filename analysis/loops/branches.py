@@ -35,6 +35,7 @@ from typing import Callable, Mapping
 
 from analysis.graph import call_table, is_executing_site
 from analysis.loops import loop_eval
+from analysis.loops.branch_closed_form import closed_form_counts
 from analysis.loops.loop_eval import Expr, Frame, Path, Tracer
 from analysis.loops.tripcount import TripCount
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -43,6 +44,9 @@ EVALUATION_BUDGET = 1_000_000  # selector evaluations and state steps, over all 
 MAX_STATE_ELEMENTS = 16  # loop-state scalars one level follows at most
 MAX_LEVELS = 8  # nested loops one selector may read through
 RESOLVED = frozenset({"constant", "per-trip"})
+# A single loop level at least this long is first tried in closed form (affine counters, periodic
+# or threshold selectors); shorter ones, and whatever the closed form declines, are enumerated.
+CLOSED_FORM_FROM = 4096
 _EVAL_ERRORS = (loop_eval.EvaluationError, OverflowError, ValueError, ZeroDivisionError, TypeError)
 
 
@@ -104,6 +108,8 @@ class _Level:
     trips: int
     init: tuple[tuple[Path, Callable], ...]  # element -> value from the enclosing level's state
     steps: tuple[tuple[Path, Callable], ...]  # elements the body changes -> their update
+    updates: Mapping[Path, Expr]  # the updates as expressions (every element, unchanged ones too)
+    init_exprs: Mapping[Path, Expr]
 
 
 def branch_count(inst: Instruction) -> int:
@@ -121,7 +127,8 @@ def branch_of(value: object, selector_type: str, branches: int) -> int:
 
 class _Resolver:
     def __init__(self, module: Module, trips: Mapping[str, TripCount], order: tuple[str, ...],
-                 budget: int = EVALUATION_BUDGET):
+                 budget: int = EVALUATION_BUDGET, closed_form_from: int = 0):
+        self.closed_form_from = closed_form_from
         self.module = module
         self.trips = trips
         self.reachable = frozenset(order)
@@ -216,10 +223,34 @@ class _Resolver:
             return Resolution("constant", computation.name, tuple(counts), "the selector is a constant expression")
         self._gates(segment)
         levels, anchor = self._levels(segment, loop_eval.variables(selector))
-        pick = loop_eval.compile_expr(selector)
-        counts = self._enumerate(levels, lambda env: branch_of(pick(env), selector_type, branches), branches)
+        value = loop_eval.compile_expr(selector)
+
+        def pick(env: Mapping[Path, object]) -> int:
+            return branch_of(value(env), selector_type, branches)
+
         loops = ", ".join(f"{lv.name} ({lv.trips:,} trips)" for lv in levels)
+        closed = self._closed_form(levels, selector, pick, branches)
+        if closed is not None:
+            return Resolution("per-trip", anchor, tuple(closed), f"counted in closed form over {loops}")
+        counts = self._enumerate(levels, pick, branches)
         return Resolution("per-trip", anchor, tuple(counts), f"evaluated for every trip of {loops}")
+
+    def _closed_form(self, levels: list[_Level], selector: Expr, pick: Callable, branches: int) -> list[int] | None:
+        """One level of affine counters with a periodic or threshold selector, counted without
+        stepping every trip (analysis.loops.branch_closed_form); None where it does not apply."""
+        if len(levels) != 1 or levels[0].trips < self.closed_form_from:
+            return None
+        level = levels[0]
+        if any(e[0] != "const" for e in level.init_exprs.values()):
+            return None
+        initial = {p: e[1] for p, e in level.init_exprs.items()}
+        dtypes = {p: e[2] for p, e in level.init_exprs.items()}
+        found = closed_form_counts(selector, pick, branches, level.updates, initial, dtypes, level.trips, self.budget)
+        if found is None:
+            return None
+        counts, spent = found
+        self.budget -= spent
+        return counts
 
     def _levels(self, segment: _Segment, needed: set[Path]) -> tuple[list[_Level], str]:
         """The loop levels the selector reads, outermost first, and the anchor computation."""
@@ -240,7 +271,7 @@ class _Resolver:
             init = {path: self._trace(frame, loop.operands[0], path) for path in updates}
             steps = tuple((p, loop_eval.compile_expr(u)) for p, u in updates.items() if u != ("var", p))
             levels.append(_Level(loop.name, tc.value, tuple((p, loop_eval.compile_expr(e)) for p, e in init.items()),
-                                 steps))
+                                 steps, updates, init))
             outer_needed = set().union(*(loop_eval.variables(e) for e in init.values()))
             if not outer_needed:
                 levels.reverse()
@@ -294,11 +325,12 @@ class _Resolver:
 
 
 def resolve_conditionals(module: Module, trips: Mapping[str, TripCount], order: tuple[str, ...],
-                         budget: int = EVALUATION_BUDGET) -> dict[str, Resolution]:
+                         budget: int = EVALUATION_BUDGET, closed_form_from: int = CLOSED_FORM_FROM,
+                         ) -> dict[str, Resolution]:
     """Every reachable conditional with more than one branch -> its Resolution. `order` is the
     computations reachable from ENTRY, callers first (conditionals that gate others are resolved
     before them)."""
-    resolver = _Resolver(module, trips, order, budget)
+    resolver = _Resolver(module, trips, order, budget, closed_form_from)
     calls = call_table(module).calls
     found: list[tuple[str, Instruction]] = []
     for name in order:
