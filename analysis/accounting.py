@@ -36,11 +36,11 @@ and, summing outermost loops first, the extras add up exactly to the difference 
 total and the same total with every loop counted once (each level's extra is taken with the
 loops inside it still at one iteration; theirs is their own). `reconciliation[w] =
 extra(w).flops`; `reconciliation["residual"]` is everything else: what the exact view counts
-differently from XLA (custom-calls XLA counts as -1, ...) and XLA's float32 rounding. A conditional resolved
-per trip adds `reconciliation[conditional]`: what following its branch per trip changes against
-its dearest branch on every execution (analysis.branch_totals). In a
-loop-free module without custom-calls the residual is exactly XLA's float32 rounding error
-(sum of ints minus XLA's float32 sum).
+differently from XLA (custom-calls XLA counts as -1, ...) and XLA's float32 rounding. A
+resolved conditional adds `reconciliation[conditional]`: what following the branches it takes
+changes against its dearest branch on every execution (analysis.branch_totals). In a loop-free
+module without custom-calls the residual is exactly XLA's float32 rounding error (sum of ints
+minus XLA's float32 sum).
 """
 
 from __future__ import annotations

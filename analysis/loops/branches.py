@@ -8,9 +8,12 @@ calls), from the conditional's computation up to the innermost enclosing while b
 reads that loop's state. The state elements it reads are followed through the body's updates
 and back to their initial values in the computation holding the while; when those read an
 outer loop's state in turn, that loop is a level too (an inner predicate on an outer counter).
-The levels are then enumerated jointly, trip by trip, with the element types' own arithmetic,
-up to `EVALUATION_BUDGET` evaluations (an inner level whose initial values do not change
-between outer trips is evaluated once and reused).
+A single level of at least `CLOSED_FORM_FROM` trips whose elements are affine counters is first
+counted in closed form (analysis.loops.branch_closed_form: threshold and periodic selectors).
+Otherwise the levels are enumerated jointly, trip by trip, with the element types' own
+arithmetic, up to `EVALUATION_BUDGET` evaluations over the module (an inner level whose initial
+values do not change between outer trips is evaluated once and reused). Small integer arrays are
+followed too (a scan's backward reads the branch indices its forward stacked).
 
 A resolution is per execution of its *anchor* computation: the one holding the outermost
 while whose state the selector reads (the conditional's own computation for a constant
