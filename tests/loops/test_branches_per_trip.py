@@ -570,3 +570,64 @@ def test_a_billion_trips_are_counted_in_closed_form():
     squared = counter_loop("quadratic", 0, 1, n)
     (cond,) = Report(account(squared), module=squared).conditionals
     assert cond.resolution == "unresolved" and "evaluations" in cond.note
+
+
+COMMUNICATING = """HloModule communicating, replica_count=1, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+
+reduce_it {
+  p = f32[64] parameter(0)
+  ROOT r = f32[64] all-reduce(p), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+}
+
+scale_it {
+  p = f32[64] parameter(0)
+  ROOT m = f32[64] multiply(p, p)
+}
+
+body {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[64] get-tuple-element(s), index=1
+  four = s32[] constant(4)
+  r = s32[] remainder(i, four)
+  zero = s32[] constant(0)
+  p = pred[] compare(r, zero), direction=EQ
+  y = f32[64] conditional(p, x, x), true_computation=reduce_it, false_computation=scale_it
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[64]) tuple(j, y)
+}
+
+cond {
+  s = (s32[], f32[64]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(10)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[64] parameter(0)
+  zero = s32[] constant(0)
+  t = (s32[], f32[64]) tuple(zero, x)
+  w = (s32[], f32[64]) while(t), condition=cond, body=body
+  ROOT y = f32[64] get-tuple-element(w), index=1
+}
+"""
+
+
+def test_communication_follows_the_branch_each_trip_takes():
+    # Gradient-accumulation style: an all-reduce every 4th step (0, 4, 8), a multiply otherwise.
+    # The dearest branch by flops is the multiply, which would have put 0 bytes on the wire.
+    report = analyze(COMMUNICATING)
+    (cond,) = report.conditionals
+    assert cond.branch_executions == (3, 7) and report.is_exact
+    per_all_reduce = 2 * (4 - 1) * 64 * 4 // 4
+    assert report.communication_bytes == 3 * per_all_reduce
+    assert report.to_dict()["communication"]["by_opcode"]["all-reduce"]["executions"] == 3
+    assert sum(r.total.flops for r in report.rows if r.opcode == "multiply") == 7 * 64
