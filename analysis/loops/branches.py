@@ -18,9 +18,11 @@ followed too (a scan's backward reads the branch indices its forward stacked).
 A resolution is per execution of its *anchor* computation: the one holding the outermost
 while whose state the selector reads (the conditional's own computation for a constant
 selector). Between the anchor and the conditional every computation must have one executing
-call site and every loop a known trip count, and no other multi-branch conditional may be
-crossed unless it is resolved as a constant onto that branch: then one execution of the anchor
-runs the conditional exactly `sum(counts)` times, `counts[b]` of them taking branch b.
+call site and every loop a known trip count, and every other multi-branch conditional crossed
+must be resolved: a constant one onto the crossed branch, or a per-trip one whose selector is
+evaluated in the same enumeration (only the trips it sends down the crossed branch count). Then
+one execution of the anchor runs the conditional exactly `sum(counts)` times, `counts[b]` of them
+taking branch b.
 
 Kinds:
     "constant"  the selector is a constant expression (no loop state, no data)
@@ -113,6 +115,7 @@ class _Level:
     steps: tuple[tuple[Path, Callable], ...]  # elements the body changes -> their update
     updates: Mapping[Path, Expr]  # the updates as expressions (every element, unchanged ones too)
     init_exprs: Mapping[Path, Expr]
+    gates: tuple[Callable, ...] = ()  # tests of a state: only trips passing all reach the conditional
 
 
 def branch_count(inst: Instruction) -> int:
@@ -182,19 +185,30 @@ class _Resolver:
                 frame = Frame(module, callee, caller=hop.instruction, parent=frame, depth=frame.depth + 1)
         return frame
 
-    def _gates(self, segment: _Segment) -> None:
-        """Between the anchor and the conditional, every conditional crossed must be resolved as a
-        constant onto the crossed branch: else the conditional does not run on every trip."""
-        for hop in segment.hops:
+    def _gates(self, segment: _Segment) -> list[tuple[Expr, Callable]]:
+        """The conditionals crossed between the anchor and the conditional: each must be resolved.
+        A constant one onto the crossed branch lets every trip through; a per-trip one lets through
+        the trips its selector sends down the crossed branch: (its selector in the segment's loop
+        state, a test of a state). Any other makes the conditional's trips data."""
+        gates: list[tuple[Expr, Callable]] = []
+        for k, hop in enumerate(segment.hops):
             if hop.role != CallRole.BRANCH or branch_count(hop.instruction) < 2:
                 continue
             gate = self.resolutions.get(hop.instruction.name)
             if gate is not None and gate.kind == "constant" and gate.counts and not gate.counts[hop.index]:
                 raise _NeverRuns(f"it never runs: branch {hop.index} of {hop.instruction.name} "
                                  "(a constant selector) is not taken")
-            if gate is None or gate.kind != "constant" or not gate.counts:
+            if gate is not None and gate.kind == "constant" and gate.counts:
+                continue
+            if gate is None or gate.kind != "per-trip" or segment.loop is None:
                 raise _Unresolved("unresolved", f"it runs inside conditional {hop.instruction.name}, "
-                                                "which is not resolved as a constant onto this branch")
+                                                "whose branch is decided at run time")
+            above = _Segment(segment.hops[k + 1:], segment.loop, segment.loop_computation)
+            caller = self.module.by_name[hop.caller]
+            expr = self._trace(self._frame(hop.caller, above), hop.instruction.operands[0])
+            gates.append((expr, _passes(loop_eval.compile_expr(expr), caller.by_name[hop.instruction.operands[0]]
+                                        .shape.element_type, branch_count(hop.instruction), hop.index)))
+        return gates
 
     def _trace(self, frame: Frame, name: str, path: Path = ()) -> Expr:
         expr = loop_eval.fold(self.tracer.trace(frame, name, path))
@@ -224,8 +238,9 @@ class _Resolver:
             counts = [0] * branches
             counts[branch_of(selector[1], selector_type, branches)] = 1
             return Resolution("constant", computation.name, tuple(counts), "the selector is a constant expression")
-        self._gates(segment)
-        levels, anchor = self._levels(segment, loop_eval.variables(selector))
+        gates = self._gates(segment)
+        needed = loop_eval.variables(selector).union(*(loop_eval.variables(e) for e, _ in gates))
+        levels, anchor = self._levels(segment, needed, [test for _, test in gates])
         value = loop_eval.compile_expr(selector)
 
         def pick(env: Mapping[Path, object]) -> int:
@@ -241,7 +256,7 @@ class _Resolver:
     def _closed_form(self, levels: list[_Level], selector: Expr, pick: Callable, branches: int) -> list[int] | None:
         """One level of affine counters with a periodic or threshold selector, counted without
         stepping every trip (analysis.loops.branch_closed_form); None where it does not apply."""
-        if len(levels) != 1 or levels[0].trips < self.closed_form_from:
+        if len(levels) != 1 or levels[0].trips < self.closed_form_from or levels[0].gates:
             return None
         level = levels[0]
         if any(e[0] != "const" for e in level.init_exprs.values()):
@@ -255,8 +270,9 @@ class _Resolver:
         self.budget -= spent
         return counts
 
-    def _levels(self, segment: _Segment, needed: set[Path]) -> tuple[list[_Level], str]:
-        """The loop levels the selector reads, outermost first, and the anchor computation."""
+    def _levels(self, segment: _Segment, needed: set[Path], gates: list[Callable]) -> tuple[list[_Level], str]:
+        """The loop levels the selector reads, outermost first, and the anchor computation.
+        `gates`: the tests of the innermost level's trips that reach the conditional."""
         levels: list[_Level] = []
         while True:
             loop = segment.loop
@@ -274,12 +290,14 @@ class _Resolver:
             init = {path: self._trace(frame, loop.operands[0], path) for path in updates}
             steps = tuple((p, loop_eval.compile_expr(u)) for p, u in updates.items() if u != ("var", p))
             levels.append(_Level(loop.name, tc.value, tuple((p, loop_eval.compile_expr(e)) for p, e in init.items()),
-                                 steps, updates, init))
+                                 steps, updates, init, tuple(gates)))
             outer_needed = set().union(*(loop_eval.variables(e) for e in init.values()))
             if not outer_needed:
                 levels.reverse()
                 return levels, segment.loop_computation
-            self._gates(outer)
+            found = self._gates(outer)
+            outer_needed = outer_needed.union(*(loop_eval.variables(e) for e, _ in found))
+            gates = [test for _, test in found]
             segment, needed = outer, outer_needed
 
     def _updates(self, body: Computation, needed: set[Path]) -> dict[Path, Expr]:
@@ -311,8 +329,10 @@ class _Resolver:
             for _ in range(level.trips):
                 if self.budget <= 0:
                     raise _Unresolved("unresolved", f"more than {EVALUATION_BUDGET:,} evaluations would be needed")
-                self.budget -= 1 + len(level.steps)
-                if last:
+                self.budget -= 1 + len(level.steps) + len(level.gates)
+                if level.gates and not all(test(env) for test in level.gates):
+                    pass  # a conditional around it sends this trip elsewhere
+                elif last:
                     counts[pick(env)] += 1
                 else:
                     counts = [a + b for a, b in zip(counts, run(depth + 1, env))]
@@ -325,6 +345,10 @@ class _Resolver:
             return run(0, {})
         except _EVAL_ERRORS as error:
             raise _Unresolved("unresolved", f"the evaluation stopped: {error}") from error
+
+
+def _passes(value: Callable, selector_type: str, branches: int, index: int) -> Callable:
+    return lambda env: branch_of(value(env), selector_type, branches) == index
 
 
 def resolve_conditionals(module: Module, trips: Mapping[str, TripCount], order: tuple[str, ...],

@@ -112,6 +112,8 @@ def test_branch_executions_per_program():
         "nn_scan5_warmup_lt2": [(3, 2)],
         "scan6_mod4_grad": [(4, 2), (4, 2)],  # forward and backward each: i % 4 == 0 for 0 and 4
         "nn_scan5_warmup_lt2_grad": [(3, 2), (3, 2)],
+        # i even (6 of 12) takes the inner cond; of those, i % 3 == 0 (0 and 6) the tanh (index 1)
+        "fori12_cond_in_cond": [(6, 6), (4, 2)],
     }
     for name, counts in expected.items():
         for stage in STAGES:
@@ -448,9 +450,10 @@ def test_the_closed_form_agrees_with_enumeration_on_the_catalogue():
             assert not any("closed form" in r.note for r in slow.values())
     # jax's own lowerings of i % k, i == 0, i < c, i >= n - c (before and after optimization,
     # through its negate / select / and rewriting of remainder) all have a closed form: one
-    # conditional of each of the 12 programs, at both stages (the outer-counter one of the nested
-    # loops reads two levels, the backward ones the indices their forward stacked: enumerated).
-    assert closed == 2 * len(PAIRS) == 24
+    # conditional of each of the programs, at both stages (the outer-counter one of the nested
+    # loops reads two levels, the backward ones the indices their forward stacked, a cond inside a
+    # cond passes the outer one's test: enumerated).
+    assert closed == 2 * len(PAIRS) == 26
 
 
 SELECTORS = {

@@ -88,6 +88,17 @@ def _fori_pairs() -> list[LoopPair]:
     for name, (n, pick) in cases.items():
         rolled, unrolled = _fori(n, pick)
         out.append(make_pair(name, rolled, unrolled, (W, H), f"{name}: cond on the fori counter", (n,)))
+    # a cond inside a cond, both on the counter: i % 3 decides only on even trips
+    inner = _cond(lambda i: i % 3 == 0, tanh_one, two)
+
+    def nested(i, h, w, traced):
+        if traced:
+            return lax.cond(i % 2 == 0, lambda h, w: inner(i, h, w, True), one, h, w)
+        return inner(i, h, w, False) if i % 2 == 0 else one(h, w)
+
+    rolled, unrolled = _fori(12, nested)
+    out.append(make_pair("fori12_cond_in_cond", rolled, unrolled, (W, H), "a counter cond inside a counter cond",
+                         (12,)))
     rolled, unrolled = _fori(6, _cond(lambda i: i % 3 == 0, tanh_one, two))
     out.append(make_pair("fori6_mod3_grad", sum_loss(rolled), sum_loss(unrolled), (W, H),
                          "jax.grad through a cond on the counter", (6,), grad=True))
