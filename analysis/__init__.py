@@ -1,11 +1,11 @@
 """Exact, loop- and remat-aware costs of XLA HLO modules.
 
-    from analysis import analyze, compare
+    from hloflops import analyze, compare
     report = analyze("examples/seed000_remat_scan.after_optimizations.hlo")
     report.flops, report.xla_estimate["flops"], report.loops
-    report = count(train_step)(params, batch)            # from analysis import count: jit + compile + analyse (jax)
+    report = count(train_step)(params, batch)            # from hloflops import count: jit + compile + analyse (jax)
 
-The names are resolved lazily (PEP 562) so that importing a submodule (`analysis.cost.costs`, the
+The names are resolved lazily (PEP 562) so that importing a submodule (`hloflops.cost.costs`, the
 accounting) never drags in the product layer, and `import analysis` stays cheap.
 """
 
@@ -14,26 +14,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.api import Comparison, analyze, compare
-    from analysis.notebook import count
-    from analysis.report.report import MFU, Report
+    from hloflops.api import Comparison, analyze, compare
+    from hloflops.notebook import count
+    from hloflops.report.report import MFU, Report
 
 __all__ = ["MFU", "Comparison", "Report", "analyze", "compare", "count"]
 
 _HOME = {
-    "analyze": "analysis.api",
-    "compare": "analysis.api",
-    "count": "analysis.notebook",
-    "Comparison": "analysis.api",
-    "Report": "analysis.report.report",
-    "MFU": "analysis.report.report",
+    "analyze": "hloflops.api",
+    "compare": "hloflops.api",
+    "count": "hloflops.notebook",
+    "Comparison": "hloflops.api",
+    "Report": "hloflops.report.report",
+    "MFU": "hloflops.report.report",
 }
 
 
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
-        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+        raise AttributeError(f"module 'hloflops' has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(home), name)

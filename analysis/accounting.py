@@ -6,23 +6,23 @@
 
 `trip_counts` keys are either a while instruction's name (always used, even over a count
 found in the HLO) or a pattern matched against the while's `op_name` with fnmatch (`*`, `?`,
-`[...]`); a pattern only fills in a count the analysis could not find. See analysis.loops.tripcount.
+`[...]`); a pattern only fills in a count the analysis could not find. See hloflops.loops.tripcount.
 
 Totals:
 - Each instruction: `rules.own_cost(..., view="exact")` times the executions of its
-  computation (analysis.loops.execution). Exact Python ints.
+  computation (hloflops.loops.execution). Exact Python ints.
 - A loop with an unknown trip count counts its body at the certain lower bound (0 unless the
   evaluation proved more) and its condition once more than that; its rows are marked
   `executions_known=False` and the loop is listed with `trip_count=None`: the total is then
   a lower bound, never a silent guess.
 - Conditionals whose selector is a constant or a function of the enclosing loops' counters
-  (analysis.loops.branches) count each branch for the executions that take it, exactly. The
+  (hloflops.loops.branches) count each branch for the executions that take it, exactly. The
   others (the program decides at run time) follow XLA: the total takes the branch with the most
   flops (ties: more transcendentals, more bytes, lower branch index); the other branches' rows
   are listed with 0 executions. `conditionals` reports every branch's cost, `total_lower_bound`
   takes their cheapest branch per metric instead and `bounds` gives the range of each metric
   (analysis.branch_totals).
-- remat: rows the remat analysis calls real recomputation (analysis.remat); model FLOPs are
+- remat: rows the remat analysis calls real recomputation (hloflops.remat); model FLOPs are
   `total.flops - remat_flops`.
 
 Reconciliation with XLA (`xla_estimate`, which counts every loop body and condition once):
@@ -51,18 +51,18 @@ from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, eq
 from typing import Callable, Iterable, Mapping
 
-from analysis import remat as remat_analysis
-from analysis.cost.communication import SENDERS, SentBytes
-from analysis.cost.costs import ZERO, Cost, OpCost
-from analysis.cost.kernels import row_note
-from analysis.engine import evaluate, own_cost
-from analysis.graph import call_table
-from analysis.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
+from hloflops import remat as remat_analysis
+from hloflops.cost.communication import SENDERS, SentBytes
+from hloflops.cost.costs import ZERO, Cost, OpCost
+from hloflops.cost.kernels import row_note
+from hloflops.engine import evaluate, own_cost
+from hloflops.graph import call_table
+from hloflops.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
                                     varying_loops)
-from analysis.loops.branches import Resolution, resolve_conditionals
-from analysis.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from analysis.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
-from analysis.loops.tripcount import TripCount, trip_count
+from hloflops.loops.branches import Resolution, resolve_conditionals
+from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
+from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
+from hloflops.loops.tripcount import TripCount, trip_count
 from hloparse.attribute_names import ALLOWED
 from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
 
@@ -85,7 +85,7 @@ class Conditional:
     branches: tuple[Branch, ...]
     chosen: int  # the branch the total counts where unresolved (most flops, XLA's convention)
     smallest: int  # the branch the lower bound counts where unresolved
-    resolution: str = "data"  # "constant" | "per-trip" | "data" | "unresolved" (analysis.loops.branches)
+    resolution: str = "data"  # "constant" | "per-trip" | "data" | "unresolved" (hloflops.loops.branches)
     branch_executions: tuple[int | None, ...] = ()  # per branch; None where the program decides
     note: str = ""  # how it was resolved, or why not
 
@@ -201,7 +201,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     `cost_fn` replaces `rules.own_cost(view="exact")` and `xla` replaces
     `xla_estimate(module)` (tests use both to check the bookkeeping on its own)."""
     if xla is None:
-        from analysis.xla.estimate import EstimateUnavailable, xla_estimate
+        from hloflops.xla.estimate import EstimateUnavailable, xla_estimate
 
         try:
             xla = xla_estimate(module)
@@ -218,7 +218,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
             if inst.opcode == "while" and inst.name not in trips:
                 trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
 
-    # Every instruction's exact cost, from the one pass over the module (analysis.engine).
+    # Every instruction's exact cost, from the one pass over the module (hloflops.engine).
     exact = evaluate(module).exact if cost_fn is None else None
     op_costs: dict[str, list[OpCost]] = {}
     own: dict[str, Cost] = {}
@@ -362,7 +362,7 @@ class _Extras:
             if target is None:
                 target = self.targets[raw] = inst.custom_call_target
         note = row_note(comp, inst) if inst.opcode == "custom-call" and uncounted is None else None
-        # A collective's bytes sent per device and execution (analysis.cost.communication).
+        # A collective's bytes sent per device and execution (hloflops.cost.communication).
         sent = self.sent_bytes.of(comp, inst)
         return target, note, sent.bytes, sent.uncounted
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from analysis.report.report import Report, ratio
+from hloflops.report.report import Report, ratio
 from hloparse.allocation import long_lived_objects
 from hloparse.ir import Module
 
@@ -96,7 +96,7 @@ def analyze(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Rep
 
 
 def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[str, float] | None = None) -> Report:
-    from analysis.accounting import account
+    from hloflops.accounting import account
 
     with long_lived_objects():
         accounting = account(module, trip_counts=dict(trip_counts) if trip_counts else None)
@@ -107,7 +107,7 @@ def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[
 def xla_cost_analysis(source: Any) -> dict[str, float]:
     """What XLA itself says, asked through jax: `Compiled.cost_analysis()` or
     `Lowered.cost_analysis()` for a jax stage, XLA's HloCostAnalysis of the text otherwise."""
-    from analysis.xla import compare as xla_compare
+    from hloflops.xla import compare as xla_compare
 
     if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
         raw = xla_compare.xla_cost_of_compiled(source)  # Lowered.cost_analysis() has the same shape

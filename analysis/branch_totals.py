@@ -1,6 +1,6 @@
 """What resolved and unresolved conditionals do to the accounting's totals.
 
-- A conditional resolved per trip (analysis.loops.branches) is counted in the inclusive costs at
+- A conditional resolved per trip (hloflops.loops.branches) is counted in the inclusive costs at
   its *anchor* (`anchored_by_computation`): one execution of the anchor runs it `sum(counts)`
   times, `counts[b]` of them taking branch b, so the anchor's cost is exact while the
   computations between (a loop body whose iterations differ) keep their dearest branch. The
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from analysis.cost.costs import Cost
-from analysis.graph import call_table
-from analysis.loops.branches import Resolution
-from analysis.loops.execution import ExecutionCounts
-from analysis.results import Loop
+from hloflops.cost.costs import Cost
+from hloflops.graph import call_table
+from hloflops.loops.branches import Resolution
+from hloflops.loops.execution import ExecutionCounts
+from hloflops.results import Loop
 from hloparse.ir import CallRole, Instruction, Module
 
 Anchored = Mapping[str, list[tuple[Instruction, Resolution]]]

@@ -4,8 +4,8 @@
                     [--top N] [--trip-count NAME=N ...] [--folded PATH] [--html PATH] [--compare-xla]
                     [--strict] [--traceback]
     hloflops diff A B [--fail-above PCT] [--by ...] [--depth N] [--json]
-    hloflops DIR ... | hloflops batch ...     (analysis.batch.run)
-    hloflops run [options] -- COMMAND ...     (analysis.batch.run_command)
+    hloflops DIR ... | hloflops batch ...     (hloflops.batch.run)
+    hloflops run [options] -- COMMAND ...     (hloflops.batch.run_command)
 
 Exit codes: 0 success; 1 the analysis found what you asked it to fail on (`--strict` with an
 unknown trip count or uncounted op, `diff --fail-above` exceeded); 2 usage or input error (bad
@@ -25,10 +25,10 @@ import os
 import sys
 from typing import Sequence
 
-from analysis.report.conditionals import range_reason
-from analysis.report.report import GROUP_KEYS, Report
-from analysis.report.format import csv_cell, escape_controls
-from analysis.report.text import render_summary
+from hloflops.report.conditionals import range_reason
+from hloflops.report.report import GROUP_KEYS, Report
+from hloflops.report.format import csv_cell, escape_controls
+from hloflops.report.text import render_summary
 
 EXIT_OK = 0
 EXIT_FOUND = 1
@@ -147,7 +147,7 @@ def _explicit(argv: Sequence[str], option: str) -> bool:
 
 # ---- commands --------------------------------------------------------------------------------
 def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False) -> Report:
-    from analysis.api import analyze, compare
+    from hloflops.api import analyze, compare
 
     if path == "-":  # HLO text on stdin: `python3 dump.py | hloflops -`
         text = sys.stdin.read()
@@ -159,7 +159,7 @@ def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = 
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UsageError(f"{path}: is a directory")
-    from analysis.api import JaxMissingError, XlaRejectedError
+    from hloflops.api import JaxMissingError, XlaRejectedError
     from hloparse.attributes import AttributeSyntaxError
 
     try:
@@ -216,7 +216,7 @@ def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
 
 
 def _chip(name: str):
-    from analysis.report.chips import load_chip
+    from hloflops.report.chips import load_chip
 
     try:
         return load_chip(name)
@@ -255,7 +255,7 @@ def _run_file(argv: Sequence[str]) -> int:
             what.append(f"{len(unknown)} unknown trip count(s) ({', '.join(unknown)})")
         if report.uncounted:
             what.append(f"{len(report.uncounted)} uncounted op(s)")
-        if report.unresolved_conditionals:  # the totals are a range (analysis.report.conditionals)
+        if report.unresolved_conditionals:  # the totals are a range (hloflops.report.conditionals)
             what.append(range_reason(report))
         print(f"hloflops: --strict: {'; '.join(what) or 'inexact execution counts'}", file=sys.stderr)
         return EXIT_FOUND
@@ -263,7 +263,7 @@ def _run_file(argv: Sequence[str]) -> int:
 
 
 def _run_diff(argv: Sequence[str]) -> int:
-    from analysis.report.diff import diff_reports, render_diff
+    from hloflops.report.diff import diff_reports, render_diff
 
     args = build_diff_parser().parse_args(argv)
     trips = dict(args.trip_count)
@@ -312,11 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] == "diff":
             return _run_diff(argv[1:])
         if argv and argv[0] == "run":
-            from analysis.batch.run_command import cli_main as run_main
+            from hloflops.batch.run_command import cli_main as run_main
 
             return run_main(argv[1:])
         if _is_batch(argv):
-            from analysis.batch.run import cli_main
+            from hloflops.batch.run import cli_main
 
             return cli_main(argv[1:] if argv[0] == "batch" else argv)
         if argv and argv[0] == "--version":

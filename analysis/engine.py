@@ -4,13 +4,13 @@
     ev.exact[computation][i]     # OpCost of instruction i (text order), the exact view
     ev.xla_total(module.entry)   # XLA's float32 totals of the ENTRY computation (loops once)
 
-The pass walks the call graph (`analysis.graph.call_table`) bottom-up, callees before callers, without
-recursion. For each instruction it asks the opcode's rule (`analysis.cost.rules`) for its
+The pass walks the call graph (`hloflops.graph.call_table`) bottom-up, callees before callers, without
+recursion. For each instruction it asks the opcode's rule (`hloflops.cost.rules`) for its
 `Charge` once and reads from it:
 - the exact view (`OpCost`): what the accounting multiplies by the executions;
-- XLA's view as XLA computes it: float32 values (`analysis.xla.float32`), an applied body's
+- XLA's view as XLA computes it: float32 values (`hloflops.xla.float32`), an applied body's
   totals times its count, a CONTROL callee's totals handed back to the calling instruction,
-  each computation summed in XLA's visit order (`analysis.xla.order`); see analysis.xla.estimate;
+  each computation summed in XLA's visit order (`hloflops.xla.order`); see hloflops.xla.estimate;
 - with `diagnostics`, XLA's per-operand keys too.
 Each computation also gets its exact totals for one run of it as an APPLIED body (reducers,
 `xla_builder.*` composites): flops and transcendentals, CONTROL callees included (a
@@ -28,16 +28,16 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import networkx as nx
 
-from analysis.cost.classes import structure_key
-from analysis.cost.costs import ZERO, Cost, OpCost
-from analysis.cost.registry import OPERANDS, RULES, Charge, Ctx
-from analysis.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from analysis.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
-from analysis.cost.shapes import UNBOUNDED, producer_tokens
-from analysis.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved
-from analysis.xla import diagnostics as xla_diagnostics
-from analysis.xla.float32 import add, f32, mul, running_sum
-from analysis.xla.order import visit_positions
+from hloflops.cost.classes import structure_key
+from hloflops.cost.costs import ZERO, Cost, OpCost
+from hloflops.cost.registry import OPERANDS, RULES, Charge, Ctx
+from hloflops.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
+from hloflops.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
+from hloflops.cost.shapes import UNBOUNDED, producer_tokens
+from hloflops.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved
+from hloflops.xla import diagnostics as xla_diagnostics
+from hloflops.xla.float32 import add, f32, mul, running_sum
+from hloflops.xla.order import visit_positions
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 VIEWS = ("exact", "xla")
@@ -131,7 +131,7 @@ class Evaluation:
         self._same_charge: dict[tuple, tuple] = {}
         self._local: dict[tuple, dict[tuple, tuple]] = {}
         self._plans = {unread: _memo_plans(unread) for unread in (False, True)}  # per bytes_unread
-        # Computations of one structure (analysis.cost.classes) in one context cost the same: the
+        # Computations of one structure (hloflops.cost.classes) in one context cost the same: the
         # first of a class is costed, the others get its results where it has results to share
         # (nothing uncounted, XLA's totals known: no reason that names one of its instructions).
         self._class = {} if diagnostics else self._classes(order)  # ENTRY has none
@@ -156,7 +156,7 @@ class Evaluation:
 
     @property
     def graph(self) -> nx.MultiDiGraph:
-        """The module's networkx call graph (the pass itself walks analysis.graph.call_table)."""
+        """The module's networkx call graph (the pass itself walks hloflops.graph.call_table)."""
         return call_graph(self.module)
 
     def _context(self, comp: Computation) -> tuple[bool, bool, bool]:
@@ -248,7 +248,7 @@ class Evaluation:
                     applied_flops += known[2]
                     applied_transcendentals += known[3]
                     continue
-            elif silenced:  # XLA never looks inside (module docstring of analysis.cost.rules)
+            elif silenced:  # XLA never looks inside (module docstring of hloflops.cost.rules)
                 costs.append(OpCost(ZERO))
                 continue
             elif (fn := RULES.get(op)) is None:
@@ -520,7 +520,7 @@ def evaluate(module: Module, *, view: str = "exact", diagnostics: bool = False) 
 
 
 def own_cost(module: Module, computation: Computation, instruction: Instruction, *, view: str = "exact") -> OpCost:
-    """What one execution of `instruction` costs on its own (see analysis.cost.rules)."""
+    """What one execution of `instruction` costs on its own (see hloflops.cost.rules)."""
     costs = evaluate(module, view=view).exact[computation.name]
     for inst, cost in zip(computation.instructions, costs):
         if inst is instruction:

@@ -1,9 +1,9 @@
-"""The notebook path: `analysis.count(fn)(*args)` jits, compiles and analyses in one line, and the
+"""The notebook path: `hloflops.count(fn)(*args)` jits, compiles and analyses in one line, and the
 `Report` it returns renders itself (`_repr_html_`: the summary with loops and remat, and the
 chart).
 
-    import analysis
-    report = analysis.count(train_step)(params, opt_state, batch)
+    import hloflops
+    report = hloflops.count(train_step)(params, opt_state, batch)
     report            # in Jupyter: the summary table and the chart
     report.flops      # exact, loop-aware
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping
 
-from analysis.api import analyze
-from analysis.report.report import Report
+from hloflops.api import analyze
+from hloflops.report.report import Report
 
 
 def count(fn: Callable[..., Any], *, trip_counts: Mapping[str, int] | None = None,

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
-from analysis.cost.costs import Cost
+from hloflops.cost.costs import Cost
 from hloparse.ir import SourceLocation
 
 if TYPE_CHECKING:
-    from analysis.cost.costs import OpCost
+    from hloflops.cost.costs import OpCost
     from hloparse.ir import Instruction
 
 PHASES = ("forward", "backward", "other")
@@ -36,7 +36,7 @@ class Row:
     uncounted: str | None = None  # why this op's cost is unknown, if it is
     target: str | None = None  # custom_call_target, where there is one
     note: str | None = None  # how a counted kernel was counted (attention convention, author's estimate)
-    communication: int = 0  # bytes one execution sends per device (analysis.cost.communication)
+    communication: int = 0  # bytes one execution sends per device (hloflops.cost.communication)
     communication_uncounted: str | None = None  # why a collective's bytes are unknown, if they are
 
     @property

@@ -51,8 +51,8 @@ def peak_kb():
             return int(line.split()[1])
 sys.path.insert(0, sys.argv[3])
 import hloparse
-from analysis import analyze
-import analysis.accounting, analysis.engine, analysis.report.report  # noqa: F401  (same imports both ways)
+from hloflops import analyze
+import hloflops.accounting, hloflops.engine, hloflops.report.report  # noqa: F401  (same imports both ways)
 text = open(sys.argv[2]).read()
 base = peak_kb()
 result = hloparse.parse(text) if sys.argv[1] == "parse" else analyze(text)
@@ -61,7 +61,7 @@ print(json.dumps({"peak_kb": peak_kb(), "base_kb": base}))
 
 
 def xla_parse_and_cost(text: str) -> float:
-    from analysis.xla.compare import _cpu_client
+    from hloflops.xla.compare import _cpu_client
     from jax._src.lib import xla_client
     from jaxlib import _hlo
 
@@ -73,7 +73,7 @@ def xla_parse_and_cost(text: str) -> float:
 
 
 def ours(text: str) -> float:
-    from analysis import analyze
+    from hloflops import analyze
 
     start = time.process_time()
     report = analyze(text)  # freed after the clock stops, as XLA's module is on the other side

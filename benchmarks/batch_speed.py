@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 ENGINE = Path(os.environ.get("HLOFLOPS_BENCH_ENGINE", str(REPO)))
 sys.path.insert(0, str(ENGINE))
 
-from analysis.batch.run import run_batch  # noqa: E402
-from analysis.batch.discovery import discover  # noqa: E402
-from analysis.batch.worker import engine_version  # noqa: E402
+from hloflops.batch.run import run_batch  # noqa: E402
+from hloflops.batch.discovery import discover  # noqa: E402
+from hloflops.batch.worker import engine_version  # noqa: E402
 
 MB = 1024 * 1024
 HEADER = """# Batch analysis speed

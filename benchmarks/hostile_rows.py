@@ -57,7 +57,7 @@ def rows(scale: float) -> list[tuple[str, str]]:
 # The CLI in this process, then its own peak RSS (KB) as the last line of stderr.
 _CHILD = """
 import resource, sys
-from analysis.cli import main
+from hloflops.cli import main
 try:
     code = main([sys.argv[1]])
 finally:

@@ -55,8 +55,8 @@ def main() -> None:
     from jax.sharding import Mesh
 
     sys.path.insert(0, str(ROOT))
-    from analysis import analyze
-    from analysis.report.chips import load_chip
+    from hloflops import analyze
+    from hloflops.report.chips import load_chip
 
     mesh = Mesh(np.array(jax.devices()[:DEVICES]), ("x",))
     print("| program | tool | flops | HBM bytes | bytes sent / device | " + " | ".join(

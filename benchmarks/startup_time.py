@@ -3,11 +3,11 @@
     python3 benchmarks/startup_time.py [FILE ...] [--runs N]
 
 For each file (default: every bundled `examples/*.after_optimizations.hlo`) it runs the real
-command line in a fresh interpreter N times (`python -m analysis.cli FILE --json`) and prints the
+command line in a fresh interpreter N times (`python -m hloflops.cli FILE --json`) and prints the
 median and best wall time and the median CPU time (user + system; a busy machine inflates it
 least), the time of each phase in one process (imports, parse, account, JSON), then runs it once
 under `python -X importtime` and lists the heavy modules imported (jax, jaxlib, pandas and
-networkx must not be; numpy is, by analysis.xla.estimate) and the slowest imports. Also prints
+networkx must not be; numpy is, by hloflops.xla.estimate) and the slowest imports. Also prints
 the bare interpreter's start-up for reference.
 """
 
@@ -30,9 +30,9 @@ PHASES = r"""
 import sys, time
 t0 = time.perf_counter()
 import hloparse
-from analysis.accounting import account
-from analysis.report.report import Report
-from analysis.api import num_devices
+from hloflops.accounting import account
+from hloflops.report.report import Report
+from hloflops.api import num_devices
 t1 = time.perf_counter()
 module = hloparse.load(sys.argv[1])
 t2 = time.perf_counter()
@@ -86,7 +86,7 @@ def main() -> int:
     print(f"bare python start-up: median {statistics.median(bare) * 1000:.0f} ms")
     print(f"{'file':<50} {'size':>9} {'median':>9} {'best':>9} {'cpu':>9}")
     for path in files:
-        cmd = [sys.executable, "-m", "analysis.cli", path, "--json"]
+        cmd = [sys.executable, "-m", "hloflops.cli", path, "--json"]
         cpu: list[float] = []
         times = wall_times(cmd, args.runs, cpu)
         size = os.path.getsize(path)
@@ -98,7 +98,7 @@ def main() -> int:
                              text=True).stdout.split()
         print(f"{os.path.relpath(path, ROOT):<50} " + " ".join(f"{v:>8}" for v in out))
     probe = files[0]
-    modules = imported_modules(["-m", "analysis.cli", probe, "--json"])
+    modules = imported_modules(["-m", "hloflops.cli", probe, "--json"])
     names = [name.strip() for _, name in modules]
     heavy = sorted({n.split(".")[0] for n in names if n.split(".")[0] in HEAVY})
     print(f"\nimports for {os.path.relpath(probe, ROOT)}: {len(names)} modules; heavy ones: {heavy or 'none'}")

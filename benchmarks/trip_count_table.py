@@ -4,7 +4,7 @@ benchmarks/results/trip_counts.md.
     python3 benchmarks/trip_count_table.py [--corpus /work/shared/corpus] [--out PATH]
 
 For every module of the corpus index with at least one `while`, every while instruction gets a
-trip count (`analysis.loops.tripcount.trip_count`) or an explicit unknown with the reason. Where XLA
+trip count (`hloflops.loops.tripcount.trip_count`) or an explicit unknown with the reason. Where XLA
 wrote `known_trip_count` into backend_config we also run our own inference without it
 (`infer_trip_count`) and count agreements and disagreements, so the pattern/evaluation code is
 checked against XLA on real modules. Modules our parser rejects are counted and listed.
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.loops.tripcount import SOURCES, backend_config_trip_count, infer_trip_count, trip_count  # noqa: E402
+from hloflops.loops.tripcount import SOURCES, backend_config_trip_count, infer_trip_count, trip_count  # noqa: E402
 from hloparse import HloParseError, load  # noqa: E402
 
 

@@ -4,7 +4,7 @@ match table.
 For every module in the corpus that XLA's parser accepts (index.csv `xla_parses`), XLA is asked
 live (jaxlib's `hlo_module_cost_analysis`, in a child process so that an XLA abort is an answer)
 and its `flops`, `transcendentals`, `bytes accessed` and `optimal_seconds` are compared bit for bit with
-`analysis.xla.estimate.xla_estimate(hloparse.load(path), diagnostics=True)` (the diagnostic
+`hloflops.xla.estimate.xla_estimate(hloparse.load(path), diagnostics=True)` (the diagnostic
 per-operand keys are compared too, as a bonus row). The target set is the modules XLA can
 cost that have no `while`; modules with loops are reported in a second column (XLA counts each
 loop body once, and so does `xla_estimate`).
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import hloparse  # noqa: E402
-from analysis.xla.compare import xla_costs_of_texts  # noqa: E402
-from analysis.xla.estimate import xla_estimate  # noqa: E402
+from hloflops.xla.compare import xla_costs_of_texts  # noqa: E402
+from hloflops.xla.estimate import xla_estimate  # noqa: E402
 
 KEYS = ("flops", "transcendentals", "bytes accessed", "optimal_seconds")  # optimal_seconds: -1 per custom-call
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -103,7 +103,7 @@ class Shape:
 
     def byte_size(self, pointer_size: int = 8) -> int:
         """XLA's ShapeUtil::ByteSizeOf: a tuple is its pointer table, not its leaves. (The cost
-        rules use analysis.cost.shapes.size, which also knows packed `E(bits)` layouts and how XLA
+        rules use hloflops.cost.shapes.size, which also knows packed `E(bits)` layouts and how XLA
         stores unbounded dimensions.)"""
         if self.is_tuple:
             return pointer_size * len(self.tuple_shapes)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from analysis.report.format import csv_cell
+from hloflops.report.format import csv_cell
 
 SCHEMA_VERSION = "1"
 INT64_MAX = 2**63 - 1
@@ -167,7 +167,7 @@ def row_from_result(
     engine_version: str,
     run_id: int,
 ) -> dict[str, Any]:
-    """A `modules` row from what the per-file worker returned (see `analysis.batch.worker`)."""
+    """A `modules` row from what the per-file worker returned (see `hloflops.batch.worker`)."""
     loops = result.get("loops")
     uncounted = result.get("uncounted")
     row: dict[str, Any] = {

@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from analysis.batch.db import ANALYSIS_ERROR, CRASHED, MEMORY, TIMEOUT
-from analysis.batch.worker import WorkerFn, WorkerOptions
+from hloflops.batch.db import ANALYSIS_ERROR, CRASHED, MEMORY, TIMEOUT
+from hloflops.batch.worker import WorkerFn, WorkerOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, fn: WorkerFn, opti
 # the child on a lock some other thread held (jax warns about exactly this).
 _THREADED_LIBRARIES = ("jax", "jaxlib", "tensorflow", "torch")
 # What a forkserver preloads, so that the workers it forks start with the engine imported.
-_ENGINE_MODULES = ["analysis.batch.worker", "hloparse", "analysis.api", "analysis.accounting"]
+_ENGINE_MODULES = ["hloflops.batch.worker", "hloparse", "hloflops.api", "hloflops.accounting"]
 
 
 def _parent_has_threads() -> bool:

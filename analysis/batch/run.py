@@ -5,8 +5,8 @@ into a SQLite database, with a closing summary. `hloflops DIR ...` / `hloflops b
     summary.exit_code   # 0: every file analysed; 1: some failed (each failure has its row)
 
 The parent process discovers the files, reads and hashes each one, skips those whose row already
-has the same content hash and engine version, hands the rest to workers (`analysis.batch.pool`)
-and writes each record to the database as it arrives (`analysis.batch.db`, one commit per file),
+has the same content hash and engine version, hands the rest to workers (`hloflops.batch.pool`)
+and writes each record to the database as it arrives (`hloflops.batch.db`, one commit per file),
 so a killed run resumes where it stopped.
 """
 
@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from analysis.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
-from analysis.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
-from analysis.batch.pool import Job, default_processes, run_dask, run_local
-from analysis.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
-from analysis.batch.progress import Progress
-from analysis.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
-from analysis.report.format import escape_controls
+from hloflops.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
+from hloflops.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
+from hloflops.batch.pool import Job, default_processes, run_dask, run_local
+from hloflops.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
+from hloflops.batch.progress import Progress
+from hloflops.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
+from hloflops.report.format import escape_controls
 
 DEFAULT_DB = "hloflops-batch.sqlite"
 DEFAULT_TIMEOUT_S = 600.0
@@ -232,8 +232,8 @@ def _preload_engine() -> None:
     """Import the engine in the parent, so forked workers start with it loaded (no per-worker import
     time, which matters when timeouts and crashes make us start new ones)."""
     try:
-        import analysis.accounting  # noqa: F401
-        import analysis.api  # noqa: F401
+        import hloflops.accounting  # noqa: F401
+        import hloflops.api  # noqa: F401
         import hloparse  # noqa: F401
     except Exception:  # every worker will report the import error on its files
         pass

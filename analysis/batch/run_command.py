@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from analysis.batch.db import OK
-from analysis.batch.discovery import AFTER_OPTIMIZATIONS
-from analysis.batch.run import DEFAULT_TIMEOUT_S, BatchSummary, NoModulesFound, run_batch
-from analysis.batch.summary import SORT_KEYS, compile_counts, format_summary, modules_table, sort_rows
+from hloflops.batch.db import OK
+from hloflops.batch.discovery import AFTER_OPTIMIZATIONS
+from hloflops.batch.run import DEFAULT_TIMEOUT_S, BatchSummary, NoModulesFound, run_batch
+from hloflops.batch.summary import SORT_KEYS, compile_counts, format_summary, modules_table, sort_rows
 
 EXIT_USAGE = 2
 DUMP_FLAGS = ("--xla_dump_hlo_as_text", "--xla_dump_include_timestamp")
@@ -56,7 +56,7 @@ class RunResult:
     dump_dir: str
     kept: bool
     summary: BatchSummary | None
-    top_report: Any = None  # the analysis.Report of the top module, None when nothing was analysed
+    top_report: Any = None  # the hloflops.Report of the top module, None when nothing was analysed
     flags_note: str = ""
     db_kept: bool = False
 
@@ -162,7 +162,7 @@ def run_command(
             return result
         ok = [r for r in result.summary.rows if r["status"] == OK]
         if ok:
-            from analysis.api import analyze
+            from hloflops.api import analyze
 
             result.top_report = analyze(sort_rows(ok, sort)[0]["path"])
             if keep is None:
@@ -209,7 +209,7 @@ def format_run(result: RunResult, *, top: int = 10, sort: str = "flops") -> str:
 
 def run_page(result: RunResult, *, sort: str = "flops") -> str:
     """The --html page: the modules table, then the top module's summary and chart."""
-    from analysis.report.html import render_html
+    from hloflops.report.html import render_html
 
     assert result.summary is not None and result.top_report is not None
     ok = sort_rows([r for r in result.summary.rows if r["status"] == OK], sort)

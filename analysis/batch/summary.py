@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from analysis.batch.db import OK
-from analysis.batch.progress import format_duration
+from hloflops.batch.db import OK
+from hloflops.batch.progress import format_duration
 
 EXIT_OK, EXIT_FAILED = 0, 1
 

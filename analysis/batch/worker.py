@@ -1,7 +1,7 @@
 """What a batch worker does with one file: bytes in, one flat, picklable result record out.
 
 `analyze_file(path, data, options)` never raises: every failure becomes a record with a
-`status` (see `analysis.batch.db`) and a one-line `error`, so that one bad file cannot stop a
+`status` (see `hloflops.batch.db`) and a one-line `error`, so that one bad file cannot stop a
 batch. It runs in a local worker process or on a dask worker; it receives the file's bytes from
 the parent (which hashed them) so that remote workers need no shared filesystem.
 """
@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from analysis.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
+from hloflops.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 
 # What decides a module's numbers: every source file of the parser and the analysis except the
@@ -120,7 +120,7 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         return {**base, "status": READ_ERROR, "error": str(e), "seconds": time.perf_counter() - start}
     try:
         import hloparse
-        from analysis.api import analyze
+        from hloflops.api import analyze
     except Exception as e:  # a broken installation fails every file the same way; say why
         message = _one_line(f"cannot import the engine: {type(e).__name__}: {e}")
         return {**base, "status": ANALYSIS_ERROR, "error": message, "seconds": time.perf_counter() - start}

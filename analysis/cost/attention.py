@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.cost.costs import Cost
-from analysis.cost.shapes import output_size, size
+from hloflops.cost.costs import Cost
+from hloflops.cost.shapes import output_size, size
 from hloparse.ir import Computation, Instruction
 
 CONVENTION_LINES = (

@@ -3,7 +3,7 @@ only in names.
 
 A generated or unrolled module repeats each layer's fusion bodies and reducers hundreds of times
 (a 28.8 MB transformer step: 22,395 computations, fewer than a hundred distinct ones). The engine
-costs one computation of each key and hands its results to the others (`analysis.engine`).
+costs one computation of each key and hands its results to the others (`hloflops.engine`).
 
 The key holds everything a cost rule, the fusion-bytes code, XLA's visit order or the float32
 sums can read of a computation, with the names taken out: per instruction its opcode, its shape

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from analysis.cost.collectives import GroupSyntaxError, participants, parse_source_target_pairs
-from analysis.cost.shapes import elements, size
+from hloflops.cost.collectives import GroupSyntaxError, participants, parse_source_target_pairs
+from hloflops.cost.shapes import elements, size
 from hloparse.ir import Computation, Instruction, Module, Shape
 
 

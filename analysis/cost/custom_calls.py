@@ -22,18 +22,18 @@ uncounted with its name (never 0, never folded into a total):
   host/device moves and dynamic-shape padding (`MoveToHost`, `SliceToDynamic`, ...): bytes only.
 Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
 Fused attention, TopK, block-scaled dots, cuDNN conv graphs and Mosaic GPU: the rules of
-analysis.cost.kernels, registered here for each of its targets.
+hloflops.cost.kernels, registered here for each of its targets.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from analysis.cost import kernels
-from analysis.cost.costs import Cost
-from analysis.cost.registry import Ctx, NotCounted, custom_call_rule, register_custom_call
-from analysis.cost.shapes import elements, output_size, size
-from analysis.cost.windows import convolution_flops
+from hloflops.cost import kernels
+from hloflops.cost.costs import Cost
+from hloflops.cost.registry import Ctx, NotCounted, custom_call_rule, register_custom_call
+from hloflops.cost.shapes import elements, output_size, size
+from hloflops.cost.windows import convolution_flops
 from hloparse.ir import CallRole, Instruction, Shape
 
 # Annotations the compiler removes or turns into nothing: no arithmetic, no memory traffic.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from analysis.cost.shapes import array_subshapes, elements, size
+from hloflops.cost.shapes import array_subshapes, elements, size
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 

@@ -4,7 +4,7 @@ Each rule is a small pure function of the computation and the instruction that r
 or a string saying why the cost is unknown; `kernel_cost` picks the rule by target and returns
 None for a target it does not know (the caller then reports it as before).
 
-- Fused attention (cuDNN, TransformerEngine): analysis.cost.attention, its stated convention.
+- Fused attention (cuDNN, TransformerEngine): hloflops.cost.attention, its stated convention.
 - `TopK`: XLA's TopkDecomposer runs it as a sort of the whole input (with an iota of indices)
   and slices; XLA's sort rule charges n * ceil(log2 n) flops, n the input's elements.
 - `__op$block_scaled_dot` / `__cudnn$blockScaledDot` (MX / NVFP4 matmuls): lhs [.., M, K] and
@@ -20,10 +20,10 @@ None for a target it does not know (the caller then reports it as before).
 
 from __future__ import annotations
 
-from analysis.cost import attention
-from analysis.cost.costs import Cost
-from analysis.cost.shapes import elements, output_size, size
-from analysis.cost.windows import convolution_flops
+from hloflops.cost import attention
+from hloflops.cost.costs import Cost
+from hloflops.cost.shapes import elements, output_size, size
+from hloflops.cost.windows import convolution_flops
 from hloparse.ir import Computation, Instruction, Shape
 
 BLOCK_SCALED_DOT = frozenset({"__op$block_scaled_dot", "__cudnn$blockScaledDot"})

@@ -1,12 +1,12 @@
 """The two registries every cost comes from: opcode -> rule, custom-call target -> rule.
 
-    from analysis.cost.registry import Charge, Ctx, register_rule
+    from hloflops.cost.registry import Charge, Ctx, register_rule
 
     @register_rule("my-op")
     def _my_op(ctx: Ctx) -> Charge:
         return Charge(flops=elements(ctx.shape), bytes_terms=default_bytes(ctx))
 
-    from analysis.cost.registry import NotCounted, register_custom_call
+    from hloflops.cost.registry import NotCounted, register_custom_call
 
     @register_custom_call("__my$kernel", "my_lib.*")     # "prefix*" matches a family of targets
     def _my_kernel(ctx: Ctx) -> Cost:                     # the exact view's cost of one call
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
 
-from analysis.cost.costs import Cost
-from analysis.cost.shapes import value_size
+from hloflops.cost.costs import Cost
+from hloflops.cost.shapes import value_size
 
 if TYPE_CHECKING:
     from hloparse.ir import Computation, Instruction, Module, Shape
@@ -55,7 +55,7 @@ class Charge:
     view where it differs from XLA's. XLA's per-operand keys (`bytes accessed{i}{}`,
     `bytes accessedout{}`, `utilization{i}{}`) default to XLA's Preprocess (result written
     whole, each operand read whole and fully used); `io_free` says the op reads and writes
-    nothing, and `keys` overrides single keys (see analysis.xla.diagnostics).
+    nothing, and `keys` overrides single keys (see hloflops.xla.diagnostics).
     """
 
     flops: int = 0

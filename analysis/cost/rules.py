@@ -2,7 +2,7 @@
 
 Each rule is a small function from an instruction (with its operand shapes) to a `Charge`: the
 values XLA's `HloCostAnalysis` handler for that opcode sets, kept in the form XLA computes them
-(so that `analysis.xla.estimate` can redo XLA's float32 arithmetic step by step), plus what the
+(so that `hloflops.xla.estimate` can redo XLA's float32 arithmetic step by step), plus what the
 exact view charges where it differs from XLA (custom-calls, ragged-dot). `own_cost` turns a
 charge into exact integers (`OpCost`).
 
@@ -28,13 +28,13 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from analysis.cost import custom_calls, fusion_bytes
-from analysis.cost.costs import Cost
-from analysis.cost.registry import RULES, Applied, Charge, Ctx, Term, operand_key, out_key, ratio
-from analysis.cost.registry import register_rule, utilization_key
-from analysis.cost.shapes import array_subshapes, elements, elements_recursive, output_size, size
-from analysis.cost.shapes import produced_size, transpose_is_bitcast, value_size
-from analysis.cost.windows import convolution_flops, reduce_window_count
+from hloflops.cost import custom_calls, fusion_bytes
+from hloflops.cost.costs import Cost
+from hloflops.cost.registry import RULES, Applied, Charge, Ctx, Term, operand_key, out_key, ratio
+from hloflops.cost.registry import register_rule, utilization_key
+from hloflops.cost.shapes import array_subshapes, elements, elements_recursive, output_size, size
+from hloflops.cost.shapes import produced_size, transpose_is_bitcast, value_size
+from hloflops.cost.windows import convolution_flops, reduce_window_count
 from hloparse.ir import CallRole, Computation, Instruction, Shape
 
 VIEWS = ("exact", "xla")
@@ -422,7 +422,7 @@ def custom_fusion_gather_or_scatter(fusion: Instruction, body: Computation) -> I
 @register_rule("custom-call")
 def _custom_call(ctx: Ctx) -> Charge:
     # XLA charges every custom-call -1 (flops, bytes, optimal seconds, each operand and the
-    # result); the exact view asks the target's rule (analysis.cost.custom_calls).
+    # result); the exact view asks the target's rule (hloflops.cost.custom_calls).
     known = custom_calls.exact_cost(ctx)
     keys = ((out_key(), -1),) + tuple((operand_key(i), -1) for i in range(len(ctx.instruction.operands)))
     if isinstance(known, str):
@@ -436,7 +436,7 @@ KNOWN_OPCODES: frozenset[str] = frozenset(RULES)
 # engine costs each distinct combination once per context. `operands` says when a rule reads its
 # operands (their shapes and the sizes they produce, `produced_size`): never, only where bytes
 # are read (`default_bytes`), or always; `attributes` are the attribute values it reads, and
-# `callees` whether it reads the computations it calls (by their class: analysis.cost.classes).
+# `callees` whether it reads the computations it calls (by their class: hloflops.cost.classes).
 NEVER, WITH_BYTES, ALWAYS = range(3)
 
 

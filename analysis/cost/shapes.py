@@ -13,7 +13,7 @@ import re
 from itertools import compress
 from operator import attrgetter
 
-from analysis.xla.order import instruction_names
+from hloflops.xla.order import instruction_names
 from hloparse.ir import ELEMENT_BYTES, Computation, Instruction, Shape
 
 POINTER_SIZE = 8

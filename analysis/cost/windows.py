@@ -3,7 +3,7 @@ convolution, and the number of reducer applications of a reduce-window."""
 
 from __future__ import annotations
 
-from analysis.cost.shapes import elements
+from hloflops.cost.shapes import elements
 from hloparse.ir import Instruction, Shape
 
 

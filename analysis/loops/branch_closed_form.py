@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-from analysis.loops import loop_eval
-from analysis.loops.loop_eval import Expr, Path
+from hloflops.loops import loop_eval
+from hloflops.loops.loop_eval import Expr, Path
 
 MAX_PERIOD = 1 << 16
 Pieces = tuple[tuple[int, int, int], ...]  # (first trip, a, s): value a + s*t from that trip on

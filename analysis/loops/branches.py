@@ -3,13 +3,13 @@
 A conditional's branch index (or predicate) is often a function of the enclosing loops'
 counters and constants: `cond(i % 2 == 0, ...)`, warm-up steps (`i == 0`), schedules
 (`i < warmup`), `switch(i % k, ...)`. The selector is traced into a scalar expression with the
-loop evaluator (analysis.loops.loop_eval: through tuples, get-tuple-element, copies, fusions and
+loop evaluator (hloflops.loops.loop_eval: through tuples, get-tuple-element, copies, fusions and
 calls), from the conditional's computation up to the innermost enclosing while body, where it
 reads that loop's state. The state elements it reads are followed through the body's updates
 and back to their initial values in the computation holding the while; when those read an
 outer loop's state in turn, that loop is a level too (an inner predicate on an outer counter).
 A single level of at least `CLOSED_FORM_FROM` trips whose elements are affine counters is first
-counted in closed form (analysis.loops.branch_closed_form: threshold and periodic selectors).
+counted in closed form (hloflops.loops.branch_closed_form: threshold and periodic selectors).
 Otherwise the levels are enumerated jointly, trip by trip, with the element types' own
 arithmetic, up to `EVALUATION_BUDGET` evaluations over the module (an inner level whose initial
 values do not change between outer trips is evaluated once and reused). Small integer arrays are
@@ -38,11 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from analysis.graph import call_table, is_executing_site
-from analysis.loops import loop_eval
-from analysis.loops.branch_closed_form import closed_form_counts
-from analysis.loops.loop_eval import Expr, Frame, Path, Tracer
-from analysis.loops.tripcount import TripCount
+from hloflops.graph import call_table, is_executing_site
+from hloflops.loops import loop_eval
+from hloflops.loops.branch_closed_form import closed_form_counts
+from hloflops.loops.loop_eval import Expr, Frame, Path, Tracer
+from hloflops.loops.tripcount import TripCount
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 EVALUATION_BUDGET = 1_000_000  # selector evaluations and state steps, over all conditionals of a module
@@ -255,7 +255,7 @@ class _Resolver:
 
     def _closed_form(self, levels: list[_Level], selector: Expr, pick: Callable, branches: int) -> list[int] | None:
         """One level of affine counters with a periodic or threshold selector, counted without
-        stepping every trip (analysis.loops.branch_closed_form); None where it does not apply."""
+        stepping every trip (hloflops.loops.branch_closed_form); None where it does not apply."""
         if len(levels) != 1 or levels[0].trips < self.closed_form_from or levels[0].gates:
             return None
         level = levels[0]

@@ -6,7 +6,7 @@ reducers, comparators and other APPLIED callees are costed inside their calling 
     while        body: n per execution of the while, condition: n + 1 (it runs once more to exit)
     fusion/call  1
     async-start  1 (the -update / -done halves of the same op do not run it again)
-    conditional  resolved (`taken`: analysis.loops.branches): each branch runs its share of the
+    conditional  resolved (`taken`: hloflops.loops.branches): each branch runs its share of the
                  conditional's executions, exactly (`known`); otherwise the branch chosen in
                  `branch_choice` runs once, the others 0; a conditional whose branch is not
                  chosen runs each branch once ("if taken"). Unresolved branch executions are
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from analysis.graph import call_table, is_executing_site, module_control_order
-from analysis.loops.tripcount import TripCount, trip_count
+from hloflops.graph import call_table, is_executing_site, module_control_order
+from hloflops.loops.tripcount import TripCount, trip_count
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 __all__ = ["ExecutionCounts", "control_order", "execution_counts", "is_executing_site", "site_multiplier"]
@@ -54,7 +54,7 @@ class ExecutionCounts:
 
 def control_order(module: Module) -> list[str]:
     """Computations reachable from ENTRY through CONTROL calls, callers before callees (the
-    call graph's walk, analysis.graph.control_order, on the module's call table)."""
+    call graph's walk, hloflops.graph.control_order, on the module's call table)."""
     return module_control_order(module)
 
 

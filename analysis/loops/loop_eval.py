@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-from analysis.graph import call_graph, call_sites
+from hloflops.graph import call_graph, call_sites
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 Expr = tuple

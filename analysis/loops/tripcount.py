@@ -28,8 +28,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Mapping
 
-from analysis.loops import loop_eval
-from analysis.loops.loop_eval import Expr, Path, Tracer
+from hloflops.loops import loop_eval
+from hloflops.loops.loop_eval import Expr, Path, Tracer
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 SOURCES = ("backend_config", "pattern", "evaluation", "override", "unknown")

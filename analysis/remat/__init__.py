@@ -14,7 +14,7 @@ twice, but the one op left may carry the remat name: "phantom remat"), and XLA's
 simplifications can hand a remat name to a backward op that recomputes nothing. So an op is
 remat only when it is remat-marked (remat name, `.remat` clone, or computed from an
 optimization barrier's output) and pairs with an op that computes the same value
-(analysis.remat.values):
+(hloflops.remat.values):
 
 1. Same value, same inputs (equal exact value number): typically the forward and its recompute
    in one computation (the entry of a loop-free program, one loop body). The value is computed
@@ -31,9 +31,9 @@ Remat-named ops that pair with nothing are listed (`RematIndex.merged`, `Report.
 and counted as model FLOPs.
 """
 
-from analysis.remat.names import (  # noqa: F401
+from hloflops.remat.names import (  # noqa: F401
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, inner_tail, is_remat_named,
 )
-from analysis.remat.pairing import RematIndex, find_remat, remat_fusion_bodies  # noqa: F401
-from analysis.remat.values import ValueNumbers, value_numbers  # noqa: F401
-from analysis.scopes import WRAPPER, is_absolute, model_path, phase, scope, split_components  # noqa: F401
+from hloflops.remat.pairing import RematIndex, find_remat, remat_fusion_bodies  # noqa: F401
+from hloflops.remat.values import ValueNumbers, value_numbers  # noqa: F401
+from hloflops.scopes import WRAPPER, is_absolute, model_path, phase, scope, split_components  # noqa: F401

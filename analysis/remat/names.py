@@ -8,7 +8,7 @@ import re
 from itertools import chain
 from typing import Iterable
 
-from analysis.scopes import WRAPPER, is_absolute, model_components, split_components
+from hloflops.scopes import WRAPPER, is_absolute, model_components, split_components
 from hloparse.ir import Computation, Instruction, Module
 
 REMAT_SCOPE = "rematted_computation"
@@ -24,8 +24,8 @@ class OpNames:
     After optimization the names are already whole and are kept as they are."""
 
     def __init__(self, module: Module, order: Iterable[str] | None = None):
-        from analysis.graph import call_table
-        from analysis.loops.execution import control_order, is_executing_site
+        from hloflops.graph import call_table
+        from hloflops.loops.execution import control_order, is_executing_site
 
         self.prefix: dict[str, str] = {}
         # op_name per distinct metadata text: decoding it once per instruction is most of the cost.

@@ -8,9 +8,9 @@ from itertools import chain, compress, count
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from analysis.remat.names import REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, remat_depth
-from analysis.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
-from analysis.scopes import phase
+from hloflops.remat.names import REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, remat_depth
+from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
+from hloflops.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)

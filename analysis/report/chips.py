@@ -1,11 +1,11 @@
-"""Peak rates of the chips people train on, for the static roofline (analysis.report.roofline).
+"""Peak rates of the chips people train on, for the static roofline (hloflops.report.roofline).
 
 Every figure is per chip, dense (NVIDIA lists "with sparsity" figures too: those are twice the
 dense ones and are not used), in FLOP/s or bytes/s. `interconnect_bytes_per_s` is what one chip
 can SEND: NVIDIA quotes NVLink and Google quotes ICI as the sum of both directions, so it is half
 the quoted figure. Keys of `peak_flops_per_s`: fp8, bf16, f16, tf32 (NVIDIA tensor cores, used
 for f32 matrix products), f32, f64, int8; a dtype a chip does not list falls back as
-`analysis.report.roofline.peak_key` says (always to a faster rate, so the roofline stays a lower
+`hloflops.report.roofline.peak_key` says (always to a faster rate, so the roofline stays a lower
 bound). A chip of your own: `load_chip("spec.json")` with the same fields.
 """
 

@@ -1,16 +1,16 @@
 """The communication view of a report: bytes each device sends over the interconnect, by
 opcode, by loop (nested loops included in their parents) and by scope, and the collectives whose
-bytes are unknown. The per-row figures come from analysis.cost.communication."""
+bytes are unknown. The per-row figures come from hloflops.cost.communication."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from analysis.cost.communication import SENDERS
-from analysis.scopes import scope_prefix
+from hloflops.cost.communication import SENDERS
+from hloflops.scopes import scope_prefix
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 
 def by_opcode(report: Report) -> dict[str, dict[str, int]]:
@@ -89,7 +89,7 @@ def sharded_lines(report: Report, chip: Any = None) -> list[str]:
     """Communication lines, then the roofline's when a chip is given (text summary and HTML)."""
     lines = summary_lines(report)
     if chip is not None:
-        from analysis.report.roofline import summary_lines as roofline_lines
+        from hloflops.report.roofline import summary_lines as roofline_lines
 
         lines += roofline_lines(report.roofline(chip))
     return lines

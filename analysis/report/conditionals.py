@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 METRIC_LABELS = (("flops", "flops"), ("transcendentals", "transcendentals"), ("bytes_accessed", "bytes accessed"))
 NAMED = 3  # conditionals named in a one-line reason

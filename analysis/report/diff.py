@@ -8,12 +8,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analysis.cost.costs import Cost
-from analysis.report.conditionals import range_lines
-from analysis.report.format import format_table
+from hloflops.cost.costs import Cost
+from hloflops.report.conditionals import range_lines
+from hloflops.report.format import format_table
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 METRICS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops")
 

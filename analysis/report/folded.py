@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analysis.scopes import NO_SCOPE, split_scope
+from hloflops.scopes import NO_SCOPE, split_scope
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 METRICS = ("flops", "transcendentals", "bytes_accessed")
 

@@ -14,13 +14,13 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
-from analysis.report.communication import sharded_lines
-from analysis.report.conditionals import range_lines
-from analysis.report.format import format_table, ratio
-from analysis.scopes import NO_SCOPE, split_scope
+from hloflops.report.communication import sharded_lines
+from hloflops.report.conditionals import range_lines
+from hloflops.report.format import format_table, ratio
+from hloflops.scopes import NO_SCOPE, split_scope
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 
 def scope_tree(report: Report, depth: int | None = None) -> dict[str, Any]:

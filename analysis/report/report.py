@@ -1,4 +1,4 @@
-"""`Report`: what `analyze()` returns. It wraps the accounting's result types (`analysis.results`)
+"""`Report`: what `analyze()` returns. It wraps the accounting's result types (`hloflops.results`)
 and gives them the shapes people read: totals next to XLA's estimate, loops with their share,
 grouped tables (opcode, computation, scope, source line, Flax module path), a deterministic JSON object, CSV
 records, a pandas frame, notebook HTML, folded stacks and MFU.
@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from analysis.branch_totals import unresolved_conditionals
-from analysis.cost.attention import ATTENTION, CONVENTION
-from analysis.cost.costs import Cost
-from analysis.cost.kernels import op_group
-from analysis.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
-from analysis.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
-from analysis.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
+from hloflops.branch_totals import unresolved_conditionals
+from hloflops.cost.attention import ATTENTION, CONVENTION
+from hloflops.cost.costs import Cost
+from hloflops.cost.kernels import op_group
+from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
+from hloflops.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
+from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
 
 SCHEMA = "hloflops.report/1"
 # The text, HTML and folded-stack views import Report; Report reaches them through this table,
@@ -128,7 +128,7 @@ def _branch_executions(conditional: Any, k: int) -> int | None:
 class Report:
     """The exact, loop- and remat-aware costs of one HLO module.
 
-    Build one with `analysis.analyze(...)`. Totals: `flops`, `transcendentals`, `bytes_accessed`
+    Build one with `hloflops.analyze(...)`. Totals: `flops`, `transcendentals`, `bytes_accessed`
     (ints, every loop multiplied by its trip count), `model_flops` and `remat_flops`,
     `phase_flops` (forward / backward / other), `xla_estimate` (what XLA's `cost_analysis()`
     says: each loop body once). Detail: `loops`, `uncounted`, `rows` (one per instruction).
@@ -147,7 +147,7 @@ class Report:
         self.module = module  # the parsed hloparse.Module, where the roofline needs dtypes
         self.path = path
         self.num_devices = num_devices  # replica_count * num_partitions of the module header
-        # XLA's numbers as jax itself returned them (only after analysis.compare / --compare-xla)
+        # XLA's numbers as jax itself returned them (only after hloflops.compare / --compare-xla)
         self.xla_reported = dict(xla_reported) if xla_reported is not None else None
 
     # ---- totals --------------------------------------------------------------------------
@@ -260,7 +260,7 @@ class Report:
         return (not self.unknown_loops and not self.uncounted and not self.unresolved_conditionals
                 and bool(getattr(self.accounting, "executions_known", True)))
 
-    # ---- sharded programs (analysis.report.communication, analysis.report.roofline) ----------
+    # ---- sharded programs (hloflops.report.communication, hloflops.report.roofline) ----------
     @property
     def devices(self) -> int:
         """replica_count x num_partitions: how many devices run this one-device program."""
@@ -278,7 +278,7 @@ class Report:
 
     def roofline(self, chip: Any, *, depth: int | None = 3, top: int = 10) -> Any:
         """The static roofline on `chip` (a name such as "h100", a spec.json path, or a Chip)."""
-        from analysis.report.chips import load_chip
+        from hloflops.report.chips import load_chip
 
         if self.module is None:
             raise ValueError("the roofline needs the module's dtypes: build the report with analyze()")

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from analysis.report.chips import Chip
-from analysis.scopes import scope_prefix
+from hloflops.report.chips import Chip
+from hloflops.scopes import scope_prefix
 from hloparse.ir import Module
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 BOUNDS = ("compute", "memory", "network")
 _MATRIX_OPS = frozenset({"dot", "convolution"})

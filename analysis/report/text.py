@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from analysis.cost.attention import ATTENTION, CONVENTION_LINES
-from analysis.report.communication import sharded_lines
-from analysis.report.conditionals import conditional_lines, range_lines
-from analysis.report.format import format_table, ratio
+from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
+from hloflops.report.communication import sharded_lines
+from hloflops.report.conditionals import conditional_lines, range_lines
+from hloflops.report.format import format_table, ratio
 
 if TYPE_CHECKING:
-    from analysis.report.report import Report
+    from hloflops.report.report import Report
 
 MAX_UNCOUNTED_LINES = 12  # beyond this the summary groups uncounted ops by kind
 

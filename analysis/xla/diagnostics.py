@@ -9,9 +9,9 @@ estimator rounds each to float32 where XLA stores it.
 
 from __future__ import annotations
 
-from analysis.cost import fusion_bytes
-from analysis.cost.registry import Charge, operand_key, out_key, utilization_key
-from analysis.cost.shapes import array_subshapes, output_size, value_size
+from hloflops.cost import fusion_bytes
+from hloflops.cost.registry import Charge, operand_key, out_key, utilization_key
+from hloflops.cost.shapes import array_subshapes, output_size, value_size
 from hloparse.ir import Computation, Instruction, Module
 
 __all__ = ["fusion_keys", "operand_key", "out_key", "own_keys", "utilization_key"]

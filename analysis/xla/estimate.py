@@ -1,6 +1,6 @@
 """Predict the dict XLA's `compiled.cost_analysis()` returns, without XLA.
 
-The per-instruction values come from the same rules as our exact count (`analysis.cost.rules`); what
+The per-instruction values come from the same rules as our exact count (`hloflops.cost.rules`); what
 this module adds is XLA's arithmetic, which is float32 (C++ `float`) throughout:
 - each instruction's values are float32 (an int64 count is rounded when it is assigned; the
   default bytes are a float running sum over result then operands);
@@ -17,9 +17,9 @@ are not predicted.
 
 from __future__ import annotations
 
-from analysis.cost.costs import Cost
-from analysis.engine import XLA_KEYS, branch_max, evaluate
-from analysis.graph import bottom_up
+from hloflops.cost.costs import Cost
+from hloflops.engine import XLA_KEYS, branch_max, evaluate
+from hloflops.graph import bottom_up
 from hloparse.ir import CallRole, Module
 
 FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = XLA_KEYS

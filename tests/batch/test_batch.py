@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import analyze
-from analysis.batch.run import cli_main, format_summary, run_batch
-from analysis.batch.db import ResultsDB, comparable_rows, export
-from analysis.batch.pool import Job, run_local
-from analysis.batch.worker import WorkerOptions
+from hloflops.api import analyze
+from hloflops.batch.run import cli_main, format_summary, run_batch
+from hloflops.batch.db import ResultsDB, comparable_rows, export
+from hloflops.batch.pool import Job, run_local
+from hloflops.batch.worker import WorkerOptions
 from tests.support.batch_fixtures import fake_by_content, fake_ok, make_mixed_dir
 
 
@@ -239,7 +239,7 @@ def test_every_start_method_survives_hangs_and_crashes(start_method: str) -> Non
 
 
 def test_start_method_follows_threads_in_the_parent(monkeypatch: pytest.MonkeyPatch) -> None:
-    from analysis.batch import pool as batch_pool
+    from hloflops.batch import pool as batch_pool
 
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")

@@ -7,9 +7,9 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from analysis.api import analyze
-from analysis.batch.db import ResultsDB
-from analysis.batch.run import run_batch
+from hloflops.api import analyze
+from hloflops.batch.db import ResultsDB
+from hloflops.batch.run import run_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = ROOT / "tests" / "data" / "allreduce_loop.hlo"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.batch.run import run_batch
-from analysis.batch.db import ResultsDB, comparable_rows
+from hloflops.batch.run import run_batch
+from hloflops.batch.db import ResultsDB, comparable_rows
 from tests.support.batch_fixtures import fake_by_content, make_mixed_dir
 
 distributed = pytest.importorskip("distributed")

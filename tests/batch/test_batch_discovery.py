@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.batch.discovery import DumpName, discover, parse_dump_name, stage_matches
+from hloflops.batch.discovery import DumpName, discover, parse_dump_name, stage_matches
 
 
 @pytest.mark.parametrize(

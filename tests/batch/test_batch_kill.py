@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.batch.db import ResultsDB, comparable_rows
+from hloflops.batch.db import ResultsDB, comparable_rows
 
 REPO = Path(__file__).resolve().parents[2]
 COPIES = 24
@@ -40,7 +40,7 @@ def _snapshot_engine(root: Path) -> Path:
 
 
 def _cli(directory: Path, db: Path) -> list[str]:
-    return [sys.executable, "-m", "analysis.batch.run", str(directory), "--db", str(db),
+    return [sys.executable, "-m", "hloflops.batch.run", str(directory), "--db", str(db),
             "-j", "2", "--no-progress", "-q"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from analysis.batch.progress import Progress, format_duration
+from hloflops.batch.progress import Progress, format_duration
 
 
 class _Tty(io.StringIO):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.batch.db import VOLATILE_COLUMNS
-from analysis.batch.run_command import merge_xla_flags, split_command
+from hloflops.batch.db import VOLATILE_COLUMNS
+from hloflops.batch.run_command import merge_xla_flags, split_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "support" / "run_scripts"
@@ -23,7 +23,7 @@ TRAIN_MLP = [str(ROOT / "examples" / "train_mlp.py"), "--steps", "2", "--layers"
 def hloflops(*args: str, env: dict[str, str] | None = None, new_session: bool = False,
              cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=cwd, env=environment,
+    return subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=180, start_new_session=new_session)
 
 
@@ -163,7 +163,7 @@ def test_split_command() -> None:
 
 @pytest.mark.parametrize("sort", ["flops", "ratio", "name", "time"])
 def test_sort_orders(sort: str) -> None:
-    from analysis.batch.summary import sort_rows
+    from hloflops.batch.summary import sort_rows
 
     rows = [
         {"path": "a", "module_name": "b", "flops": 10, "ratio": 1.0, "seconds": 0.3},

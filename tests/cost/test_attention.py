@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import analyze
-from analysis.cost import attention
+from hloflops import analyze
+from hloflops.cost import attention
 from hloparse import parse
 
 CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"

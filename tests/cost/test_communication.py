@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from analysis import analyze
-from analysis.cost.collectives import (
+from hloflops import analyze
+from hloflops.cost.collectives import (
     CROSS_PARTITION,
     CROSS_REPLICA,
     CROSS_REPLICA_AND_PARTITION,
@@ -19,7 +19,7 @@ from analysis.cost.collectives import (
     parse_source_target_pairs,
     participants,
 )
-from analysis.cost.communication import (
+from hloflops.cost.communication import (
     all_gather_bytes,
     all_reduce_bytes,
     all_to_all_bytes,
@@ -264,7 +264,7 @@ ENTRY e {
 
 
 def test_every_collective_opcode_has_a_sender() -> None:
-    from analysis.cost.communication import SENDERS
+    from hloflops.cost.communication import SENDERS
 
     assert set(SENDERS) >= {"all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
                             "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start",

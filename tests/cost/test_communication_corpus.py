@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import hloparse
-from analysis import analyze
-from analysis.cost.communication import SENDERS
+from hloflops import analyze
+from hloflops.cost.communication import SENDERS
 
 _COLLECTIVE = re.compile(r"\b(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
                          r"collective-broadcast|send)(-start)?\(")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hloparse
-from analysis import analyze
-from analysis.graph import bottom_up, call_graph, control_order
+from hloflops import analyze
+from hloflops.graph import bottom_up, call_graph, control_order
 
 DEPTH = 3000  # well past Python's default recursion limit of 1000
 

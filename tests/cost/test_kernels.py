@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cost.kernels import op_group
-from analysis import analyze
-from analysis.cost import attention
+from hloflops.cost.kernels import op_group
+from hloflops import analyze
+from hloflops.cost import attention
 
 CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
 ALWAYS_COUNTED = re.compile(r'custom_call_target="(te_fused_attn_(?:forward|backward)_ffi|__cudnn\$fmha\w+|TopK|'

@@ -8,11 +8,11 @@ from contextlib import contextmanager
 import pytest
 
 import hloparse
-from analysis import analyze
-from analysis.cost import registry, rules  # noqa: F401  (importing rules registers every built-in rule)
-from analysis.cost.costs import Cost
-from analysis.cost.registry import Charge, Ctx, NotCounted, register_custom_call, register_rule
-from analysis.cost.shapes import elements
+from hloflops import analyze
+from hloflops.cost import registry, rules  # noqa: F401  (importing rules registers every built-in rule)
+from hloflops.cost.costs import Cost
+from hloflops.cost.registry import Charge, Ctx, NotCounted, register_custom_call, register_rule
+from hloflops.cost.shapes import elements
 
 TEXT = """HloModule m
 
@@ -108,7 +108,7 @@ def test_an_instruction_with_too_few_operands_is_uncounted() -> None:
 
 
 def test_the_cli_reports_an_engine_bug_with_exit_status_3(tmp_path, capsys) -> None:
-    from analysis.cli import EXIT_INTERNAL, main
+    from hloflops.cli import EXIT_INTERNAL, main
 
     def broken(ctx: Ctx) -> Charge:
         raise IndexError("a bug")

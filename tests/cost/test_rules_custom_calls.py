@@ -9,9 +9,9 @@ import os
 import pytest
 
 import hloparse
-from analysis.cost.costs import Cost
-from analysis.engine import own_cost
-from analysis.xla.estimate import loop_once_totals, xla_estimate
+from hloflops.cost.costs import Cost
+from hloflops.engine import own_cost
+from hloflops.xla.estimate import loop_once_totals, xla_estimate
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
@@ -89,7 +89,7 @@ def test_cublas_gemms_in_the_corpus_cost_what_the_same_dot_costs():
 
 def test_cublas_gemm_flops_equal_xlas_flops_for_the_dot():
     pytest.importorskip("jax")
-    from analysis.xla.compare import xla_cost_of_text
+    from hloflops.xla.compare import xla_cost_of_text
 
     checked = 0
     for path, module, comp, inst in _corpus_gemms():

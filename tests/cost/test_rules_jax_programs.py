@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("jax")
 
 import hloparse  # noqa: E402
-from analysis.engine import own_cost  # noqa: E402
-from analysis.xla.estimate import loop_once_totals, xla_estimate  # noqa: E402
+from hloflops.engine import own_cost  # noqa: E402
+from hloflops.xla.estimate import loop_once_totals, xla_estimate  # noqa: E402
 from hloparse.ir import CallRole  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
 from tests.programs.lax_programs import PROGRAMS  # noqa: E402
@@ -37,7 +37,7 @@ KIND_OPCODES = {
 
 
 def _is_elementwise(opcode: str) -> bool:
-    from analysis.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+    from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 
     return opcode in ELEMENTWISE_FLOP_OPCODES or opcode in TRANSCENDENTAL_OPCODES
 

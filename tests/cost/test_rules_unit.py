@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from analysis.cost.rules import KNOWN_OPCODES, RULES
-from analysis.engine import own_cost
-from analysis.xla.estimate import loop_once_totals, xla_estimate
+from hloflops.cost.rules import KNOWN_OPCODES, RULES
+from hloflops.engine import own_cost
+from hloflops.xla.estimate import loop_once_totals, xla_estimate
 
 
 def _module(body: str, extra: str = "") -> str:
@@ -33,7 +33,7 @@ def _check(text: str, flops: int = 0, transcendentals: int = 0, bytes_accessed: 
     for key, value in want.items():
         assert estimate.get(key, 0.0) == float(value), (key, estimate)
     try:
-        from analysis.xla.compare import main_keys, xla_cost_of_text
+        from hloflops.xla.compare import main_keys, xla_cost_of_text
     except ImportError:  # pragma: no cover
         return
     pytest.importorskip("jax")
@@ -84,7 +84,7 @@ def test_float32_running_sum_follows_xlas_post_order():
     assert xla_estimate(hloparse.parse(first_adds))["flops"] == 16777218.0
     assert xla_estimate(hloparse.parse(dot_first))["flops"] == 16777216.0
     pytest.importorskip("jax")
-    from analysis.xla.compare import xla_cost_of_text
+    from hloflops.xla.compare import xla_cost_of_text
 
     assert xla_cost_of_text(first_adds)["flops"] == 16777218.0
     assert xla_cost_of_text(dot_first)["flops"] == 16777216.0
@@ -255,7 +255,7 @@ def test_ragged_dot_xla_drops_a_dimension_exact_does_not():
     assert own_cost(module, comp, inst, view="xla").cost.flops == 2 * 16 * 32  # XLA deletes result dim 0
     assert own_cost(module, comp, inst, view="exact").cost.flops == 2 * 64 * 32 * 16
     pytest.importorskip("jax")
-    from analysis.xla.compare import xla_cost_of_text
+    from hloflops.xla.compare import xla_cost_of_text
 
     assert xla_cost_of_text(text)["flops"] == 2 * 16 * 32
 

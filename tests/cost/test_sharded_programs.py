@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyze
+from hloflops import analyze
 from tests.programs import sharded_programs as sp
 
 pytest.importorskip("jax")

@@ -20,14 +20,14 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 
 import hloparse  # noqa: E402
-from analysis.accounting import RESIDUAL, account  # noqa: E402
-from analysis.api import analyze  # noqa: E402
-from analysis.batch.db import ResultsDB  # noqa: E402
-from analysis.batch.run import run_batch  # noqa: E402
-from analysis.loops.branches import resolve_conditionals  # noqa: E402
-from analysis.loops.execution import execution_counts  # noqa: E402
-from analysis.report.report import Report  # noqa: E402
-from analysis.report.text import render_summary  # noqa: E402
+from hloflops.accounting import RESIDUAL, account  # noqa: E402
+from hloflops.api import analyze  # noqa: E402
+from hloflops.batch.db import ResultsDB  # noqa: E402
+from hloflops.batch.run import run_batch  # noqa: E402
+from hloflops.loops.branches import resolve_conditionals  # noqa: E402
+from hloflops.loops.execution import execution_counts  # noqa: E402
+from hloflops.report.report import Report  # noqa: E402
+from hloflops.report.text import render_summary  # noqa: E402
 from tests.programs.branch_programs import BY_NAME, DATA, DOT, PAIRS, TANH  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
 
@@ -317,13 +317,13 @@ def test_strict_exits_1_on_a_range(tmp_path: Path):
     (case,) = DATA
     path = tmp_path / "data.hlo"
     path.write_text(compile_program(case.rolled)[0])
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", str(path), "--strict", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", str(path), "--strict", "--json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "decided at run time" in proc.stderr
     assert json.loads(proc.stdout)["exact"] is False
     resolved = tmp_path / "resolved.hlo"
     resolved.write_text(texts("fori10_mod2", "rolled")[0])
-    ok = subprocess.run([sys.executable, "-m", "analysis.cli", str(resolved), "--strict"],
+    ok = subprocess.run([sys.executable, "-m", "hloflops.cli", str(resolved), "--strict"],
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from analysis.accounting import RESIDUAL, account
-from analysis.cost.costs import Cost, OpCost
-from analysis.loops.execution import execution_counts
+from hloflops.accounting import RESIDUAL, account
+from hloflops.cost.costs import Cost, OpCost
+from hloflops.loops.execution import execution_counts
 from tests.loops.test_tripcount import DATA_DEPENDENT, NESTED
 
 # Two calls of one computation (which holds a fusion), a conditional with two branches and an

@@ -7,7 +7,7 @@ with lengths (L, 1) and (a, b), jax.checkpoint with several policies, convolutio
 scan containing a cond, optax train steps; gradients with respect to every input). Each program
 is compiled by XLA (jax 0.10.2, CPU) and we account its optimized module (`compiled.as_text()`).
 
-Model FLOPs = hardware FLOPs minus real recomputation (analysis.remat). Where XLA's
+Model FLOPs = hardware FLOPs minus real recomputation (hloflops.remat). Where XLA's
 optimizer makes the two programs differ, the test names the difference and checks it exactly.
 """
 
@@ -21,9 +21,9 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 
 import hloparse  # noqa: E402
-from analysis.accounting import RESIDUAL, account  # noqa: E402
-from analysis.remat import model_path  # noqa: E402
-from analysis.loops.tripcount import all_trip_counts  # noqa: E402
+from hloflops.accounting import RESIDUAL, account  # noqa: E402
+from hloflops.remat import model_path  # noqa: E402
+from hloflops.loops.tripcount import all_trip_counts  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
 from tests.programs.loop_programs import BY_NAME, PAIRS, UNKNOWN_TRIPS  # noqa: E402
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from analysis.loops.tripcount import (
+from hloflops.loops.tripcount import (
     EVALUATION_LIMIT,
     TripCount,
     all_trip_counts,

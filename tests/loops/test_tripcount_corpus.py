@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis.loops.tripcount import SOURCES, backend_config_trip_count, infer_trip_count, trip_count
+from hloflops.loops.tripcount import SOURCES, backend_config_trip_count, infer_trip_count, trip_count
 
 CORPUS = Path("/work/shared/corpus")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis import analyze
+from hloflops import analyze
 from hloparse.errors import HloParseError
 
 EXAMPLE = (Path(__file__).resolve().parents[2] / "examples" / "lax_scan.after_optimizations.hlo").read_text()

@@ -280,7 +280,7 @@ ENTRY e {
 
 
 def test_reachable_and_topological_order() -> None:
-    from analysis.graph import control_order, with_descendants
+    from hloflops.graph import control_order, with_descendants
 
     graph = hloparse.parse(CALLS.replace("ENTRY main {", "unused {\n  u = f32[] parameter(0)\n  ROOT v = f32[] "
                                          "negate(u)\n}\n\nENTRY main {")).call_graph()

@@ -6,7 +6,7 @@ tests/programs/sharded_compile.py runs it in a subprocess: the flag never reache
 process. Importing this module does not import jax; `build()` does.
 
 Per device every shard_map block is B = 16 x 32 f32 = 2,048 bytes and the group is all 8
-devices (n = 8), so by the ring formulas (analysis.cost.communication):
+devices (n = 8), so by the ring formulas (hloflops.cost.communication):
 
     psum          2 (n-1)/n x B          = 3,584
     all_gather      (n-1)/n x (n x B)    = 14,336

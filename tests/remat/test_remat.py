@@ -7,7 +7,7 @@ different values unless the test means them to be the same.
 from __future__ import annotations
 
 import hloparse
-from analysis.remat import find_remat, inner_tail, model_path, phase, scope, split_components, value_numbers
+from hloflops.remat import find_remat, inner_tail, model_path, phase, scope, split_components, value_numbers
 
 FWD = "jit(step)/jvp(Net)/blocks_0/dense/dot_general"
 BWD = "jit(step)/transpose(jvp(Net))/jvp(Net)/checkpoint/blocks_0/dense/dot_general"
@@ -166,7 +166,7 @@ ENTRY main {
 
 
 def test_xla_remat_clone_of_a_fusion_counts_its_whole_body():
-    from analysis.accounting import account
+    from hloflops.accounting import account
 
     acc = account(hloparse.parse(XLA_CLONE), xla={"flops": 0.0})
     # multiply 8 (original) + negate 8 + multiply 8 (the clone recomputes it) + add 8.

@@ -22,7 +22,7 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 
 import hloparse  # noqa: E402
-from analysis.accounting import account  # noqa: E402
+from hloflops.accounting import account  # noqa: E402
 from tests.programs.compile import compile_program, lowered_debug_text  # noqa: E402
 from tests.programs.remat_programs import BY_NAME, PAIRS  # noqa: E402
 

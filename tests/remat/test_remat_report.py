@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis import analyze
+from hloflops import analyze
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 AFTER = EXAMPLES / "seed000_remat_scan.after_optimizations.hlo"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import analysis
+import hloflops
 import hloparse
-from analysis import analyze, compare
-from analysis.report.report import NO_SCOPE
+from hloflops import analyze, compare
+from hloflops.report.report import NO_SCOPE
 
 ROOT = Path(__file__).resolve().parents[2]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"
@@ -44,9 +44,9 @@ def test_every_source_kind_gives_the_same_report(report):
 
 
 def test_lazy_package_exports():
-    assert analysis.Report.__name__ == "Report" and callable(analysis.analyze) and callable(analysis.compare)
+    assert hloflops.Report.__name__ == "Report" and callable(hloflops.analyze) and callable(hloflops.compare)
     with pytest.raises(AttributeError):
-        analysis.no_such_name  # noqa: B018
+        hloflops.no_such_name  # noqa: B018
 
 
 def test_report_totals_and_loops(report):

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from analysis.cost.costs import Cost
-from analysis.report.diff import diff_reports, growth_percent, render_diff
-from analysis.report.folded import folded_stacks
-from analysis.report.html import render_html, scope_tree
-from analysis.report.report import NO_SCOPE, Report, split_scope
-from analysis.results import Accounting, Loop, Row, Uncounted
+from hloflops.cost.costs import Cost
+from hloflops.report.diff import diff_reports, growth_percent, render_diff
+from hloflops.report.folded import folded_stacks
+from hloflops.report.html import render_html, scope_tree
+from hloflops.report.report import NO_SCOPE, Report, split_scope
+from hloflops.results import Accounting, Loop, Row, Uncounted
 from hloparse.ir import SourceLocation
 
 LOOP_SCOPE = "jit(step)/jvp(Model)/while/body/stack"
@@ -208,7 +208,7 @@ def test_diff_and_budget():
 def test_summary_groups_many_uncounted_ops():
     from dataclasses import replace
 
-    from analysis.report.text import MAX_UNCOUNTED_LINES, render_summary
+    from hloflops.report.text import MAX_UNCOUNTED_LINES, render_summary
 
     many = tuple(Uncounted(f"cc.{i}", "custom-call", "main", "target foo: arithmetic unknown", target="foo")
                  for i in range(MAX_UNCOUNTED_LINES + 1))

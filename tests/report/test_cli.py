@@ -89,7 +89,7 @@ ENTRY main {
 
 def run_cli(*args: object, env: dict[str, str] | None = None, check_rc: int | None = 0) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", *map(str, args)], cwd=ROOT, env=full_env,
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", *map(str, args)], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=300)
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -140,7 +140,7 @@ def test_json_required_fields_and_consistency(remat_json):
 
 
 def test_json_equals_report_to_dict():
-    from analysis import analyze
+    from hloflops import analyze
 
     report = analyze(REMAT_SCAN)
     stdout = run_cli(REMAT_SCAN.relative_to(ROOT), "--json", "--by", "scope", "--depth", "4").stdout
@@ -151,7 +151,7 @@ def test_json_equals_report_to_dict():
 
 
 def test_plain_json_is_to_json_byte_for_byte():
-    from analysis import analyze
+    from hloflops import analyze
 
     assert run_cli(str(REMAT_SCAN), "--json").stdout == analyze(str(REMAT_SCAN)).to_json()
 
@@ -162,7 +162,7 @@ def test_json_byte_identical_across_runs_and_processes():
     second = run_cli(*args, env={"PYTHONHASHSEED": "12345"}).stdout
     assert first == second
     # two processes at once give the same bytes as one alone
-    cmd = [sys.executable, "-m", "analysis.cli", *map(str, args)]
+    cmd = [sys.executable, "-m", "hloflops.cli", *map(str, args)]
     procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONHASHSEED": str(seed)}) for seed in (7, 8)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
@@ -313,15 +313,15 @@ def test_diff_totals_scopes_and_budget():
 
 
 def test_batch_dispatch(monkeypatch, tmp_path):
-    """`hloflops DIR` and `hloflops batch ...` hand over to analysis.batch.cli_main."""
+    """`hloflops DIR` and `hloflops batch ...` hand over to hloflops.batch.cli_main."""
     import types
 
-    from analysis import cli
+    from hloflops import cli
 
     seen = []
-    fake = types.ModuleType("analysis.batch.run")
+    fake = types.ModuleType("hloflops.batch.run")
     fake.cli_main = lambda argv: seen.append(list(argv)) or 7
-    monkeypatch.setitem(sys.modules, "analysis.batch.run", fake)
+    monkeypatch.setitem(sys.modules, "hloflops.batch.run", fake)
     assert cli.main([str(tmp_path), "--jobs", "2"]) == 7
     assert cli.main(["batch", "--help"]) == 7
     assert seen == [[str(tmp_path), "--jobs", "2"], ["--help"]]
@@ -351,7 +351,7 @@ def test_diff_by_opcode_json():
 
 
 def test_no_heavy_imports_on_the_plain_path():
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "analysis.cli", str(REMAT_SCAN), "--json"],
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "hloflops.cli", str(REMAT_SCAN), "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     modules = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
@@ -376,7 +376,7 @@ def test_small_module_answers_in_well_under_a_second_of_cpu():
 
 
 def test_compare_xla_asks_xla():
-    from analysis.xla.compare import xla_cost_of_text
+    from hloflops.xla.compare import xla_cost_of_text
 
     live = xla_cost_of_text(FORI.read_text())
     out = run_cli(FORI, "--compare-xla").stdout
@@ -398,7 +398,7 @@ def test_compare_xla_on_a_module_xla_rejects(tmp_path):
 
 
 def test_compare_xla_without_jax_is_a_clear_usage_error():
-    code = ("import sys; sys.modules['jax'] = None; from analysis.cli import main; "
+    code = ("import sys; sys.modules['jax'] = None; from hloflops.cli import main; "
             f"sys.exit(main([{str(FORI)!r}, '--compare-xla']))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
@@ -407,11 +407,11 @@ def test_compare_xla_without_jax_is_a_clear_usage_error():
 
 
 def test_stdin(remat_json):
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "-", "--json"], cwd=ROOT, input=REMAT_SCAN.read_text(),
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "-", "--json"], cwd=ROOT, input=REMAT_SCAN.read_text(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["path"] is None and got["flops"] == remat_json["flops"] and got["loops"] == remat_json["loops"]
-    empty = subprocess.run([sys.executable, "-m", "analysis.cli", "-"], cwd=ROOT, input="", capture_output=True,
+    empty = subprocess.run([sys.executable, "-m", "hloflops.cli", "-"], cwd=ROOT, input="", capture_output=True,
                            text=True, timeout=300)
     assert empty.returncode == 2 and empty.stderr == "hloflops: error: -: no HLO text on stdin\n"

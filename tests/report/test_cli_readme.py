@@ -30,7 +30,7 @@ def test_readme_has_sessions():
 @pytest.mark.parametrize("command,expected", sessions(), ids=lambda v: v[:60] if isinstance(v, str) else "")
 def test_readme_session_is_real_output(command, expected):
     args = shlex.split(command)[1:]
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     if "\n...\n" not in "\n" + expected:
@@ -47,7 +47,7 @@ def test_readme_session_is_real_output(command, expected):
 
 def test_readme_api_values_are_real():
     """`report.a, report.b   # 1 2` lines of the README's Python API example print those values."""
-    from analysis import analyze
+    from hloflops import analyze
 
     text = (ROOT / "README.md").read_text()
     block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]

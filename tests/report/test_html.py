@@ -46,7 +46,7 @@ def attrs(tag: str) -> dict[str, str]:
 def test_chart_renders_in_chromium(tmp_path):
     browser = chromium()
     page = tmp_path / "report.html"
-    report = json.loads(subprocess.run([sys.executable, "-m", "analysis.cli", str(REMAT_SCAN), "--json",
+    report = json.loads(subprocess.run([sys.executable, "-m", "hloflops.cli", str(REMAT_SCAN), "--json",
                                         "--html", str(page)], cwd=ROOT, capture_output=True, text=True,
                                        check=True, timeout=300).stdout)
     dom = dump_dom(browser, page, tmp_path / "profile")
@@ -71,7 +71,7 @@ def test_chart_renders_in_chromium(tmp_path):
 def test_focus_link_zooms_in(tmp_path):
     browser = chromium()
     page = tmp_path / "report.html"
-    subprocess.run([sys.executable, "-m", "analysis.cli", str(REMAT_SCAN), "--html", str(page)], cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "hloflops.cli", str(REMAT_SCAN), "--html", str(page)], cwd=ROOT,
                    check=True, capture_output=True, timeout=300)
     whole = dump_dom(browser, page, tmp_path / "p1")
     path = "\u241f".join(["jit_train_step", "jit(train_step)", "transpose(jvp(StackedMLPsRematted))"])
@@ -91,7 +91,7 @@ def test_focus_link_zooms_in(tmp_path):
 
 def test_page_is_self_contained(tmp_path):
     page = tmp_path / "report.html"
-    subprocess.run([sys.executable, "-m", "analysis.cli", str(REMAT_SCAN), "--html", str(page)], cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "hloflops.cli", str(REMAT_SCAN), "--html", str(page)], cwd=ROOT,
                    check=True, capture_output=True, timeout=300)
     text = page.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)

@@ -1,5 +1,5 @@
 """The notebook path: `Report._repr_html_` shows what the CLI summary shows (loops with trip
-counts and what XLA misses, remat, phases) and the chart; `analysis.count(fn)(*args)` jits,
+counts and what XLA misses, remat, phases) and the chart; `hloflops.count(fn)(*args)` jits,
 compiles and analyses in one line."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import analyze
+from hloflops import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"
@@ -37,23 +37,23 @@ def test_repr_html_shows_loops_remat_and_the_chart() -> None:
 def test_count_is_a_one_liner() -> None:
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
-    import analysis
+    import hloflops
 
     def f(x, w):
         return jax.lax.fori_loop(0, 10, lambda i, x: jnp.sin(x @ w), x)
 
     x, w = jnp.ones((4, 8)), jnp.ones((8, 8))
-    report = analysis.count(f)(x, w)
+    report = hloflops.count(f)(x, w)
     compiled = jax.jit(f).lower(x, w).compile()
     assert report.flops == analyze(compiled).flops
     assert [lp.trip_count for lp in report.loops] == [10]
     assert report.flops == 10 * report.xla_estimate["flops"] + 1  # XLA counts the body once (+1: the cond)
-    assert analysis.count(jax.jit(f))(x, w).flops == report.flops
+    assert hloflops.count(jax.jit(f))(x, w).flops == report.flops
     with pytest.raises(ValueError, match="already jitted"):
-        analysis.count(jax.jit(f), static_argnums=0)
+        hloflops.count(jax.jit(f), static_argnums=0)
 
 
 def test_import_analysis_does_not_import_jax() -> None:
-    code = "import analysis, sys; analysis.count; print('jax' in sys.modules)"
+    code = "import hloflops, sys; hloflops.count; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

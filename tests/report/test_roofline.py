@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import analyze
-from analysis.report.chips import CHIPS, chip_from_dict, find_chip, load_chip
+from hloflops import analyze
+from hloflops.report.chips import CHIPS, chip_from_dict, find_chip, load_chip
 
 ROOT = Path(__file__).resolve().parents[2]
 H100, V5E = find_chip("h100"), find_chip("tpu-v5e")
@@ -121,7 +121,7 @@ def test_chip_from_a_json_spec(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

@@ -8,9 +8,9 @@ import html
 import json
 import re
 
-from analysis import analyze
-from analysis.report.html import scope_tree
-from analysis.scopes import first_op_name, scope
+from hloflops import analyze
+from hloflops.report.html import scope_tree
+from hloflops.scopes import first_op_name, scope
 
 JOINED = """HloModule joined, entry_computation_layout={(f32[8]{0}, f32[8]{0})->f32[8]{0}}
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis.accounting import RESIDUAL, account, remat_by_loop, remat_by_scope
-from analysis.remat import find_remat, model_path
-from analysis.loops.tripcount import all_trip_counts
+from hloflops.accounting import RESIDUAL, account, remat_by_loop, remat_by_scope
+from hloflops.remat import find_remat, model_path
+from hloflops.loops.tripcount import all_trip_counts
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

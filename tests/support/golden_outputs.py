@@ -48,7 +48,7 @@ def _json(report: Any, key: str, **options: Any) -> str:
 
 def outputs_of(key: str, path: Path) -> dict[str, Any]:
     """The record for one module: hashes of its outputs, or the error it raises."""
-    from analysis import analyze
+    from hloflops import analyze
     from hloparse import HloParseError
 
     try:

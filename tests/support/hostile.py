@@ -84,17 +84,17 @@ _CHILD = r"""
 import os, resource, sys, time
 sys.setrecursionlimit(10_000)
 text = sys.stdin.read()
-import hloparse, analysis.cli  # imported before the clock starts
-from analysis import analyze
+import hloparse, hloflops.cli  # imported before the clock starts
+from hloflops import analyze
 warm = open("examples/fori_loop.after_optimizations.hlo").read()
-analysis.cli.render_summary(analyze(hloparse.parse(warm)))  # lazy imports and caches, before the baseline
+hloflops.cli.render_summary(analyze(hloparse.parse(warm)))  # lazy imports and caches, before the baseline
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 best = None
 for _ in range(int(sys.argv[1])):
     t = time.process_time()
     try:
         r = analyze(hloparse.parse(text))
-        analysis.cli.render_summary(r)
+        hloflops.cli.render_summary(r)
         outcome = "ok"
     except hloparse.HloParseError:
         outcome = "error"
@@ -129,13 +129,13 @@ def measure_here(text: str, repeat: int = 3) -> tuple[float, int, str]:
     in this process: tracemalloc counts what Python allocates, whatever was allocated before."""
     import tracemalloc
 
-    import analysis.cli
+    import hloflops.cli
     import hloparse
-    from analysis import analyze
+    from hloflops import analyze
 
     def run() -> str:
         try:
-            analysis.cli.render_summary(analyze(hloparse.parse(text)))
+            hloflops.cli.render_summary(analyze(hloparse.parse(text)))
             return "ok"
         except hloparse.HloParseError:
             return "error"

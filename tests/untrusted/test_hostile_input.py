@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis import analyze
+from hloflops import analyze
 from hloparse import HloParseError
 from tests.report.test_html import CHROMIUM_FLAGS, REMAT_SCAN, chromium
 
@@ -29,7 +29,7 @@ HEAD = "HloModule m\n\nENTRY e {\n"
 
 
 def cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           input=stdin, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -111,7 +111,7 @@ def test_gzip_bomb_is_refused_streamed(tmp_path):
     small = tmp_path / "ok.hlo.gz"
     small.write_bytes(gzip.compress(REMAT_SCAN.read_bytes()))
     assert cli(str(small), "--json").returncode == 0
-    from analysis.batch.worker import decode_module_text
+    from hloflops.batch.worker import decode_module_text
 
     with pytest.raises(ValueError, match="inflates beyond"):
         decode_module_text(gzip.compress(b"x" * 5000), max_inflated=1000)
@@ -241,7 +241,7 @@ def test_csv_cells_cannot_run_as_formulas(tmp_path):
         cells = [cell for row in csv.reader(io.StringIO(out)) for cell in row]
         assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:].isdigit())], cells
         assert "'=cmd|calc" in cells
-    from analysis.report.format import csv_cell
+    from hloflops.report.format import csv_cell
 
     assert csv_cell(-5) == -5 and csv_cell("-x") == "'-x" and csv_cell("x") == "x"
 
@@ -283,7 +283,7 @@ def test_bad_batch_option_values_rejected_before_any_work(tmp_path, args, messag
     """Was: accepted (the export format was checked after the whole run)."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a.hlo").write_text(REMAT_SCAN.read_text())
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "batch", str(tmp_path / "m"), "--db",
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "batch", str(tmp_path / "m"), "--db",
                            str(tmp_path / "x.sqlite"), "--no-progress", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
@@ -294,7 +294,7 @@ def test_directory_without_hlo(tmp_path):
     """Was: exit 0, an empty summary and a stray hloflops-batch.sqlite."""
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.md").write_text("nothing here")
-    proc = subprocess.run([sys.executable, "-m", "analysis.cli", "empty", "--no-progress"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "empty", "--no-progress"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "no HLO modules found" in one_line_usage_error(proc)
     assert list(tmp_path.iterdir()) == [tmp_path / "empty"]
@@ -354,9 +354,9 @@ def test_db_of_another_program_is_left_alone(tmp_path):
 
 def test_memory_limit_gives_a_memory_row(tmp_path, monkeypatch):
     """A worker over its memory limit gets a `memory` row; the batch goes on."""
-    from analysis.batch import worker
-    from analysis.batch.db import MEMORY
-    from analysis.batch.run import run_batch
+    from hloflops.batch import worker
+    from hloflops.batch.db import MEMORY
+    from hloflops.batch.run import run_batch
 
     def no_memory(*args, **kwargs):  # noqa: ANN002, ANN003
         raise MemoryError

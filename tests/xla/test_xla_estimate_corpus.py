@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import hloparse
-from analysis.engine import own_cost
-from analysis.xla.estimate import loop_once_totals, xla_estimate
+from hloflops.engine import own_cost
+from hloflops.xla.estimate import loop_once_totals, xla_estimate
 from hloparse.ir import CallRole
 
 pytest.importorskip("jax")
@@ -26,7 +26,7 @@ KEYS = ("flops", "transcendentals", "bytes accessed")
 @pytest.fixture(scope="module")
 def corpus_answers(corpus_dir: Path, request) -> list[tuple[str, str, dict]]:
     """(file, text, XLA's dict) for every module XLA accepts and can cost."""
-    from analysis.xla.compare import xla_costs_of_texts
+    from hloflops.xla.compare import xla_costs_of_texts
 
     with open(corpus_dir / "index.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["xla_parses"] == "yes"]

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("jax")
 
 import hloparse  # noqa: E402
-from analysis.xla.estimate import xla_estimate  # noqa: E402
+from hloflops.xla.estimate import xla_estimate  # noqa: E402
 from tests.programs import loop_programs  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from analysis.xla.compare import xla_cost_of_text, xla_costs_of_texts  # noqa: E402
+from hloflops.xla.compare import xla_cost_of_text, xla_costs_of_texts  # noqa: E402
 
 GOOD = "HloModule m\nENTRY e {\n  a = f32[8] parameter(0)\n  ROOT n = f32[8] negate(a)\n}\n"
 ABORTS = ("HloModule m\nENTRY e {\n  p0 = (f32[], f32[]) parameter(0)\n  p1 = (f32[], f32[]) parameter(1)\n"

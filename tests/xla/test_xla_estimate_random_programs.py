@@ -17,9 +17,9 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 import hloparse  # noqa: E402
-from analysis.engine import own_cost  # noqa: E402
-from analysis.xla.compare import xla_cost_of_compiled  # noqa: E402
-from analysis.xla.estimate import xla_estimate  # noqa: E402
+from hloflops.engine import own_cost  # noqa: E402
+from hloflops.xla.compare import xla_cost_of_compiled  # noqa: E402
+from hloflops.xla.estimate import xla_estimate  # noqa: E402
 from hloparse.ir import CallRole  # noqa: E402
 
 KEYS = ("flops", "transcendentals", "bytes accessed")
