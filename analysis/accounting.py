@@ -15,10 +15,13 @@ Totals:
   evaluation proved more) and its condition once more than that; its rows are marked
   `executions_known=False` and the loop is listed with `trip_count=None`: the total is then
   a lower bound, never a silent guess.
-- Conditionals follow XLA: the total takes the branch with the most flops (ties: more
-  transcendentals, more bytes, lower branch index); the other branches' rows are listed with 0
-  executions. `conditionals` reports every branch's cost and `total_lower_bound` takes the
-  smallest branch everywhere instead.
+- Conditionals whose selector is a constant or a function of the enclosing loops' counters
+  (hloflops.loops.branches) count each branch for the executions that take it, exactly. The
+  others (the program decides at run time) follow XLA: the total takes the branch with the most
+  flops (ties: more transcendentals, more bytes, lower branch index); the other branches' rows
+  are listed with 0 executions. `conditionals` reports every branch's cost, `total_lower_bound`
+  takes their cheapest branch per metric instead and `bounds` gives the range of each metric
+  (analysis.branch_totals).
 - remat: rows the remat analysis calls real recomputation (hloflops.remat); model FLOPs are
   `total.flops - remat_flops`.
 
@@ -33,15 +36,17 @@ and, summing outermost loops first, the extras add up exactly to the difference 
 total and the same total with every loop counted once (each level's extra is taken with the
 loops inside it still at one iteration; theirs is their own). `reconciliation[w] =
 extra(w).flops`; `reconciliation["residual"]` is everything else: what the exact view counts
-differently from XLA (custom-calls XLA counts as -1, ...) and XLA's float32 rounding. In a
-loop-free module without custom-calls the residual is exactly XLA's float32 rounding error
-(sum of ints minus XLA's float32 sum).
+differently from XLA (custom-calls XLA counts as -1, ...) and XLA's float32 rounding. A
+resolved conditional adds `reconciliation[conditional]`: what following the branches it takes
+changes against its dearest branch on every execution (analysis.branch_totals). In a loop-free
+module without custom-calls the residual is exactly XLA's float32 rounding error (sum of ints
+minus XLA's float32 sum).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, eq
 from typing import Callable, Iterable, Mapping
@@ -54,6 +59,10 @@ from hloflops.engine import evaluate, own_cost
 from hloflops.graph import call_table
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.loops.formula import Formula, loop_formula
+from hloflops.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
+                                    varying_loops)
+from hloflops.loops.branches import Resolution, resolve_conditionals
+from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from hloflops.loops.tripcount import TripCount, trip_count
 from hloparse.attribute_names import ALLOWED
@@ -76,8 +85,11 @@ class Conditional:
     computation: str
     executions: int
     branches: tuple[Branch, ...]
-    chosen: int  # the branch the total counts (most flops, XLA's convention)
-    smallest: int  # the branch the lower bound counts
+    chosen: int  # the branch the total counts where unresolved (most flops, XLA's convention)
+    smallest: int  # the branch the lower bound counts where unresolved
+    resolution: str = "data"  # "constant" | "per-trip" | "data" | "unresolved" (hloflops.loops.branches)
+    branch_executions: tuple[int | None, ...] = ()  # per branch; None where the program decides
+    note: str = ""  # how it was resolved, or why not
 
 
 @dataclass(frozen=True)
@@ -85,9 +97,12 @@ class LoopAccounting(Accounting):
     """`Accounting` plus what only loops and conditionals have."""
 
     conditionals: tuple[Conditional, ...] = ()
-    total_lower_bound: Cost = ZERO  # smallest branch of every conditional, unknown loops at 0
+    total_lower_bound: Cost = ZERO  # cheapest branch of every unresolved conditional per metric, unknown loops at 0
     executions_known: bool = True  # False when some trip count is unknown
     formula: Formula | None = None  # the totals in the unknown trip counts (None: every count known)
+    # metric -> (low, high): unresolved conditionals' cheapest / dearest branch per metric; high is
+    # None where a trip count is unknown or an op uncounted (then nothing bounds it)
+    bounds: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
 
 
 def exact_cost(module: Module, computation: Computation, instruction: Instruction) -> OpCost:
@@ -109,8 +124,12 @@ class _Inclusive:
     """Inclusive costs of one execution of a computation, bottom-up over the call graph."""
 
     def __init__(self, module: Module, own: Mapping[str, Cost], trips: Mapping[str, TripCount], pick_max: bool,
-                 callers: Mapping[str, list[Instruction]]):
+                 callers: Mapping[str, list[Instruction]], anchored: Anchored | None = None,
+                 rank: Callable[[Cost], tuple[int, ...]] | None = None):
         self.module = module
+        # resolved conditionals by the computation one execution of which their counts describe
+        self.anchored = anchored or {}
+        self.rank = rank or _rank
         self.callers = callers  # each computation's instructions that call something
         self.own = own
         self.trips = trips
@@ -141,7 +160,7 @@ class _Inclusive:
             branches = [s for s in sites if s.role == CallRole.BRANCH]
             if branches:
                 pick = max if self.pick_max else min
-                chosen = pick(branches, key=lambda s: (_rank(self.exact[s.computation]), -s.index))
+                chosen = pick(branches, key=lambda s: (self.rank(self.exact[s.computation]), -s.index))
                 self.choice[inst.name] = chosen.index
                 exact.append(self.exact[chosen.computation])
                 once.append(self.once[chosen.computation])
@@ -149,9 +168,20 @@ class _Inclusive:
                 if site.role != CallRole.BRANCH:
                     exact.append(self.exact[site.computation])
                     once.append(self.once[site.computation])
+        for inst, resolution in self.anchored.get(name, ()):
+            exact.append(self._taken_minus_chosen(inst, resolution))
         if len(exact) == 1:
             return own, own
         return _sum(exact), _sum(once)
+
+    def _taken_minus_chosen(self, inst: Instruction, resolution: Resolution) -> Cost:
+        """What the branches a resolved conditional takes cost, per execution of its anchor, minus
+        its chosen branch counted on each of those executions (which the sum above holds)."""
+        branch = {s.index: s.computation for s in inst.calls if s.role == CallRole.BRANCH}
+        counts = resolution.counts or ()
+        terms = [self.exact[branch[b]].scaled(n) for b, n in enumerate(counts) if n]
+        terms.append(self.exact[branch[self.choice[inst.name]]].scaled(-sum(counts)))
+        return _sum(terms)
 
 
 def _sum(costs: list[Cost]) -> Cost:
@@ -201,16 +231,24 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         op_costs[name] = costs
         own[name] = _sum_of_ops(costs)
 
-    upper = _Inclusive(module, own, trips, pick_max=True, callers=callers)
-    upper.compute(first.order)
+    resolutions = resolve_conditionals(module, trips, first.order) if _has_conditional(callers) else {}
+    anchored = anchored_by_computation(module, resolutions)
+
+    def inclusive(pick_max: bool, rank: Callable[[Cost], tuple[int, ...]] | None = None,
+                  resolved: bool = True) -> _Inclusive:
+        inc = _Inclusive(module, own, trips, pick_max=pick_max, callers=callers,
+                         anchored=anchored if resolved else None, rank=rank)
+        inc.compute(first.order)
+        return inc
+
+    upper = inclusive(True)
     # Only branch choices tell the bounds apart: without conditionals the lower one is the same.
-    lower = upper
-    if upper.choice:
-        lower = _Inclusive(module, own, trips, pick_max=False, callers=callers)
-        lower.compute(first.order)
-    # The upper bound's branch choices decide the counts under multi-branch conditionals; with
-    # none chosen, the first counts (their trip counts now hold every loop) are the same.
-    ex = execution_counts(module, trips, branch_choice=upper.choice) if upper.choice else first
+    lower = inclusive(False) if upper.choice else upper
+    # The upper bound's branch choices decide the counts under unresolved multi-branch
+    # conditionals, resolved ones split theirs; with none, the first counts (their trip counts
+    # now hold every loop) are the same.
+    taken = {name: r.counts for name, r in resolutions.items() if r.resolved and r.counts}
+    ex = execution_counts(module, trips, branch_choice=upper.choice, taken=taken) if upper.choice else first
 
     op_names = remat_analysis.OpNames(module, ex.order)
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
@@ -221,12 +259,17 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     formula = None
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
         formula = loop_formula(module, first.order, own, trips, upper.choice, callers)
+    if taken:  # loops around a conditional resolved per trip: their totals follow the counts
+        loops = varying_loops(loops, loop_totals(module, ex, own, resolutions))
+    conditionals = _conditionals(module, ex, upper, lower, callers, resolutions) if upper.choice else []
 
     total = upper.exact[module.entry_name]
     xla_flops = xla.get("flops", 0.0)
     # XLA's float32 estimate overflows to inf for counts near int64 squared: nothing to reconcile to.
     xla_flops = int(xla_flops) if math.isfinite(xla_flops) else 0
     reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
+    if taken:  # against the dearest branch everywhere (the plain upper pass), what each resolution changes
+        reconciliation.update(conditional_extras(module, ex, inclusive(True, resolved=False), resolutions))
     reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
     # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES). The
     # columns are read by comprehensions (their attribute loads are specialised: faster than map
@@ -235,6 +278,9 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     phases = [row.phase for row in rows]
     phase_flops = {p: sum(compress(flops, map(eq, phases, repeat(p)))) for p in PHASES}
     remat_flops = sum(compress(flops, [row.remat for row in rows]))
+    executions_known = all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites)
+    low, ranges = bounds(total, lower.exact[module.entry_name], resolutions, inclusive, module.entry_name,
+                         bounded=executions_known and not uncounted)
     return LoopAccounting(
         module_name=module.name,
         rows=tuple(rows),
@@ -250,7 +296,14 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         total_lower_bound=lower.exact[module.entry_name],
         executions_known=all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites),
         formula=formula,
+        total_lower_bound=low,
+        executions_known=executions_known,
+        bounds=ranges,
     )
+
+
+def _has_conditional(callers: Mapping[str, list[Instruction]]) -> bool:
+    return any(inst.opcode == "conditional" for insts in callers.values() for inst in insts)
 
 
 def _rows(module: Module, ex: ExecutionCounts, op_costs: Mapping[str, list[OpCost]],
@@ -431,7 +484,7 @@ def _loop_names(module: Module, computation: str, inst: Instruction,
 
 
 def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower: _Inclusive,
-                  callers: Mapping[str, list[Instruction]]) -> list[Conditional]:
+                  callers: Mapping[str, list[Instruction]], resolutions: Mapping[str, Resolution]) -> list[Conditional]:
     found: list[Conditional] = []
     for name in ex.order:
         for inst in callers.get(name, ()):
@@ -441,8 +494,17 @@ def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower:
                 Branch(s.index, s.computation, upper.exact[s.computation])
                 for s in sorted(inst.calls, key=lambda s: s.index) if s.role == CallRole.BRANCH
             )
-            found.append(Conditional(inst.name, name, ex.of(name), branches,
-                                     upper.choice[inst.name], lower.choice[inst.name]))
+            resolution = resolutions.get(inst.name)
+            runs = ex.of(name)
+            if resolution is None:  # one branch: it runs whatever the selector says
+                kind, executions, note = "constant", (runs,), "one branch"
+            elif resolution.resolved and resolution.counts:
+                kind, note = resolution.kind, resolution.note
+                executions = tuple(runs * n // resolution.per_anchor for n in resolution.counts)
+            else:
+                kind, executions, note = resolution.kind, (None,) * len(branches), resolution.note
+            found.append(Conditional(inst.name, name, runs, branches, upper.choice[inst.name],
+                                     lower.choice[inst.name], kind, executions, note))
     return found
 
 

@@ -89,6 +89,13 @@ def csv_cell(value: object) -> object:
     return cell(value)
 
 
+def range_reason(report: Report) -> str:
+    """hloflops.report.conditionals.range_reason, imported when first needed."""
+    from hloflops.report.conditionals import range_reason as reason
+
+    return reason(report)
+
+
 def output_width() -> int | None:
     """hloflops.report.fit.output_width, imported when first needed."""
     from hloflops.report.fit import output_width as width
@@ -284,6 +291,8 @@ def _run_file(argv: Sequence[str]) -> int:
             what.append(f"{len(unknown)} unknown trip count(s) ({', '.join(unknown)})")
         if report.uncounted:
             what.append(f"{len(report.uncounted)} uncounted op(s)")
+        if report.unresolved_conditionals:  # the totals are a range (hloflops.report.conditionals)
+            what.append(range_reason(report))
         print(f"hloflops: --strict: {'; '.join(what) or 'inexact execution counts'}", file=sys.stderr)
         return EXIT_FOUND
     return EXIT_OK

@@ -40,7 +40,8 @@ MEMORY = "memory"  # the worker hit its memory limit (--memory-limit) on this fi
 # at all have no content hash, so they are always retried.
 RETRYABLE = frozenset({TIMEOUT, CRASHED, MEMORY})
 
-EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops", "comm_bytes_per_device")
+EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops", "comm_bytes_per_device",
+                 "flops_low", "flops_high")
 JSON_COLUMNS = ("loops", "uncounted")
 # Columns that describe when/how a row was made rather than what the module costs; a rerun that
 # changes only these has reproduced the same result.
@@ -65,6 +66,8 @@ MODULE_COLUMNS = (
     "devices",
     "program_fingerprint",
     "entry_signature",
+    "exact",
+    "range_reason",
     *JSON_COLUMNS,
     "engine_version",
     *VOLATILE_COLUMNS,
@@ -113,7 +116,11 @@ CREATE TABLE IF NOT EXISTS modules (
     comm_bytes_per_device,
     devices INTEGER,
     program_fingerprint TEXT,
-    entry_signature TEXT
+    entry_signature TEXT,
+    flops_low,
+    flops_high,
+    exact INTEGER,
+    range_reason TEXT
 );
 CREATE INDEX IF NOT EXISTS modules_by_hash ON modules (content_hash, engine_version);
 CREATE TABLE IF NOT EXISTS scopes (
@@ -129,7 +136,8 @@ CREATE TABLE IF NOT EXISTS scopes (
 
 # Columns added after the first schema: (name, declared type), for _add_missing_columns.
 _ADDED_COLUMNS = (("comm_bytes_per_device", ""), ("devices", "INTEGER"), ("program_fingerprint", "TEXT"),
-                  ("entry_signature", "TEXT"))
+                  ("entry_signature", "TEXT"), ("flops_low", ""), ("flops_high", ""), ("exact", "INTEGER"),
+                  ("range_reason", "TEXT"))
 
 
 def utc_now() -> str:
@@ -185,6 +193,10 @@ def row_from_result(
         "devices": result.get("devices"),
         "program_fingerprint": result.get("program_fingerprint"),
         "entry_signature": result.get("entry_signature"),
+        # flops_low..flops_high: the range where the program decides conditionals at run time
+        # (range_reason says which); exact 1 only where every count is known and resolved
+        "exact": None if result.get("exact") is None else int(bool(result["exact"])),
+        "range_reason": result.get("range_reason"),
         "loops": json.dumps(loops, sort_keys=True) if loops is not None else None,
         "uncounted": json.dumps(uncounted, sort_keys=True) if uncounted is not None else None,
         "engine_version": result.get("engine_version") or engine_version,
@@ -440,7 +452,7 @@ def _write_parquet(rows: list[dict[str, Any]], columns: Sequence[str], out: str 
                 arrays[column] = pa.array([None if v is None else str(v) for v in values], type=pa.string())
         elif column in ("xla_flops", "xla_transcendentals", "xla_bytes_accessed", "ratio", "seconds"):
             arrays[column] = pa.array(values, type=pa.float64())
-        elif column in ("n_loops", "n_unknown_trip_counts", "n_uncounted", "run_id", "devices"):
+        elif column in ("n_loops", "n_unknown_trip_counts", "n_uncounted", "run_id", "devices", "exact"):
             arrays[column] = pa.array(values, type=pa.int64())
         else:
             arrays[column] = pa.array(values, type=pa.string())

@@ -137,6 +137,18 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
     return record
 
 
+def range_reason_of(report: dict[str, Any]) -> str | None:
+    """'between A and B flops: conditionals X, Y decided at run time', or None (no such range)."""
+    unresolved = [c["name"] for c in report.get("conditionals", ())
+                  if c.get("resolution") not in ("constant", "per-trip")]
+    if not unresolved:
+        return None
+    low, high = report.get("flops_bounds") or [None, None]
+    span = f"between {low:,} and {high:,} flops" if high is not None else f"at least {low:,} flops"
+    shown = ", ".join(unresolved[:3]) + (", ..." if len(unresolved) > 3 else "")
+    return f"{span}: {len(unresolved)} conditional(s) decided at run time ({shown})"
+
+
 def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
     """The batch record of a successful analysis, from `Report.to_dict()`."""
     xla = report.get("xla_estimate") or {}
@@ -151,6 +163,10 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
         "remat_flops": report["remat_flops"],
         "comm_bytes_per_device": (report.get("communication") or {}).get("bytes_per_device"),
         "devices": report.get("devices"),
+        "exact": report.get("exact"),
+        "flops_low": (report.get("flops_bounds") or [None, None])[0],
+        "flops_high": (report.get("flops_bounds") or [None, None])[1],
+        "range_reason": range_reason_of(report),
         "xla_flops": xla.get("flops"),
         "xla_transcendentals": xla.get("transcendentals"),
         "xla_bytes_accessed": xla.get("bytes_accessed"),

@@ -6,9 +6,11 @@ reducers, comparators and other APPLIED callees are costed inside their calling 
     while        body: n per execution of the while, condition: n + 1 (it runs once more to exit)
     fusion/call  1
     async-start  1 (the -update / -done halves of the same op do not run it again)
-    conditional  the branch chosen in `branch_choice` runs once, the others 0; a conditional
-                 whose branch is not chosen runs each branch once ("if taken").
-                 Branch executions are never `known`: which branch runs is data.
+    conditional  resolved (`taken`: hloflops.loops.branches): each branch runs its share of the
+                 conditional's executions, exactly (`known`); otherwise the branch chosen in
+                 `branch_choice` runs once, the others 0; a conditional whose branch is not
+                 chosen runs each branch once ("if taken"). Unresolved branch executions are
+                 never `known`: which branch runs is data.
 
 A computation called from several sites sums them; nested loops multiply. Every instruction of
 a computation runs once per execution of the computation. When a trip count is unknown, the
@@ -79,9 +81,13 @@ _MULTIPLIED = frozenset({CallRole.WHILE_BODY, CallRole.WHILE_CONDITION, CallRole
 
 def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None = None, *,
                      overrides: Mapping[str, int] | None = None,
-                     branch_choice: Mapping[str, int] | None = None) -> ExecutionCounts:
+                     branch_choice: Mapping[str, int] | None = None,
+                     taken: Mapping[str, tuple[int, ...]] | None = None) -> ExecutionCounts:
     """Executions of every computation reachable from ENTRY. `trip_counts` (while name ->
-    TripCount) are computed with `overrides` where not given."""
+    TripCount) are computed with `overrides` where not given. `taken` (conditional name ->
+    executions of each branch per `sum(...)` executions of the conditional) overrides
+    `branch_choice` for the conditionals it names."""
+    taken = taken or {}
     trips = dict(trip_counts or {})
     order = control_order(module)
     counts: dict[str, int] = {name: 0 for name in order}
@@ -106,8 +112,16 @@ def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None
                     while_sites[inst.name] = name
                     if inst.name not in trips:
                         trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
-                times, exact = site_multiplier(inst, role, site["index"], trips, branch_choice)
-                counts[callee] += counts[name] * times
+                if role == CallRole.BRANCH and inst.name in taken:
+                    shares = taken[inst.name]
+                    runs, rest = divmod(counts[name] * shares[site["index"]], sum(shares))
+                    if rest:  # the resolution promised whole executions: anything else is a bug
+                        raise AssertionError(f"{inst.name}: {counts[name]} executions do not split as {shares}")
+                    counts[callee] += runs
+                    exact = True
+                else:
+                    times, exact = site_multiplier(inst, role, site["index"], trips, branch_choice)
+                    counts[callee] += counts[name] * times
             else:  # a fusion, call or async op runs its callee once
                 counts[callee] += counts[name]
                 exact = True

@@ -175,8 +175,33 @@ def _shift(opcode: str, a: int, b: int, dtype: str) -> int:
     return (a & ((1 << bits) - 1)) >> b  # logical: on the unsigned bit pattern
 
 
+def _clamped_start(start: int, length: int, size: int) -> int:
+    """XLA clamps a dynamic slice's start so that the slice fits in the operand."""
+    return min(max(int(start), 0), max(length - size, 0))
+
+
+def apply_array_op(opcode: str, dtype: str, extra, args: list) -> tuple:
+    """The three ops on small 1-D arrays (Python tuples) the tracer follows with `arrays=True`:
+    a broadcast scalar, a dynamic-update-slice and a one-element dynamic-slice."""
+    if opcode == "broadcast":
+        return (cast(args[0], dtype),) * extra
+    if opcode == "dynamic-update-slice":
+        buffer, update = args[0], args[1] if isinstance(args[1], tuple) else (args[1],)
+        start = _clamped_start(args[2], len(buffer), len(update))
+        return buffer[:start] + tuple(cast(v, dtype) for v in update) + buffer[start + len(update):]
+    buffer = args[0]  # dynamic-slice of one element
+    if not isinstance(buffer, tuple) or not buffer:
+        raise EvaluationError("dynamic-slice of a non-array")
+    return buffer[_clamped_start(args[1], len(buffer), 1)]
+
+
+ARRAY_OPS = frozenset({"broadcast", "dynamic-update-slice", "dynamic-slice"})
+
+
 def apply_op(opcode: str, dtype: str, extra, args: list):
     """One scalar HLO op with the result type's semantics."""
+    if opcode in ARRAY_OPS:
+        return apply_array_op(opcode, dtype, extra, args)
     is_int = dtype in INT_BITS
     if opcode == "compare":
         return bool(COMPARE[extra](args[0], args[1]))
@@ -312,15 +337,32 @@ class _BranchFrame(Frame):
         self.operand = operand
 
 
+def branch_frame(module: Module, computation: Computation, caller: Instruction, operand: int, parent: Frame) -> Frame:
+    """The frame of a conditional branch whose parameter is the conditional's operand `operand`."""
+    return _BranchFrame(module, computation, caller, operand, parent)
+
+
 MAX_DEPTH = 24  # nested fusions / calls / enclosing computations followed
 EVALUATION_LIMIT = 1 << 17  # iterations a bounded evaluation steps before giving up
 
 
-class Tracer:
-    """Builds the expression of one scalar element of an instruction's value."""
+MAX_ARRAY = 4096  # elements of a 1-D integer / pred array a tracer with `arrays=True` follows
 
-    def __init__(self, module: Module):
+
+def small_array(inst: Instruction) -> bool:
+    shape = inst.shape
+    return (shape.is_array and len(shape.dims) == 1 and 1 < shape.num_elements <= MAX_ARRAY
+            and (shape.element_type in INT_BITS or shape.element_type == "pred"))
+
+
+class Tracer:
+    """Builds the expression of one scalar element of an instruction's value. With `arrays`, it
+    also follows small 1-D integer arrays built by broadcast and dynamic-update-slice and read
+    back by one-element dynamic-slices (a scan's stacked branch indices, read by its backward)."""
+
+    def __init__(self, module: Module, *, arrays: bool = False):
         self.module = module
+        self.arrays = arrays
 
     def loop_frame(self, computation: Computation) -> Frame:
         return Frame(self.module, computation, loop_state=True)
@@ -357,9 +399,13 @@ class Tracer:
             return self.trace(frame, inst.operands[0], path)
         if path:
             return opaque(f"{op} {inst.name} has no tuple element {path}")
+        if self.arrays and small_array(inst):
+            return self._array(frame, inst)
         if not effectively_scalar(inst):
             return opaque(f"{op} {inst.name} is not a scalar ({inst.shape})")
         dtype = inst.shape.element_type
+        if op == "dynamic-slice" and self.arrays and len(inst.operands) == 2:
+            return ("op", op, dtype, None, tuple(self.trace(frame, o) for o in inst.operands))
         if op == "constant":
             value = parse_scalar_literal(inst.attributes.get("literal", ""), dtype)
             if value is None:
@@ -377,6 +423,27 @@ class Tracer:
             extra = inst.comparison_direction if op == "compare" else None
             return ("op", op, dtype, extra, children)
         return opaque(f"{op} {inst.name}")
+
+    def _array(self, frame: Frame, inst: Instruction) -> Expr:
+        """A small 1-D array's whole value (`arrays=True` only)."""
+        op, dtype, n = inst.opcode, inst.shape.element_type, inst.shape.num_elements
+        if op == "constant":
+            literal = inst.attributes.get("literal", "").strip("{} ")
+            values = [parse_scalar_literal(v, dtype) for v in literal.split(",")]
+            if len(values) != n or any(v is None for v in values):
+                return opaque(f"constant {inst.name} literal not understood")
+            return ("const", tuple(values), dtype)
+        if op == "iota":
+            return ("const", tuple(cast(k, dtype) for k in range(n)), dtype)
+        if op == "broadcast" and inst.operands and effectively_scalar(frame.computation.by_name[inst.operands[0]]):
+            return ("op", op, dtype, n, (self.trace(frame, inst.operands[0]),))
+        if op == "dynamic-update-slice" and len(inst.operands) == 3:
+            return ("op", op, dtype, None, tuple(self.trace(frame, o) for o in inst.operands))
+        if op in ("copy", "bitcast", "reshape") and inst.operands:
+            source = frame.computation.by_name[inst.operands[0]]
+            if small_array(source) and source.shape.num_elements == n and source.shape.element_type == dtype:
+                return self.trace(frame, inst.operands[0])
+        return opaque(f"{op} {inst.name} is not a scalar ({inst.shape})")
 
     def _call(self, frame: Frame, inst: Instruction, path: Path) -> Expr:
         role = CallRole.FUSION if inst.opcode == "fusion" else CallRole.CALL

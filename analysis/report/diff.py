@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hloflops.cost.costs import Cost
+from hloflops.report.conditionals import range_lines
 from hloflops.report.format import format_table
 
 if TYPE_CHECKING:
@@ -129,8 +130,10 @@ def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None =
     a, b = result.a, result.b
     lines = [f"A: {a.module_name}" + (f"  ({a.path})" if a.path else ""),
              f"B: {b.module_name}" + (f"  ({b.path})" if b.path else ""), ""]
-    if not (a.is_exact and b.is_exact):
+    if any(r.unknown_loops or r.uncounted for r in (a, b)):
         lines += ["NOTE: some totals are lower bounds (unknown trip counts or uncounted ops)", ""]
+    for label, report in (("A", a), ("B", b)):  # conditionals decided at run time: a range
+        lines += [f"NOTE: {label}: {line.removeprefix('NOTE: ')}" for line in range_lines(report)]
     rows = []
     for metric, t in result.totals().items():
         pct = growth_percent(int(t["a"]), int(t["b"]))  # type: ignore[arg-type]

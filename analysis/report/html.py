@@ -15,6 +15,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from hloflops.report.communication import sharded_lines
+from hloflops.report.conditionals import range_lines
 from hloflops.report.format import format_table, ratio
 from hloflops.scopes import NO_SCOPE, split_scope
 
@@ -75,8 +76,10 @@ def _pct(share: float | None) -> str:
 def _summary_html(report: Report) -> str:
     xla = report.xla_estimate
     parts = []
-    if not report.is_exact:
+    if report.unknown_loops or report.uncounted or not getattr(report.accounting, "executions_known", True):
         parts.append("<p class='warn'>Totals are lower bounds: some trip counts or op costs are unknown.</p>")
+    for line in range_lines(report):  # the program decides conditionals at run time: a range
+        parts.append(f"<p class='warn'>{html.escape(line.removeprefix('NOTE: '))}</p>")
     rows = []
     for label, key, exact in (("flops", "flops", report.flops),
                               ("transcendentals", "transcendentals", report.transcendentals),

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from hloflops.branch_totals import unresolved_conditionals
 from hloflops.cost.attention import ATTENTION, CONVENTION
 from hloflops.cost.costs import Cost
 from hloflops.cost.kernels import op_group
@@ -117,6 +118,12 @@ def _xla_triplet(estimate: Mapping[str, float]) -> dict[str, float]:
     if "optimal_seconds" in estimate:
         out["optimal_seconds"] = float(estimate["optimal_seconds"])
     return out
+
+
+def _branch_executions(conditional: Any, k: int) -> int | None:
+    """Executions of a conditional's k-th branch; None where the program decides."""
+    executions = getattr(conditional, "branch_executions", ())
+    return executions[k] if k < len(executions) else None
 
 
 class Report:
@@ -240,6 +247,31 @@ class Report:
             causes = residual_causes(self.module, self.accounting) if self.module is not None else {}
             self._residual_causes = causes
         return dict(self._residual_causes)
+    def unresolved_conditionals(self) -> tuple[Any, ...]:
+        """The conditionals whose branch the program decides at run time (they make the totals a
+        range: `flops_bounds`)."""
+        return tuple(unresolved_conditionals(self.conditionals))
+
+    def _bounds(self, metric: str) -> tuple[int, int | None]:
+        found = getattr(self.accounting, "bounds", {}).get(metric)
+        if found is None:
+            value = getattr(self.total, metric)
+            return value, value if self.is_exact else None
+        return found
+
+    @property
+    def flops_bounds(self) -> tuple[int, int | None]:
+        """(low, high) of the FLOPs: unresolved conditionals at their cheapest / dearest branch;
+        high is None where a trip count is unknown or an op uncounted. `flops` is the high end."""
+        return self._bounds("flops")
+
+    @property
+    def transcendentals_bounds(self) -> tuple[int, int | None]:
+        return self._bounds("transcendentals")
+
+    @property
+    def bytes_accessed_bounds(self) -> tuple[int, int | None]:
+        return self._bounds("bytes_accessed")
 
     @property
     def unknown_loops(self) -> tuple[Loop, ...]:
@@ -247,11 +279,10 @@ class Report:
 
     @property
     def is_exact(self) -> bool:
-        """True when every trip count is known and every op's cost is known: the totals are
-        then exact, not lower bounds. (A conditional's branch rows are not 'known' executions
-        either, but the totals count its most expensive branch, as XLA does: see
-        `conditionals`.)"""
-        return (not self.unknown_loops and not self.uncounted
+        """True when every trip count is known, every op's cost is known and every conditional is
+        resolved (a constant selector, or one evaluated per trip): the totals are then exact, not
+        lower bounds nor the high end of a range (`flops_bounds`)."""
+        return (not self.unknown_loops and not self.uncounted and not self.unresolved_conditionals
                 and bool(getattr(self.accounting, "executions_known", True)))
 
     # ---- sharded programs (hloflops.report.communication, hloflops.report.roofline) ----------
@@ -391,6 +422,9 @@ class Report:
             "remat_overhead": self.remat_overhead,
             "phases": self.phase_flops,
             "exact": self.is_exact,
+            "flops_bounds": list(self.flops_bounds),
+            "transcendentals_bounds": list(self.transcendentals_bounds),
+            "bytes_accessed_bounds": list(self.bytes_accessed_bounds),
             "num_devices": self.num_devices,
             "xla_estimate": self.xla_estimate,
             "ratio_to_xla": self.ratio_to_xla,
@@ -420,8 +454,11 @@ class Report:
                     "executions": c.executions,
                     "chosen": c.chosen,
                     "smallest": c.smallest,
-                    "branches": [{"index": b.index, "computation": b.computation, "cost": b.cost.as_dict()}
-                                 for b in c.branches],
+                    "resolution": getattr(c, "resolution", "data"),
+                    "note": getattr(c, "note", ""),
+                    "branches": [{"index": b.index, "computation": b.computation, "cost": b.cost.as_dict(),
+                                  "executions": _branch_executions(c, k)}
+                                 for k, b in enumerate(c.branches)],
                 }
                 for c in self.conditionals
             ],

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
 from hloflops.report.communication import sharded_lines
+from hloflops.report.conditionals import conditional_lines, range_lines
+from hloflops.report.format import format_table, ratio
 from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
 from hloflops.xla.residual import residual_text
@@ -56,8 +58,9 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     elided in the middle to fit it."""
     xla = report.xla_estimate
     lines = [f"module {report.module_name}" + (f"  ({report.path})" if report.path else "")]
-    if not report.is_exact:
+    if report.unknown_loops or report.uncounted or not getattr(report.accounting, "executions_known", True):
         lines.append("NOTE: totals are LOWER BOUNDS: some trip counts or op costs are unknown (see below)")
+    lines += range_lines(report)
     lines.append("")
     header = ["", "exact (loop-aware)", "XLA cost_analysis", "exact / XLA"]
     if report.xla_reported is not None:
@@ -122,13 +125,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
             lines += formula_lines(report.formula)
     else:
         lines.append("loops: none")
-    if report.conditionals:
-        lines.append("")
-        lines.append(f"conditionals ({len(report.conditionals)}): the totals count the branch with the most FLOPs")
-        for c in report.conditionals:
-            costs = ", ".join(f"{b.index}: {b.cost.flops:,}" for b in c.branches)
-            lines.append(f"  {c.name} x{c.executions:,}: branch flops {{{costs}}}; counted {c.chosen}, "
-                         f"smallest {c.smallest}")
+    lines += conditional_lines(report)
     lines += _attention_lines(report)
     lines.append("")
     sharded = sharded_lines(report, chip)

@@ -257,9 +257,17 @@ def test_conditional_branches_listed(tmp_path):
     (cond,) = d["conditionals"]
     assert cond["name"] == "c" and [b["computation"] for b in cond["branches"]] == ["on_true", "on_false"]
     assert [b["cost"]["flops"] for b in cond["branches"]] == [0, 8]  # exp: 0 flops; negate + multiply: 8
-    assert cond["chosen"] == 1 and d["flops"] == 8 and d["exact"] is True
+    assert cond["chosen"] == 1 and d["flops"] == 8
+    # The predicate is an ENTRY parameter: the program decides at run time, so the totals are a
+    # range, each metric on its own (exp's 4 transcendentals are in the other branch), not exact.
+    assert cond["resolution"] == "data" and [b["executions"] for b in cond["branches"]] == [None, None]
+    assert d["exact"] is False and d["flops_bounds"] == [0, 8] and d["transcendentals_bounds"] == [0, 4]
+    assert d["bytes_accessed_bounds"][0] <= d["bytes_accessed"] <= d["bytes_accessed_bounds"][1]
     out = run_cli(path).stdout
     assert "conditionals (1)" in out and "LOWER BOUNDS" not in out
+    assert "RANGE" in out and "flops between 0 and 8" in out and "(c)" in out
+    strict = run_cli(path, "--strict", check_rc=1)
+    assert "decided at run time (c)" in strict.stderr
 
 
 def test_parse_error_is_one_line_with_position(tmp_path):
