@@ -57,7 +57,6 @@ from hloflops.cost.costs import ZERO, Cost, OpCost
 from hloflops.cost.kernels import row_note
 from hloflops.engine import evaluate, own_cost
 from hloflops.graph import call_table
-from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.loops.formula import Formula, loop_formula
 from hloflops.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
                                     varying_loops)
@@ -255,7 +254,6 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
     loops = _loops(module, ex, upper, op_names, callers)
-    conditionals = _conditionals(module, ex, upper, lower, callers) if upper.choice else []
     formula = None
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
         formula = loop_formula(module, first.order, own, trips, upper.choice, callers)
@@ -293,8 +291,6 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         reconciliation=reconciliation,
         remat_unpaired=_unpaired(rows, remat_index),
         conditionals=tuple(conditionals),
-        total_lower_bound=lower.exact[module.entry_name],
-        executions_known=all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites),
         formula=formula,
         total_lower_bound=low,
         executions_known=executions_known,

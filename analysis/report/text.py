@@ -9,7 +9,6 @@ from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
 from hloflops.report.communication import sharded_lines
 from hloflops.report.conditionals import conditional_lines, range_lines
 from hloflops.report.format import format_table, ratio
-from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
 from hloflops.xla.residual import residual_text
 
