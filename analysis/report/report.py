@@ -247,6 +247,8 @@ class Report:
             causes = residual_causes(self.module, self.accounting) if self.module is not None else {}
             self._residual_causes = causes
         return dict(self._residual_causes)
+
+    @property
     def unresolved_conditionals(self) -> tuple[Any, ...]:
         """The conditionals whose branch the program decides at run time (they make the totals a
         range: `flops_bounds`)."""
