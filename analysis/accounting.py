@@ -256,7 +256,10 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     loops = _loops(module, ex, upper, op_names, callers)
     formula = None
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
-        formula = loop_formula(module, first.order, own, trips, upper.choice, callers)
+        constant = {name: r.counts.index(max(r.counts)) for name, r in resolutions.items()
+                    if r.kind == "constant" and r.counts and sum(1 for c in r.counts if c) == 1}
+        formula = loop_formula(module, first.order, own, trips, upper.choice, callers,
+                               settled=upper.exact, constant_branch=constant)
     if taken:  # loops around a conditional resolved per trip: their totals follow the counts
         loops = varying_loops(loops, loop_totals(module, ex, own, resolutions))
     conditionals = _conditionals(module, ex, upper, lower, callers, resolutions) if upper.choice else []

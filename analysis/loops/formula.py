@@ -142,6 +142,9 @@ def _fold(plan: tuple[Step, ...], counts: Mapping[str, int]) -> Cost:
                 _, body, cond, known, symbol = site
                 n = known if known is not None else counts[symbol]
                 parts += (inclusive[body].scaled(n), inclusive[cond].scaled(n + 1))
+            elif site[2] is not None:  # a constant selector's branch
+                callee = dict(site[1])[site[2]]
+                parts.append(inclusive[callee])
             else:  # the dearest branch, ties to the lower index (the accounting's rule)
                 _, _, callee = max((_rank(inclusive[c]), -i, c) for i, c in site[1])
                 parts.append(inclusive[callee])
@@ -177,11 +180,19 @@ def _term_order(item: tuple[Monomial, Cost]) -> tuple:
 
 
 def loop_formula(module: Module, order: Iterable[str], own: Mapping[str, Cost], trips: Mapping[str, TripCount],
-                 branch_choice: Mapping[str, int], callers: Mapping[str, list[Instruction]]) -> Formula:
+                 branch_choice: Mapping[str, int], callers: Mapping[str, list[Instruction]], *,
+                 settled: Mapping[str, Cost] | None = None, constant_branch: Mapping[str, int] | None = None
+                 ) -> Formula:
     """The ENTRY totals as a polynomial in the unknown trip counts of the loops under ENTRY.
     `order` is the computations reachable from ENTRY, callers first; `own` each computation's own
-    cost per execution; `branch_choice` the accounting's chosen branch per conditional."""
+    cost per execution; `branch_choice` the accounting's chosen branch per conditional.
+    `settled`: the accounting's inclusive cost per execution of each computation, taken for every
+    computation with no unknown loop beneath it (it follows the branches resolved per trip, which
+    this fold does not redo); `constant_branch`: the branch a constant selector always takes."""
     order = list(order)
+    settled = settled or {}
+    constant_branch = constant_branch or {}
+    unknown_beneath: dict[str, bool] = {}  # an unknown loop in the computation or any callee, any branch
     inclusive: dict[str, CostPolynomial] = {}
     symbols: dict[str, Symbol] = {}
     notes: list[str] = []
@@ -198,19 +209,27 @@ def loop_formula(module: Module, order: Iterable[str], own: Mapping[str, Cost], 
                 continue
             branches = [s for s in sites if s.role == CallRole.BRANCH]
             if branches:
-                chosen = next((s for s in branches if s.index == branch_choice.get(inst.name)), branches[0])
+                pick = constant_branch.get(inst.name, branch_choice.get(inst.name))
+                chosen = next((s for s in branches if s.index == pick), branches[0])
                 if any(len(mono) for s in branches for mono in inclusive[s.computation]):
                     notes.append(f"conditional {inst.name}: a branch holds an unknown loop, so which branch is dearest "
                                  f"depends on the counts; the polynomial keeps branch {chosen.index} (the accounting's "
                                  "choice at the lower bounds), evaluate() chooses at the counts it is given")
                 _add_into(poly, inclusive[chosen.computation])
-                steps.append(("branch", tuple((s.index, s.computation) for s in branches)))
+                arms = tuple((s.index, s.computation) for s in branches)
+                steps.append(("branch", arms, constant_branch.get(inst.name)))
             for site in sites:
                 if site.role != CallRole.BRANCH:
                     _add_into(poly, inclusive[site.computation])
                     steps.append(("call", site.computation))
+        unknown_beneath[name] = any(
+            (inst.opcode == "while" and trips[inst.name].value is None)
+            or any(unknown_beneath.get(s.computation, False) for s in inst.calls)
+            for inst in callers.get(name, ()))
+        if name in settled and not unknown_beneath[name]:  # no unknown loop beneath: as accounted
+            poly, steps = {_ONE: settled[name]}, []
         inclusive[name] = poly
-        plan.append((name, own.get(name, ZERO), tuple(steps)))
+        plan.append((name, poly[_ONE] if not steps else own.get(name, ZERO), tuple(steps)))
     entry = inclusive.get(module.entry_name, {_ONE: ZERO})
     terms = tuple(sorted(((m, c) for m, c in entry.items() if c != ZERO), key=_term_order))
     used = {s for mono, _ in terms for s in mono}
