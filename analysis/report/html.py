@@ -126,6 +126,7 @@ td:first-child,th:first-child,td.t{text-align:left}.warn{color:#b00;font-weight:
 #chart .cell{cursor:pointer}#chart .cell:hover rect.node{stroke:#000;stroke-width:1}
 #info{font:12px monospace;min-height:2.6em;white-space:pre-wrap;margin:4px 0}
 .scroll,pre{max-width:100%;overflow-x:auto}
+h1,h2,p{overflow-wrap:anywhere}
 .legend span{display:inline-block;width:14px;height:10px;margin:0 4px 0 12px;vertical-align:middle}
 """
 
