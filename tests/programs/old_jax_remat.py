@@ -110,10 +110,10 @@ def checkpoint_scan(remat: bool) -> Step:
         y, _ = jax.lax.scan(lambda c, p: (body(c, p), None), x, params)
         return jnp.mean(y ** 2)
 
-    f32 = jnp.float32
-    params = {"w1": jax.ShapeDtypeStruct((LAYERS, D_MODEL, D_FF), f32), "b1": jax.ShapeDtypeStruct((LAYERS, D_FF), f32),
-              "w2": jax.ShapeDtypeStruct((LAYERS, D_FF, D_MODEL), f32), "b2": jax.ShapeDtypeStruct((LAYERS, D_MODEL), f32)}
-    return jax.value_and_grad(loss), (params, jax.ShapeDtypeStruct((BATCH, D_MODEL), f32)), {}
+    shapes = {"w1": (LAYERS, D_MODEL, D_FF), "b1": (LAYERS, D_FF),
+              "w2": (LAYERS, D_FF, D_MODEL), "b2": (LAYERS, D_MODEL)}
+    params = {k: jax.ShapeDtypeStruct(s, jnp.float32) for k, s in shapes.items()}
+    return jax.value_and_grad(loss), (params, jax.ShapeDtypeStruct((BATCH, D_MODEL), jnp.float32)), {}
 
 
 def user_remat_name() -> Step:
