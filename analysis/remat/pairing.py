@@ -93,7 +93,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if named_ops:
         remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    merged = tuple(op.key for op in named_ops if op.key not in remat)
+    # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
+    # backward work, not a recompute CSE merged, and is not listed as one.
+    merged = tuple(op.key for op in named_ops if op.key not in remat and (old is None or op.op_name not in old))
     return RematIndex(frozenset(remat), len(named_ops), merged)
 
 

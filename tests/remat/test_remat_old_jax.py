@@ -145,3 +145,15 @@ def test_user_module_or_jax_frame() -> None:
     assert jax_frame not in OldRematFrames([jax_frame, forward, user_forward])
     assert f"{jit}/transpose(jvp(remat))/Stack/dot_general" in OldRematFrames([user_forward,
                                                                              f"{jit}/transpose(jvp(remat))/Stack/dot_general"])
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("version", ["0.4.13", "0.4.20"])
+def test_backward_ops_under_the_old_frame_are_not_listed_as_merged(version: str, stage: str) -> None:
+    """Older jax's frame holds the checkpoint's backward ops (dx, dW) with its recompute: they
+    have no forward twin and are backward work, not recomputes CSE merged (`remat_unpaired`
+    would warn that the split may be low)."""
+    for pair in PAIRS:
+        accounting = account(hloparse.parse(text(version, f"{pair}_remat", stage)), xla={"flops": 0.0})
+        assert any(old_frames(r.scope) for r in accounting.rows if r.opcode == "dot")
+        assert accounting.remat_unpaired == ()
