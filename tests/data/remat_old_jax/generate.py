@@ -2,7 +2,13 @@
 
     /tmp/venvs/jax0.4.13/bin/python tests/data/remat_old_jax/generate.py tests/data/remat_old_jax/0.4.13
 
-(run from the repository root, on CPU). For each program it writes `<name>.after.hlo.gz`, the
+(run from the repository root, on CPU). The venvs that wrote the stored files (pip, Python 3.11;
+each also with msgpack rich PyYAML typing_extensions, and flax installed `--no-deps`):
+
+    0.4.13: jax==jaxlib==0.4.13 'numpy<2' 'scipy<1.13' 'ml_dtypes<0.3' optax==0.1.7 chex==0.1.82 flax==0.7.2
+    0.4.20: jax==jaxlib==0.4.20 'numpy<2' 'scipy<1.13' 'ml_dtypes<0.4' optax==0.1.7 chex==0.1.85 flax==0.7.5
+    0.4.26: jax==jaxlib==0.4.26 'numpy<2' 'scipy<1.13' 'ml_dtypes<0.5' optax==0.2.2 chex==0.1.86 flax==0.8.2
+ For each program it writes `<name>.after.hlo.gz`, the
 optimized module (`compiled.as_text()`, what XLA runs), and `<name>.before.hlo.gz`, the module
 before optimization as XLA's `--xla_dump_to` dump holds it: with op_name metadata, which is what
 old jax's `lowered.as_text()` leaves out (its `debug_info=True` came later). The dump is read
