@@ -5,16 +5,19 @@ kinds of recomputation show up in HLO:
 
 * jax's `checkpoint` / flax's `remat`: the backward pass recomputes the forward inside a
   `rematted_computation` name scope (before optimization, jax also puts an
-  `optimization-barrier` on the recompute's inputs so that CSE keeps it apart);
+  `optimization-barrier` on the recompute's inputs so that CSE keeps it apart); older jax
+  (0.4.13 to 0.4.20 at least) names the whole transpose of the checkpoint, recompute and
+  backward ops alike, with one `remat` frame (hloflops.remat.names: how it is told from a
+  user's module named `remat`);
 * XLA's HloRematerialization pass: it clones an instruction as `<name>.remat` (`.remat2`, ...)
   and keeps the original.
 
 A name is only a hint: XLA's CSE can merge a forward op with its recompute (nothing then runs
 twice, but the one op left may carry the remat name: "phantom remat"), and XLA's
 simplifications can hand a remat name to a backward op that recomputes nothing. So an op is
-remat only when it is remat-marked (remat name, `.remat` clone, or computed from an
-optimization barrier's output) and pairs with an op that computes the same value
-(hloflops.remat.values):
+remat only when it is remat-marked (remat name or older jax's frame, `.remat` clone, or
+computed from an optimization barrier's output) and pairs with an op that computes the same
+value (hloflops.remat.values):
 
 1. Same value, same inputs (equal exact value number): typically the forward and its recompute
    in one computation (the entry of a loop-free program, one loop body). The value is computed

@@ -1,6 +1,25 @@
 """What op_names say about recomputation: the whole name stack of each instruction, the remat
-markers (jax's `rematted_computation` scope, XLA's `.remat` clone suffix) and the part of a
-recompute's name inside its checkpoint."""
+markers (jax's `rematted_computation` scope, XLA's `.remat` clone suffix, the `remat` frame of
+older jax) and the part of a recompute's name inside its checkpoint.
+
+Older jax (0.4.13 to at least 0.4.20; 0.4.26 prints `checkpoint/rematted_computation`) names
+the transpose of a checkpoint with one frame, `remat`, that holds the recompute AND the backward
+ops computed from it alike, and no `rematted_computation` at all:
+
+    .../transpose(jvp(StackedMLPs))/while/body/remat/while/body/stack/Dense_0/dot_general  (remat_scan)
+    .../transpose(jvp(while))/body/remat/dot_general                  (lax.scan of a jax.checkpoint)
+    .../transpose(jvp(Stack))/remat/layer_0/Dense_0/dot_general       (nn.remat(Layer) in a loop)
+    .../transpose(jvp(remat))/Stack/layer_0/Dense_0/dot_general       (a whole model checkpointed)
+
+So an op under that frame is only a possible recompute (as under `rematted_computation`): the
+pairing counts it only where a forward twin computes the same value, which the backward ops
+never have. The forward ops of the checkpoint carry no `remat` frame (`jvp(Stack)/layer_0/...`),
+and nor does a checkpoint outside any gradient (`jit(f)/remat/...` recomputes nothing).
+
+A user may name a flax submodule `remat`: its backward ops read `transpose(jvp(Model))/remat/...`
+like jax's frame. What tells them apart is the forward: the user's module runs there under the
+same path (`jvp(Model)/remat/...`), jax's frame never does (`OldRematFrames`). `remat_0` or
+`Remat_0` (flax's automatic names) are never the frame."""
 
 from __future__ import annotations
 
@@ -134,19 +153,112 @@ class OpNames:
 
 
 def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:
+    """Does the op carry a remat name (`rematted_computation`, a `.remat` clone)? Older jax's
+    `remat` frame needs the module's other names to be told from a user's: `OldRematFrames`."""
     return REMAT_SCOPE in (inst.op_name if op_name is None else op_name) or bool(XLA_REMAT_SUFFIX.search(inst.name))
 
 
+OLD_FRAME = re.compile(r"^remat\d*$")  # the bare frame; a user's `remat_0` is not it
+OLD_WRAPPED = re.compile(r"^transpose\(jvp\(remat\d*\)\)$")  # a checkpoint at the top of the differentiated function
+
+
+def old_frames(op_name: str) -> list[int]:
+    """The positions (in `split_components`) of older jax's remat frames in an op_name, read
+    from the name alone: `transpose(jvp(remat))`, or a bare `remat` after a `transpose(...)`
+    frame (only the backward recomputes). A user's module named `remat` looks the same in the
+    backward: `OldRematFrames` tells them apart."""
+    if "remat" not in op_name:
+        return []
+    found: list[int] = []
+    transposed = False
+    for i, part in enumerate(split_components(op_name)):
+        if part.startswith("transpose("):
+            transposed = True
+            if OLD_WRAPPED.match(part):
+                found.append(i)
+        elif transposed and OLD_FRAME.match(part):
+            found.append(i)
+    return found
+
+
+def _forward_prefix(parts: list[str], frame: int) -> str | None:
+    """The name the frame at `frame` would have in the forward pass, were it a module's name:
+    the stack up to it with its `transpose(jvp(X))` read as `jvp(X)`. None for the wrapped form,
+    which names no module."""
+    out = []
+    for part in parts[:frame + 1]:
+        if part.startswith("transpose(") and part.endswith(")"):
+            part = part[len("transpose("):-1]
+        out.append(part)
+    return None if OLD_WRAPPED.match(parts[frame]) else "/".join(out)
+
+
+class OldRematFrames:
+    """Which op_names of a module lie under older jax's remat frame (see the module docstring).
+    Built from every whole op_name of the module: a bare `remat` frame of the backward is jax's
+    unless some op runs under the same path in the forward, which makes it a user's module."""
+
+    def __init__(self, op_names: Iterable[str]):
+        names = set(op_names)
+        self.candidates = {name for name in names if old_frames(name)}
+        # every path ending in a bare `remat` component outside the transposed part of a name
+        self.forward: set[str] = set()
+        for name in names:
+            if "remat" not in name:
+                continue
+            parts = split_components(name)
+            for i, part in enumerate(parts):
+                if part.startswith("transpose("):
+                    break
+                if OLD_FRAME.match(part):
+                    self.forward.add("/".join(parts[:i + 1]))
+        self._marked: dict[str, int] = {}
+
+    def depth(self, op_name: str) -> int:
+        """How many of jax's old remat frames the op lies under (0: none, or only users' names)."""
+        if op_name not in self.candidates:
+            return 0
+        depth = self._marked.get(op_name)
+        if depth is None:
+            parts = split_components(op_name)
+            depth = self._marked[op_name] = sum(_forward_prefix(parts, i) not in self.forward
+                                                for i in old_frames(op_name))
+        return depth
+
+    def __contains__(self, op_name: str) -> bool:
+        return self.depth(op_name) > 0
+
+    def __bool__(self) -> bool:
+        return any(name in self for name in self.candidates)
+
+
+def old_remat_frames(op_names: OpNames, comps: list[Computation]) -> OldRematFrames | None:
+    """The old remat frames of `comps`' op_names, or None where there are none. A module that
+    names a recompute `rematted_computation` comes from a jax that never prints the old frame:
+    its bare `remat` frames are users' names."""
+    if not op_names.any_name_holds("remat", comps) or op_names.any_name_holds(REMAT_SCOPE, comps):
+        return None
+    frames = OldRematFrames(chain.from_iterable(map(op_names.names_in, comps)))
+    return frames if frames else None
+
+
 def remat_depth(op_name: str) -> int:
-    """How many checkpoints an op_name is recomputed under (nested remat recomputes twice)."""
-    return op_name.count(REMAT_SCOPE)
+    """How many checkpoints an op_name is recomputed under (nested remat recomputes twice). A
+    name with older jax's frames and no `rematted_computation` counts those frames."""
+    depth = op_name.count(REMAT_SCOPE)
+    return depth if depth else len(old_frames(op_name))
 
 
 def inner_tail(op_name: str) -> tuple[str, ...]:
     """A recompute's name inside its innermost checkpoint, wrappers removed:
     `.../checkpoint/rematted_computation/block_0/mlp/Dense_0/dot_general` gives
     `('block_0', 'mlp', 'Dense_0', 'dot_general')`. Whatever jax and flax put in front of the checkpoint (a
-    repeated module name, a class name, a scan's name twice) is not part of it."""
+    repeated module name, a class name, a scan's name twice) is not part of it. Older jax's
+    frame (`.../remat/stack/Dense_0/dot_general`) ends the prefix the same way."""
+    if REMAT_SCOPE not in op_name:
+        frames = old_frames(op_name)
+        if frames:
+            return model_components("/".join(split_components(op_name)[frames[-1] + 1:]))
     inner = op_name.rpartition(REMAT_SCOPE)[2]
     return tuple(model_components(inner))
 

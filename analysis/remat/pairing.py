@@ -8,7 +8,9 @@ from itertools import chain, compress, count
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from hloflops.remat.names import REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, remat_depth
+from hloflops.remat.names import (
+    REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
+)
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
@@ -56,15 +58,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
     clones = _has_clones(comps)
+    old = old_remat_frames(op_names, comps)  # older jax's `remat` frame (hloflops.remat.names)
     if values is None:
         opcodes = _opcodes(module)
-        if not _may_be_marked(comps, op_names, opcodes, clones):
+        if old is None and not _may_be_marked(comps, op_names, opcodes, clones):
             return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
         # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
         numbers = numbered(module, "while" in opcodes)
     else:
         numbers = Numbered.of(module, values)
-    if _one_frame_unnamed(comps, numbers, op_names, clones):
+    if old is None and _one_frame_unnamed(comps, numbers, op_names, clones):
         return _by_value_only(comps, numbers, op_names)
     ops: list[_Op] = []
     order = count()
@@ -77,7 +80,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         ops += [_Op((comp_name, inst.name), inst, op_name, named, named or taint, next(order), exact, abstract, frame)
                 for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
                                                                     comp_numbers)
-                if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name),)]
+                if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
 
     remat = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
@@ -90,7 +93,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if named_ops:
         remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    merged = tuple(op.key for op in named_ops if op.key not in remat)
+    # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
+    # backward work, not a recompute CSE merged, and is not listed as one.
+    merged = tuple(op.key for op in named_ops if op.key not in remat and (old is None or op.op_name not in old))
     return RematIndex(frozenset(remat), len(named_ops), merged)
 
 
@@ -142,8 +147,9 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
     return RematIndex(frozenset(remat), 0, ())
 
 
-def _is_named(inst: Instruction, op_name: str) -> bool:
-    return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name)))
+def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
+    return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name))) or \
+        (old is not None and op_name in old)
 
 
 def _has_clones(comps: list[Computation]) -> bool:

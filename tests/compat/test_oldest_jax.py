@@ -219,3 +219,33 @@ def test_run_reads_this_jax_dump(tmp_path: Path) -> None:
     here = hloflops.analyze(jax.jit(_tanh_scan).lower(jnp.ones((16, 16)), jnp.ones((4, 16))).compile())
     assert here.loops and here.loops[0].trip_count == 7
     assert rows == [("ok", here.flops, len(here.loops), 0)], (rows, done.stdout)
+
+
+# ---- the remat split on this jax (tests/programs/old_jax_remat.py) ---------------------------------
+
+@functools.lru_cache(maxsize=None)
+def remat_program(name: str) -> str:
+    from tests.programs import old_jax_remat
+
+    if name.startswith("seed000"):
+        need("flax")
+        need("optax")
+    fn, args, options = old_jax_remat.build(name)
+    return jax.jit(fn, **options).lower(*args).compile().as_text()
+
+
+@pytest.mark.parametrize("pair", ["seed000", "checkpoint_scan"])
+def test_remat_split_is_the_difference(pair: str) -> None:
+    """Seed 000's nn.remat_scan model (and a lax.scan of a jax.checkpoint'd layer) as this jax
+    names its recompute (0.4.13: `.../remat/...`, later `.../rematted_computation/...`): the remat
+    dot FLOPs are what the program runs beyond its twin without remat, the model dot FLOPs are the
+    twin's."""
+    def dots(text: str) -> tuple[int, int]:
+        rows = hloflops.analyze(hloparse.parse(text)).accounting.rows
+        return (sum(r.total.flops for r in rows if r.opcode == "dot" and r.remat),
+                sum(r.total.flops for r in rows if r.opcode == "dot" and not r.remat))
+
+    remat, plain = dots(remat_program(f"{pair}_remat")), dots(remat_program(f"{pair}_plain"))
+    assert plain == (0, LAYERS * 6 * DENSE)
+    assert remat[0] == sum(remat) - sum(plain) == LAYERS * DENSE  # each layer's Dense_0 (silu's gradient needs it)
+    assert remat[1] == plain[1]
