@@ -14,6 +14,7 @@ from hloflops.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
+SiteKey = tuple[str, str, int]  # (computation, instruction, call site): an op as the pairing sees it
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
 # they never pair, so a fusion and its root, or a copy and its operand, are not twins.
@@ -40,7 +41,7 @@ class RematIndex:
 
 @dataclass(slots=True, eq=False)
 class _Op:
-    key: Key
+    key: SiteKey
     inst: Instruction
     op_name: str
     named: bool  # carries a remat name
@@ -70,35 +71,49 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     order = count()
     for comp in comps:
         comp_name = comp.name
-        comp_numbers = numbers.numbers(comp)
-        if comp_numbers is None or comp_name in numbers.shared:
-            continue
-        frame = numbers.frame[comp_name]
-        ops += [_Op((comp_name, inst.name), inst, op_name, named, named or taint, next(order), exact, abstract, frame)
-                for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
-                                                                    comp_numbers)
-                if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name),)]
+        # One op per instruction and call site: a callee called from several sites (one per
+        # layer) computes a value of its own at each.
+        for site, (frame, comp_numbers) in enumerate(numbers.numbers_per_site(comp)):
+            ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
+                        abstract, frame)
+                    for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
+                                                                        comp_numbers)
+                    if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name),)]
 
-    remat = _clones(comps) if clones else set()
+    clone_keys = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
-        return RematIndex(frozenset(remat), 0, ())
+        return RematIndex(frozenset(clone_keys), 0, ())
+    remat: set[SiteKey] = set()
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
-    first_of_class: set[Key] = set()
+    first_of_class: set[SiteKey] = set()
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
         remat |= _same_value(members, first_of_class)
     named_ops = [op for op in ops if op.named]
     if named_ops:
         remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    merged = tuple(op.key for op in named_ops if op.key not in remat)
-    return RematIndex(frozenset(remat), len(named_ops), merged)
+    return _per_instruction(ops, named_ops, remat, clone_keys)
+
+
+def _per_instruction(ops: list[_Op], named_ops: list[_Op], remat: set[SiteKey], clone_keys: set[Key]) -> RematIndex:
+    """The index by instruction: an instruction of a callee called from several sites is one
+    row of the accounting, so it is remat where it is recomputation at every site (before
+    optimization nothing merges one site's copy and not another's: they agree)."""
+    sites_of: dict[Key, list[bool]] = {}
+    for op in ops:
+        sites_of.setdefault(op.key[:2], []).append(op.key in remat)
+    found = {key for key, flags in sites_of.items() if all(flags)} | clone_keys
+    named = list(dict.fromkeys(op.key[:2] for op in named_ops))
+    return RematIndex(frozenset(found), len(named), tuple(key for key in named if key not in found))
 
 
 def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames, clones: bool) -> bool:
     """No op carries a remat name, none is a clone (`clones`: `_has_clones(comps)`) and all are
     numbered in one frame (an optimized module without loops, mixtral): only same-value classes
     can pair (`_by_value_only`)."""
-    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact and c.name not in numbers.shared}
+    if any(c.name in numbers.shared for c in comps):  # a callee of several sites: pairs per site (`find_remat`)
+        return False
+    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact}
     if len(frames) > 1:
         return False
     return not clones and not op_names.any_name_holds(REMAT_SCOPE, comps)
@@ -193,7 +208,7 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[Key]) -> set[Key]:
+def _same_value(members: list[_Op], first_of_class: set[SiteKey]) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -219,7 +234,8 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
 
 
-def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[Key], module: Module) -> set[Key]:
+def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
+                  module: Module) -> set[SiteKey]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -238,8 +254,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
     candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
-    used: set[tuple[Key, int]] = set()
-    found: set[Key] = set()
+    used: set[tuple[SiteKey, int]] = set()
+    found: set[SiteKey] = set()
     for op in candidates:
         tail, depth = inner_tail(op.op_name), remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
@@ -253,7 +269,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     return found
 
 
-def _across_frames(ops: list[_Op], sizes: Counter, settled: set[Key]) -> set[Key]:
+def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set[SiteKey]:
     """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
     left without a same-value twin in their own frame: a recompute in a loop body pairs with an
     unmarked op of another frame (the forward loop's body) that applies the same computation to
@@ -267,7 +283,7 @@ def _across_frames(ops: list[_Op], sizes: Counter, settled: set[Key]) -> set[Key
     frames_of: dict[object, set[str]] = {}
     for number, members in _classes([op for op in ops if not op.marked], exact=False).items():
         frames_of[number] = {t.frame for t in members}
-    found: set[Key] = set()
+    found: set[SiteKey] = set()
     for op in ops:
         if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1:
             continue
