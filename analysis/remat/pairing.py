@@ -11,7 +11,8 @@ from typing import Iterable, Mapping
 from hloflops.remat.names import REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, ends_with, inner_tail, remat_depth
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.scopes import phase
-from hloparse.ir import Computation, Instruction, Module
+from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site): an op as the pairing sees it
@@ -92,7 +93,76 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if named_ops:
         remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
     remat |= _across_frames(ops, sizes, remat | first_of_class)
+    remat = _fusion_copies(module, ops, remat, first_of_class)
     return _per_instruction(ops, named_ops, remat, clone_keys)
+
+
+# Ops XLA's fusion duplicates into each consumer fusion (cheap producers): a copy of one inside
+# a fusion is not a computation of its own.
+DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
+
+
+def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey]) -> set[SiteKey]:
+    """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
+    with remat as without: a remat-named copy inside a fusion that computes a gradient (a
+    fusion the program without remat has too) runs there in both programs, so it is not
+    recompute, even where the forward's own copy is elsewhere. A copy runs because of remat
+    exactly where the fusion it is copied into does: where the fusion's output is recompute
+    (`remat`), not where its outputs are unmarked or the model's first computation of their
+    value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
+    recompute differently from its forward), the copy keeps its own pairing's answer; so do
+    the fusion's outputs themselves and unfused ops."""
+    fused = _fused_outputs(module)
+    if not fused:
+        return remat
+    by_key = {op.key: op for op in ops if op.key[0] in fused}
+    decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
+    out = set(remat)
+    for op in ops:
+        comp_name, site = op.key[0], op.key[2]
+        outputs = fused.get(comp_name)
+        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
+            continue
+        if (comp_name, site) not in decided:
+            keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
+            if any(key in remat for key in keys):
+                decided[(comp_name, site)] = True
+            elif all(not by_key[key].marked or key in model for key in keys):
+                decided[(comp_name, site)] = False
+            else:
+                decided[(comp_name, site)] = None
+        runs = decided[(comp_name, site)]
+        if runs is None:
+            continue
+        if runs and op.marked:
+            out.add(op.key)
+        else:
+            out.discard(op.key)
+    return out
+
+
+# Ops that hand on their operand's elements unchanged: a fusion's output through them is the operand.
+_LOOKS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast"})
+
+
+def _fused_outputs(module: Module) -> dict[str, frozenset[str]]:
+    """Each fused computation's outputs: the ops whose values leave it (the root, a tuple
+    root's elements, through reshapes and copies)."""
+    names = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+             for callee in inst.called(CallRole.FUSION)}
+    out: dict[str, frozenset[str]] = {}
+    for name in names:
+        comp = module.by_name.get(name)
+        if comp is None or not comp.instructions:
+            continue
+        pending, found = [comp.root.name], set()
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            found.add(inst.name)
+            if inst.opcode == "tuple" or inst.opcode in _LOOKS_THROUGH:
+                pending += [o for o in inst.operands if o in comp.by_name and o not in found]
+        out[name] = frozenset(found)
+    return out
 
 
 def _per_instruction(ops: list[_Op], named_ops: list[_Op], remat: set[SiteKey], clone_keys: set[Key]) -> RematIndex:
