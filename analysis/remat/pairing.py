@@ -13,9 +13,11 @@ from hloflops.remat.names import (
 )
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.scopes import phase
-from hloparse.ir import Computation, Instruction, Module
+from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
+SiteKey = tuple[str, str, int]  # (computation, instruction, call site): an op as the pairing sees it
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
 # they never pair, so a fusion and its root, or a copy and its operand, are not twins.
@@ -42,7 +44,7 @@ class RematIndex:
 
 @dataclass(slots=True, eq=False)
 class _Op:
-    key: Key
+    key: SiteKey
     inst: Instruction
     op_name: str
     named: bool  # carries a remat name
@@ -73,37 +75,124 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     order = count()
     for comp in comps:
         comp_name = comp.name
-        comp_numbers = numbers.numbers(comp)
-        if comp_numbers is None or comp_name in numbers.shared:
-            continue
-        frame = numbers.frame[comp_name]
-        ops += [_Op((comp_name, inst.name), inst, op_name, named, named or taint, next(order), exact, abstract, frame)
-                for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
-                                                                    comp_numbers)
-                if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
+        # One op per instruction and call site: a callee called from several sites (one per
+        # layer) computes a value of its own at each.
+        for site, (frame, comp_numbers) in enumerate(numbers.numbers_per_site(comp)):
+            ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
+                        abstract, frame)
+                    for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
+                                                                        comp_numbers)
+                    if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
 
-    remat = _clones(comps) if clones else set()
+    clone_keys = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
-        return RematIndex(frozenset(remat), 0, ())
+        return RematIndex(frozenset(clone_keys), 0, ())
+    remat: set[SiteKey] = set()
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
-    first_of_class: set[Key] = set()
+    first_of_class: set[SiteKey] = set()
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
         remat |= _same_value(members, first_of_class)
     named_ops = [op for op in ops if op.named]
     if named_ops:
         remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
     remat |= _across_frames(ops, sizes, remat | first_of_class)
+    remat = _fusion_copies(module, ops, remat, first_of_class)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
-    merged = tuple(op.key for op in named_ops if op.key not in remat and (old is None or op.op_name not in old))
-    return RematIndex(frozenset(remat), len(named_ops), merged)
+    listed = [op for op in named_ops if old is None or op.op_name not in old]
+    return _per_instruction(ops, named_ops, listed, remat, clone_keys)
+
+
+# Ops XLA's fusion duplicates into each consumer fusion (cheap producers): a copy of one inside
+# a fusion is not a computation of its own.
+DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
+
+
+def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey]) -> set[SiteKey]:
+    """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
+    with remat as without: a remat-named copy inside a fusion that computes a gradient (a
+    fusion the program without remat has too) runs there in both programs, so it is not
+    recompute, even where the forward's own copy is elsewhere. A copy runs because of remat
+    exactly where the fusion it is copied into does: where the fusion's output is recompute
+    (`remat`), not where its outputs are unmarked or the model's first computation of their
+    value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
+    recompute differently from its forward), the copy keeps its own pairing's answer; so do
+    the fusion's outputs themselves and unfused ops."""
+    fused = _fused_outputs(module)
+    if not fused:
+        return remat
+    by_key = {op.key: op for op in ops if op.key[0] in fused}
+    decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
+    out = set(remat)
+    for op in ops:
+        comp_name, site = op.key[0], op.key[2]
+        outputs = fused.get(comp_name)
+        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
+            continue
+        if (comp_name, site) not in decided:
+            keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
+            if any(key in remat for key in keys):
+                decided[(comp_name, site)] = True
+            elif all(not by_key[key].marked or key in model for key in keys):
+                decided[(comp_name, site)] = False
+            else:
+                decided[(comp_name, site)] = None
+        runs = decided[(comp_name, site)]
+        if runs is None:
+            continue
+        if runs and op.marked:
+            out.add(op.key)
+        else:
+            out.discard(op.key)
+    return out
+
+
+# Ops that hand on their operand's elements unchanged: a fusion's output through them is the operand.
+_LOOKS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast"})
+
+
+def _fused_outputs(module: Module) -> dict[str, frozenset[str]]:
+    """Each fused computation's outputs: the ops whose values leave it (the root, a tuple
+    root's elements, through reshapes and copies)."""
+    names = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+             for callee in inst.called(CallRole.FUSION)}
+    out: dict[str, frozenset[str]] = {}
+    for name in names:
+        comp = module.by_name.get(name)
+        if comp is None or not comp.instructions:
+            continue
+        pending, found = [comp.root.name], set()
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            found.add(inst.name)
+            if inst.opcode == "tuple" or inst.opcode in _LOOKS_THROUGH:
+                pending += [o for o in inst.operands if o in comp.by_name and o not in found]
+        out[name] = frozenset(found)
+    return out
+
+
+def _per_instruction(ops: list[_Op], named_ops: list[_Op], listed: list[_Op], remat: set[SiteKey],
+                     clone_keys: set[Key]) -> RematIndex:
+    """The index by instruction: an instruction of a callee called from several sites is one
+    row of the accounting, so it is remat where it is recomputation at every site (before
+    optimization nothing merges one site's copy and not another's: they agree)."""
+    sites_of: dict[Key, list[bool]] = {}
+    for op in ops:
+        sites_of.setdefault(op.key[:2], []).append(op.key in remat)
+    found = {key for key, flags in sites_of.items() if all(flags)} | clone_keys
+    named = list(dict.fromkeys(op.key[:2] for op in named_ops))
+    # `listed`: the named ops but older jax's backward work
+    unpaired = dict.fromkeys(op.key[:2] for op in listed if op.key[:2] not in found)
+    return RematIndex(frozenset(found), len(named), tuple(unpaired))
 
 
 def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames, clones: bool) -> bool:
     """No op carries a remat name, none is a clone (`clones`: `_has_clones(comps)`) and all are
     numbered in one frame (an optimized module without loops, mixtral): only same-value classes
     can pair (`_by_value_only`)."""
-    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact and c.name not in numbers.shared}
+    if any(c.name in numbers.shared for c in comps):  # a callee of several sites: pairs per site (`find_remat`)
+        return False
+    frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact}
     if len(frames) > 1:
         return False
     return not clones and not op_names.any_name_holds(REMAT_SCOPE, comps)
@@ -199,7 +288,7 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[Key]) -> set[Key]:
+def _same_value(members: list[_Op], first_of_class: set[SiteKey]) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -225,7 +314,8 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
 
 
-def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[Key], module: Module) -> set[Key]:
+def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
+                  module: Module) -> set[SiteKey]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -244,8 +334,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
     candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
-    used: set[tuple[Key, int]] = set()
-    found: set[Key] = set()
+    used: set[tuple[SiteKey, int]] = set()
+    found: set[SiteKey] = set()
     for op in candidates:
         tail, depth = inner_tail(op.op_name), remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
@@ -259,7 +349,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     return found
 
 
-def _across_frames(ops: list[_Op], sizes: Counter, settled: set[Key]) -> set[Key]:
+def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set[SiteKey]:
     """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
     left without a same-value twin in their own frame: a recompute in a loop body pairs with an
     unmarked op of another frame (the forward loop's body) that applies the same computation to
@@ -273,7 +363,7 @@ def _across_frames(ops: list[_Op], sizes: Counter, settled: set[Key]) -> set[Key
     frames_of: dict[object, set[str]] = {}
     for number, members in _classes([op for op in ops if not op.marked], exact=False).items():
         frames_of[number] = {t.frame for t in members}
-    found: set[Key] = set()
+    found: set[SiteKey] = set()
     for op in ops:
         if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1:
             continue

@@ -119,6 +119,10 @@ class Numbered:
     abstract: dict[str, dict[str, Val]] = field(default_factory=dict)
     tainted: dict[str, set[str]] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)
+    # A shared callee's numbers at its second and later call sites: (frame, exact, abstract,
+    # tainted) per site. An unrolled scan's step or a checkpointed block lowered once and called
+    # once per layer computes a different value at each site (it reads another layer's inputs).
+    sites: dict[str, list[tuple[str, dict[str, Val], dict[str, Val], set[str]]]] = field(default_factory=dict)
 
     def numbers(self, comp: Computation) -> list[Number] | None:
         """Each instruction's `Number`, in instruction order; None where `comp` is not numbered."""
@@ -127,6 +131,20 @@ class Numbered:
             return None
         abstract, tainted = self.abstract[comp.name], self.tainted[comp.name]
         return [(exact[i.name], abstract[i.name], i.name in tainted) for i in comp.instructions]
+
+    def numbers_per_site(self, comp: Computation) -> list[tuple[str, list[Number]]]:
+        """(frame, `numbers`) at each call site of `comp` (one for a computation numbered once;
+        none where it is not numbered, or where it is shared but its sites were not kept)."""
+        first = self.numbers(comp)
+        if first is None:
+            return []
+        later = self.sites.get(comp.name)
+        if comp.name in self.shared and later is None:
+            return []
+        out = [(self.frame[comp.name], first)]
+        for frame, exact, abstract, tainted in later or ():
+            out.append((frame, [(exact[i.name], abstract[i.name], i.name in tainted) for i in comp.instructions]))
+        return out
 
     def value_numbers(self, module: Module) -> ValueNumbers:
         out = ValueNumbers(shared=set(self.shared))
@@ -270,8 +288,9 @@ class _Numbering:
         if comp_name not in out.exact:
             out.frame[comp_name] = self._frame_name
             out.exact[comp_name], out.abstract[comp_name], out.tainted[comp_name] = exact_of, abstract_of, tainted
-        else:  # numbered again from another call site: the first site's numbers stay
+        else:  # numbered again from another call site: the first site's numbers stay, this one's are kept apart
             out.shared.add(comp_name)
+            out.sites.setdefault(comp_name, []).append((self._frame_name, exact_of, abstract_of, tainted))
         plain, head_by_text, ids, kept_names = self._plain, self.head_by_text, self.ids, self.kept_names
         with_abstract = self.with_abstract
         for inst in comp.instructions:

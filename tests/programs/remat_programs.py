@@ -458,7 +458,9 @@ def nnx_pairs() -> list[RematPair]:
 
 
 def all_pairs() -> list[RematPair]:
-    return lm_pairs() + mlp_pairs() + lstm_pairs() + conv_pairs() + nnx_pairs()
+    from tests.programs.remat_programs_cse import cse_pairs  # it builds on this module's models
+
+    return lm_pairs() + mlp_pairs() + lstm_pairs() + conv_pairs() + nnx_pairs() + cse_pairs()
 
 
 PAIRS = all_pairs()

@@ -82,3 +82,32 @@ def test_remat_matmul_flops_are_the_difference_to_the_program_without_remat(name
     assert matmul_flops(plain, remat=True) == 0
     assert matmul_flops(remat, remat=True) == matmul_flops(remat) - matmul_flops(plain)
     assert matmul_flops(remat, remat=False) == matmul_flops(plain)
+
+
+def all_flops(acc, *, remat: bool | None = None) -> int:
+    """Flops of every opcode but reduce-precision (see the test below)."""
+    return sum(r.total.flops for r in acc.rows
+               if r.opcode != "reduce-precision" and (remat is None or r.remat == remat))
+
+
+def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization():
+    """Elementwise and reduce ops follow the dots' rule, checked on the optimized modules: remat
+    FLOPs of all opcodes against the difference of the two programs' totals. Not exact: with
+    remat XLA fuses differently (a cheap op is copied into each consumer fusion, and the fusions
+    are not the same with and without remat), so the count of copies of an elementwise op in the
+    two programs differs by a few beyond the recompute. reduce-precision is left out on both
+    sides: jax puts an identity reduce-precision on each residual a policy saves, which runs
+    because of remat but recomputes nothing (counted as model FLOPs). Measured on this
+    catalogue (jax 0.10.2): every program within 14,592 flops of its difference (the worst:
+    lm_scan_block, of 375,168, and lm_scan_block_dots_no_batch, of 113,024); over the catalogue
+    101,844 flops of excess and deficit together, where counting every remat-named copy gave
+    904,860."""
+    misses = {}
+    for pair in PAIRS:
+        remat, plain = accounts(pair.name, "remat")["after"], accounts(pair.name, "plain")["after"]
+        assert all_flops(plain, remat=True) == 0
+        difference = all_flops(remat) - all_flops(plain)
+        misses[pair.name] = (all_flops(remat, remat=True) - difference, difference)
+    too_far = {name: m for name, m in misses.items() if abs(m[0]) > 16_384}
+    assert not too_far
+    assert sum(abs(m[0]) for m in misses.values()) <= 110_000
