@@ -104,8 +104,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
 
 
 # Ops XLA's fusion duplicates into each consumer fusion (cheap producers): a copy of one inside
-# a fusion is not a computation of its own.
-DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
+# a fusion is not a computation of its own. XLA's instruction fusion never duplicates an
+# expensive op (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`), so a
+# remat-named one inside a fusion is a recompute of its own, and so are the cheap copies it reads
+# there (the recomputed bias add under a recomputed tanh: seed 004).
+EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
+DUPLICATED = ELEMENTWISE_FLOP_OPCODES - EXPENSIVE
 
 
 def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey]) -> set[SiteKey]:
@@ -122,12 +126,15 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
     if not fused:
         return remat
     by_key = {op.key: op for op in ops if op.key[0] in fused}
+    feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
     out = set(remat)
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
         outputs = fused.get(comp_name)
         if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
+            continue
+        if op.key[:2] in feeds_expensive:
             continue
         if (comp_name, site) not in decided:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
@@ -145,6 +152,25 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         else:
             out.discard(op.key)
     return out
+
+
+def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
+    """The ops of fused computations that a remat-marked expensive op of the same fusion reads,
+    directly or through other ops: a chain XLA's fusion would not have duplicated by itself."""
+    found: set[Key] = set()
+    for name in fused:
+        comp = module.by_name.get(name)
+        if comp is None:
+            continue
+        pending = [inst.name for inst in comp.instructions
+                   if inst.opcode in EXPENSIVE and (name, inst.name) in marked]
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            for operand in inst.operands:
+                if operand in comp.by_name and (name, operand) not in found:
+                    found.add((name, operand))
+                    pending.append(operand)
+    return found
 
 
 # Ops that hand on their operand's elements unchanged: a fusion's output through them is the operand.

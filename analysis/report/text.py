@@ -86,7 +86,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     unpaired = report.remat_unpaired
     if unpaired:
         lines.append(f"remat-named ops without a twin: {len(unpaired):,} ({sum(u.flops for u in unpaired):,} flops), "
-                     "counted as model flops (CSE merged them, or their forward was not found): "
+                     "counted as model flops (CSE merged them, XLA's fusion copied them into a gradient, or their "
+                     "forward was not found): "
                      "the remat split may be low")
     phases = report.phase_flops
     lines.append(
