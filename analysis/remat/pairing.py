@@ -103,13 +103,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     return _per_instruction(ops, named_ops, listed, remat, clone_keys)
 
 
-# Ops XLA's fusion duplicates into each consumer fusion (cheap producers): a copy of one inside
-# a fusion is not a computation of its own. XLA's instruction fusion never duplicates an
-# expensive op (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`), so a
-# remat-named one inside a fusion is a recompute of its own, and so are the cheap copies it reads
-# there (the recomputed bias add under a recomputed tanh: seed 004).
+# Elementwise ops inside fusions: the ops whose remat-named copies `_fusion_copies` looks at.
+DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
+# XLA's instruction fusion duplicates only cheap ops into each consumer, never an expensive one
+# (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`): a remat-named expensive
+# op inside a fusion is a recompute of its own, and so are the cheap copies it reads there (seed
+# 004: the recomputed bias add under a recomputed tanh, in the fusion of the input gradient).
 EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
-DUPLICATED = ELEMENTWISE_FLOP_OPCODES - EXPENSIVE
 
 
 def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey]) -> set[SiteKey]:
@@ -134,8 +134,6 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         outputs = fused.get(comp_name)
         if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
             continue
-        if op.key[:2] in feeds_expensive:
-            continue
         if (comp_name, site) not in decided:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
             if any(key in remat for key in keys):
@@ -147,10 +145,11 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         runs = decided[(comp_name, site)]
         if runs is None:
             continue
-        if runs and op.marked:
+        expensive = op.inst.opcode in EXPENSIVE
+        if runs and op.marked and (expensive or op.key[:2] not in feeds_expensive):
             out.add(op.key)
-        else:
-            out.discard(op.key)
+        elif not expensive and op.key[:2] not in feeds_expensive:
+            out.discard(op.key)  # a cheap copy: the program without remat has it too
     return out
 
 

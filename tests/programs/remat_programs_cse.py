@@ -191,8 +191,33 @@ def _unrolled_scan(remat: bool):
     return run
 
 
+class TiedBlock(nn.Module):
+    dense: nn.Module
+
+    def __call__(self, x):
+        return x + jnp.tanh(self.dense(x))
+
+
+class TiedNet(nn.Module):
+    """Seed 004's model: one Dense shared by four blocks (tied weights), each block remat'd."""
+
+    remat: bool
+
+    def setup(self):
+        self.shared = nn.Dense(32)
+        block = nn.remat(TiedBlock) if self.remat else TiedBlock
+        self.blocks = [block(dense=self.shared) for _ in range(4)]
+
+    def __call__(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def cse_pairs() -> list[RematPair]:
     return [_whole_model_checkpoint(), *encoder_decoder_pairs(), *lstm_tagger_pairs(), _jax_transformer_pair(),
             _fn_pair("mlp_checkpoint_in_scan_unrolled", _unrolled_scan,
-                     "lax.scan(unroll=True) over a jax.checkpoint'd layer")]
+                     "lax.scan(unroll=True) over a jax.checkpoint'd layer"),
+            _linen_pair("tied_dense_blocks", TiedNet, (jax.ShapeDtypeStruct((8, 32), jnp.float32),),
+                        "seed 004: remat'd blocks sharing one Dense; CSE merges each recomputed dot into its forward")]
 
