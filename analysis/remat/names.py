@@ -233,10 +233,10 @@ class OldRematFrames:
 
 
 def old_remat_frames(op_names: OpNames, comps: list[Computation]) -> OldRematFrames | None:
-    """The old remat frames of `comps`' op_names, or None where there are none. A module that
-    names a recompute `rematted_computation` comes from a jax that never prints the old frame:
-    its bare `remat` frames are users' names."""
-    if not op_names.any_name_holds("remat", comps) or op_names.any_name_holds(REMAT_SCOPE, comps):
+    """The old remat frames of `comps`' op_names, or None where there are none (asked where some
+    op_name holds `remat`). A module that names a recompute `rematted_computation` comes from a
+    jax that never prints the old frame: its bare `remat` frames are users' names."""
+    if op_names.any_name_holds(REMAT_SCOPE, comps):
         return None
     frames = OldRematFrames(chain.from_iterable(map(op_names.names_in, comps)))
     return frames if frames else None

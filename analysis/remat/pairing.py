@@ -60,16 +60,22 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
     clones = _has_clones(comps)
-    old = old_remat_frames(op_names, comps)  # older jax's `remat` frame (hloflops.remat.names)
+    # One look through the names: jax's scope and older jax's frame both hold `remat`. Most
+    # modules have neither, and this look is most of their remat pass.
+    remat_named = op_names.any_name_holds("remat", comps)
+    old = old_remat_frames(op_names, comps) if remat_named else None  # older jax's `remat` frame
     if values is None:
         opcodes = _opcodes(module)
-        if old is None and not _may_be_marked(comps, op_names, opcodes, clones):
+        # Nothing can be marked without a remat name, a `.remat` clone or an optimization barrier
+        # (a clone outside `comps` marks none of theirs): nothing is remat, and the value
+        # numbering, the costliest part of the pass, is not needed.
+        if not (remat_named or clones or "opt-barrier" in opcodes):
             return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
         # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
         numbers = numbered(module, "while" in opcodes)
     else:
         numbers = Numbered.of(module, values)
-    if old is None and _one_frame_unnamed(comps, numbers, op_names, clones):
+    if old is None and _one_frame_unnamed(comps, numbers, op_names, clones, remat_named):
         return _by_value_only(comps, numbers, op_names)
     ops: list[_Op] = []
     order = count()
@@ -145,10 +151,14 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         runs = decided[(comp_name, site)]
         if runs is None:
             continue
-        expensive = op.inst.opcode in EXPENSIVE
-        if runs and op.marked and (expensive or op.key[:2] not in feeds_expensive):
+        if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
+            if runs and op.marked:
+                out.add(op.key)
+        elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
+            continue
+        elif runs and op.marked:
             out.add(op.key)
-        elif not expensive and op.key[:2] not in feeds_expensive:
+        else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
     return out
 
@@ -211,16 +221,17 @@ def _per_instruction(ops: list[_Op], named_ops: list[_Op], listed: list[_Op], re
     return RematIndex(frozenset(found), len(named), tuple(unpaired))
 
 
-def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames, clones: bool) -> bool:
-    """No op carries a remat name, none is a clone (`clones`: `_has_clones(comps)`) and all are
-    numbered in one frame (an optimized module without loops, mixtral): only same-value classes
-    can pair (`_by_value_only`)."""
+def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames, clones: bool,
+                       remat_named: bool) -> bool:
+    """No op carries a remat name (`remat_named`: some op_name holds `remat`), none is a clone
+    (`clones`: `_has_clones(comps)`) and all are numbered in one frame (an optimized module
+    without loops, mixtral): only same-value classes can pair (`_by_value_only`)."""
     if any(c.name in numbers.shared for c in comps):  # a callee of several sites: pairs per site (`find_remat`)
         return False
     frames = {numbers.frame[c.name] for c in comps if c.name in numbers.exact}
     if len(frames) > 1:
         return False
-    return not clones and not op_names.any_name_holds(REMAT_SCOPE, comps)
+    return not clones and not (remat_named and op_names.any_name_holds(REMAT_SCOPE, comps))
 
 
 def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> RematIndex:
@@ -292,16 +303,6 @@ def _opcodes(module: Module) -> set[str]:
     """The opcodes the module uses, found once for the tests below (each scanned every
     instruction)."""
     return {inst.opcode for comp in module.computations for inst in comp.instructions}
-
-
-def _may_be_marked(comps: list[Computation], op_names: OpNames, opcodes: set[str], clones: bool) -> bool:
-    """Can any op of `comps` be remat-marked? Not without a remat name, a `.remat` clone
-    (`clones`: `_has_clones(comps)`) or an optimization barrier in the module (`opcodes`: the
-    module's): then nothing is remat, and the value numbering, the costliest part of the pass, is
-    not needed. (A clone in a computation outside `comps` marks none of theirs.)"""
-    if clones or "opt-barrier" in opcodes:
-        return True
-    return op_names.any_name_holds(REMAT_SCOPE, comps)
 
 
 def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:

@@ -108,6 +108,12 @@ class ValueNumbers:
 Number = tuple[Val, Val, bool]  # an instruction's (exact, abstract, tainted)
 
 
+def _in_order(comp: Computation, exact: Mapping[str, Val], abstract: Mapping[str, Val],
+              tainted: set[str]) -> list[Number]:
+    """Each instruction's `Number` (exact, abstract, tainted), in instruction order."""
+    return [(exact[i.name], abstract[i.name], i.name in tainted) for i in comp.instructions]
+
+
 @dataclass
 class Numbered:
     """The numbering as the pairing reads it: per computation numbered from ENTRY, the frame it
@@ -129,8 +135,7 @@ class Numbered:
         exact = self.exact.get(comp.name)
         if exact is None:
             return None
-        abstract, tainted = self.abstract[comp.name], self.tainted[comp.name]
-        return [(exact[i.name], abstract[i.name], i.name in tainted) for i in comp.instructions]
+        return _in_order(comp, exact, self.abstract[comp.name], self.tainted[comp.name])
 
     def numbers_per_site(self, comp: Computation) -> list[tuple[str, list[Number]]]:
         """(frame, `numbers`) at each call site of `comp` (one for a computation numbered once;
@@ -143,7 +148,7 @@ class Numbered:
             return []
         out = [(self.frame[comp.name], first)]
         for frame, exact, abstract, tainted in later or ():
-            out.append((frame, [(exact[i.name], abstract[i.name], i.name in tainted) for i in comp.instructions]))
+            out.append((frame, _in_order(comp, exact, abstract, tainted)))
         return out
 
     def value_numbers(self, module: Module) -> ValueNumbers:
