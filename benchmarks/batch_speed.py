@@ -90,7 +90,7 @@ def _run_on_snapshot(argv: list[str]) -> int:
     """Rerun this script on a private copy of the engine's sources: the cached-rerun measurement
     needs the engine version to stay put, and a working tree being edited would change it."""
     with tempfile.TemporaryDirectory(prefix="hloflops-bench-engine-") as snapshot:
-        for directory, package in (("hloparse", "hloparse"), ("analysis", "hloflops")):  # analysis/ is hloflops
+        for directory, package in (("hloparse", "hloparse"), ("analysis/hloflops", "hloflops")):
             shutil.copytree(REPO / directory, Path(snapshot) / package, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(REPO / "pyproject.toml", Path(snapshot) / "pyproject.toml")  # the version is part of the engine's
         # The child runs in the snapshot; relative paths on the command line are the caller's.

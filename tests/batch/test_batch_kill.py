@@ -33,7 +33,7 @@ def _make_input(root: Path) -> int:
 def _snapshot_engine(root: Path) -> Path:
     """A private copy of the engine's sources, so that edits to the working tree while the test runs
     cannot change the engine version between the runs being compared."""
-    for directory, package in (("hloparse", "hloparse"), ("analysis", "hloflops")):  # analysis/ is hloflops
+    for directory, package in (("hloparse", "hloparse"), ("analysis/hloflops", "hloflops")):
         shutil.copytree(REPO / directory, root / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")  # the version is part of the engine's
     return root

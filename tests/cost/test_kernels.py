@@ -1,5 +1,5 @@
 """TopK, block-scaled dot, cuDNN conv graphs, author-estimated kernels, and the corpus: every module
-holding one of the kernels of analysis/cost/kernels.py or attention.py reports it counted."""
+holding one of the kernels of analysis/hloflops/cost/kernels.py or attention.py reports it counted."""
 
 from __future__ import annotations
 

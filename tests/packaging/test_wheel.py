@@ -61,9 +61,9 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def package_dir(directory: Path) -> str:
-    """Where a package directory of the tree lands in the wheel: analysis/x -> hloflops/x."""
+    """Where a package directory of the tree lands in the wheel: analysis/hloflops/x -> hloflops/x."""
     parts = directory.relative_to(REPO).parts
-    return "/".join(("hloflops" if parts[0] == "analysis" else parts[0],) + parts[1:])
+    return "/".join(parts[1:] if parts[0] == "analysis" else parts)
 
 
 def test_the_wheel_installs_two_top_level_names(wheel: Path) -> None:

@@ -97,7 +97,7 @@ def test_dot_mfu_upper_bound_is_one_when_compute_bound() -> None:
 
 def test_every_builtin_chip_names_its_source() -> None:
     assert {c.name for c in CHIPS} == {"a100", "h100", "h200", "b200", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"}
-    source = (ROOT / "analysis" / "report" / "chips.py").read_text()
+    source = (ROOT / "analysis" / "hloflops" / "report" / "chips.py").read_text()
     for chip in CHIPS:
         assert chip.source and "bf16" in chip.peak_flops_per_s
         assert chip.hbm_bytes_per_s > 0 and chip.interconnect_bytes_per_s > 0
