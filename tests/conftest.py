@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 
+from tests.support.corpus import CORPUS_DIR, index_rows, require_corpus  # noqa: F401  (CORPUS_DIR: kept importable here)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "examples"
-# The shared corpus of real HLO modules sits next to the checkout: <repo>/../shared/corpus.
-CORPUS_DIR = (REPO_ROOT / ".." / "shared" / "corpus").resolve()
 
 
 @pytest.fixture(scope="session")
@@ -25,14 +24,13 @@ def examples_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
-    """The corpus folder; skips (saying where it looked) only when it is absent. CI has it."""
-    if not (CORPUS_DIR / "index.csv").is_file():
-        pytest.skip(f"corpus not found: expected {CORPUS_DIR}/index.csv (../shared/corpus next to the repo)")
-    return CORPUS_DIR
+    """The development corpus (<repo>/../shared/corpus): every test that reads it takes it here.
+    Without it the test is skipped with a reason saying how to get it; CI (HLOFLOPS_REQUIRE_CORPUS=1)
+    fails it instead (tests/support/corpus.py)."""
+    return require_corpus()
 
 
 @pytest.fixture(scope="session")
 def corpus_index(corpus_dir: Path) -> list[dict[str, str]]:
     """Rows of index.csv (XLA's parse result and cost numbers per module), as strings."""
-    with open(corpus_dir / "index.csv", newline="") as f:
-        return list(csv.DictReader(f))
+    return index_rows()

@@ -21,10 +21,13 @@ import pytest
 from hloflops import analyze
 from hloflops.cost import attention
 from hloparse import parse
+from tests.support.corpus import require_corpus
 
-CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
-CUDNN_TEMPLATE = CORPUS / "xla_cc_gpu" / "backends__gpu__tests__gpu_fused_mha_test__L1145.hlo"
-TE_TEMPLATE = CORPUS / "xla_benchmark_models" / "tools__benchmarks__hlo__hlo_llama31_8b_bf16_2x8.hlo"
+# The fused modules below are built from a real one's backend config, read from the development
+# corpus: the tests that build them take the corpus_dir fixture (skipped without the corpus).
+CUDNN_TEMPLATE = Path("xla_cc_gpu") / "backends__gpu__tests__gpu_fused_mha_test__L1145.hlo"
+TE_TEMPLATE = Path("xla_benchmark_models") / "tools__benchmarks__hlo__hlo_llama31_8b_bf16_2x8.hlo"
+NEEDS_CORPUS = pytest.mark.usefixtures("corpus_dir")
 HLO_TYPE = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 B, T, S, N, H = 2, 16, 16, 4, 8
@@ -84,7 +87,7 @@ def unfused(dtype: str, group: int, jax_kwargs: dict, padding: bool = False, gra
 
 @lru_cache(maxsize=None)
 def cudnn_config() -> dict:
-    module = parse(CUDNN_TEMPLATE.read_text())
+    module = parse((require_corpus() / CUDNN_TEMPLATE).read_text())
     for _, inst in module.instructions():
         if inst.custom_call_target == "__cudnn$fmhaSoftmax":
             return inst.backend_config
@@ -126,7 +129,7 @@ def fused_cudnn(dtype: str, group: int, mask_type: str, window: int, padding: bo
 @lru_cache(maxsize=None)
 def te_attributes() -> str:
     match = re.search(r'custom_call_target="te_fused_attn_forward_ffi".*?backend_config=(\{[^}]*\})',
-                      TE_TEMPLATE.read_text())
+                      (require_corpus() / TE_TEMPLATE).read_text())
     assert match, "no te_fused_attn_forward_ffi in the Llama dump"
     return match.group(1)
 
@@ -171,6 +174,7 @@ def dots(report) -> int:
 
 
 # ---- forward: unfused vs fused ---------------------------------------------------------------
+@NEEDS_CORPUS
 @pytest.mark.parametrize("group", GQA)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_no_mask_fused_equals_unfused_dot_and_softmax(dtype, group):
@@ -185,6 +189,7 @@ def test_no_mask_fused_equals_unfused_dot_and_softmax(dtype, group):
         assert flops == forward_formula(B * N * S * S, B * N * T)
 
 
+@NEEDS_CORPUS
 @pytest.mark.parametrize("group", GQA)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mask", ["causal", "window"])
@@ -202,6 +207,7 @@ def test_masked_fused_equals_the_formula(mask, dtype, group):
         assert report.transcendentals == entries
 
 
+@NEEDS_CORPUS
 @pytest.mark.parametrize("group", GQA)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_padding_with_constant_lengths_counts_each_sequence(dtype, group):
@@ -214,6 +220,7 @@ def test_padding_with_constant_lengths_counts_each_sequence(dtype, group):
     assert not any("upper bound" in (r.note or "") for r in report.rows)
 
 
+@NEEDS_CORPUS
 def test_runtime_padding_lengths_count_full_length_and_say_so():
     report = analyze(fused_te("bfloat16", 2, 3))  # PADDING_CAUSAL, cu_seqlens are parameters
     assert report.flops == forward_formula(B * N * S * (S + 1) // 2, B * N * T)
@@ -239,6 +246,7 @@ def test_kept_entries_match_jax_masks(causal, window, q_len, kv_len):
     assert got == (int(mask.sum()), int(mask.any(axis=1).sum()))
 
 
+@NEEDS_CORPUS
 @pytest.mark.parametrize("q_len,kv_len", [(16, 16), (7, 16), (16, 7)])
 def test_bottom_right_causal_by_its_definition(q_len, kv_len):
     # key j is kept for query i when j <= i + kv_len - q_len
@@ -254,6 +262,7 @@ def test_causal_square_is_s_times_s_plus_one_over_two():
 
 
 # ---- backward ----------------------------------------------------------------------------------
+@NEEDS_CORPUS
 @pytest.mark.parametrize("group", GQA)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward_gemms_are_the_unfused_backward_dots_plus_the_recompute(dtype, group):
@@ -270,6 +279,7 @@ def test_backward_gemms_are_the_unfused_backward_dots_plus_the_recompute(dtype, 
         assert report.transcendentals == entries
 
 
+@NEEDS_CORPUS
 def test_backward_causal_follows_the_formula():
     entries, rows = B * N * S * (S + 1) // 2, B * N * T
     for fused in (fused_cudnn("bfloat16", 2, "CAUSAL", 0, backward=True), fused_te("bfloat16", 2, 2, backward=True)):
@@ -277,11 +287,11 @@ def test_backward_causal_follows_the_formula():
 
 
 # ---- XLA's own pair: gpu_fused_mha_test's reference and fused forms ----------------------------
-def test_gpu_fused_mha_test_pair_gemms():
+def test_gpu_fused_mha_test_pair_gemms(corpus_dir: Path):
     """L806 is the reference (plain dots and softmax, forward and backward) of the fused L920:
     B=2, N=6, Sq=Sk=1024, D=64, no mask. The fused pair's GEMMs are the reference's six dots plus
     FlashAttention-2's recompute of Q K^T; the rest follows the formula."""
-    folder = CORPUS / "xla_cc_gpu"
+    folder = corpus_dir / "xla_cc_gpu"
     reference = analyze(str(folder / "backends__gpu__tests__gpu_fused_mha_test__L806.hlo"))
     fused = analyze(str(folder / "backends__gpu__tests__gpu_fused_mha_test__L920.hlo"))
     entries, rows, d = 2 * 6 * 1024 * 1024, 2 * 6 * 1024, 64
@@ -295,6 +305,7 @@ def test_gpu_fused_mha_test_pair_gemms():
 
 
 # ---- the report --------------------------------------------------------------------------------
+@NEEDS_CORPUS
 def test_attention_is_its_own_line_with_the_convention():
     report = analyze(fused_cudnn("bfloat16", 2, "CAUSAL", 0))
     groups = {g.key: g for g in report.by_opcode()}
@@ -309,6 +320,7 @@ def test_attention_is_its_own_line_with_the_convention():
     assert "counted by the FlashAttention-2 convention" in report.summary()
 
 
+@NEEDS_CORPUS
 def test_unknown_attention_configuration_is_reported_not_guessed():
     text = fused_te("bfloat16", 1, 2).replace("mask_type = 2 : i64", "mask_type = 6 : i64")
     report = analyze(text)
@@ -317,6 +329,7 @@ def test_unknown_attention_configuration_is_reported_not_guessed():
     assert report.flops == 0 and not report.is_exact
 
 
+@NEEDS_CORPUS
 @pytest.mark.parametrize("mask_type,causal", [(0, False), (2, True)])
 @pytest.mark.parametrize("window", [(2, 5), (3, 0)])
 @pytest.mark.parametrize("q_len,kv_len", [(16, 16), (7, 16)])

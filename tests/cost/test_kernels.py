@@ -13,7 +13,6 @@ from hloflops.cost.kernels import op_group
 from hloflops import analyze
 from hloflops.cost import attention
 
-CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
 ALWAYS_COUNTED = re.compile(r'custom_call_target="(te_fused_attn_(?:forward|backward)_ffi|__cudnn\$fmha\w+|TopK|'
                             r'__op\$block_scaled_dot)"')
 
@@ -90,8 +89,8 @@ ENTRY main {
     assert analyze(with_global).flops == report.flops + 4 * 128 * 96
 
 
-def test_cudnn_conv_graph_counts_its_convolution():
-    path = next(p for p in sorted((CORPUS / "xla_cc_gpu").glob("*.hlo"))
+def test_cudnn_conv_graph_counts_its_convolution(corpus_dir: Path):
+    path = next(p for p in sorted((corpus_dir / "xla_cc_gpu").glob("*.hlo"))
                 if '"__cudnn$convForward"' in p.read_text() and "window=" in p.read_text())
     text = path.read_text()
     forward = analyze(text)
@@ -121,16 +120,16 @@ def test_pallas_tpu_cost_estimate_is_used_and_said_to_be_the_authors():
 
 # ---- the corpus --------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
-def corpus_modules_with(pattern: str) -> tuple[Path, ...]:
+def corpus_modules_with(corpus_dir: Path, pattern: str) -> tuple[Path, ...]:
     found = []
-    for path in sorted(CORPUS.rglob("*.hlo")):
+    for path in sorted(corpus_dir.rglob("*.hlo")):
         if "_malformed" not in path.parts and re.search(pattern, path.read_text(errors="replace")):
             found.append(path)
     return tuple(found)
 
 
-def test_every_corpus_module_with_attention_topk_or_block_scaled_dot_counts_them():
-    paths = corpus_modules_with(ALWAYS_COUNTED.pattern)
+def test_every_corpus_module_with_attention_topk_or_block_scaled_dot_counts_them(corpus_dir: Path):
+    paths = corpus_modules_with(corpus_dir, ALWAYS_COUNTED.pattern)
     # 7 TE dumps, 7 cuDNN fmha tests, 8 with TopK (Mixtral is also a TE dump), 13 block-scaled dots
     assert len(paths) == 7 + 7 + 8 + 13 - 1
     attention_modules = 0
@@ -148,8 +147,8 @@ def test_every_corpus_module_with_attention_topk_or_block_scaled_dot_counts_them
     assert attention_modules == 7 + 7
 
 
-def test_corpus_gemms_and_convolutions_are_counted_unless_their_config_is_missing():
-    paths = corpus_modules_with(r'custom_call_target="__(cublas\$\w|cudnn\$conv)')
+def test_corpus_gemms_and_convolutions_are_counted_unless_their_config_is_missing(corpus_dir: Path):
+    paths = corpus_modules_with(corpus_dir, r'custom_call_target="__(cublas\$\w|cudnn\$conv)')
     assert paths
     for path in paths:
         for u in analyze(str(path)).uncounted:
@@ -157,8 +156,8 @@ def test_corpus_gemms_and_convolutions_are_counted_unless_their_config_is_missin
                 assert "cannot read its dimensions" in u.reason, (path.name, u.reason)
 
 
-def test_corpus_mosaic_gpu_kernels_say_why_they_are_uncounted():
-    paths = corpus_modules_with(r'custom_call_target="mosaic_gpu')
+def test_corpus_mosaic_gpu_kernels_say_why_they_are_uncounted(corpus_dir: Path):
+    paths = corpus_modules_with(corpus_dir, r'custom_call_target="mosaic_gpu')
     assert len(paths) == 3
     for path in paths:
         reasons = [u.reason for u in analyze(str(path)).uncounted if u.target.startswith("mosaic_gpu")]
@@ -171,8 +170,8 @@ def test_corpus_mosaic_gpu_kernels_say_why_they_are_uncounted():
     ("tools__benchmarks__hlo__hlo_llama31_8b_bf16_2x8.hlo",
      32 * (2 * 32 * 8192 * 8193 // 2 * (4 * 128 + 5 + 6 * 128 + 4 * 128 + 7) - 2 * 2 * 32 * 8192)),
 ])
-def test_llama_attention_share(name, attention_flops):
-    report = analyze(str(CORPUS / "xla_benchmark_models" / name))
+def test_llama_attention_share(name, attention_flops, corpus_dir: Path):
+    report = analyze(str(corpus_dir / "xla_benchmark_models" / name))
     group = {g.key: g for g in report.by_opcode()}["attention"]
     assert group.instructions == 64 and group.total.flops == attention_flops
     assert report.uncounted == ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +13,6 @@ import hloparse
 from hloflops.cost.costs import Cost
 from hloflops.engine import own_cost
 from hloflops.xla.estimate import loop_once_totals, xla_estimate
-
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
 
 def _cost(text: str, name: str, view: str):
@@ -24,10 +23,10 @@ def _cost(text: str, name: str, view: str):
     raise KeyError(name)
 
 
-def _corpus_gemms():
+def _corpus_gemms(corpus_dir: Path):
     """(file, module, computation, instruction) of every cuBLAS GEMM custom-call in the corpus."""
     found = []
-    for path in sorted(glob.glob(os.path.join(CORPUS, "**", "*.hlo"), recursive=True)):
+    for path in sorted(glob.glob(os.path.join(corpus_dir, "**", "*.hlo"), recursive=True)):
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         if "__cublas$" not in text:
@@ -38,7 +37,7 @@ def _corpus_gemms():
             continue
         for comp, inst in module.instructions():
             if inst.opcode == "custom-call" and (inst.custom_call_target or "").startswith("__cublas$"):
-                found.append((os.path.relpath(path, CORPUS), module, comp, inst))
+                found.append((os.path.relpath(path, corpus_dir), module, comp, inst))
     return found
 
 
@@ -74,8 +73,8 @@ def _equivalent_dot_text(comp, inst) -> str:
     )
 
 
-def test_cublas_gemms_in_the_corpus_cost_what_the_same_dot_costs():
-    gemms = _corpus_gemms()
+def test_cublas_gemms_in_the_corpus_cost_what_the_same_dot_costs(corpus_dir: Path):
+    gemms = _corpus_gemms(corpus_dir)
     costed = [g for g in gemms if own_cost(g[1], g[2], g[3], view="exact").uncounted is None]
     assert len(costed) >= 15, f"expected many cuBLAS GEMMs with dot dimensions, found {len(costed)}"
     for path, module, comp, inst in costed:
@@ -87,12 +86,12 @@ def test_cublas_gemms_in_the_corpus_cost_what_the_same_dot_costs():
         assert own_cost(module, comp, inst, view="xla").cost.flops == -1
 
 
-def test_cublas_gemm_flops_equal_xlas_flops_for_the_dot():
+def test_cublas_gemm_flops_equal_xlas_flops_for_the_dot(corpus_dir: Path):
     pytest.importorskip("jax")
     from hloflops.xla.compare import xla_cost_of_text
 
     checked = 0
-    for path, module, comp, inst in _corpus_gemms():
+    for path, module, comp, inst in _corpus_gemms(corpus_dir):
         cost = own_cost(module, comp, inst, view="exact")
         if cost.uncounted is not None:
             continue

@@ -295,14 +295,12 @@ def test_a_branch_holding_an_unknown_loop_is_chosen_at_the_given_counts(stage: s
 # torax's predictor-corrector: an unknown loop (while.370) in one branch of a conditional whose
 # other conditionals have constant selectors (hloflops.loops.branches resolves those): the
 # formula must follow the branches the accounting resolved, not the dearest ones.
-TORAX = (ROOT / ".." / "shared" / "corpus" / "xla_benchmark_models"
-         / "tools__benchmarks__hlo__hlo_torax_iterhybrid_predictor_corrector_f64.hlo").resolve()
+TORAX = "xla_benchmark_models/tools__benchmarks__hlo__hlo_torax_iterhybrid_predictor_corrector_f64.hlo"
 
 
-def test_formula_follows_constant_selectors_around_an_unknown_loop() -> None:
-    if not TORAX.is_file():
-        pytest.skip(f"corpus module not found: {TORAX}")
-    report = analyze(str(TORAX))
+def test_formula_follows_constant_selectors_around_an_unknown_loop(corpus_dir: Path) -> None:
+    torax = str(corpus_dir / TORAX)
+    report = analyze(torax)
     assert report.formula is not None and report.conditionals
     assert any(c.resolution == "constant" for c in report.conditionals)
     names = [symbol.name for symbol in report.formula.symbols]
@@ -311,7 +309,7 @@ def test_formula_follows_constant_selectors_around_an_unknown_loop() -> None:
         report.flops, report.transcendentals, report.bytes_accessed)
     for n in (0, 1, 3):
         counts = {name: n for name in names}
-        given = analyze(str(TORAX), trip_counts=counts)
+        given = analyze(torax, trip_counts=counts)
         got = report.evaluate(counts)
         assert (got.flops, got.transcendentals, got.bytes_accessed) == (
             given.flops, given.transcendentals, given.bytes_accessed), n

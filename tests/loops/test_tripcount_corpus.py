@@ -5,15 +5,12 @@ The corpus index records, per module, how many while instructions XLA's parser s
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 
 import hloparse
 from hloflops.loops.tripcount import SOURCES, backend_config_trip_count, infer_trip_count, trip_count
-
-CORPUS = Path("/work/shared/corpus")
 
 # XLA unit tests whose backend_config was written by hand and disagrees with the loop itself:
 # three double-buffering tests annotate 11 on a loop `i < 10` from 0, and the annotator test
@@ -27,14 +24,11 @@ HAND_WRITTEN_CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def corpus_loops():
-    if not (CORPUS / "index.csv").exists():
-        pytest.skip("shared corpus not present")
-    with open(CORPUS / "index.csv") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["n_while"] or 0) > 0 and r["xla_parses"] == "yes"]
+def corpus_loops(corpus_dir: Path, corpus_index: list[dict[str, str]]):
+    rows = [r for r in corpus_index if int(r["n_while"] or 0) > 0 and r["xla_parses"] == "yes"]
     found = []
     for row in rows:
-        module = hloparse.load(CORPUS / row["file"])
+        module = hloparse.load(corpus_dir / row["file"])
         loops = [(comp, inst) for comp, inst in module.instructions() if inst.opcode == "while"]
         found.append((row, module, loops))
     return found

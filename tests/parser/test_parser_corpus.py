@@ -10,26 +10,18 @@ those are is read from XLA's own error text, by category, never file by file.
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
 import pytest
 
 import hloparse
-from tests.conftest import CORPUS_DIR, EXAMPLES_DIR
+from tests.conftest import EXAMPLES_DIR
+from tests.support.corpus import index_rows
 from tests.support.parser_xla_structure import compare_structures, our_structure, text_key, xla_structures
 
 
-def _index_rows() -> list[dict[str, str]]:
-    index = CORPUS_DIR / "index.csv"
-    if not index.is_file():
-        return []
-    with open(index, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-ROWS = _index_rows()
+ROWS = index_rows()  # [] without the corpus: the tests parametrised from it take corpus_dir, which skips
 ACCEPTED = [r["file"] for r in ROWS if r["xla_parses"] == "yes"]
 REJECTED = [r for r in ROWS if r["xla_parses"] == "no"]
 
@@ -257,8 +249,7 @@ def test_fresh_jax_modules_match_xla(program: str, stage: str) -> None:
     assert_locations_point_at_the_text(module, text, f"{program}.{stage}")
 
 
-@pytest.mark.skipif(not ACCEPTED, reason="the shared corpus is not beside this checkout")
-def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
+def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction(corpus_dir: Path) -> None:
     """decode_fast is an optimisation of decode_statement: on every instruction of the corpus it
     takes, it must make exactly what the full decoder makes (the full decoder is what the XLA
     comparisons exercise on the rest)."""
@@ -270,7 +261,7 @@ def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
               "inline_operand_shapes")
     taken = 0
     for file in ACCEPTED:
-        for kind, statement in split_statements((CORPUS_DIR / file).read_text()):
+        for kind, statement in split_statements((corpus_dir / file).read_text()):
             fast = decode_fast(statement.text, "c") if kind == "INSTRUCTION" else None
             if fast is None:
                 continue
@@ -282,8 +273,7 @@ def test_fast_path_and_full_decoder_agree_on_every_corpus_instruction() -> None:
     assert taken > 400_000  # the fast path is the common case: it must not silently stop matching
 
 
-@pytest.mark.skipif(not ACCEPTED, reason="the shared corpus is not beside this checkout")
-def test_walk_and_line_splitter_agree_on_every_corpus_module() -> None:
+def test_walk_and_line_splitter_agree_on_every_corpus_module(corpus_dir: Path) -> None:
     """split_statements' walk (decode_lines) is an optimisation of its line-by-line loop and
     decode_fast: each line it takes must be a one-line INSTRUCTION statement of the plain splitter
     that decode_fast reads into the same instruction, at the same line and column; every other
@@ -295,7 +285,7 @@ def test_walk_and_line_splitter_agree_on_every_corpus_module() -> None:
               "computation", "inline_operand_shapes")
     walked = 0
     for file in ACCEPTED:
-        text = (CORPUS_DIR / file).read_text()
+        text = (corpus_dir / file).read_text()
         taken: list = []
 
         def walk(text: str, offset: int, line: int) -> tuple[int, int]:

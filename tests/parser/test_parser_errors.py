@@ -9,7 +9,6 @@ bytes that are not UTF-8.
 
 from __future__ import annotations
 
-import csv
 import gzip
 import re
 from pathlib import Path
@@ -18,20 +17,12 @@ import pytest
 
 import hloparse
 from hloparse import HloParseError
-from tests.conftest import CORPUS_DIR
+from tests.support.corpus import index_rows
 
 ONE_LINE = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<column>\d+): (?P<message>[^\n]+?)( \(expected [^\n]+\))?$")
 
 
-def _malformed_rows() -> list[dict[str, str]]:
-    index = CORPUS_DIR / "_malformed" / "index.csv"
-    if not index.is_file():
-        return []
-    with open(index, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-MALFORMED = _malformed_rows()
+MALFORMED = index_rows("_malformed")
 
 
 def xla_location(xla_error: str) -> tuple[int, int] | None:

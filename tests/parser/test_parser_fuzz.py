@@ -11,9 +11,9 @@ together they are more than 10,000 mutants, and each test checks its own count w
 
 from __future__ import annotations
 
-import csv
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 import hloparse
 from hloparse import HloParseError
-from tests.conftest import CORPUS_DIR, EXAMPLES_DIR
+from tests.conftest import EXAMPLES_DIR
+from tests.support.corpus import CORPUS_DIR, index_rows
 
 ONE_LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<column>\d+): (?P<message>[^\n]+) \(expected [^\n]+\)$")
 MUTANT_FILE = "mutant.hlo"
@@ -32,19 +33,16 @@ def _seed_modules() -> list[str]:
     spread over the corpus's sources), the smallest one with stack-frame tables, and the bundled
     fori_loop jax dumps (metadata, while loops, fusions as jax prints them)."""
     texts: list[str] = []
-    index = CORPUS_DIR / "index.csv"
-    if index.is_file():
-        with open(index, newline="") as f:
-            rows = sorted((r for r in csv.DictReader(f) if r["xla_parses"] == "yes"), key=lambda r: r["file"])
-        small = [r for r in rows if 300 <= int(r["bytes"]) <= 4000]
-        texts += [(CORPUS_DIR / r["file"]).read_text(encoding="utf-8") for r in small[::25]]
-        for r in sorted(rows, key=lambda r: int(r["bytes"])):
-            if int(r["bytes"]) > 20000:
-                break
-            text = (CORPUS_DIR / r["file"]).read_text(encoding="utf-8")
-            if "\nFileNames" in text:
-                texts.append(text)
-                break
+    rows = sorted((r for r in index_rows() if r["xla_parses"] == "yes"), key=lambda r: r["file"])
+    small = [r for r in rows if 300 <= int(r["bytes"]) <= 4000]  # no rows without the corpus: examples only
+    texts += [(CORPUS_DIR / r["file"]).read_text(encoding="utf-8") for r in small[::25]]
+    for r in sorted(rows, key=lambda r: int(r["bytes"])):
+        if int(r["bytes"]) > 20000:
+            break
+        text = (CORPUS_DIR / r["file"]).read_text(encoding="utf-8")
+        if "\nFileNames" in text:
+            texts.append(text)
+            break
     for name in ("fori_loop.after_optimizations.hlo", "fori_loop.before_optimizations.hlo"):
         if (EXAMPLES_DIR / name).is_file():
             texts.append((EXAMPLES_DIR / name).read_text(encoding="utf-8"))
@@ -197,9 +195,7 @@ STRATEGIES["lines"] = _either("delete-lines", "duplicate-lines", "lines")
 STRATEGIES["chars"] = _either("delete-chars", "duplicate-chars", "chars")
 
 
-def test_enough_seed_modules() -> None:
-    if not (CORPUS_DIR / "index.csv").is_file():
-        pytest.skip(f"corpus not found at {CORPUS_DIR}")
+def test_enough_seed_modules(corpus_dir: Path) -> None:
     assert len(SEEDS) >= 100, len(SEEDS)
     for text in SEEDS:  # the unmutated seeds parse: a mutant's failure is the mutation's doing
         hloparse.parse(text)

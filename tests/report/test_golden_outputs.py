@@ -3,15 +3,15 @@ the recorded golden file (tests/support/golden_outputs.py says how to rewrite it
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.support.golden_outputs import CORPUS_DIR, module_paths, outputs_of, read_golden
+from tests.support.golden_outputs import module_paths, outputs_of, read_golden
 
 
 @pytest.mark.slow
-def test_every_output_equals_the_recorded_one() -> None:
-    if not (CORPUS_DIR / "index.csv").is_file():
-        pytest.skip(f"corpus not found at {CORPUS_DIR}")
+def test_every_output_equals_the_recorded_one(corpus_dir: Path) -> None:
     golden = read_golden()
     seen, differences = set(), []
     for key, path in module_paths():

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from tests.support.corpus import CORPUS_DIR, have_corpus, missing_reason
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CORPUS_DIR = (REPO_ROOT / ".." / "shared" / "corpus").resolve()
 EXAMPLES_DIR = REPO_ROOT / "examples"
 GOLDEN_PATH = REPO_ROOT / "tests" / "data" / "golden_outputs.jsonl.gz"
 ALL_GROUPINGS = ("opcode", "computation", "scope", "source", "module")
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the golden file")
     parser.add_argument("--check", action="store_true", help="compare with the golden file, print differences")
     args = parser.parse_args(argv)
+    if not have_corpus():  # a record of the examples alone would read as every corpus module gone
+        parser.error(missing_reason())
     golden = read_golden() if args.check else {}
     records, differ = [], 0
     for key, path in module_paths():

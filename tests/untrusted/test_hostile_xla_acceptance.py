@@ -12,11 +12,10 @@ or a shape left alone on a line, and the rows of the header's origin_recovery_ta
 
 from __future__ import annotations
 
-import csv
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import CORPUS_DIR
 from tests.support.xla_oracle import have_xla, mutants, our_verdict, xla_verdicts
 
 
@@ -222,20 +221,16 @@ def test_xla_agrees(xla_on_cases, case_id, accepted):
     assert (xla_on_cases[case_id] == "accept") == accepted, xla_on_cases[case_id]
 
 
-def _seeds() -> list[str]:
-    index = CORPUS_DIR / "index.csv"
-    if not index.is_file():
-        pytest.skip("corpus not found")
-    with open(index, newline="") as f:
-        rows = sorted((r for r in csv.DictReader(f) if r["xla_parses"] == "yes" and 200 <= int(r["bytes"]) <= 3000),
-                      key=lambda r: r["file"])
-    return [(CORPUS_DIR / r["file"]).read_text(encoding="utf-8") for r in rows[::10]]
+def _seeds(corpus_dir: Path, corpus_index: list[dict[str, str]]) -> list[str]:
+    rows = sorted((r for r in corpus_index if r["xla_parses"] == "yes" and 200 <= int(r["bytes"]) <= 3000),
+                  key=lambda r: r["file"])
+    return [(corpus_dir / r["file"]).read_text(encoding="utf-8") for r in rows[::10]]
 
 
-def test_differential_fuzz_fixed_sample():
+def test_differential_fuzz_fixed_sample(corpus_dir: Path, corpus_index: list[dict[str, str]]):
     if not have_xla():
         pytest.skip("jaxlib is not installed: XLA cannot be asked")
-    texts = mutants(_seeds(), 300, seed=12)
+    texts = mutants(_seeds(corpus_dir, corpus_index), 300, seed=12)
     theirs = xla_verdicts(texts)
     ours = [our_verdict(t) for t in texts]
     # Layouts that are no permutation of the dimensions: XLA's parser takes them, its verifier and

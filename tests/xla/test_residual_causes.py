@@ -10,8 +10,7 @@ import pytest
 from hloflops import analyze
 from hloflops.xla.residual import CAUSES
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
-CUBLAS_LT = CORPUS / "xla_cc_gpu" / "backends__gpu__autotuner__cublaslt_test__kCublasLtCustomCallHlo__L49.hlo"
+CUBLAS_LT = Path("xla_cc_gpu") / "backends__gpu__autotuner__cublaslt_test__kCublasLtCustomCallHlo__L49.hlo"
 
 # A loop-free module whose flops XLA sums in float32: 2 x 1001^3 dot flops, then 1001^2 adds.
 ROUNDED = """HloModule rounded
@@ -39,9 +38,8 @@ def test_float32_rounding_is_the_whole_residual_of_a_loop_free_module() -> None:
     assert int(xla_cost_of_text(ROUNDED)["flops"]) == int(report.xla_estimate["flops"])  # XLA's own float32 sum
 
 
-@pytest.mark.skipif(not CUBLAS_LT.exists(), reason="the shared corpus is not here")
-def test_custom_calls_xla_counts_minus_one_are_the_exact_view_cause() -> None:
-    report = analyze(CUBLAS_LT)
+def test_custom_calls_xla_counts_minus_one_are_the_exact_view_cause(corpus_dir: Path) -> None:
+    report = analyze(corpus_dir / CUBLAS_LT)
     custom = [r for r in report.rows if r.opcode == "custom-call"]
     assert custom and not report.uncounted
     residual = report.accounting.reconciliation["residual"]
