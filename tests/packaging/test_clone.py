@@ -47,11 +47,11 @@ def test_editable_clone_imports_from_the_folder_above_it(clone: Path, venv: Path
     parent, py = clone.parent, str(venv / "bin" / "python")
     seed = SEED000.relative_to(REPO)  # the clone's copy, named as the user in `parent` would
     env = clean_env()
+    code = f"import hloflops; print(hloflops.analyze({str(Path('hloflops') / seed)!r}).flops)"
+    assert run([py, "-c", code], cwd=parent, env=env).strip() == str(SEED000_FLOPS)
     where = run([py, "-c", "import hloflops, hloparse; print(hloflops.__file__); print(hloparse.__file__)"],
                 cwd=parent, env=env).split()
     assert where == [str(clone / "analysis" / "hloflops" / "__init__.py"), str(clone / "hloparse" / "__init__.py")]
-    code = f"import hloflops; print(hloflops.analyze({str(Path('hloflops') / seed)!r}).flops)"
-    assert run([py, "-c", code], cwd=parent, env=env).strip() == str(SEED000_FLOPS)
     # `python -m` puts the working directory, which holds the clone, first on sys.path
     as_module = run([py, "-m", "hloflops", str(Path("hloflops") / seed), "--json"], cwd=parent, env=env)
     assert f'"flops": {SEED000_FLOPS}' in as_module
