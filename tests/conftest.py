@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ from tests.support.corpus import CORPUS_DIR, index_rows, require_corpus  # noqa:
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "examples"
+# PYTHONPATH for a child process that must import this tree's hloflops and hloparse (pyproject's
+# pytest pythonpath): the repo root alone would give whatever hloflops is installed.
+SOURCE_PATH = os.pathsep.join([str(REPO_ROOT / "analysis"), str(REPO_ROOT)])
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from hloflops.batch.db import ResultsDB
 from hloflops.batch.programs import programs, recompiled_lines, strip_primitive_params
 from hloflops.batch.run import run_batch
 from hloflops.batch.summary import format_summary
+from tests.conftest import SOURCE_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 REMAT_SCAN = ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo"
@@ -186,7 +187,7 @@ def test_no_database_in_the_current_directory(tmp_path: Path, variable: str) -> 
     (cwd / "m").mkdir()
     (cwd / "m" / "a.hlo").write_text(REMAT_SCAN.read_text())
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "HLOFLOPS_CACHE_DIR")}
-    env.update({"HOME": str(home), variable: str(cache), "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))})
+    env.update({"HOME": str(home), variable: str(cache), "PYTHONPATH": SOURCE_PATH})
     proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "m", "--no-progress", "-j", "1"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -206,7 +207,7 @@ def test_run_without_db_leaves_nothing_behind(tmp_path: Path) -> None:
         d.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "HLOFLOPS_CACHE_DIR")}
     env.update({"HOME": str(home), "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp), "JAX_PLATFORMS": "cpu",
-                "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT))})
+                "PYTHONPATH": SOURCE_PATH})
     script = "import jax, jax.numpy as jnp; jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((4, 4)))"
     proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "run", "--no-progress", "-j", "1", "--",
                            sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True,

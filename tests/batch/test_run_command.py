@@ -14,6 +14,7 @@ import pytest
 
 from hloflops.batch.db import VOLATILE_COLUMNS
 from hloflops.batch.run_command import merge_xla_flags, split_command
+from tests.conftest import SOURCE_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "support" / "run_scripts"
@@ -22,7 +23,7 @@ TRAIN_MLP = [str(ROOT / "examples" / "train_mlp.py"), "--steps", "2", "--layers"
 
 def hloflops(*args: str, env: dict[str, str] | None = None, new_session: bool = False,
              cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    environment = {**os.environ, "PYTHONPATH": SOURCE_PATH, **(env or {})}
     return subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=180, start_new_session=new_session)
 

@@ -31,6 +31,7 @@ from hloflops.loops.execution import execution_counts  # noqa: E402
 from hloflops.loops.formula import Totals, loop_formula  # noqa: E402
 from tests.programs import Program  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
+from tests.conftest import SOURCE_PATH  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 W = (np.eye(8, dtype=np.float32) * 0.5 + 0.01).astype(np.float32)
@@ -264,7 +265,7 @@ def test_cli_trip_count_fills_in_the_formula(tmp_path: Path) -> None:
     (name,) = report.formula.names
     env_run = [sys.executable, "-m", "hloflops.cli", str(path), "--json", "--trip-count", f"{name}=5"]
     out = subprocess.run(env_run, capture_output=True, text=True, cwd=ROOT, check=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": SOURCE_PATH, "PATH": "/usr/bin:/bin"})
     told = json.loads(out.stdout)
     assert "flops_formula" not in told and told["exact"]
     assert report.evaluate({name: 5}).as_dict() == {k: told[k] for k in ("flops", "transcendentals", "bytes_accessed")}

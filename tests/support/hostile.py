@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from tests.conftest import SOURCE_PATH
+
 TEMPLATE = """HloModule m{MODNAME}, entry_computation_layout={{(f32[2]{{0}})->f32[2]{{0}}}}{HEADER}
 
 add{COMPNAME} {{
@@ -109,7 +111,7 @@ def measure(text: str, repeat: int = 3, timeout: float = 120.0) -> tuple[float, 
     """(best CPU seconds of `repeat` runs, peak RSS growth in bytes, "ok" | "error" | other) in a
     fresh process, so that memory from earlier cases does not hide this one's."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root)
+    env = dict(os.environ, PYTHONPATH=SOURCE_PATH)
     try:
         out = subprocess.run([sys.executable, "-c", _CHILD, str(repeat)], input=text, capture_output=True,
                              text=True, timeout=timeout, env=env, cwd=root)

@@ -23,6 +23,7 @@ import hloparse
 from hloflops import analyze
 from hloparse import HloParseError
 from tests.report.test_html import CHROMIUM_FLAGS, REMAT_SCAN, chromium
+from tests.conftest import SOURCE_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = "HloModule m\n\nENTRY e {\n"
@@ -30,7 +31,7 @@ HEAD = "HloModule m\n\nENTRY e {\n"
 
 def cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          input=stdin, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          input=stdin, timeout=timeout, env={**os.environ, "PYTHONPATH": SOURCE_PATH})
 
 
 def cpu(fn) -> float:  # noqa: ANN001
@@ -295,7 +296,7 @@ def test_directory_without_hlo(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.md").write_text("nothing here")
     proc = subprocess.run([sys.executable, "-m", "hloflops.cli", "empty", "--no-progress"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": SOURCE_PATH})
     assert "no HLO modules found" in one_line_usage_error(proc)
     assert list(tmp_path.iterdir()) == [tmp_path / "empty"]
 
