@@ -1,7 +1,7 @@
 """A clone as someone who finds the project meets it: `git clone` of this checkout's committed HEAD
-into a folder named `hloflops` (git's default name) with no `../shared` beside it, installed
-editable (`pip install -e`, as the README says) into a fresh venv whose lark, networkx and numpy
-come from the package index. From the folder above the clone, where the clone itself is a directory
+into a folder named `hloflops` (git's default name) with nothing beside it (no development corpus),
+installed editable (`pip install -e`, as the README says) into a fresh venv whose lark, networkx and
+numpy come from the package index. From the folder above the clone, where the clone itself is a directory
 named `hloflops` on sys.path, `import hloflops`, `python -m hloflops` and the `hloflops` command
 give seed 000's numbers from the clone's sources.
 
@@ -31,7 +31,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"{REPO} is not a git checkout")
     parent = tmp_path_factory.mktemp("parent")
     run(["git", "clone", "--quiet", str(REPO), str(parent / "hloflops")], cwd=parent, env=clean_env())
-    assert sorted(p.name for p in parent.iterdir()) == ["hloflops"]  # no ../shared beside it
+    assert sorted(p.name for p in parent.iterdir()) == ["hloflops"]  # no shared/ corpus beside it
     return parent / "hloflops"
 
 
