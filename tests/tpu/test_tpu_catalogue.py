@@ -143,3 +143,22 @@ def test_mesh_device_ids_decode_to_the_model_rows() -> None:
 def test_pallas_cost_estimate_is_the_kernels_count() -> None:
     r = report("pallas_estimate.v5e")
     assert r.flops == 2 * 256**3 == manifest()["pallas_estimate.v5e"]["xla"]["flops"]
+
+
+STORED = Path(__file__).resolve().parents[1] / "data" / "tpu"
+
+
+def _numbers(r: hloflops.Report) -> dict:
+    comm = r.to_dict()["communication"]
+    return {"flops": r.flops, "transcendentals": r.transcendentals, "dots": dots(r), "exact": r.is_exact,
+            "comm": {k: v["bytes_per_device"] for k, v in comm["by_opcode"].items()},
+            "trips": sorted(loop.trip_count for loop in r.loops)}
+
+
+@pytest.mark.skipif(DATA.resolve() == STORED, reason="compares tests/data/tpu with freshly compiled modules: "
+                    "run by .ci/tpu.sh (HLOFLOPS_TPU_DATA)")
+@pytest.mark.parametrize("name,topology", CASES)
+def test_stored_modules_give_the_fresh_numbers(name: str, topology: str) -> None:
+    stem = f"{name}.{topology}"
+    stored = hloflops.analyze(gzip.decompress((STORED / f"{stem}.hlo.gz").read_bytes()).decode())
+    assert _numbers(stored) == _numbers(report(stem)), f"tests/data/tpu/{stem} is stale: run tests.tpu.generate"
