@@ -343,6 +343,22 @@ def build_conds(devices):
     return {"program": (conds, args), "twin": (twin, args)}
 
 
+# --- lax.cond on data: each of 6 layers applies the matmul only where the activations sum
+# positive, which only the data decides: the count is a range, the dear end every layer's matmul.
+def build_cond_on_data(devices):
+    jax, jnp, _, lax, _, _, _ = _jax()
+    n = len(devices)
+    mesh = _mesh(devices, (n,), ("x",))
+
+    def f(w, x):
+        def layer(h, _):
+            return lax.cond(jnp.sum(h) > 0, lambda h: jnp.tanh(h @ w), lambda h: h * 0.5, h), None
+        return lax.scan(layer, x, None, length=6)[0]
+
+    args = (_arg(mesh, (256, 256), (None, None)), _arg(mesh, (16 * n, 256), ("x", None)))
+    return {"program": (f, args), "twin": None}
+
+
 # --- A scanned LM block (attention + MLP) under jax.checkpoint policies, trained one step.
 LM_L, LM_T, LM_D, LM_H = 3, 128, 256, 2
 
@@ -432,6 +448,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("ring", build_ring, comm=_ring_comm),
     Entry("gather_scatter_scan", build_gather_scatter_scan, comm=_gather_scatter_comm, topologies=("v4", "v6e")),
     Entry("conds", build_conds, topologies=("v5e", "v6e"), twin=True),
+    Entry("cond_on_data", build_cond_on_data, topologies=("v5p",)),
     Entry("lm_remat_dots", build_lm("dots"), topologies=("v5e", "v5p"), twin=True),
     Entry("lm_remat_nothing", build_lm("nothing"), topologies=("v6e",), twin=True),
     Entry("lm_scan", build_lm(None), topologies=("v4", "v6e"), twin=True),

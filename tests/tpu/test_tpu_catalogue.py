@@ -162,3 +162,14 @@ def test_stored_modules_give_the_fresh_numbers(name: str, topology: str) -> None
     stem = f"{name}.{topology}"
     stored = hloflops.analyze(gzip.decompress((STORED / f"{stem}.hlo.gz").read_bytes()).decode())
     assert _numbers(stored) == _numbers(report(stem)), f"tests/data/tpu/{stem} is stale: run tests.tpu.generate"
+
+
+def test_cond_on_data_is_a_range_with_every_matmul_at_the_dear_end() -> None:
+    r = report("cond_on_data.v5p")
+    d = r.to_dict()
+    assert not r.is_exact and [c["resolution"] for c in d["conditionals"]] == ["data"]
+    low, high = d["flops_bounds"]
+    matmuls = 6 * 2 * 16 * 256 * 256  # 6 layers of [16, 256] @ [256, 256] a device
+    assert dots(r) == matmuls and high == r.flops
+    # between the ends: the matmuls, less the cheap branch's own elementwise work (2 flops an element at most)
+    assert matmuls - 6 * 2 * 16 * 256 <= high - low <= matmuls
