@@ -117,6 +117,8 @@ def decode_statement(
     operands, operand_shapes = _operands(stmt, opcode, open_pos + 1, close, attributes, name, computation, nested)
     written = len(attributes)  # the operands' part may hold a constant's literal or a parameter's number
     _attributes(stmt, close + 1, attributes)
+    if "device_ids" in attributes:
+        _join_mesh_device_ids(attributes)
     if len(attributes) > written:
         _check_attribute_names(stmt, opcode, list(attributes)[written:], close + 1)
 
@@ -375,6 +377,15 @@ def _attributes(stmt: str, start: int, attributes: dict[str, str]) -> None:
         if key in attributes and key not in ("literal", "parameter_number"):
             raise StatementError(f"attribute {key!r} appears twice", s, "each attribute once")
         attributes[key] = stmt[m.end():e].strip()
+
+
+def _join_mesh_device_ids(attributes: dict[str, str]) -> None:
+    """TPU prints a mesh's device order between the mesh and its axes, `replica_groups=mesh['a'=2,
+    'b'=2], device_ids=([2,2]T(1,0)) {'a'}`, so the split at top-level commas cuts the value in two:
+    the second half is part of replica_groups, not an attribute of its own."""
+    groups = attributes.get("replica_groups", "")
+    if groups.startswith("mesh[") and groups.endswith("]"):
+        attributes["replica_groups"] = f"{groups}, device_ids={attributes.pop('device_ids')}"
 
 
 def _check_attribute_names(stmt: str, opcode: str, names: list[str], start: int) -> None:

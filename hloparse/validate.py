@@ -365,12 +365,18 @@ def _check_layout_constraints(inst: Instruction, above: Mapping[str, Instruction
 
 def _check_mesh_groups(inst: Instruction, builder: _Builder) -> None:
     raw = inst.attributes["replica_groups"]
-    m = re.fullmatch(r"mesh\[(.*?)\]\s*\{(.*)\}", raw.strip(), re.S)
+    # mesh['x'=2,'y'=2] {'x'}, or with the device order XLA prints after the mesh:
+    # mesh['x'=2,'y'=2], device_ids=(0,2,1,3) {'x'} or device_ids=([2,2]T(1,0)) (a transposed iota).
+    m = re.fullmatch(r"mesh\[(.*?)\]\s*(?:,\s*device_ids\s*=\s*\(((?:[^()]|\([^()]*\))*)\)\s*)?\{(.*)\}",
+                     raw.strip(), re.S)
     if m is None:
         raise builder.error_at_instruction(inst, f"bad mesh replica groups {raw[:40]!r}", "mesh[axes] {axes}")
-    axes_part, chosen = m.groups()
+    axes_part, listed, chosen = m.groups()
     axes: dict[str, int] = {}
-    device_ids = None
+    device_ids = None if listed is None else _listed_device_ids(listed)
+    if device_ids == []:
+        raise builder.error_at_instruction(inst, f"bad mesh device_ids {listed[:40]!r}",
+                                           "device_ids=(0,1,...) or device_ids=([dims]T(perm))")
     for piece in re.split(r",\s*(?![^()]*\))", axes_part):
         piece = piece.strip()
         if piece.startswith("device_ids"):
@@ -391,6 +397,15 @@ def _check_mesh_groups(inst: Instruction, builder: _Builder) -> None:
                                                f"one of {sorted(axes)}")
         if name[1] and int(axis) >= len(axes):
             raise builder.error_at_instruction(inst, f"axis index {axis} is out of range", f"< {len(axes)}")
+
+
+def _listed_device_ids(text: str) -> list[str]:
+    """The device ids of `0,2,1,3` or of the iota `[2,2]T(1,0)` (only their count is checked); []
+    where neither form."""
+    iota = re.fullmatch(r"\s*\[([\d,\s]+)\]\s*(?:T\(([\d,\s]+)\))?\s*", text)
+    if iota is not None:
+        return [""] * math.prod(int(d) for d in iota.group(1).split(",") if d.strip())
+    return re.findall(r"-?\d+", text) if re.fullmatch(r"[\d,\s-]+", text) else []
 
 
 _ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+)\s*)?\)")

@@ -92,7 +92,31 @@ def analyze(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Rep
     `trip_counts` maps while-instruction names (without '%') to trip counts; they override what
     the analysis derives and fill in unknown ones (reported with source "override").
     """
-    return _report(load_module(source), trip_counts)
+    report = _report(load_module(source), trip_counts)
+    if _is_jax_stage(source, "Compiled"):
+        report.chip = compiled_chip(source)
+    return report
+
+
+# jax's device_kind of each TPU generation -> the built-in chip (hloflops.report.chips)
+_DEVICE_KINDS = {"tpu v4": "tpu-v4", "tpu v5 lite": "tpu-v5e", "tpu v5e": "tpu-v5e", "tpu v5": "tpu-v5p",
+                 "tpu v5p": "tpu-v5p", "tpu v6 lite": "tpu-v6e", "tpu v6e": "tpu-v6e"}
+
+
+def compiled_chip(compiled: Any) -> str | None:
+    """The built-in chip a jax Compiled was compiled for (its devices' kind), or None."""
+    try:
+        shardings = compiled.input_shardings[0] or compiled.output_shardings
+        device = next(iter(jax_leaves(shardings)[0].device_set))
+        return _DEVICE_KINDS.get(str(device.device_kind).strip().lower())
+    except Exception:  # any jax without these attributes, a program without arguments: unknown
+        return None
+
+
+def jax_leaves(tree: Any) -> list:
+    import jax
+
+    return jax.tree.leaves(tree)
 
 
 def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[str, float] | None = None) -> Report:

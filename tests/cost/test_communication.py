@@ -54,6 +54,11 @@ def test_mesh_groups() -> None:
     # what jax 0.10.2 prints for a 2x4 mesh's data axis
     assert parse_replica_groups("mesh['axis_0'=2,'axis_1'=1,'axis_2'=4] {'axis_0'}") == ((0, 4), (1, 5), (2, 6), (3, 7))
     assert parse_replica_groups("mesh['x'=2,'y'=2, device_ids=(3,2,1,0)] {'x'}") == ((3, 1), (2, 0))
+    # XLA prints the device order after the mesh (TPU modules whose mesh is not in device order):
+    # a list, or iota(n) reshaped and transposed; jaxlib 0.10.2's parser reads both, as printed here
+    assert parse_replica_groups("mesh['x'=2,'y'=2], device_ids=(3,2,1,0) {'x'}") == ((3, 1), (2, 0))
+    assert parse_replica_groups("mesh['x'=2,'y'=1,'z'=2], device_ids=([2,2]T(1,0)) {'x'}") == ((0, 1), (2, 3))
+    assert parse_replica_groups("mesh['x'=2,'y'=4], device_ids=([2,4]T(1,0)) {'y'}") == ((0, 4, 1, 5), (2, 6, 3, 7))
     # sub-axis (pre-size 1, size 2) of an axis of 8: [8] -> [1,2,4], groups along the 2
     assert parse_replica_groups("mesh['x'=8] {'x':(1)2}") == ((0, 4), (1, 5), (2, 6), (3, 7))
     assert parse_replica_groups("mesh['x'=8] {'x':(4)2}") == ((0, 1), (2, 3), (4, 5), (6, 7))

@@ -105,8 +105,20 @@ def _explicit_groups(text: str) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(_ints(g)) for g in groups)
 
 
-# mesh['x'=2,'y'=4] or mesh['x'=2,'y'=4, device_ids=(3,2,1,0)], then {'x'} / {'x':(1)2} / {0}.
-_MESH = re.compile(r"mesh\s*\[(.*?)\]\s*\{(.*)\}", re.S)
+# mesh['x'=2,'y'=4] or mesh['x'=2,'y'=4, device_ids=(3,2,1,0)], then {'x'} / {'x':(1)2} / {0}; XLA
+# itself prints the device order after the mesh: mesh['x'=2,'y'=4], device_ids=(3,2,1,0) {'x'}, or
+# as a transposed iota, device_ids=([2,4]T(1,0)) (iota(8) reshaped to [2,4], transposed, flattened).
+_MESH = re.compile(r"mesh\s*\[(.*?)\]\s*(?:,\s*device_ids\s*=\s*\(((?:[^()]|\([^()]*\))*)\)\s*)?\{(.*)\}", re.S)
+_IOTA_IDS = re.compile(r"\s*\[([\d,\s]+)\]\s*(?:T\(([\d,\s]+)\))?\s*")
+
+
+def _device_ids(text: str) -> list[int]:
+    """`3,2,1,0` or `[2,4]T(1,0)`: the mesh's devices in order."""
+    iota = _IOTA_IDS.fullmatch(text)
+    if iota is None:
+        return _ints(text)
+    dims = _ints(iota.group(1))
+    return _transposed_iota(dims, _ints(iota.group(2)) if iota.group(2) else list(range(len(dims))))
 _AXIS = re.compile(r"\s*'([^']*)'\s*=\s*(\d+)\s*")
 _REF = re.compile(r"\s*(?:'([^']*)'|(\d+))\s*(?::\s*\(\s*(\d+)\s*\)\s*(\d+))?\s*")
 
@@ -115,8 +127,8 @@ def _mesh_groups(text: str) -> tuple[tuple[int, ...], ...]:
     m = _MESH.fullmatch(text.strip())
     if m is None:
         raise GroupSyntaxError(f"bad mesh replica groups {text!r}")
-    header, refs = m.group(1), m.group(2)
-    device_ids: list[int] | None = None
+    header, refs = m.group(1), m.group(3)
+    device_ids = _device_ids(m.group(2)) if m.group(2) is not None else None
     ids_at = header.find("device_ids")
     if ids_at >= 0:
         found = re.fullmatch(r"\s*device_ids\s*=\s*\(([\d,\s]*)\)\s*", header[ids_at:])

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hloflops.cost.collectives import GroupSyntaxError, participants, parse_source_target_pairs
+from hloflops.cost.fused_collectives import FusedRole, fused_roles, reduce_scatter_parts
 from hloflops.cost.shapes import elements, size
 from hloparse.ir import Computation, Instruction, Module, Shape
 
@@ -204,19 +205,39 @@ def sent_bytes(module: Module, comp: Computation, inst: Instruction,
 _READ = ("use_global_device_ids", "replica_groups", "slice_sizes", "source_target_pairs", "is_host_transfer")
 
 
+def _fused(role: FusedRole, module: Module, comp: Computation, inst: Instruction, devices: tuple[int, int]) -> Sent:
+    """What a collective inside a fusion body sends (hloflops.cost.fused_collectives)."""
+    if role.kind == "async copy":
+        return NOTHING
+    if role.kind == "unknown":
+        return Sent(uncounted=role.why)
+    sent = sent_bytes(module, comp, inst, devices)  # "async start": the collective itself
+    if role.kind == "reduce-scatter" and sent.uncounted is None:
+        n, parts = sent.group_size or 1, reduce_scatter_parts(comp, inst) or 0
+        if n != parts:
+            return _Ctx(module, comp, inst, *devices).mismatch("all-reduce-scatter fusion's slice says", parts, n)
+        return Sent(reduce_scatter_bytes(sum(map(_array_bytes, comp.operand_shapes(inst))), n), n)
+    return sent
+
+
 class SentBytes:
     """`sent_bytes` of a module's instructions, worked out once per distinct collective: a
     module repeats the same all-reduce (shapes, groups) thousands of times, and each costs a
-    dozen small calls. Shapes are compared by identity (the parser shares one per shape text)."""
+    dozen small calls. Shapes are compared by identity (the parser shares one per shape text).
+    Collectives inside fusion bodies (TPU's async collectives and all-reduce-scatter fusions)
+    are charged by their role there."""
 
     def __init__(self, module: Module):
         self.module = module
         self.devices = device_counts(module)
         self.known: dict[tuple, Sent] = {}
+        self.fused = fused_roles(module)
 
     def of(self, comp: Computation, inst: Instruction) -> Sent:
         if inst.opcode not in SENDERS:
             return NOTHING
+        if comp.is_fusion_body and (comp.name, inst.name) in self.fused:
+            return _fused(self.fused[comp.name, inst.name], self.module, comp, inst, self.devices)
         attributes = inst.attributes
         try:
             operands = tuple(map(id, comp.operand_shapes(inst)))

@@ -18,7 +18,8 @@ uncounted with its name (never 0, never folded into a total):
   backend_config: that estimate.
 - `xla_builder.*` composites (e.g. `xla_builder.math.Cosh`) with a called computation: that
   computation's cost, once (it is the op's definition).
-- Sharding / layout / placement annotations (`Sharding`, `xla.sdy.*`, `Pin`, ...): nothing;
+- Sharding / layout / placement annotations (`Sharding`, `xla.sdy.*`, `Pin`, ...) and TPU's
+  markers (`AsyncCollectiveStart` / `Done`, `ConcatBitcast`, `AllocateBuffer`): nothing;
   host/device moves and dynamic-shape padding (`MoveToHost`, `SliceToDynamic`, ...): bytes only.
 Bytes for a costed call are its operands plus its result's leaves (XLA's default rule).
 Fused attention, TopK, block-scaled dots, cuDNN conv graphs and Mosaic GPU: the rules of
@@ -42,6 +43,11 @@ ANNOTATIONS = frozenset({
     "Pin", "Unpin", "ShardBarrierFrom", "ShardBarrierTo", "SetBound", "AllocateBuffer",
     "__xla_internal_call_marker_before", "__xla_internal_call_marker_after",
 })
+# TPU's markers: `AsyncCollectiveStart` / `AsyncCollectiveDone` end the fusions that start and
+# finish an async collective (the collective beside them is what moves data; their tuples are the
+# collective's in-flight buffers, aliased), `ConcatBitcast` concatenates operands already laid out
+# one after another in memory (a bitcast: nothing computed, nothing copied).
+TPU_MARKERS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone", "ConcatBitcast"})
 # Data movement only: no arithmetic; bytes as XLA's default rule would charge them.
 DATA_MOVEMENT = frozenset({"MoveToHost", "MoveToDevice", "SliceToDynamic", "PadToStatic"})
 _LAPACK_KINDS = ("potrf", "trsm", "getrf")
@@ -70,7 +76,7 @@ def io_bytes(ctx: Ctx) -> int:
     return output_size(ctx.shape) + sum(size(s) for s in ctx.operand_shapes())
 
 
-@register_custom_call(*sorted(ANNOTATIONS), "xla.sdy.*")
+@register_custom_call(*sorted(ANNOTATIONS), *sorted(TPU_MARKERS), "xla.sdy.*")
 def _annotation(ctx: Ctx) -> Cost:
     return Cost(0, 0, 0)
 

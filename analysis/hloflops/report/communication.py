@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hloflops.cost.communication import SENDERS
+from hloflops.cost.fused_collectives import fused_roles
 from hloflops.scopes import scope_prefix
 
 if TYPE_CHECKING:
@@ -14,12 +15,20 @@ if TYPE_CHECKING:
 
 
 def by_opcode(report: Report) -> dict[str, dict[str, int]]:
-    """Every collective that sends, by opcode (those that move nothing, n = 1, included)."""
+    """Every collective that sends, by opcode (those that move nothing, n = 1, included). A
+    collective fused into a TPU fusion counts as what it does there: the copies of an async
+    collective not at all (its start fusion's copy is the op), an all-reduce-scatter fusion's
+    all-reduce as a reduce-scatter."""
+    roles = fused_roles(report.module) if report.module is not None else {}
     table: dict[str, dict[str, int]] = {}
     for row in report.rows:
         if row.opcode not in SENDERS:
             continue
-        entry = table.setdefault(row.opcode, {"ops": 0, "executions": 0, "bytes_per_device": 0})
+        role = roles.get((row.computation, row.name)) if roles else None
+        if role is not None and role.kind == "async copy":
+            continue
+        key = "reduce-scatter" if role is not None and role.kind == "reduce-scatter" else row.opcode
+        entry = table.setdefault(key, {"ops": 0, "executions": 0, "bytes_per_device": 0})
         entry["ops"] += 1
         entry["executions"] += row.executions
         entry["bytes_per_device"] += row.communication_total

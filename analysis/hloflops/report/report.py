@@ -150,6 +150,9 @@ class Report:
         self.num_devices = num_devices  # replica_count * num_partitions of the module header
         # XLA's numbers as jax itself returned them (only after hloflops.compare / --compare-xla)
         self.xla_reported = dict(xla_reported) if xla_reported is not None else None
+        # the chip the module was compiled for, where something says so (a jax Compiled's device
+        # kind: hloflops.api); `roofline()` and the compiler's estimate use it when given none
+        self.chip: str | None = None
 
     # ---- totals --------------------------------------------------------------------------
     @property
@@ -303,9 +306,30 @@ class Report:
         """Bytes one device sends over the interconnect in one step, every loop multiplied."""
         return sum(r.communication_total for r in self.rows if r.communication)
 
-    def roofline(self, chip: Any, *, depth: int | None = 3, top: int = 10) -> Any:
-        """The static roofline on `chip` (a name such as "h100", a spec.json path, or a Chip)."""
+    def chip_spec(self, chip: Any = None) -> Any:
+        """`chip` (a name, a spec.json path or a Chip) as a Chip, else the chip the module was
+        compiled for where known (`self.chip`), else None."""
         from hloflops.report.chips import load_chip
+
+        chip = chip if chip is not None else self.chip
+        return load_chip(chip) if isinstance(chip, str) else chip
+
+    def compiler_estimate(self, chip: Any = None) -> Any:
+        """XLA's own time estimate of the step (TPU `estimated_cycles`, GPU `reification_cost`)
+        multiplied by the loops, or None where the module carries none
+        (hloflops.report.compiler_estimate)."""
+        from hloflops.report.compiler_estimate import compiler_estimate
+
+        return compiler_estimate(self, self.chip_spec(chip))
+
+    def roofline(self, chip: Any = None, *, depth: int | None = 3, top: int = 10) -> Any:
+        """The static roofline on `chip` (a name such as "h100", a spec.json path, or a Chip;
+        by default the chip the module was compiled for, where known)."""
+        from hloflops.report.chips import load_chip
+
+        if chip is None and self.chip is None:
+            raise ValueError("roofline() needs a chip: the module does not say which it was compiled for")
+        chip = chip if chip is not None else self.chip
 
         if self.module is None:
             raise ValueError("the roofline needs the module's dtypes: build the report with analyze()")
@@ -474,6 +498,9 @@ class Report:
             out["conventions"] = {ATTENTION: CONVENTION}
         if chip is not None:
             out["roofline"] = self.roofline(chip).as_dict()
+        estimate = self.compiler_estimate(chip)
+        if estimate is not None:  # only modules whose kernels carry the compiler's estimate
+            out["compiler_estimate"] = estimate.as_dict()
         for key in by:
             if key == "opcode":
                 continue

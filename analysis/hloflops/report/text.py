@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
+from hloflops.report.compiler_estimate import summary_lines as compiler_estimate_lines
 from hloflops.report.communication import sharded_lines
 from hloflops.report.conditionals import conditional_lines, range_lines
 from hloflops.report.format import format_table, ratio
@@ -130,6 +131,8 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     lines.append("")
     sharded = sharded_lines(report, chip)
     lines += sharded + ([""] if sharded else [])
+    estimate = compiler_estimate_lines(report, report.chip_spec(chip))
+    lines += estimate + ([""] if estimate else [])
     groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
     if by in ("scope", "module"):
