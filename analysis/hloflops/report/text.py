@@ -12,6 +12,9 @@ from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
 from hloflops.xla.residual import residual_text
 
+NO_FRAMES_NOTE = ("this module has no stack-frame tables (FileNames ... StackFrames): each op has only the one "
+                  "location its metadata names, which may be library code")
+
 if TYPE_CHECKING:
     from hloflops.report.report import Report
 
@@ -51,8 +54,13 @@ def _attention_lines(report: Report) -> list[str]:
     return lines
 
 
+def _loop_where(report: Report, loop: Any) -> str:
+    """The user's `file:line` of a loop (hloflops.user_code; its function is in the JSON)."""
+    return report.loop_location(loop)
+
+
 def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
-                   chip: Any = None, width: int | None = None) -> str:
+                   chip: Any = None, width: int | None = None, frames: str = "user") -> str:
     """The summary; with `width` (`hloflops.report.fit.output_width()`), its name columns are
     elided in the middle to fit it."""
     xla = report.xla_estimate
@@ -110,7 +118,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                     f"{lp.extra_over_xla.flops:,}" if known else "?",  # a lower bound minus XLA means nothing
                     lp.parent or "",
                     lp.phase,
-                    lp.scope + (f"  ({lp.location})" if lp.location else ""),
+                    lp.scope + (f"  ({where})" if (where := _loop_where(report, lp)) else ""),
                 ]
             )
         header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside", "phase",
@@ -130,11 +138,15 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     lines.append("")
     sharded = sharded_lines(report, chip)
     lines += sharded + ([""] if sharded else [])
-    groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
+    groups = report.group_by(by, depth=depth if by in ("scope", "module") else None, frames=frames)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
     if by in ("scope", "module"):
         title += f" (depth {'all' if depth is None else depth})"
+    if by in ("source", "function") and frames != "user":
+        title += f" ({frames} frames)"
     lines.append(title)
+    if by in ("source", "function") and not report.has_stack_frames:
+        lines.append(f"  note: {NO_FRAMES_NOTE}")
     rows = [
         [
             "  " + g.key,
