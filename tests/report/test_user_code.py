@@ -226,3 +226,12 @@ def test_html_and_batch_record_name_the_users_code(step):
     record = record_from_report_dict(report.to_dict())
     assert record["loops"] and all(lp["location"].startswith(PROGRAMS + ":") and lp["function"]
                                    for lp in record["loops"])
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_train_steps_fit_the_terminal(step, width):
+    _name, report = step
+    for by in ("scope", "source", "function", "module"):
+        for frames in ("user", "all"):
+            text = report.summary(by=by, width=width, frames=frames)
+            assert all(len(line) <= width for line in text.splitlines()), (by, frames, width)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
 from hloflops.report.communication import sharded_lines
 from hloflops.report.conditionals import conditional_lines, range_lines
+from hloflops.report.fit import elide_middle, fit_text
 from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
 from hloflops.xla.residual import residual_text
@@ -52,11 +53,6 @@ def _attention_lines(report: Report) -> list[str]:
     if bounded:
         lines.append(f"  {bounded:,} of them have runtime padding lengths: counted at full length (an upper bound)")
     return lines
-
-
-def _loop_where(report: Report, loop: Any) -> str:
-    """The user's `file:line` of a loop (hloflops.user_code; its function is in the JSON)."""
-    return report.loop_location(loop)
 
 
 def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
@@ -118,13 +114,15 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                     f"{lp.extra_over_xla.flops:,}" if known else "?",  # a lower bound minus XLA means nothing
                     lp.parent or "",
                     lp.phase,
-                    lp.scope + (f"  ({where})" if (where := _loop_where(report, lp)) else ""),
+                    lp.scope,
+                    report.loop_location(lp),  # the user's line (hloflops.user_code)
                 ]
             )
         header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside", "phase",
-                  "scope"]
-        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrlll", width=width,
-                              elide=(9, 7, 0))
+                  "scope", "code"]
+        # narrow: the scope (with its source line) is elided first, then these columns go, least needed first
+        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrllll", width=width,
+                              elide=(10, 9, 7, 0), drop=(7, 8, 2, 3, 6))
         for lp in report.loops:
             if lp.trip_count is None:
                 lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "
@@ -159,7 +157,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         for g in groups[:top]
     ]
     lines += format_table([f"  {by}", "flops", "share", "remat flops", "transcendentals", "bytes accessed"], rows,
-                          width=width, elide=(0,))
+                          width=width, elide=(0,), drop=(4, 5, 3))
     lines.append("")
     if report.uncounted:
         lines.append(f"UNCOUNTED ops ({len(report.uncounted)}): their cost is unknown and NOT in the totals")
@@ -182,4 +180,6 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         causes = residual_text(report.residual_causes)
         lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops"
                      + (f": {causes}" if causes else ""))
-    return "\n".join(lines) + "\n"
+    if width is not None:
+        lines[0] = elide_middle(lines[0], width)
+    return fit_text("\n".join(lines) + "\n", width)
