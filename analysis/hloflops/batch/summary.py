@@ -129,6 +129,20 @@ def modules_table(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program],
     return _table(header, table, right=set(range(len(header) - (2 if paths else 1))), width=width)
 
 
+def fold_programs(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program]) -> list[dict[str, Any]]:
+    """One row per program (a module name and fingerprint in one dump directory: see
+    hloflops.batch.programs), the first of its files in `rows`' order: the heaviest, or the worst
+    undercount, of its compilations. Its `compiled` column says how many files were folded."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for row in rows:
+        key = (os.path.dirname(row["path"]), _program(counts, row).label)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
+
+
 def _program(counts: Mapping[str, Program], row: dict[str, Any]) -> Program:
     return counts.get(row["path"]) or Program(row["module_name"] or "", 1)
 
@@ -158,9 +172,11 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
     ok_rows = [r for r in summary.rows if r["status"] == OK]
     if ok_rows:
         second = "flops" if sort == "ratio" else "ratio"
+        n_programs = len(fold_programs(ok_rows, counts))
+        of = f"{n_programs} programs" + (f" in {len(ok_rows)} files" if n_programs != len(ok_rows) else "")
         for by in (sort, second):
-            shown = sort_rows(ok_rows, by)[:top]
-            lines += ["", f"{TITLES[by]}, top {len(shown)} of {len(ok_rows)}:"]
+            shown = fold_programs(sort_rows(ok_rows, by), counts)[:top]
+            lines += ["", f"{TITLES[by]}, top {len(shown)} of {of}:"]
             lines += modules_table(shown, counts, lead="ratio" if by == "ratio" else "flops", paths=paths,
                                    seconds=by == "time", width=width)
         recompiled = recompiled_lines(ok_rows, top=top, width=width)
