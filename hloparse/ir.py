@@ -398,7 +398,8 @@ class StackFrames:
     `1 {.. parent_frame_id=1}` (f), `2 {.. parent_frame_id=2}` (g), `3 {.. parent_frame_id=3}` (h);
     every module we have seen says so (no 0, never a parent beyond its own row), and
     tests/report/test_user_code.py checks it against Python's own call order. So the caller of
-    row k is row `parent_frame_id - 1`, none where that is 0 or not below k."""
+    row k is row `parent_frame_id - 1`, none where that is 0 or not below k. A table where some
+    frame says 0 (no parent) means the ids as they are, and is read so."""
 
     file_names: tuple[str, ...] = ()
     function_names: tuple[str, ...] = ()
@@ -419,11 +420,18 @@ class StackFrames:
             self._locations[frame_id] = self._location(frame_id)
         return self._locations[frame_id]
 
+    @cached_property
+    def _parent_shift(self) -> int:
+        """1 for tables as XLA prints them (parent one above the caller's row, a root says 1);
+        0 for a table that says 0 for a root (the ids as XLA's proto means them): such a table
+        never says 0 when shifted, so one 0 tells them apart."""
+        return 0 if any(parent == 0 for _loc, parent in self.frames) else 1
+
     def caller(self, frame_id: int) -> int:
         """The frame that called `frame_id` (0: none; see the class docstring)."""
         if not (1 <= frame_id <= len(self.frames)):
             return 0
-        parent = self.frames[frame_id - 1][1] - 1
+        parent = self.frames[frame_id - 1][1] - self._parent_shift
         return parent if 0 < parent < frame_id else 0
 
     def stack(self, frame_id: int) -> tuple[SourceLocation, ...]:

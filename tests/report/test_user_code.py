@@ -75,6 +75,16 @@ def test_parent_frames_follow_python_call_order():
     assert [loc.file for loc in stack[:3]] == [__file__] * 3
 
 
+def test_a_table_that_says_0_for_a_root_is_read_as_it_is():
+    from hloparse.ir import StackFrames
+
+    locations = ((1, 1, 10, 10, 0, 0), (1, 2, 20, 20, 0, 0), (1, 3, 30, 30, 0, 0))
+    printed = StackFrames(("a.py",), ("f", "g", "h"), locations, ((1, 1), (2, 2), (3, 3)))  # as XLA prints
+    literal = StackFrames(("a.py",), ("f", "g", "h"), locations, ((1, 0), (2, 1), (3, 2)))  # 0: no parent
+    for frames in (printed, literal):
+        assert [loc.function for loc in frames.stack(3)] == ["h", "g", "f"]
+
+
 def test_a_hostile_chain_of_frames_is_cut_not_recursed():
     from hloparse.ir import MAX_STACK_DEPTH, StackFrames
 
