@@ -245,3 +245,26 @@ def test_the_train_steps_fit_the_terminal(step, width):
         for frames in ("user", "all"):
             text = report.summary(by=by, width=width, frames=frames)
             assert all(len(line) <= width for line in text.splitlines()), (by, frames, width)
+
+
+def test_icicle_labels_give_one_count_or_none():
+    """issue 33: a node whose ops run different numbers of times (a loop and the code around it)
+    is not labelled `x2-28`; its tooltip gives the range. Runs the page's own functions in node,
+    where node is installed (the chromium test in test_html.py renders the whole page)."""
+    import re
+    import shutil
+
+    page = analyze(ROOT / "examples" / "seed000_remat_scan.after_optimizations.hlo").to_html()
+    mult = re.search(r"function mult\(n\) \{.*?\n  \}", page, re.S).group(0)
+    runs = re.search(r"function runs\(n\) \{.*?\n  \}", page, re.S).group(0)
+    node = shutil.which("node")
+    if node is None:
+        assert "\\u2013" not in mult and "to ' + fmt(hi)" in runs
+        return
+    script = ("function fmt(v) { return v.toLocaleString('en-US'); }\n" + mult + "\n" + runs + "\n"
+              "const p = {}; console.log(JSON.stringify([mult({x: [2, 28]}), mult({x: [24, 24]}), mult({x: [1, 1]}),"
+              " runs({p, x: [2, 28]}), runs({p, x: [24, 24]})]));")
+    out = subprocess.run([node, "-e", script], capture_output=True, text=True, check=True).stdout
+    import json
+
+    assert json.loads(out) == ["", " \u00d724", "", ", its ops run 2 to 28 times per step", ", runs \u00d724 per step"]
