@@ -172,6 +172,8 @@ class SourceLocation:
     line: int
     function: str = ""
     column: int = 0
+    # the stack frame id it came from (0: source_file/source_line metadata); not part of its value
+    frame: int = field(default=0, compare=False)
 
 
 # Decoded metadata per distinct metadata text (fused instructions of one jax op share it): a
@@ -383,10 +385,21 @@ def parameter_number(instruction: Instruction) -> int:
     return int(instruction.attributes.get("parameter_number", "0"))
 
 
+MAX_STACK_DEPTH = 1000  # frames of one call stack kept (jax writes at most 100 by default)
+
+
 @dataclass(frozen=True, eq=False)
 class StackFrames:
     """The module's `FileNames` / `FunctionNames` / `FileLocations` / `StackFrames` tables
-    (1-based ids, as XLA prints them)."""
+    (1-based ids, as XLA prints them).
+
+    A frame's parent is its caller. XLA prints `parent_frame_id` one more than the caller's
+    row (a root frame says 1, the frame under it says 1 too): `f` calling `g` calling `h` prints
+    `1 {.. parent_frame_id=1}` (f), `2 {.. parent_frame_id=2}` (g), `3 {.. parent_frame_id=3}` (h);
+    every module we have seen says so (no 0, never a parent beyond its own row), and
+    tests/report/test_user_code.py checks it against Python's own call order. So the caller of
+    row k is row `parent_frame_id - 1`, none where that is 0 or not below k. A table where some
+    frame says 0 (no parent) means the ids as they are, and is read so."""
 
     file_names: tuple[str, ...] = ()
     function_names: tuple[str, ...] = ()
@@ -395,6 +408,10 @@ class StackFrames:
     # (file_location_id, parent_frame_id)
     frames: tuple[tuple[int, int], ...] = ()
     _locations: dict[int, SourceLocation | None] = field(default_factory=dict, init=False, repr=False)
+    _stacks: dict[int, tuple[SourceLocation, ...]] = field(default_factory=dict, init=False, repr=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.frames)
 
     def location(self, frame_id: int) -> SourceLocation | None:
         """The innermost source location of a stack frame id, or None if out of range (each
@@ -402,6 +419,35 @@ class StackFrames:
         if frame_id not in self._locations:
             self._locations[frame_id] = self._location(frame_id)
         return self._locations[frame_id]
+
+    @cached_property
+    def _parent_shift(self) -> int:
+        """1 for tables as XLA prints them (parent one above the caller's row, a root says 1);
+        0 for a table that says 0 for a root (the ids as XLA's proto means them): such a table
+        never says 0 when shifted, so one 0 tells them apart."""
+        return 0 if any(parent == 0 for _loc, parent in self.frames) else 1
+
+    def caller(self, frame_id: int) -> int:
+        """The frame that called `frame_id` (0: none; see the class docstring)."""
+        if not (1 <= frame_id <= len(self.frames)):
+            return 0
+        parent = self.frames[frame_id - 1][1] - self._parent_shift
+        return parent if 0 < parent < frame_id else 0
+
+    def stack(self, frame_id: int) -> tuple[SourceLocation, ...]:
+        """The call stack of a frame, innermost first, outermost (`<module>`) last."""
+        found = self._stacks.get(frame_id)
+        if found is not None:
+            return found
+        chain: list[int] = []  # walked without recursion: a hostile module may chain 100,000 frames
+        while frame_id and frame_id not in self._stacks and len(chain) < MAX_STACK_DEPTH:
+            chain.append(frame_id)
+            frame_id = self.caller(frame_id)
+        found = self._stacks.get(frame_id, ())
+        for fid in reversed(chain):  # outermost first, so each frame's stack extends its caller's
+            loc = self.location(fid)
+            found = self._stacks[fid] = () if loc is None else (loc, *found)
+        return found
 
     def _location(self, frame_id: int) -> SourceLocation | None:
         if not (1 <= frame_id <= len(self.frames)):
@@ -412,7 +458,7 @@ class StackFrames:
         file_id, func_id, line, _end_line, column, _end_col = self.file_locations[loc_id - 1]
         file = self.file_names[file_id - 1] if 1 <= file_id <= len(self.file_names) else ""
         func = self.function_names[func_id - 1] if 1 <= func_id <= len(self.function_names) else ""
-        return SourceLocation(file=file, line=line, function=func, column=column)
+        return SourceLocation(file=file, line=line, function=func, column=column, frame=frame_id)
 
 
 @dataclass(frozen=True, eq=False)
@@ -455,6 +501,14 @@ class Module:
         if raw not in self._sources:
             self._sources[raw] = self._source_location(instruction)
         return self._sources[raw]
+
+    def source_stack(self, instruction: Instruction) -> tuple[SourceLocation, ...]:
+        """The instruction's call stack, innermost frame first (StackFrames.stack); the one
+        location of older metadata (`source_file`/`source_line`); () where there is none."""
+        loc = self.source_location(instruction)
+        if loc is None:
+            return ()
+        return self.stack_frames.stack(loc.frame) if loc.frame else (loc,)
 
     def _source_location(self, instruction: Instruction) -> SourceLocation | None:
         plain = _PLAIN_METADATA.fullmatch(instruction.attributes["metadata"])

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from hloflops.report.report import Report, ratio
+from hloflops.user_code import DEFAULT as DEFAULT_USER_CODE
+from hloflops.user_code import UserCode
 from hloparse.allocation import long_lived_objects
 from hloparse.ir import Module
 
@@ -38,20 +40,69 @@ def _is_jax_stage(source: Any, kind: str) -> bool:
     return False
 
 
+# Where the wrappers of jax's stages keep the jax object: nnx.jit's and eqx.filter_jit's Lowered
+# and Compiled hold it as `.lowered` / `.compiled` (their own `as_text()` may give StableHLO, or
+# be missing, as on Equinox's Compiled).
+_INNER = ("compiled", "lowered", "_compiled", "_lowered")
+ACCEPTED = ("HLO text (str or bytes), a path, an hloparse Module, or a compiled or lowered jax function: "
+            "fn.lower(*args).compile() or fn.lower(*args) of jax.jit, nnx.jit, eqx.filter_jit, pjit or any "
+            "object with jax's lower/compile/as_text protocol")
+
+
+def jax_stage(source: Any) -> tuple[Any, str] | None:
+    """(the object, "Compiled" or "Lowered") for anything that follows jax's stage protocol: jax's
+    own stages, the wrappers that keep one inside (flax nnx, Equinox), or an object with
+    `as_text` (with `compile` it is a Lowered; without, a Compiled). None for anything else.
+    jax is never imported here."""
+    for _ in range(8):  # a wrapper of a wrapper; never a cycle
+        for kind in ("Compiled", "Lowered"):
+            if _is_jax_stage(source, kind):
+                return source, kind
+        inner = next((getattr(source, a) for a in _INNER if _has(source, a)), None)
+        if inner is None or inner is source:
+            break
+        source = inner
+    if isinstance(source, (str, bytes, os.PathLike, Module)) or not callable(getattr(source, "as_text", None)):
+        return None
+    return source, ("Lowered" if callable(getattr(source, "compile", None)) else "Compiled")
+
+
+def _has(source: Any, attribute: str) -> bool:
+    try:
+        return getattr(source, attribute, None) is not None
+    except Exception:  # a property that raises (flax's Stage.args_info does): not this one
+        return False
+
+
 def _looks_like_hlo_text(text: str) -> bool:
     head = text.lstrip()[:200]
     return "\n" in text or head.startswith("HloModule") or head.startswith("ENTRY") or "{" in head
 
 
-def _jax_text(source: Any) -> str:
+def _jax_text(stage: Any, kind: str) -> str:
     """The HLO text of a jax stage: a Compiled's optimized module (what XLA costs), a Lowered's
     module before optimizations."""
-    if _is_jax_stage(source, "Compiled"):
-        return source.as_text()
-    try:
-        return source.as_text(dialect="hlo", debug_info=True)
-    except TypeError:  # older jax without debug_info
-        return source.as_text(dialect="hlo")
+    if kind == "Compiled":
+        text = stage.as_text()
+    else:
+        try:
+            text = stage.as_text(dialect="hlo", debug_info=True)
+        except TypeError:  # older jax without debug_info, or a wrapper's as_text() without options
+            try:
+                text = stage.as_text(dialect="hlo")
+            except TypeError:
+                text = stage.as_text()
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    if not isinstance(text, str) or not text.strip():
+        raise TypeError(f"analyze(): {type(stage).__name__}.as_text() gave no HLO text ({type(text).__name__}); "
+                        f"the backend may not print its executable")
+    return text
+
+
+def _what(source: Any) -> str:
+    cls = type(source)
+    return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ not in ("builtins", None) else cls.__qualname__
 
 
 def load_module(source: Any) -> Module:
@@ -60,8 +111,9 @@ def load_module(source: Any) -> Module:
 
     if isinstance(source, Module):
         return source
-    if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
-        return hloparse.parse(_jax_text(source))
+    stage = jax_stage(source)
+    if stage is not None:
+        return hloparse.parse(_jax_text(*stage))
     if isinstance(source, bytes):
         source = source.decode("utf-8")
     if isinstance(source, os.PathLike):
@@ -70,9 +122,10 @@ def load_module(source: Any) -> Module:
         if _looks_like_hlo_text(source):
             return hloparse.parse(source)
         return hloparse.load(source)
-    raise TypeError(
-        f"analyze() takes HLO text, a path, an hloparse Module or a jax Lowered/Compiled, not {type(source).__name__}"
-    )
+    if callable(getattr(source, "lower", None)):
+        raise TypeError(f"analyze() got the jitted function {_what(source)} itself, which has no HLO until it is "
+                        "given arguments: pass fn.lower(*args).compile(), or use hloflops.count(fn)(*args)")
+    raise TypeError(f"analyze() got {_what(source)}; it takes {ACCEPTED}")
 
 
 def num_devices(module: Module) -> int:
@@ -86,15 +139,19 @@ def num_devices(module: Module) -> int:
     return n
 
 
-def analyze(source: Any, *, trip_counts: Mapping[str, int] | None = None) -> Report:
+def analyze(source: Any, *, trip_counts: Mapping[str, int] | None = None, user_code: UserCode | None = None) -> Report:
     """Exact, loop- and remat-aware costs of an HLO module.
 
     `trip_counts` maps while-instruction names (without '%') to trip counts; they override what
     the analysis derives and fill in unknown ones (reported with source "override").
+    `user_code` is the rule that says which frame of an op's call stack is the user's
+    (`hloflops.user_code.UserCode`; default: not jax, flax, optax, ..., installed packages or
+    the standard library).
     """
-    report = _report(load_module(source), trip_counts)
-    if _is_jax_stage(source, "Compiled"):
-        report.chip = compiled_chip(source)
+    report = _report(load_module(source), trip_counts, user_code=user_code)
+    stage = jax_stage(source)
+    if stage is not None and stage[1] == "Compiled":
+        report.chip = compiled_chip(stage[0])
     return report
 
 
@@ -119,12 +176,14 @@ def jax_leaves(tree: Any) -> list:
     return jax.tree.leaves(tree)
 
 
-def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[str, float] | None = None) -> Report:
+def _report(module: Module, trip_counts: Mapping[str, int] | None, xla: Mapping[str, float] | None = None,
+            user_code: UserCode | None = None) -> Report:
     from hloflops.accounting import account
 
     with long_lived_objects():
         accounting = account(module, trip_counts=dict(trip_counts) if trip_counts else None)
-    return Report(accounting, path=module.path, num_devices=num_devices(module), xla_reported=xla, module=module)
+    return Report(accounting, path=module.path, num_devices=num_devices(module), xla_reported=xla, module=module,
+                  user_code=user_code or DEFAULT_USER_CODE)
 
 
 # ---- XLA's own numbers ---------------------------------------------------------------------
@@ -133,8 +192,9 @@ def xla_cost_analysis(source: Any) -> dict[str, float]:
     `Lowered.cost_analysis()` for a jax stage, XLA's HloCostAnalysis of the text otherwise."""
     from hloflops.xla import compare as xla_compare
 
-    if _is_jax_stage(source, "Compiled") or _is_jax_stage(source, "Lowered"):
-        raw = xla_compare.xla_cost_of_compiled(source)  # Lowered.cost_analysis() has the same shape
+    stage = jax_stage(source)
+    if stage is not None:
+        raw = xla_compare.xla_cost_of_compiled(stage[0])  # Lowered.cost_analysis() has the same shape
         return {k: float(v) for k, v in raw.items()}
     try:
         import jax  # noqa: F401  (imported here only to say clearly what is missing)

@@ -1,6 +1,7 @@
 """`hloflops`: the command line.
 
-    hloflops FILE|- [--json [--rows] | --csv] [--by scope|source|opcode|computation|module] [--depth N]
+    hloflops FILE|- [--json [--rows] | --csv] [--by scope|source|function|opcode|computation|module]
+                    [--frames user|library|all] [--user-code PATH] [--library NAME] [--depth N]
                     [--top N] [--trip-count NAME=N ...] [--folded PATH] [--html PATH] [--compare-xla]
                     [--strict] [--traceback]
     hloflops diff A B [--fail-above PCT] [--by ...] [--depth N] [--json]
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
 # hloflops.report.report.GROUP_KEYS, spelt here so that building the parser imports no report code;
 # tests/packaging/test_small_errors.py checks that the two agree.
-GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
+GROUP_KEYS = ("opcode", "computation", "scope", "source", "function", "module")
+FRAMES = ("user", "library", "all")  # hloflops.report.report.FRAMES, checked the same way
 
 EXIT_OK = 0
 EXIT_FOUND = 1
@@ -132,6 +134,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "summary, the whole stack in JSON/CSV; 0: the whole stack)")
     p.add_argument("--trip-count", type=_trip_count, action="append", default=[], metavar="NAME=N",
                    help="trip count of the while instruction NAME (overrides or fills in an unknown one); repeatable")
+    p.add_argument("--frames", choices=FRAMES, default="user",
+                   help="with --by source|function: the user's frame of each op's call stack (default), the "
+                        "innermost (library) frame, or all: both, as 'user > library'")
+    p.add_argument("--user-code", action="append", default=[], metavar="PATH|NAME",
+                   help="files under this path or directory name are your code even where installed; repeatable")
+    p.add_argument("--library", action="append", default=[], metavar="NAME",
+                   help="a package whose frames are not your code (beside jax, flax, optax, ...); repeatable")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     p.add_argument("--traceback", action="store_true", help="show the Python traceback of an error")
 
@@ -182,7 +191,21 @@ def _explicit(argv: Sequence[str], option: str) -> bool:
 
 
 # ---- commands --------------------------------------------------------------------------------
-def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False) -> Report:
+def _user_code(args: argparse.Namespace) -> Any:
+    """The rule for the user's frame (hloflops.user_code) with --user-code / --library added."""
+    from hloflops.user_code import DEFAULT
+
+    return DEFAULT.with_options(user=args.user_code, library=args.library)
+
+
+def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False, user_code: Any = None) -> Report:
+    report = _read_report(path, trip_counts, compare_xla=compare_xla)
+    if user_code is not None:
+        report.user_code = user_code
+    return report
+
+
+def _read_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False) -> Report:
     from hloflops.api import analyze, compare
 
     if path == "-":  # HLO text on stdin: `python3 dump.py | hloflops -`
@@ -233,7 +256,7 @@ def _unlimit_int_digits() -> None:
         sys.set_int_max_str_digits(0)
 
 
-def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
+def _csv_text(report: Report, by: str | None, depth: int | None, frames: str = "user") -> str:
     buffer = io.StringIO()
     if by is None:
         records = report.to_records()
@@ -245,7 +268,7 @@ def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([by, "flops", "transcendentals", "bytes_accessed", "remat_flops", "instructions", "executions",
                          "uncounted"])
-        for g in report.group_by(by, depth=depth):
+        for g in report.group_by(by, depth=depth, frames=frames):
             writer.writerow([csv_cell(g.key), g.total.flops, g.total.transcendentals, g.total.bytes_accessed,
                              g.remat_flops, g.instructions, g.executions, g.uncounted])
     return buffer.getvalue()
@@ -266,7 +289,7 @@ def _run_file(argv: Sequence[str]) -> int:
         raise UsageError("--json and --csv are exclusive")
     trips = dict(args.trip_count)
     chip = _chip(args.chip) if args.chip else None
-    report = _load_report(args.file, trips, compare_xla=args.compare_xla)
+    report = _load_report(args.file, trips, compare_xla=args.compare_xla, user_code=_user_code(args))
     _check_trip_counts(trips, report)
     _unlimit_int_digits()
     by_explicit = _explicit(argv, "--by")
@@ -277,13 +300,13 @@ def _run_file(argv: Sequence[str]) -> int:
         _write(args.html, report.to_html(depth=depth, chip=chip))
     if args.json:
         sys.stdout.write(report.to_json(by=(args.by,) if by_explicit else (), depth=depth, rows=args.rows,
-                                        chip=chip))
+                                        chip=chip, frames=args.frames))
     elif args.csv:
-        sys.stdout.write(escape_controls(_csv_text(report, args.by if by_explicit else None, depth)))
+        sys.stdout.write(escape_controls(_csv_text(report, args.by if by_explicit else None, depth, args.frames)))
     else:
         summary_depth = 3 if args.depth is None else depth
         sys.stdout.write(escape_controls(render_summary(report, by=args.by, depth=summary_depth, top=args.top,
-                                                        chip=chip, width=output_width())))
+                                                        chip=chip, width=output_width(), frames=args.frames)))
     if args.strict and not report.is_exact:
         unknown = [lp.name for lp in report.unknown_loops]
         what = []
@@ -303,8 +326,8 @@ def _run_diff(argv: Sequence[str]) -> int:
 
     args = build_diff_parser().parse_args(argv)
     trips = dict(args.trip_count)
-    a = _load_report(args.a, trips)
-    b = _load_report(args.b, trips)
+    a = _load_report(args.a, trips, user_code=_user_code(args))
+    b = _load_report(args.b, trips, user_code=_user_code(args))
     _check_trip_counts(trips, a, b)
     _unlimit_int_digits()
     depth = args.depth or None
@@ -326,7 +349,7 @@ def _run_diff(argv: Sequence[str]) -> int:
 
 
 _VALUE_OPTIONS = frozenset({"--by", "--depth", "--trip-count", "--top", "--folded", "--folded-metric", "--html",
-                            "--chip"})
+                            "--chip", "--frames", "--user-code", "--library"})
 
 
 def _is_batch(argv: Sequence[str]) -> bool:

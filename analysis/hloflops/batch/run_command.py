@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 from hloflops.batch.db import OK
 from hloflops.batch.discovery import AFTER_OPTIMIZATIONS
 from hloflops.batch.run import DEFAULT_TIMEOUT_S, BatchSummary, NoModulesFound, run_batch
-from hloflops.report.fit import output_width
+from hloflops.report.fit import fit_text, output_width
 from hloflops.batch.summary import SORT_KEYS, compile_counts, format_summary, modules_table, sort_rows
 
 EXIT_USAGE = 2
@@ -186,6 +186,11 @@ def describe_exit(code: int | None) -> str:
 
 
 def format_run(result: RunResult, *, top: int = 10, sort: str = "flops", width: int | None = None) -> str:
+    """The closing report of `hloflops run`, fitted to `width` (hloflops.report.fit)."""
+    return fit_text(_run_text(result, top=top, sort=sort, width=width), width)
+
+
+def _run_text(result: RunResult, *, top: int, sort: str, width: int | None) -> str:
     command = " ".join(result.command)
     where = f"kept in {result.dump_dir}" if result.kept else "removed"
     lines = [f"hloflops run: `{command}` {describe_exit(result.command_exit_code)} "

@@ -14,7 +14,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from hloflops.batch.db import OK
 from hloflops.batch.programs import Program, programs, recompiled_lines
 from hloflops.batch.progress import format_duration
-from hloflops.report.fit import fitted
+from hloflops.report.fit import fit_text
+from hloflops.report.format import format_table
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -83,16 +84,19 @@ def display_path(path: str) -> str:
     return rel if not rel.startswith("..") else path
 
 
+# Where a table does not fit the width even with its names elided, these columns go first, in order.
+DROP_FIRST = ("unknown", "uncounted", "loops", "XLA flops", "remat")
+
+
 def _table(header: list[str], rows: list[list[str]], right: set[int], width: int | None = None) -> list[str]:
     """Columns after a two-space indent; with `width`, the name columns (the left-aligned ones)
-    are elided in the middle to fit it."""
+    are elided in the middle to fit it, then the DROP_FIRST columns left out."""
     left = [i for i in reversed(range(len(header))) if i not in right]  # the path before the module
-    header, rows, widths = fitted(header, rows, None if width is None else width - 2, left)
-    out = []
-    for r in [header, *rows]:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        out.append("  " + "  ".join(cells).rstrip())
-    return out
+    align = "".join("r" if i in right else "l" for i in range(len(header)))
+    drop = [header.index(h) for h in DROP_FIRST if h in header]
+    lines = format_table(header, rows, align=align, width=None if width is None else width - 2, elide=left,
+                         drop=drop)
+    return ["  " + line if line else line for line in lines]
 
 
 def modules_table(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program], *, lead: str = "flops",
@@ -125,6 +129,20 @@ def modules_table(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program],
     return _table(header, table, right=set(range(len(header) - (2 if paths else 1))), width=width)
 
 
+def fold_programs(rows: Sequence[dict[str, Any]], counts: Mapping[str, Program]) -> list[dict[str, Any]]:
+    """One row per program (a module name and fingerprint in one dump directory: see
+    hloflops.batch.programs), the first of its files in `rows`' order: the heaviest, or the worst
+    undercount, of its compilations. Its `compiled` column says how many files were folded."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for row in rows:
+        key = (os.path.dirname(row["path"]), _program(counts, row).label)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
+
+
 def _program(counts: Mapping[str, Program], row: dict[str, Any]) -> Program:
     return counts.get(row["path"]) or Program(row["module_name"] or "", 1)
 
@@ -154,9 +172,11 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
     ok_rows = [r for r in summary.rows if r["status"] == OK]
     if ok_rows:
         second = "flops" if sort == "ratio" else "ratio"
+        n_programs = len(fold_programs(ok_rows, counts))
+        of = f"{n_programs} programs" + (f" in {len(ok_rows)} files" if n_programs != len(ok_rows) else "")
         for by in (sort, second):
-            shown = sort_rows(ok_rows, by)[:top]
-            lines += ["", f"{TITLES[by]}, top {len(shown)} of {len(ok_rows)}:"]
+            shown = fold_programs(sort_rows(ok_rows, by), counts)[:top]
+            lines += ["", f"{TITLES[by]}, top {len(shown)} of {of}:"]
             lines += modules_table(shown, counts, lead="ratio" if by == "ratio" else "flops", paths=paths,
                                    seconds=by == "time", width=width)
         recompiled = recompiled_lines(ok_rows, top=top, width=width)
@@ -166,4 +186,4 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
         lines += ["", f"Failed files ({len(failed_rows)}{', first ' + str(top) if len(failed_rows) > top else ''}):"]
         for r in failed_rows[:top]:
             lines.append(f"  {r['status']:<11}  {display_path(r['path'])}: {r['error']}")
-    return "\n".join(lines) + "\n"
+    return fit_text("\n".join(lines) + "\n", width)

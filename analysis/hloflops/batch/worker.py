@@ -178,6 +178,8 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
                 "executions": lp["executions"],
                 "bounds": lp.get("bounds"),
                 "note": lp.get("note", ""),
+                "location": lp.get("source_line"),  # the user's line and function (hloflops.user_code)
+                "function": lp.get("function"),
             }
             for lp in report.get("loops", ())
         ],

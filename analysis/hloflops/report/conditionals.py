@@ -61,6 +61,8 @@ def conditional_lines(report: Report) -> list[str]:
         costs = ", ".join(f"{b.index}: {b.cost.flops:,}" for b in c.branches)
         resolution = getattr(c, "resolution", "data")
         note = getattr(c, "note", "")
-        lines.append(f"  {c.name} x{c.executions:,} [{resolution}]: branch flops {{{costs}}}; {_executions(c)}"
+        loc = report.instruction_source(c.computation, c.name)  # the user's line (hloflops.user_code)
+        where = f" at {loc.file}:{loc.line}" if loc is not None else ""
+        lines.append(f"  {c.name}{where} x{c.executions:,} [{resolution}]: branch flops {{{costs}}}; {_executions(c)}"
                      + (f" ({note})" if note else ""))
     return lines

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hloflops.cost.costs import Cost
 from hloflops.report.conditionals import range_lines
+from hloflops.report.fit import fit_text
 from hloflops.report.format import format_table
 
 if TYPE_CHECKING:
@@ -152,8 +153,8 @@ def render_diff(result: DiffResult, *, top: int = 20, fail_above: float | None =
         for g in changed[:top]
     ]
     lines += format_table([f"  {result.by}", "A flops", "B flops", "delta flops", "delta bytes"], rows, width=width,
-                          elide=(0,))
+                          elide=(0,), drop=(4,))
     if fail_above is not None:
         verdict = "EXCEEDED" if result.exceeds(fail_above) else "ok"
         lines += ["", f"budget: FLOPs change {result.flops_growth_text()} vs allowed +{fail_above:g}%: {verdict}"]
-    return "\n".join(lines) + "\n"
+    return fit_text("\n".join(lines) + "\n", width)

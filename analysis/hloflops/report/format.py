@@ -37,17 +37,30 @@ def csv_cell(value: object) -> object:
 
 
 def format_table(header: list[str], rows: list[list[str]], *, align: str = "", width: int | None = None,
-                 elide: Sequence[int] = ()) -> list[str]:
+                 elide: Sequence[int] = (), drop: Sequence[int] = ()) -> list[str]:
     """Plain-text columns; `align` has one letter per column ('l' or 'r', default right except
     the first column). With `width`, the `elide` columns are shortened in the middle to fit it,
-    in that order (`hloflops.report.fit`)."""
-    from hloflops.report.fit import fitted
+    in that order; where that is not enough, the `drop` columns are left out, in that order; a
+    line still too wide is cut (`hloflops.report.fit`)."""
+    from hloflops.report.fit import READABLE, cut, fitted
 
-    header, rows, widths = fitted(header, rows, width, elide)
     aligns = align or ("l" + "r" * (len(header) - 1))
+    keep = list(range(len(header)))
+    dropping = list(drop)
+    while True:  # names stay readable (READABLE) while there are columns to drop; then they shrink further
+        kept_elide = [keep.index(i) for i in elide if i in keep]
+        readable = READABLE if dropping else 0
+        h, r, widths = fitted([header[i] for i in keep], [[row[i] for i in keep] for row in rows], width, kept_elide,
+                              readable)
+        if width is None or sum(widths) + 2 * (len(widths) - 1) <= width:
+            break
+        if not dropping:
+            break
+        keep.remove(dropping.pop(0))
+    kept_aligns = [aligns[i] for i in keep]
 
     def line(cells: list[str]) -> str:
-        out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)]
-        return "  ".join(out).rstrip()
+        out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, kept_aligns)]
+        return cut("  ".join(out).rstrip(), width)
 
-    return [line(header)] + [line(r) for r in rows]
+    return [line(h)] + [line(x) for x in r]

@@ -98,14 +98,21 @@ def _summary_html(report: Report) -> str:
         loop_rows = [
             [lp.name, "UNKNOWN" if lp.trip_count is None else f"{lp.trip_count:,}", lp.source, f"{lp.executions:,}",
              f"{lp.total.flops:,}", _pct(report.loop_share(lp)),
-             "?" if lp.trip_count is None else f"{lp.extra_over_xla.flops:,}", lp.parent or ""]
+             "?" if lp.trip_count is None else f"{lp.extra_over_xla.flops:,}", lp.parent or "",
+             " ".join(filter(None, (report.loop_location(lp), report.loop_function(lp))))]
             for lp in report.loops
         ]
         parts.append("<h2>Loops</h2>")
-        parts.append(_table(["loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside"],
-                            loop_rows, "loops"))
+        parts.append(_table(["loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside",
+                             "your code"], loop_rows, "loops"))
     else:
         parts.append("<h2>Loops</h2><p>none</p>")
+    functions = [g for g in report.by_function() if g.total.flops][:10]
+    if functions:  # the user's functions (hloflops.user_code): where the FLOPs are in their code
+        parts.append("<h2>FLOPs by function (your code)</h2>")
+        parts.append(_table(["function", "flops", "share", "remat flops"],
+                            [[g.key, f"{g.total.flops:,}", _pct(ratio(g.total.flops, report.flops)),
+                              f"{g.remat_flops:,}"] for g in functions], "functions"))
     parts.append("<h2>Uncounted ops</h2>")
     if report.uncounted:
         parts.append(_table(["name", "opcode", "computation", "executions", "reason"],
@@ -144,10 +151,18 @@ _JS = r"""
   (function link(n, p) { n.p = p; (n.c || []).forEach(function (k) { link(k, n); }); })(data.tree, null);
   function fmt(x) { return Number(x).toLocaleString('en-US'); }
   function path(n) { var s = []; for (; n; n = n.p) s.unshift(n.n); return s.join('/'); }
+  // A label's xN says that every op under the node runs N times per step; where its ops run
+  // different numbers of times (a loop and the code around it) no one number is the node's, so
+  // the label has none and the tooltip gives the range of its ops' executions.
   function mult(n) {
     var lo = n.x[0], hi = n.x[1];
-    if (hi <= 1) return '';
-    return lo === hi ? ' \u00d7' + fmt(lo) : ' \u00d7' + fmt(lo) + '\u2013' + fmt(hi);
+    return hi > 1 && lo === hi ? ' \u00d7' + fmt(lo) : '';
+  }
+  function runs(n) {
+    var lo = n.x[0], hi = n.x[1];
+    if (!n.p || hi <= 1) return '';
+    return lo === hi ? ', runs' + mult(n) + ' per step'
+                     : ', its ops run ' + fmt(lo) + ' to ' + fmt(hi) + ' times per step';
   }
   function color(n) {
     var h = 0;
@@ -163,7 +178,7 @@ _JS = r"""
     var v = n.v, total = data.tree.v[metric];
     var share = total ? (100 * v[metric] / total).toFixed(2) + '%' : '-';
     return path(n) + '\n' + names[metric] + ' ' + fmt(v[metric]) + ' (' + share + ' of the module)' +
-      (v[3] ? ', remat flops ' + fmt(v[3]) : '') + (n.p && n.x[1] > 1 ? ', runs' + mult(n) + ' per step' : '');
+      (v[3] ? ', remat flops ' + fmt(v[3]) : '') + runs(n);
   }
   function render() {
     while (chart.firstChild) chart.removeChild(chart.firstChild);
@@ -294,7 +309,8 @@ _CHART = """<h2>FLOPs by scope</h2>
 <p class="legend">Width: share of <select id="metric"><option value="0">flops</option>
 <option value="1">transcendentals</option><option value="2">bytes accessed</option></select>
 <span style="background:#c0392b;opacity:.5"></span>hatched: remat recomputation
-&nbsp; &times;N: executions per step (loop trip counts). Click to zoom.</p>
+&nbsp; &times;N: every op under the node runs N times per step (loop trip counts; where they differ, the
+tooltip gives the range). Click to zoom.</p>
 <div id="info"></div>
 <svg id="chart" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="icicle chart of FLOPs by scope"></svg>
 """

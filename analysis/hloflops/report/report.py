@@ -22,13 +22,16 @@ from hloflops.report.formulas import formula_json
 from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from hloflops.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
+from hloflops.report.sources import FRAMES, NO_SOURCE, SourceViews, function_key, location_key  # noqa: F401
+from hloflops.user_code import DEFAULT as DEFAULT_USER_CODE
+from hloflops.user_code import UserCode
+from hloparse.ir import SourceLocation
 
 SCHEMA = "hloflops.report/1"
 # The text, HTML and folded-stack views import Report; Report reaches them through this table,
 # which analysis/report/__init__.py fills, so that no two modules import each other.
 VIEWS: dict[str, Callable[..., Any]] = {}
-GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
-NO_SOURCE = "(no source)"
+GROUP_KEYS = ("opcode", "computation", "scope", "source", "function", "module")
 
 
 def source_key(row: Row) -> str:
@@ -48,6 +51,8 @@ def group_key(row: Row, by: str, depth: int | None = None) -> str:
         return source_key(row)
     if by == "module":
         return module_path(row.scope, depth)
+    if by == "function":
+        return function_key(row.source)
     raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
 
 
@@ -126,7 +131,7 @@ def _branch_executions(conditional: Any, k: int) -> int | None:
     return executions[k] if k < len(executions) else None
 
 
-class Report:
+class Report(SourceViews):
     """The exact, loop- and remat-aware costs of one HLO module.
 
     Build one with `hloflops.analyze(...)`. Totals: `flops`, `transcendentals`, `bytes_accessed`
@@ -143,8 +148,11 @@ class Report:
         num_devices: int = 1,
         xla_reported: Mapping[str, float] | None = None,
         module: Any = None,
+        user_code: UserCode = DEFAULT_USER_CODE,
     ) -> None:
         self.accounting = accounting
+        self.user_code = user_code  # which frame of a call stack is the user's (hloflops.user_code)
+        self._picked: dict[tuple[int, str], tuple[SourceLocation, ...]] = {}
         self.module = module  # the parsed hloparse.Module, where the roofline needs dtypes
         self.path = path
         self.num_devices = num_devices  # replica_count * num_partitions of the module header
@@ -340,13 +348,21 @@ class Report:
         return ratio(loop.total.flops, self.flops)
 
     # ---- grouping ------------------------------------------------------------------------
-    def group_by(self, by: str = "scope", *, depth: int | None = None) -> list[Group]:
+    def group_by(self, by: str = "scope", *, depth: int | None = None, frames: str = "user") -> list[Group]:
         """Sum the rows by opcode, computation, scope (the first `depth` frames of the op_name
-        name stack), source line or module (the Flax module path, first `depth` parts).
+        name stack), source line or function (the user's frame of each op's call stack, see
+        `hloflops.user_code`; `frames="library"` the innermost frame, `"all"` both) or module
+        (the Flax module path, first `depth` parts).
         Sorted by FLOPs, largest first, then by key."""
+        if by in ("source", "function"):
+            def key_of(row: Row) -> str:
+                return self.source_key(row, by, frames)
+        else:
+            def key_of(row: Row) -> str:
+                return group_key(row, by, depth)
         sums: dict[str, list[Any]] = {}
         for row in self.rows:
-            key = group_key(row, by, depth)
+            key = key_of(row)
             acc = sums.get(key)
             if acc is None:
                 acc = sums[key] = [Cost(), 0, 0, 0, 0]
@@ -368,8 +384,11 @@ class Report:
     def by_scope(self, depth: int | None = None) -> list[Group]:
         return self.group_by("scope", depth=depth)
 
-    def by_source(self) -> list[Group]:
-        return self.group_by("source")
+    def by_source(self, frames: str = "user") -> list[Group]:
+        return self.group_by("source", frames=frames)
+
+    def by_function(self, frames: str = "user") -> list[Group]:
+        return self.group_by("function", frames=frames)
 
     def by_module(self, depth: int | None = None) -> list[Group]:
         return self.group_by("module", depth=depth)
@@ -392,7 +411,8 @@ class Report:
             "parent": loop.parent,
             "note": loop.note,
             "scope": loop.scope,
-            "source_line": loop.location or None,
+            "source_line": self.loop_location(loop) or None,
+            "function": self.loop_function(loop) or None,
             "phase": loop.phase,
         }
 
@@ -400,6 +420,7 @@ class Report:
         """One flat dict per instruction (the CSV and pandas layout)."""
         records = []
         for r in self.rows:
+            source = self.user_source(r.source)
             records.append(
                 {
                     "computation": r.computation,
@@ -418,9 +439,9 @@ class Report:
                     "remat": r.remat,
                     "phase": r.phase,
                     "scope": r.scope,
-                    "source_file": r.source.file if r.source else None,
-                    "source_line": r.source.line if r.source else None,
-                    "source_function": r.source.function if r.source else None,
+                    "source_file": source.file if source else None,
+                    "source_line": source.line if source else None,
+                    "source_function": source.function if source else None,
                     "uncounted": r.uncounted,
                     "target": r.target,
                     "note": r.note,
@@ -431,7 +452,7 @@ class Report:
         return records
 
     def to_dict(self, *, by: Iterable[str] = (), depth: int | None = None, rows: bool = False,
-                chip: Any = None) -> dict[str, Any]:
+                chip: Any = None, frames: str = "user") -> dict[str, Any]:
         """The JSON object `hloflops FILE --json` prints (same options: `by` adds `by_<key>`
         tables next to the always-present `by_opcode`; `rows` adds one entry per instruction;
         `chip` adds the `roofline`). Plain JSON types only; exact values are ints; key order is
@@ -504,10 +525,13 @@ class Report:
         for key in by:
             if key == "opcode":
                 continue
-            table = self.group_by(key, depth=depth)
+            table = self.group_by(key, depth=depth, frames=frames)
             out[f"by_{key}"] = {g.key: g.as_dict() for g in table}
             if key in ("scope", "module"):
                 out[f"{key}_depth"] = depth
+            if key in ("source", "function"):
+                out["frames"] = frames
+                out["stack_frames"] = self.has_stack_frames
         if self.xla_reported is not None:
             out["xla_reported"] = _xla_triplet(self.xla_reported)
         if rows:
@@ -569,10 +593,10 @@ class Report:
 
     # ---- display -------------------------------------------------------------------------
     def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15, chip: Any = None,
-                width: int | None = None) -> str:
-        """The readable text `hloflops FILE` prints (with the roofline on `chip` if given; name
-        columns elided in the middle to fit `width` if given)."""
-        return VIEWS["summary"](self, by=by, depth=depth, top=top, chip=chip, width=width)
+                width: int | None = None, frames: str = "user") -> str:
+        """The readable text `hloflops FILE` prints (with the roofline on `chip` if given; fitted
+        to `width` columns if given: name columns elided in the middle, notes wrapped)."""
+        return VIEWS["summary"](self, by=by, depth=depth, top=top, chip=chip, width=width, frames=frames)
 
     def __repr__(self) -> str:
         return (

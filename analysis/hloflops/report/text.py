@@ -9,9 +9,13 @@ from hloflops.cost.attention import ATTENTION, CONVENTION_LINES
 from hloflops.report.compiler_estimate import summary_lines as compiler_estimate_lines
 from hloflops.report.communication import sharded_lines
 from hloflops.report.conditionals import conditional_lines, range_lines
+from hloflops.report.fit import elide_middle, fit_text
 from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
 from hloflops.xla.residual import residual_text
+
+NO_FRAMES_NOTE = ("this module has no stack-frame tables (FileNames ... StackFrames): each op has only the one "
+                  "location its metadata names, which may be library code")
 
 if TYPE_CHECKING:
     from hloflops.report.report import Report
@@ -53,7 +57,7 @@ def _attention_lines(report: Report) -> list[str]:
 
 
 def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, top: int = 15,
-                   chip: Any = None, width: int | None = None) -> str:
+                   chip: Any = None, width: int | None = None, frames: str = "user") -> str:
     """The summary; with `width` (`hloflops.report.fit.output_width()`), its name columns are
     elided in the middle to fit it."""
     xla = report.xla_estimate
@@ -111,13 +115,15 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                     f"{lp.extra_over_xla.flops:,}" if known else "?",  # a lower bound minus XLA means nothing
                     lp.parent or "",
                     lp.phase,
-                    lp.scope + (f"  ({lp.location})" if lp.location else ""),
+                    lp.scope,
+                    report.loop_location(lp),  # the user's line (hloflops.user_code)
                 ]
             )
         header = ["  loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside", "phase",
-                  "scope"]
-        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrlll", width=width,
-                              elide=(9, 7, 0))
+                  "scope", "code"]
+        # narrow: the scope (with its source line) is elided first, then these columns go, least needed first
+        lines += format_table(header, [["  " + r[0]] + r[1:] for r in rows], align="lrlrrrrllll", width=width,
+                              elide=(10, 9, 7, 0), drop=(7, 8, 2, 3, 6))
         for lp in report.loops:
             if lp.trip_count is None:
                 lines.append(f"  ! {lp.name}: trip count unknown{': ' + lp.note if lp.note else ''} "
@@ -133,11 +139,15 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     lines += sharded + ([""] if sharded else [])
     estimate = compiler_estimate_lines(report, report.chip_spec(chip))
     lines += estimate + ([""] if estimate else [])
-    groups = report.group_by(by, depth=depth if by in ("scope", "module") else None)
+    groups = report.group_by(by, depth=depth if by in ("scope", "module") else None, frames=frames)
     title = f"top {min(top, len(groups))} of {len(groups)} by {by}"
     if by in ("scope", "module"):
         title += f" (depth {'all' if depth is None else depth})"
+    if by in ("source", "function") and frames != "user":
+        title += f" ({frames} frames)"
     lines.append(title)
+    if by in ("source", "function") and not report.has_stack_frames:
+        lines.append(f"  note: {NO_FRAMES_NOTE}")
     rows = [
         [
             "  " + g.key,
@@ -150,7 +160,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         for g in groups[:top]
     ]
     lines += format_table([f"  {by}", "flops", "share", "remat flops", "transcendentals", "bytes accessed"], rows,
-                          width=width, elide=(0,))
+                          width=width, elide=(0,), drop=(4, 5, 3))
     lines.append("")
     if report.uncounted:
         lines.append(f"UNCOUNTED ops ({len(report.uncounted)}): their cost is unknown and NOT in the totals")
@@ -173,4 +183,6 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         causes = residual_text(report.residual_causes)
         lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops"
                      + (f": {causes}" if causes else ""))
-    return "\n".join(lines) + "\n"
+    if width is not None:
+        lines[0] = elide_middle(lines[0], width)
+    return fit_text("\n".join(lines) + "\n", width)
