@@ -83,12 +83,22 @@ class Formula:
         """(coefficient, sorted symbols) of each term with a non-zero coefficient of `metric`."""
         return [(getattr(cost, metric), tuple(sorted(mono))) for mono, cost in self.terms if getattr(cost, metric)]
 
+    @property
+    def bound_only(self) -> bool:
+        """Whether the polynomial holds only as a bound for some counts (`notes` say where)."""
+        return bool(self.notes)
+
     def evaluate(self, counts: Mapping[str, int]) -> Totals:
         """The totals with each symbol at its count in `counts` (every symbol, nothing else)."""
         values = _checked_counts(self, counts)
         if self.plan:
             total = _fold(self.plan, values)
             return Totals(total.flops, total.transcendentals, total.bytes_accessed)
+        return self.polynomial_at(values)
+
+    def polynomial_at(self, counts: Mapping[str, int]) -> Totals:
+        """The polynomial's terms summed at `counts` (what the printed formula says)."""
+        values = _checked_counts(self, counts)
         total = ZERO
         for mono, cost in self.terms:
             times = 1

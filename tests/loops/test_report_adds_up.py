@@ -1,0 +1,199 @@
+"""Issue 29: every number of a report adds up where loops, unknown trip counts and conditionals meet.
+
+The rules (tests/support/invariants.py): the formula evaluated at any counts equals the
+accounting given those counts, and at the lower bounds the totals; the reconciliation adds up to
+exact - XLA, each loop's "XLA misses" within [0, its total]; the bounds hold the totals. Each case
+the issue reported is a test here; the whole corpus is swept by `test_corpus_keeps_the_rules`.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hloparse
+from hloflops.accounting import RESIDUAL, account
+from hloflops.report.report import Report
+from hloflops.report.text import render_summary
+from tests.support.invariants import check, reconciliation_violations, violations
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+from tests.programs import Program  # noqa: E402
+from tests.programs.compile import compile_program  # noqa: E402
+
+S = jax.ShapeDtypeStruct
+W, H, N = S((64, 64), jnp.float32), S((8, 64), jnp.float32), S((), jnp.int32)
+DOT = 2 * 8 * 64 * 64
+
+
+def _cond_step(i, h, w):
+    h = lax.cond(i % 2 == 0, lambda h: jnp.tanh(h @ w), lambda h: h * 2.0, h)
+    return lax.switch(i % 4, [lambda h: h @ w, jnp.exp, lambda h: h + 1.0, lambda h: (h @ w) @ w], h)
+
+
+def counter_then_runtime(w, h, n):
+    """The issue's program: fori_loop(10) with a cond and a switch on the counter, then a
+    while_loop whose bound is the runtime argument n."""
+    h = lax.fori_loop(0, 10, lambda i, h: _cond_step(i, h, w), h)
+    return lax.fori_loop(0, n, lambda i, h: jnp.tanh(h @ w), h)
+
+
+def counter_then_runtime_twin(n: int):
+    def run(w, h):
+        for i in range(10):
+            h = jnp.tanh(h @ w) if i % 2 == 0 else h * 2.0
+            h = [lambda h: h @ w, jnp.exp, lambda h: h + 1.0, lambda h: (h @ w) @ w][i % 4](h)
+        for _ in range(n):
+            h = jnp.tanh(h @ w)
+        return h
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def issue_program(stage: str):
+    compiled, lowered, _ = compile_program(Program("issue29_counter_then_runtime", counter_then_runtime, (W, H, N)))
+    module = hloparse.parse(compiled if stage == "optimized" else lowered)
+    return module, account(module)
+
+
+@functools.lru_cache(maxsize=None)
+def twin(n: int):
+    compiled, _, xla = compile_program(Program(f"issue29_counter_then_runtime_twin_{n}",
+                                               counter_then_runtime_twin(n), (W, H)))
+    return account(hloparse.parse(compiled)), xla
+
+
+def dots(acc) -> int:
+    return sum(r.total.flops for r in acc.rows if r.opcode == "dot")
+
+
+def _runtime_loop(acc) -> str:
+    (name,) = acc.formula.names
+    return name
+
+
+@pytest.mark.parametrize("stage", ["optimized", "before"])
+def test_issue_formula_equals_the_accounting_at_every_count(stage):
+    module, acc = issue_program(stage)
+    formula, name = acc.formula, _runtime_loop(acc)
+    assert formula.at_lower_bounds().as_dict() == {m: getattr(acc.total, m) for m in
+                                                   ("flops", "transcendentals", "bytes_accessed")}
+    for n in (0, 1, 3, 7):
+        at = account(module, trip_counts={name: n})
+        assert formula.evaluate({name: n}).as_dict() == {"flops": at.total.flops, "transcendentals":
+                                                         at.total.transcendentals,
+                                                         "bytes_accessed": at.total.bytes_accessed}
+        assert formula.polynomial_at({name: n}) == formula.evaluate({name: n})  # the printed polynomial too
+
+
+@pytest.mark.parametrize("n", [0, 7])
+def test_issue_formula_at_n_is_the_unrolled_twin(n):
+    module, acc = issue_program("optimized")
+    name = _runtime_loop(acc)
+    unrolled, xla = twin(n)
+    assert unrolled.total.flops == int(xla["flops"]) and not unrolled.loops
+    at = account(module, trip_counts={name: n})
+    assert dots(at) == dots(unrolled)
+    assert at.total.transcendentals == unrolled.total.transcendentals == int(xla.get("transcendentals", 0))
+    assert acc.formula.evaluate({name: n}).transcendentals == unrolled.total.transcendentals
+
+
+def test_issue_xla_misses_within_the_loop_total_and_rows_add_up():
+    module, acc = issue_program("optimized")
+    assert reconciliation_violations(acc) == []
+    known = [lp for lp in acc.loops if lp.trip_count == 10]
+    assert known and 0 <= acc.reconciliation[known[0].name] <= known[0].total.flops
+
+
+def test_issue_summary_reconciliation_rows_sum_to_exact_minus_xla():
+    """The summary shows every reconciliation entry (loops, conditionals, residual) as a row,
+    and they add up to exact - XLA as printed."""
+    module, acc = issue_program("optimized")
+    text = render_summary(Report(acc, module=module))
+    block = text.split("reconciliation with XLA")[1].split("\n\n")[0]
+    values = {}
+    for line in block.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 2 and parts[1].lstrip("-").replace(",", "").isdigit():
+            values[parts[0]] = int(parts[1].replace(",", ""))
+    exact_minus_xla = acc.total.flops - int(acc.xla_estimate["flops"])
+    assert values.pop("exact-XLA") == exact_minus_xla
+    assert sum(values.values()) == exact_minus_xla
+    assert set(values) == set(acc.reconciliation)
+    for c in acc.conditionals:
+        assert c.name in values
+
+
+# ---- corpus modules the issue named ----------------------------------------------------------
+
+def _corpus_module(corpus_dir: Path, fragment: str):
+    (path,) = [p for p in corpus_dir.glob(f"*/*{fragment}*.hlo")]
+    return hloparse.parse(path.read_text())
+
+
+@pytest.mark.parametrize("fragment, counts, flops", [
+    # two whiles named "while", one inside the other: the override names both, N x N trips
+    ("CopyInsertionTest_NestedWhiles__", {"while": 3}, 9),
+    # while1 / while2 in B and again in C, C the body of B's loops
+    ("FlattenCallGraphTest_SkipCloningForCalls_NonFlatChainTwoSucc", {"while1": 3, "while2": 3}, None),
+    ("CopyInsertionTest_NestedWhilesWithParamRoot2", {"while.inner": 3, "while.outer": 3}, None),
+])
+def test_nested_unknown_whiles_have_their_product_terms(corpus_dir, fragment, counts, flops):
+    module = _corpus_module(corpus_dir, fragment)
+    acc = account(module)
+    want = account(module, trip_counts=counts).total
+    assert acc.formula.evaluate(counts).flops == want.flops
+    assert acc.formula.polynomial_at(counts).as_dict() == acc.formula.evaluate(counts).as_dict()
+    if flops is not None:
+        assert want.flops == flops
+
+
+@pytest.mark.parametrize("fragment", [
+    "GpuLoopDoubleBufferTransformerTest_NestedWhileLoopRemainsFla",  # 10 trips, an unknown loop inside
+    "CollectivePipelinerTest_OverlapAllGatherWithInnerWhileThroug",
+    "WhileLoopUnrollerTest_SymmetricMatMul",
+])
+def test_xla_misses_never_exceed_the_loop_total(corpus_dir, fragment):
+    module = _corpus_module(corpus_dir, fragment)
+    assert reconciliation_violations(account(module)) == []
+
+
+def _with_loop_or_conditional(corpus_dir: Path, rows: list[dict[str, str]]) -> list[Path]:
+    found = []
+    for row in rows:
+        if row["xla_parses"] != "yes":
+            continue
+        path = corpus_dir / row["file"]
+        if int(row["n_while"] or 0) or "conditional(" in path.read_text():
+            found.append(path)
+    return found
+
+
+def test_corpus_keeps_the_rules(corpus_dir, corpus_index):
+    """Every corpus module XLA parses with a while or a conditional (556 of them, ~10 s)."""
+    paths = _with_loop_or_conditional(corpus_dir, corpus_index)
+    assert len(paths) > 400
+    broken = {}
+    for path in paths:
+        found = violations(hloparse.parse(path.read_text()))
+        if found:
+            broken[path.name] = found
+    assert broken == {}
+
+
+def test_checker_catches_a_broken_reconciliation():
+    """The checker itself fails on a report that does not add up (not a test that cannot fail)."""
+    module, acc = issue_program("optimized")
+    from dataclasses import replace
+
+    wrong = replace(acc, reconciliation={**acc.reconciliation, RESIDUAL: acc.reconciliation[RESIDUAL] + 1})
+    with pytest.raises(AssertionError):
+        check(module, wrong)
+    assert np.isfinite(acc.total.flops)
