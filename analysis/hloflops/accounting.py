@@ -57,7 +57,7 @@ from hloflops.cost.costs import ZERO, Cost, OpCost
 from hloflops.cost.kernels import row_note
 from hloflops.engine import evaluate, own_cost
 from hloflops.graph import call_table
-from hloflops.loops.formula import Formula, loop_formula
+from hloflops.loops.formula import Formula, Totals, loop_formula
 from hloflops.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
                                     varying_loops)
 from hloflops.loops.branches import Resolution, resolve_conditionals
@@ -258,8 +258,15 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
         constant = {name: r.counts.index(max(r.counts)) for name, r in resolutions.items()
                     if r.kind == "constant" and r.counts and sum(1 for c in r.counts if c) == 1}
+        waiting = {name: r.waits_on for name, r in resolutions.items() if r.waits_on}
+
+        def recount(counts: Mapping[str, int]) -> Totals:  # the accounting itself at those counts
+            at = account(module, trip_counts={**overrides, **counts}, cost_fn=cost_fn, xla=xla).total
+            return Totals(at.flops, at.transcendentals, at.bytes_accessed)
+
         formula = loop_formula(module, first.order, own, trips, upper.choice, callers,
-                               settled=upper.exact, constant_branch=constant)
+                               settled=upper.exact, constant_branch=constant, anchored=anchored,
+                               counter_conditionals=waiting, recount=recount)
     if taken:  # loops around a conditional resolved per trip: their totals follow the counts
         loops = varying_loops(loops, loop_totals(module, ex, own, resolutions))
     conditionals = _conditionals(module, ex, upper, lower, callers, resolutions) if upper.choice else []

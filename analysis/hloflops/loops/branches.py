@@ -61,6 +61,7 @@ class Resolution:
     anchor: str | None  # the computation one execution of which `counts` describes
     counts: tuple[int, ...] | None  # branch index -> executions per execution of the anchor
     note: str = ""
+    waits_on: str | None = None  # "unresolved" only because this loop's trip count is unknown
 
     @property
     def resolved(self) -> bool:
@@ -79,9 +80,10 @@ class _NeverRuns(Exception):
 class _Unresolved(Exception):
     """Why a selector cannot be resolved; `kind` is "data" or "unresolved"."""
 
-    def __init__(self, kind: str, why: str):
+    def __init__(self, kind: str, why: str, loop: str | None = None):
         super().__init__(why)
         self.kind = kind
+        self.loop = loop  # the loop of unknown trip count that stopped it, if that was why
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +224,7 @@ class _Resolver:
         try:
             return self._resolve(computation, inst)
         except _Unresolved as why:
-            return Resolution(why.kind, None, None, str(why))
+            return Resolution(why.kind, None, None, str(why), why.loop)
         except _NeverRuns as why:  # no execution to decide: every branch runs 0 times
             counts = (1,) + (0,) * (branch_count(inst) - 1)
             return Resolution("constant", computation.name, counts, str(why))
@@ -280,7 +282,7 @@ class _Resolver:
                 raise _Unresolved("unresolved", "the loop state it reads has no single enclosing loop")
             tc = self.trips.get(loop.name)
             if tc is None or tc.value is None:
-                raise _Unresolved("unresolved", f"the trip count of {loop.name} is unknown")
+                raise _Unresolved("unresolved", f"the trip count of {loop.name} is unknown", loop.name)
             if len(levels) >= MAX_LEVELS:
                 raise _Unresolved("unresolved", f"it reads more than {MAX_LEVELS} nested loops")
             body = self.module.by_name[loop.called(CallRole.WHILE_BODY)[0]]

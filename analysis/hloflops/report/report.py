@@ -235,7 +235,7 @@ class Report:
 
         formula = self.formula
         if formula is None:  # every count known: the totals themselves, and no name to take
-            formula = Formula((), ((frozenset(), self.total),))
+            formula = Formula((), (((), self.total),))
         return formula.evaluate(trip_counts)
 
     @property
