@@ -46,7 +46,7 @@ minus XLA's float32 sum).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, eq
 from typing import Callable, Iterable, Mapping
@@ -58,12 +58,12 @@ from hloflops.cost.kernels import row_note
 from hloflops.engine import evaluate, own_cost
 from hloflops.graph import call_table
 from hloflops.loops.formula import Formula, Totals, loop_formula
-from hloflops.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
-                                    varying_loops)
+from hloflops.branch_totals import Anchored, anchored_by_computation, bounds, loop_totals, varying_loops
 from hloflops.loops.branches import Resolution, resolve_conditionals
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from hloflops.loops.tripcount import TripCount, trip_count
+from hloflops.reconciliation import xla_misses
 from hloparse.attribute_names import ALLOWED
 from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
 
@@ -275,9 +275,13 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     xla_flops = xla.get("flops", 0.0)
     # XLA's float32 estimate overflows to inf for counts near int64 squared: nothing to reconcile to.
     xla_flops = int(xla_flops) if math.isfinite(xla_flops) else 0
-    reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
-    if taken:  # against the dearest branch everywhere (the plain upper pass), what each resolution changes
-        reconciliation.update(conditional_extras(module, ex, inclusive(True, resolved=False), resolutions))
+    # What XLA's count misses, by loop and conditional (hloflops.reconciliation).
+    misses, conditional_rows = xla_misses(module, ex, own, callers, loops, upper.choice, resolutions)
+    loops = [replace(lp, extra_over_xla=misses[(lp.computation, lp.name)]) for lp in loops]
+    reconciliation: dict[str, int] = {}
+    for lp in loops:  # two loops sharing a name (hand-written modules) share an entry
+        reconciliation[lp.name] = reconciliation.get(lp.name, 0) + lp.extra_over_xla.flops
+    reconciliation.update(conditional_rows)
     reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
     # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES). The
     # columns are read by comprehensions (their attribute loads are specialised: faster than map
@@ -461,7 +465,6 @@ def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,
             cond = inst.called(CallRole.WHILE_CONDITION)[0]
             m = ex.of(name)
             per_execution = inc.exact[body].scaled(n) + inc.exact[cond].scaled(n + 1)
-            extra = (inc.once[body].scaled(n - 1) + inc.once[cond].scaled(n)).scaled(m)
             loops.append(Loop(
                 name=inst.name,
                 computation=name,
@@ -473,7 +476,7 @@ def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,
                 executions=m,
                 body_cost=inc.exact[body] + inc.exact[cond],
                 total=per_execution.scaled(m),
-                extra_over_xla=extra,
+                extra_over_xla=ZERO,  # filled in by hloflops.reconciliation once the totals are final
                 parent=ex.loop_of.get(name),
                 note=tc.note,
                 **_loop_names(module, name, inst, op_names),

@@ -10,7 +10,7 @@ from hloflops.report.communication import sharded_lines
 from hloflops.report.conditionals import conditional_lines, range_lines
 from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
-from hloflops.xla.residual import residual_text
+from hloflops.report.reconciliation import reconciliation_lines
 
 if TYPE_CHECKING:
     from hloflops.report.report import Report
@@ -165,9 +165,5 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                 lines.append(f"  ! {len(names):,} x {what}: {reason} ({shown})")
     else:
         lines.append("uncounted ops: none")
-    residual = report.accounting.reconciliation.get("residual")
-    if residual:
-        causes = residual_text(report.residual_causes)
-        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops"
-                     + (f": {causes}" if causes else ""))
+    lines += reconciliation_lines(report)  # loops, conditionals and residual: rows adding up to exact - XLA
     return "\n".join(lines) + "\n"
