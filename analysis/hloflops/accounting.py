@@ -509,7 +509,8 @@ def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower:
                 kind, executions, note = "constant", (runs,), "one branch"
             elif resolution.resolved and resolution.counts:
                 kind, note = resolution.kind, resolution.note
-                executions = tuple(runs * n // resolution.per_anchor for n in resolution.counts)
+                executions = tuple(runs * n // resolution.per_anchor if resolution.per_anchor else 0
+                                   for n in resolution.counts)
             else:
                 kind, executions, note = resolution.kind, (None,) * len(branches), resolution.note
             found.append(Conditional(inst.name, name, runs, branches, upper.choice[inst.name],

@@ -39,7 +39,8 @@ def formula_violations(module: Module, acc: LoopAccounting, extra_counts: int = 
     at_low = formula.evaluate(low).as_dict()
     if at_low != _totals(acc):
         found.append(f"formula at the lower bounds {at_low} != totals {_totals(acc)}")
-    trials: list[Mapping[str, int]] = [{n: v + 1 for n, v in low.items()}, {n: max(v, extra_counts) for n, v in low.items()}]
+    trials: list[Mapping[str, int]] = [{n: v + 1 for n, v in low.items()},
+                                       {n: max(v, extra_counts) for n, v in low.items()}]
     for counts in trials:
         if any(s.upper is not None and counts[s.name] > s.upper for s in formula.symbols):
             continue
@@ -72,7 +73,8 @@ def reconciliation_violations(acc: LoopAccounting) -> list[str]:
             continue
         misses = loop.extra_over_xla.flops
         if not 0 <= misses <= loop.total.flops:
-            found.append(f"{loop.name} ({loop.trip_count} trips): XLA misses {misses:,} outside [0, {loop.total.flops:,}]")
+            found.append(f"{loop.name} ({loop.trip_count} trips): XLA misses {misses:,} "
+                         f"outside [0, {loop.total.flops:,}]")
     if RESIDUAL not in rec:
         found.append("no residual entry in the reconciliation")
     return found

@@ -26,7 +26,8 @@ def reconciliation_lines(report: Report) -> list[str]:
         if not residual:
             return []
         causes = residual_text(report.residual_causes)
-        return [f"reconciliation residual (not explained by loops): {residual:,} flops" + (f": {causes}" if causes else "")]
+        return [f"reconciliation residual (not explained by loops): {residual:,} flops"
+                + (f": {causes}" if causes else "")]
     unknown = {lp.name: lp.bounds[0] for lp in report.loops if lp.trip_count is None}
     rows = [[f"  {name}", f"{rec[name]:,}", f"loop, trip count unknown: at its lower bound {unknown[name]:,}"
              if name in unknown else "loop: the trips XLA does not count (the loop table's XLA misses)"]
