@@ -197,3 +197,62 @@ def test_checker_catches_a_broken_reconciliation():
     with pytest.raises(AssertionError):
         check(module, wrong)
     assert np.isfinite(acc.total.flops)
+
+
+# ---- the same numbers in every output ------------------------------------------------------------
+
+def test_every_output_carries_the_same_formula_and_misses(tmp_path):
+    """Summary, JSON, CSV, HTML and the batch database (an older database gains the formula
+    column) show the formula and each loop's XLA misses as the accounting has them."""
+    import json
+    import sqlite3
+
+    from hloflops.api import analyze
+    from hloflops.batch.db import ResultsDB, export
+    from hloflops.batch.run import run_batch
+    from hloflops.report.formulas import formula_lines, polynomial_text
+    from hloflops.report.html import render_html
+
+    compiled, _, _ = compile_program(Program("issue29_counter_then_runtime", counter_then_runtime, (W, H, N)))
+    path = tmp_path / "prog.hlo"
+    path.write_text(compiled)
+    report = analyze(str(path))
+    as_json = report.to_dict()
+    flops_text = polynomial_text(report.formula.metric_terms("flops"))
+    assert f"flops = {flops_text}" in report.summary()
+    page = render_html(report)
+    for line in formula_lines(report.formula)[1:]:
+        assert line.strip().replace(">", "&gt;").replace("<", "&lt;") in page
+    misses = {lp.name: lp.extra_over_xla.flops for lp in report.loops}
+    assert {lp["name"]: lp["extra_over_xla"]["flops"] for lp in as_json["loops"]} == misses
+    for name, value in misses.items():
+        if report.accounting.reconciliation[name] == value and value >= 0:
+            assert f"{value:,}" in page
+    db = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(db)  # a database from before the formula column
+    conn.executescript("""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE modules (path TEXT PRIMARY KEY, content_hash TEXT, size_bytes INTEGER, stage TEXT, module_name TEXT,
+    status TEXT NOT NULL, error TEXT, flops, transcendentals, bytes_accessed, model_flops, remat_flops,
+    xla_flops REAL, xla_transcendentals REAL, xla_bytes_accessed REAL, ratio REAL, n_loops INTEGER,
+    n_unknown_trip_counts INTEGER, n_uncounted INTEGER, loops TEXT, uncounted TEXT, engine_version TEXT NOT NULL,
+    run_id INTEGER, seconds REAL, finished_at TEXT);
+""")
+    conn.commit()
+    conn.close()
+    run_batch([path], db=db, processes=1, timeout_s=120, progress=False)
+    with ResultsDB(db) as results:
+        (row,) = results.module_rows()
+        export(results, tmp_path / "out.csv")
+        export(results, tmp_path / "out.jsonl")
+    formula = json.loads(row["formula"])
+    for key in ("flops_formula", "transcendentals_formula", "bytes_accessed_formula", "formula_symbols",
+                "formula_bounds", "formula_notes"):
+        assert formula[key] == as_json[key]
+    assert {lp["name"]: lp["xla_misses"] for lp in json.loads(row["loops"])} == misses
+    (line,) = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert line["formula"]["flops_formula"] == as_json["flops_formula"]
+    with open(tmp_path / "out.csv", newline="") as f:
+        (csv_row,) = list(__import__("csv").DictReader(f))
+    assert json.loads(csv_row["formula"])["flops_formula"] == as_json["flops_formula"]

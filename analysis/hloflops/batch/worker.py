@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from hloflops.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
 from hloflops.batch.programs import identity_fields
+from hloflops.report.formulas import FORMULA_KEYS
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 
 # What decides a module's numbers: every source file of the parser and the analysis except the
@@ -178,6 +179,7 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
                 "executions": lp["executions"],
                 "bounds": lp.get("bounds"),
                 "note": lp.get("note", ""),
+                "xla_misses": (lp.get("extra_over_xla") or {}).get("flops"),  # the summary's column
             }
             for lp in report.get("loops", ())
         ],
@@ -186,6 +188,8 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
             for u in report.get("uncounted", ())
         ],
     }
+    if "flops_formula" in report:  # some trip count unknown: the formula the summary prints
+        record["formula"] = {key: report[key] for key in FORMULA_KEYS if key in report}
     by_scope = report.get("by_scope")
     if by_scope is not None:
         record["scopes"] = [
