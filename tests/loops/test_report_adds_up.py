@@ -131,6 +131,30 @@ def test_issue_summary_reconciliation_rows_sum_to_exact_minus_xla():
         assert c.name in values
 
 
+def clamped_counter_cond(w, h, n):
+    """A conditional on the counter of a loop whose count is a runtime value clamped to [3, 8]."""
+    def body(i, h):
+        return lax.cond(i % 2 == 0, lambda h: jnp.tanh(h @ w), lambda h: h * 2.0, h)
+    return lax.fori_loop(0, jnp.clip(n, 3, 8), body, h)
+
+
+def test_counter_conditional_in_a_loop_of_proved_lower_bound():
+    """The totals count the 3 certain trips with the branches they take (before: the dearest
+    branch on each, above what any execution of 3 trips runs); the polynomial is an upper bound
+    beyond them, marked, and evaluate() is the accounting at each count."""
+    compiled, _, _ = compile_program(Program("issue29_clamped_counter_cond", clamped_counter_cond,
+                                             (S((8, 8), jnp.float32), S((4, 8), jnp.float32), N)))
+    module = hloparse.parse(compiled)
+    acc = account(module)
+    (name,) = acc.formula.names
+    assert acc.formula.symbols[0].lower == 3 and acc.formula.upper_bound
+    check(module, acc)
+    for n in (3, 5, 8):
+        exact = account(module, trip_counts={name: n}).total
+        assert acc.formula.evaluate({name: n}).flops == exact.flops <= acc.formula.polynomial_at({name: n}).flops
+    assert "<=" in render_summary(Report(acc, module=module))
+
+
 # ---- corpus modules the issue named ----------------------------------------------------------
 
 def _corpus_module(corpus_dir: Path, fragment: str):

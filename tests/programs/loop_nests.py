@@ -1,8 +1,9 @@
 """Generated loop nests with conditionals, and their unrolled twins (issue 29).
 
 A `Nest` is 1-3 levels, outermost first. A level is a counter loop `i = start; while i < stop:
-...; i += step` whose stop is a constant (known trip count) or a runtime argument (unknown), or a
-`lax.scan` of known length; its body is a list of ops on the carried h [4, 8]:
+...; i += step` whose stop is a constant (known trip count), a runtime argument (unknown) or one
+clamped from below (unknown, at least `trips`), or a `lax.scan` of known length; its body is a
+list of ops on the carried h [4, 8]:
 
     dot           h <- h @ w                    (2 x 4 x 8 x 8 flops)
     tanh          h <- tanh(h)                  (32 transcendentals)
@@ -33,12 +34,15 @@ from tests.programs import Program
 H, W = jax.ShapeDtypeStruct((4, 8), jnp.float32), jax.ShapeDtypeStruct((8, 8), jnp.float32)
 BOUND = jax.ShapeDtypeStruct((), jnp.int32)
 OPS = ("dot", "tanh", "cond_counter", "switch", "cond_outer", "cond_data")
+RUNTIME = ("runtime", "clamped")  # levels whose stop is a runtime argument
 
 
 @dataclass(frozen=True)
 class Level:
-    kind: str  # "known" | "runtime" | "scan"
-    trips: int  # known and scan: the trip count; runtime: unused (the twin's count is given)
+    kind: str  # "known" | "runtime" | "clamped" | "scan"
+    # known and scan: the trip count; clamped: the fewest trips (stop = max(n, start + trips x
+    # step), a lower bound the program proves); runtime: unused (the twin's count is given)
+    trips: int
     start: int = 0
     step: int = 1
     ops: tuple[str, ...] = ("dot",)  # "inner" marks where the next level runs
@@ -58,7 +62,7 @@ class Nest:
 
     @property
     def runtime(self) -> int:
-        return sum(1 for lv in self.levels if lv.kind == "runtime")
+        return sum(1 for lv in self.levels if lv.kind in RUNTIME)
 
 
 def _dot(h, w):
@@ -87,7 +91,11 @@ def rolled(nest: Nest) -> Program:
 
         def level_fn(depth: int, h, outer_i):
             level = nest.levels[depth]
-            stop = stops.pop(0) if level.kind == "runtime" else level.start + level.trips * level.step
+            stop = level.start + level.trips * level.step
+            if level.kind == "runtime":
+                stop = stops.pop(0)
+            elif level.kind == "clamped":
+                stop = jnp.maximum(stops.pop(0), stop)
 
             def body_ops(i, h):
                 for op in level.ops:
@@ -129,7 +137,7 @@ def unrolled(nest: Nest, count: int, force: bool = True) -> Program:
     def run(w, h):
         def level_fn(depth: int, h, outer_i):
             level = nest.levels[depth]
-            trips = count if level.kind == "runtime" else level.trips
+            trips = count if level.kind in RUNTIME else level.trips
             for k in range(trips):
                 i = k if level.kind == "scan" else level.start + k * level.step
                 for op in level.ops:

@@ -9,8 +9,9 @@ a loop of known trip count n, and N and N + 1 for a loop of unknown trip count. 
 over the same call graph `hloflops.accounting` folds with numbers, the ENTRY cost is a
 polynomial in the symbols with Cost coefficients. A loop inside an unknown loop multiplies, so
 every term is a product of distinct symbols (a while instruction cannot enclose itself): the
-polynomial is multilinear, and its coefficients are non-negative (sums of products of costs and
-trip counts), so it grows with every symbol and its extremes lie at the symbols' bounds.
+polynomial is multilinear (up to loops sharing a name, see `Monomial`), and its coefficients are
+non-negative (sums of products of costs and trip counts), so it grows with every symbol and its
+extremes lie at the symbols' bounds; the one exception is marked (`upper_bound`, below).
 
 Substituting the accounting's own lower bounds (0, or what the evaluation proved) gives the
 accounting's total; substituting given counts gives what `account(trip_counts=...)` gives for
@@ -18,6 +19,16 @@ them, as long as no conditional's choice of branch depends on a symbol. Where on
 branch holds an unknown loop), the polynomial keeps the branch the accounting chose at the
 lower bounds, `Formula.notes` says so, and `Formula.evaluate` folds the call graph with numbers
 at the given counts instead, choosing each conditional's branch as the accounting does.
+
+Conditionals resolved per trip (hloflops.loops.branches) are counted as the accounting counts
+them: each site adds its dearest branch, and the computation one execution of which the
+resolution describes (its anchor) adds the branches taken less that branch on each of those
+executions; an anchor inside an unknown loop is multiplied by its symbol like any cost there. A
+conditional reading the counter of an unknown loop has no such per-execution count: where the
+loop's proved lower bound L is 0 it keeps its dearest branch, else the accounting resolves it for
+the L certain trips and the polynomial adds that at the anchor. Either way the polynomial counts
+the dearest branch on every trip beyond those (a constant term may then be negative); it is an
+upper bound (`upper_bound`, said in `notes`), and `evaluate` runs the accounting at the counts.
 """
 
 from __future__ import annotations

@@ -55,7 +55,11 @@ def polynomial_text(terms: list[tuple[int, tuple[str, ...]]]) -> str:
     """`262,158 x N[while.3] + 1` (0 when there is no term)."""
     if not terms:
         return "0"
-    return " + ".join(" x ".join([f"{c:,}", *(f"N[{s}]" for s in symbols)]) for c, symbols in terms)
+    text = ""
+    for k, (c, symbols) in enumerate(terms):
+        term = " x ".join([f"{abs(c) if k else c:,}", *(f"N[{s}]" for s in symbols)])
+        text += term if not k else (f" - {term}" if c < 0 else f" + {term}")
+    return text
 
 
 def formula_lines(formula: Formula) -> list[str]:
