@@ -29,7 +29,7 @@ fraction.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional
 
 from hloflops.cost.costs import ZERO, Cost
 from hloflops.loops.branches import Resolution
@@ -38,6 +38,7 @@ from hloflops.results import Loop
 from hloparse.ir import CallRole, Instruction, Module
 
 RESIDUAL = "residual"
+Loop_ = Optional[tuple[str, str]]  # a while by (its computation, its name); None: outside every loop
 
 
 def _sites(inst: Instruction, known: Mapping[str, object]) -> list:
@@ -60,16 +61,23 @@ def once_costs(order: tuple[str, ...], own: Mapping[str, Cost], callers: Mapping
 
 
 def once_executions(entry: str, order: tuple[str, ...], callers: Mapping[str, list[Instruction]],
-                    choice: Mapping[str, int]) -> dict[str, int]:
+                    choice: Mapping[str, int]) -> dict[str, dict[Loop_, int]]:
     """Executions of each computation with every loop body and condition run once per execution
-    of its while and each conditional at its branch in `choice` (XLA's view of the program)."""
-    runs = dict.fromkeys(order, 0)
-    runs[entry] = 1
+    of its while and each conditional at its branch in `choice` (XLA's view of the program), by
+    the innermost loop around them on the way there ((its computation, its name); None: none). A
+    computation called from inside a loop and from outside one has executions in both."""
+    runs: dict[str, dict[Loop_, int]] = {name: {} for name in order}
+    runs[entry] = {None: 1}
     for name in order:  # callers first
         for inst in callers.get(name, ()):
             for site in _sites(inst, runs):
-                if site.role != CallRole.BRANCH or _picked(inst, site.index, choice):
-                    runs[site.computation] += runs[name]
+                if site.role == CallRole.BRANCH and not _picked(inst, site.index, choice):
+                    continue
+                target = runs[site.computation]
+                in_loop = site.role in (CallRole.WHILE_BODY, CallRole.WHILE_CONDITION)
+                for context, n in runs[name].items():
+                    key = (name, inst.name) if in_loop else context
+                    target[key] = target.get(key, 0) + n
     return runs
 
 
@@ -113,37 +121,30 @@ def xla_misses(module: Module, ex: ExecutionCounts, own: Mapping[str, Cost],
             if inst.name in choice and choice[inst.name] != dearest.get(inst.name):
                 arms = {s.index: s.computation for s in inst.calls if s.role == CallRole.BRANCH}
                 change = (once_dear[arms[dearest[inst.name]]].flops - once_dear[arms[choice[inst.name]]].flops)
-                if runs.get(where, 0) and change:
-                    rows[inst.name] = rows.get(inst.name, 0) - runs[where] * change
+                times = sum(runs.get(where, {}).values())
+                if times and change:
+                    rows[inst.name] = rows.get(inst.name, 0) - times * change
 
-    # Loops by (computation, name): a hand-written module may give two whiles one name.
-    enclosing = _enclosing_loops(module.entry_name, order, callers)
+    # Each loop's inclusive miss, split by the loop around it (per context: a computation called
+    # inside one loop and outside any has executions in both); a loop's row is its inclusive miss
+    # less the parts of its inner loops' that lie in it. Loops are keyed by (computation, name):
+    # a hand-written module may give two whiles one name.
     inclusive: dict[tuple[str, str], Cost] = {}
+    parts: list[tuple[Loop_, Cost]] = []
     for lp in loops:
-        m1 = runs.get(lp.computation, 0)
         seen = once.get(lp.body, ZERO) + once.get(lp.condition, ZERO)
-        share = _scaled_down(lp.total, m1, lp.executions) if lp.executions else ZERO
-        inclusive[(lp.computation, lp.name)] = share + seen.scaled(-m1)
+        total = ZERO
+        for context, m1 in runs.get(lp.computation, {}).items():
+            share = _scaled_down(lp.total, m1, lp.executions) if lp.executions else ZERO
+            part = share + seen.scaled(-m1)
+            parts.append((context, part))
+            total = total + part
+        inclusive[(lp.computation, lp.name)] = total
     misses = dict(inclusive)
-    for key, cost in inclusive.items():
-        parent = enclosing.get(key[0])
-        if parent in misses:
-            misses[parent] = misses[parent] + cost.scaled(-1)
+    for context, part in parts:
+        if context in misses:
+            misses[context] = misses[context] + part.scaled(-1)
     return misses, rows
-
-
-def _enclosing_loops(entry: str, order: tuple[str, ...],
-                     callers: Mapping[str, list[Instruction]]) -> dict[str, tuple[str, str] | None]:
-    """Computation -> (computation, name) of its innermost enclosing while (the first caller's)."""
-    enclosing: dict[str, tuple[str, str] | None] = {entry: None}
-    for name in order:  # callers first
-        for inst in callers.get(name, ()):
-            for site in _sites(inst, enclosing.keys() | set(order)):
-                if site.computation in enclosing or name not in enclosing:
-                    continue
-                in_loop = site.role in (CallRole.WHILE_BODY, CallRole.WHILE_CONDITION)
-                enclosing[site.computation] = (name, inst.name) if in_loop else enclosing[name]
-    return enclosing
 
 
 def _scaled_down(cost: Cost, times: int, over: int) -> Cost:
