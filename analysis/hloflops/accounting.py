@@ -89,6 +89,7 @@ class Conditional:
     resolution: str = "data"  # "constant" | "per-trip" | "data" | "unresolved" (hloflops.loops.branches)
     branch_executions: tuple[int | None, ...] = ()  # per branch; None where the program decides
     note: str = ""  # how it was resolved, or why not
+    waits_on: str | None = None  # a loop of unknown trip count whose counter the selector reads
 
 
 @dataclass(frozen=True)
@@ -514,7 +515,8 @@ def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower:
             else:
                 kind, executions, note = resolution.kind, (None,) * len(branches), resolution.note
             found.append(Conditional(inst.name, name, runs, branches, upper.choice[inst.name],
-                                     lower.choice[inst.name], kind, executions, note))
+                                     lower.choice[inst.name], kind, executions, note,
+                                     resolution.waits_on if resolution is not None else None))
     return found
 
 

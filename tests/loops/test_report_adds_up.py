@@ -155,6 +155,33 @@ def test_counter_conditional_in_a_loop_of_proved_lower_bound():
     assert "<=" in render_summary(Report(acc, module=module))
 
 
+def runtime_counter_cond(w, h, n):
+    def body(i, h):
+        return lax.cond(i % 2 == 0, lambda h: jnp.tanh(h @ w), lambda h: h * 2.0, h)
+    return lax.fori_loop(0, n, body, h)
+
+
+def test_counter_conditional_of_an_unknown_loop_is_said_so_not_data():
+    """No trip is certain: the conditional stays unresolved, but the summary, the JSON and the
+    batch's range reason name the loop whose count decides it, not data."""
+    from hloflops.batch.worker import range_reason_of
+
+    compiled, _, _ = compile_program(Program("issue29_runtime_counter_cond", runtime_counter_cond,
+                                             (S((8, 8), jnp.float32), S((4, 8), jnp.float32), N)))
+    module = hloparse.parse(compiled)
+    acc = account(module)
+    (name,) = acc.formula.names
+    (cond,) = acc.conditionals
+    assert cond.waits_on == name and acc.formula.upper_bound
+    check(module, acc)
+    report = Report(acc, module=module)
+    assert "on the counter of a loop of unknown trip count" in report.summary()
+    assert "decided at run time" not in report.summary()
+    as_json = report.to_dict()
+    assert as_json["conditionals"][0]["waits_on"] == name and as_json["formula_upper_bound"] is True
+    assert "on the counter of a loop of unknown trip count" in range_reason_of(as_json)
+
+
 # ---- corpus modules the issue named ----------------------------------------------------------
 
 def _corpus_module(corpus_dir: Path, fragment: str):

@@ -140,14 +140,19 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
 
 def range_reason_of(report: dict[str, Any]) -> str | None:
     """'between A and B flops: conditionals X, Y decided at run time', or None (no such range)."""
-    unresolved = [c["name"] for c in report.get("conditionals", ())
-                  if c.get("resolution") not in ("constant", "per-trip")]
+    unresolved = [c for c in report.get("conditionals", ()) if c.get("resolution") not in ("constant", "per-trip")]
     if not unresolved:
         return None
     low, high = report.get("flops_bounds") or [None, None]
     span = f"between {low:,} and {high:,} flops" if high is not None else f"at least {low:,} flops"
-    shown = ", ".join(unresolved[:3]) + (", ..." if len(unresolved) > 3 else "")
-    return f"{span}: {len(unresolved)} conditional(s) decided at run time ({shown})"
+    parts = []
+    for names, why in (([c["name"] for c in unresolved if not c.get("waits_on")], "decided at run time"),
+                       ([c["name"] for c in unresolved if c.get("waits_on")],
+                        "on the counter of a loop of unknown trip count")):
+        if names:
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            parts.append(f"{len(names)} conditional(s) {why} ({shown})")
+    return f"{span}: {'; '.join(parts)}"
 
 
 def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:

@@ -458,6 +458,8 @@ class Report:
                     "smallest": c.smallest,
                     "resolution": getattr(c, "resolution", "data"),
                     "note": getattr(c, "note", ""),
+                    # the loop of unknown trip count whose counter it reads (hloflops.loops.branches)
+                    **({"waits_on": c.waits_on} if getattr(c, "waits_on", None) else {}),
                     "branches": [{"index": b.index, "computation": b.computation, "cost": b.cost.as_dict(),
                                   "executions": _branch_executions(c, k)}
                                  for k, b in enumerate(c.branches)],
