@@ -18,13 +18,16 @@ Loops, innermost first. For a loop w whose computation runs m times exactly and 
 once view, with total E (every execution, everything inside) and once-view body and condition
 cost O: the loop's inclusive miss is E x m1 / m - m1 x O (what its executions cost beyond XLA's
 one count of its body and condition, per execution XLA sees), and its row ("XLA misses") is that
-less its child loops' inclusive misses. The rows of the loops then add up to the exact total less
-the once view at the taken branches. With every trip count known and n >= 1 trips of w and of
-every loop around it, a row lies in [0, E]: it is the loop's trips after the first (the first at
-its cheapest taken branches), with the loops inside at their exact counts. A loop of 0 trips gets
-a negative row: XLA counts a body that never runs. Where the executions of w differ (a conditional
-around it resolved per trip), E x m1 / m is rounded down and the parent loop's row takes the
-fraction.
+less the parts of its inner loops' inclusive misses that lie inside it. A computation called from
+inside a loop and from outside any (or from two loops) splits its loops' m1, and so their
+inclusive misses, by the loop around each call path, and each enclosing loop takes out its own
+part. The rows of the loops then add up to the exact total less the once view at the taken
+branches. With every trip count known and n >= 1 trips of w and of every loop around it, a row
+lies in [0, E]: it is the loop's trips after the first (the first at its cheapest taken
+branches), with the loops inside at their exact counts, and its condition's checks after the
+first. A loop of 0 trips gets a negative row: XLA counts a body that never runs. Where the
+executions of w differ (a conditional around it resolved per trip), E x m1 / m is rounded down
+and the loop around it takes the fraction in its row.
 """
 
 from __future__ import annotations
