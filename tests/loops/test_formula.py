@@ -264,7 +264,7 @@ def test_cli_trip_count_fills_in_the_formula(tmp_path: Path) -> None:
     (name,) = report.formula.names
     env_run = [sys.executable, "-m", "hloflops.cli", str(path), "--json", "--trip-count", f"{name}=5"]
     out = subprocess.run(env_run, capture_output=True, text=True, cwd=ROOT, check=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": f"{ROOT / 'analysis'}:{ROOT}", "PATH": "/usr/bin:/bin"})
     told = json.loads(out.stdout)
     assert "flops_formula" not in told and told["exact"]
     assert report.evaluate({name: 5}).as_dict() == {k: told[k] for k in ("flops", "transcendentals", "bytes_accessed")}
