@@ -46,7 +46,7 @@ minus XLA's float32 sum).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, eq
 from typing import Callable, Iterable, Mapping
@@ -57,13 +57,13 @@ from hloflops.cost.costs import ZERO, Cost, OpCost
 from hloflops.cost.kernels import row_note
 from hloflops.engine import evaluate, own_cost
 from hloflops.graph import call_table
-from hloflops.loops.formula import Formula, loop_formula
-from hloflops.branch_totals import (Anchored, anchored_by_computation, bounds, conditional_extras, loop_totals,
-                                    varying_loops)
+from hloflops.loops.formula import Formula, Totals, loop_formula
+from hloflops.branch_totals import Anchored, anchored_by_computation, bounds, loop_totals, varying_loops
 from hloflops.loops.branches import Resolution, resolve_conditionals
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
 from hloflops.loops.tripcount import TripCount, trip_count
+from hloflops.reconciliation import xla_misses
 from hloparse.attribute_names import ALLOWED
 from hloparse.ir import CallRole, Computation, Instruction, Module, SourceLocation
 
@@ -89,6 +89,7 @@ class Conditional:
     resolution: str = "data"  # "constant" | "per-trip" | "data" | "unresolved" (hloflops.loops.branches)
     branch_executions: tuple[int | None, ...] = ()  # per branch; None where the program decides
     note: str = ""  # how it was resolved, or why not
+    waits_on: str | None = None  # a loop of unknown trip count whose counter the selector reads
 
 
 @dataclass(frozen=True)
@@ -258,8 +259,15 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
         constant = {name: r.counts.index(max(r.counts)) for name, r in resolutions.items()
                     if r.kind == "constant" and r.counts and sum(1 for c in r.counts if c) == 1}
+        waiting = {name: r.waits_on for name, r in resolutions.items() if r.waits_on}
+
+        def recount(counts: Mapping[str, int]) -> Totals:  # the accounting itself at those counts
+            at = account(module, trip_counts={**overrides, **counts}, cost_fn=cost_fn, xla=xla).total
+            return Totals(at.flops, at.transcendentals, at.bytes_accessed)
+
         formula = loop_formula(module, first.order, own, trips, upper.choice, callers,
-                               settled=upper.exact, constant_branch=constant)
+                               settled=upper.exact, constant_branch=constant, anchored=anchored,
+                               counter_conditionals=waiting, recount=recount)
     if taken:  # loops around a conditional resolved per trip: their totals follow the counts
         loops = varying_loops(loops, loop_totals(module, ex, own, resolutions))
     conditionals = _conditionals(module, ex, upper, lower, callers, resolutions) if upper.choice else []
@@ -268,9 +276,13 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     xla_flops = xla.get("flops", 0.0)
     # XLA's float32 estimate overflows to inf for counts near int64 squared: nothing to reconcile to.
     xla_flops = int(xla_flops) if math.isfinite(xla_flops) else 0
-    reconciliation = {loop.name: loop.extra_over_xla.flops for loop in loops}
-    if taken:  # against the dearest branch everywhere (the plain upper pass), what each resolution changes
-        reconciliation.update(conditional_extras(module, ex, inclusive(True, resolved=False), resolutions))
+    # What XLA's count misses, by loop and conditional (hloflops.reconciliation).
+    misses, conditional_rows = xla_misses(module, ex, own, callers, loops, upper.choice, resolutions)
+    loops = [replace(lp, extra_over_xla=misses[(lp.computation, lp.name)]) for lp in loops]
+    reconciliation: dict[str, int] = {}
+    for lp in loops:  # two loops sharing a name (hand-written modules) share an entry
+        reconciliation[lp.name] = reconciliation.get(lp.name, 0) + lp.extra_over_xla.flops
+    reconciliation.update(conditional_rows)
     reconciliation[RESIDUAL] = total.flops - xla_flops - sum(reconciliation.values())
     # Sums over the rows in C, as for the costs above (every row's phase is one of PHASES). The
     # columns are read by comprehensions (their attribute loads are specialised: faster than map
@@ -454,7 +466,6 @@ def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,
             cond = inst.called(CallRole.WHILE_CONDITION)[0]
             m = ex.of(name)
             per_execution = inc.exact[body].scaled(n) + inc.exact[cond].scaled(n + 1)
-            extra = (inc.once[body].scaled(n - 1) + inc.once[cond].scaled(n)).scaled(m)
             loops.append(Loop(
                 name=inst.name,
                 computation=name,
@@ -466,7 +477,7 @@ def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,
                 executions=m,
                 body_cost=inc.exact[body] + inc.exact[cond],
                 total=per_execution.scaled(m),
-                extra_over_xla=extra,
+                extra_over_xla=ZERO,  # filled in by hloflops.reconciliation once the totals are final
                 parent=ex.loop_of.get(name),
                 note=tc.note,
                 **_loop_names(module, name, inst, op_names),
@@ -499,11 +510,13 @@ def _conditionals(module: Module, ex: ExecutionCounts, upper: _Inclusive, lower:
                 kind, executions, note = "constant", (runs,), "one branch"
             elif resolution.resolved and resolution.counts:
                 kind, note = resolution.kind, resolution.note
-                executions = tuple(runs * n // resolution.per_anchor for n in resolution.counts)
+                executions = tuple(runs * n // resolution.per_anchor if resolution.per_anchor else 0
+                                   for n in resolution.counts)
             else:
                 kind, executions, note = resolution.kind, (None,) * len(branches), resolution.note
             found.append(Conditional(inst.name, name, runs, branches, upper.choice[inst.name],
-                                     lower.choice[inst.name], kind, executions, note))
+                                     lower.choice[inst.name], kind, executions, note,
+                                     resolution.waits_on if resolution is not None else None))
     return found
 
 

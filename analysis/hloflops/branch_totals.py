@@ -5,10 +5,7 @@
   times, `counts[b]` of them taking branch b, so the anchor's cost is exact while the
   computations between (a loop body whose iterations differ) keep their dearest branch. The
   loops between get their totals from the execution counts instead (`loop_totals`).
-- `conditional_extras`: the reconciliation entry of each resolved conditional, what following
-  its branches changes against its dearest branch on every execution. Taken callers first, each
-  with the conditionals below it still at their dearest branch, the entries add up exactly to the
-  difference between the total and the same total with every conditional at its dearest branch.
+- The reconciliation entry of each resolved conditional is hloflops.reconciliation's.
 - `bounds`: where conditionals stay unresolved (the program decides at run time), each metric is a
   range: low takes every such conditional's cheapest branch for that metric, high its dearest,
   each metric on its own (one pass of the inclusive costs per metric and end).
@@ -48,27 +45,6 @@ def anchored_by_computation(module: Module, resolutions: Mapping[str, Resolution
     for name, (_, inst) in sorted(conditional_sites(module, resolved).items()):
         anchored.setdefault(resolved[name].anchor, []).append((inst, resolved[name]))
     return anchored
-
-
-def conditional_extras(module: Module, ex: ExecutionCounts, plain: Any,
-                       resolutions: Mapping[str, Resolution]) -> dict[str, int]:
-    """Resolved conditional -> flops its per-execution branches change against its dearest
-    branch on every execution (`plain`: the inclusive costs with every conditional at its
-    dearest). Zero entries are left out."""
-    resolved = {name: r for name, r in resolutions.items() if r.resolved and r.counts}
-    extras: dict[str, int] = {}
-    for name, (computation, inst) in conditional_sites(module, resolved).items():
-        resolution = resolved[name]
-        runs = ex.of(computation)
-        branch = {s.index: s.computation for s in inst.calls if s.role == CallRole.BRANCH}
-        chosen = plain.choice[name]
-        change = 0
-        for index, n in enumerate(resolution.counts or ()):
-            taken = runs * n // resolution.per_anchor - (runs if index == chosen else 0)
-            change += taken * plain.exact[branch[index]].flops
-        if change:
-            extras[name] = change
-    return extras
 
 
 def loop_totals(module: Module, ex: ExecutionCounts, own: Mapping[str, Cost],

@@ -101,11 +101,14 @@ def test_nested_accounting_and_reconciliation_by_hand():
     acc = account(module, cost_fn=one_flop_each, xla={"flops": 4.0})
     assert acc.total.flops == 34
     loops = {loop.name: loop for loop in acc.loops}
-    # Outer extra, inner loops at one iteration: m=1, (n-1) * S(body) + n * S(cond), with
-    # S(outer_body) = 1 + (1 + 1) = 3 and S(outer_cond) = 1: 2 * 3 + 3 * 1 = 9.
-    # Inner extra: m = 3 outer iterations, (4-1) * 1 + 4 * 1 = 7 per execution -> 21.
-    assert (loops["outer"].extra_over_xla.flops, loops["inner"].extra_over_xla.flops) == (9, 21)
-    assert acc.reconciliation == {"outer": 9, "inner": 21, RESIDUAL: 0}
+    # Innermost first (hloflops.reconciliation). Inner: one execution of it per outer trip XLA
+    # sees, 4 body + 5 condition = 9, less XLA's one body and one condition (2): 7, the inner
+    # trips after the first and the extra checks. Outer: its total 34 less XLA's one body
+    # (1 + inner body 1 + inner condition 1) and one condition (1) = 30, less the inner loop's 7:
+    # 23 = the 2 outer trips after the first, whole (2 x (1 + 4 + 5) = 20), and the 3 outer
+    # checks after the first. Each lies within its loop's total (34 and 27).
+    assert (loops["outer"].extra_over_xla.flops, loops["inner"].extra_over_xla.flops) == (23, 7)
+    assert acc.reconciliation == {"outer": 23, "inner": 7, RESIDUAL: 0}
     assert sum(acc.reconciliation.values()) == acc.total.flops - 4
     assert loops["inner"].parent == "outer" and loops["inner"].executions == 3
     assert loops["inner"].body_cost.flops == 2 and loops["inner"].total.flops == 3 * (4 * 1 + 5 * 1)
@@ -170,4 +173,4 @@ def test_real_rules_on_nested_loops_reconcile_with_xla_exactly():
     acc = account(hloparse.parse(NESTED))
     assert acc.xla_estimate["flops"] == xla  # the colleague's estimate equals XLA's own number
     assert acc.total.flops == 34  # every arithmetic op is a scalar: 1 flop each, as above
-    assert acc.reconciliation == {"outer": 9, "inner": 21, RESIDUAL: 0}
+    assert acc.reconciliation == {"outer": 23, "inner": 7, RESIDUAL: 0}  # as by hand above

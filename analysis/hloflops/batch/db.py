@@ -42,7 +42,9 @@ RETRYABLE = frozenset({TIMEOUT, CRASHED, MEMORY})
 
 EXACT_COLUMNS = ("flops", "transcendentals", "bytes_accessed", "model_flops", "remat_flops", "comm_bytes_per_device",
                  "flops_low", "flops_high")
-JSON_COLUMNS = ("loops", "uncounted")
+# formula: where a trip count is unknown, the totals in the unknown counts (Report.to_dict()'s
+# *_formula, formula_symbols, formula_bounds and formula_notes keys, hloflops.report.formulas)
+JSON_COLUMNS = ("loops", "uncounted", "formula")
 # Columns that describe when/how a row was made rather than what the module costs; a rerun that
 # changes only these has reproduced the same result.
 VOLATILE_COLUMNS = ("run_id", "seconds", "finished_at")
@@ -120,7 +122,8 @@ CREATE TABLE IF NOT EXISTS modules (
     flops_low,
     flops_high,
     exact INTEGER,
-    range_reason TEXT
+    range_reason TEXT,
+    formula TEXT
 );
 CREATE INDEX IF NOT EXISTS modules_by_hash ON modules (content_hash, engine_version);
 CREATE TABLE IF NOT EXISTS scopes (
@@ -137,7 +140,7 @@ CREATE TABLE IF NOT EXISTS scopes (
 # Columns added after the first schema: (name, declared type), for _add_missing_columns.
 _ADDED_COLUMNS = (("comm_bytes_per_device", ""), ("devices", "INTEGER"), ("program_fingerprint", "TEXT"),
                   ("entry_signature", "TEXT"), ("flops_low", ""), ("flops_high", ""), ("exact", "INTEGER"),
-                  ("range_reason", "TEXT"))
+                  ("range_reason", "TEXT"), ("formula", "TEXT"))
 
 
 def utc_now() -> str:
@@ -199,6 +202,7 @@ def row_from_result(
         "range_reason": result.get("range_reason"),
         "loops": json.dumps(loops, sort_keys=True) if loops is not None else None,
         "uncounted": json.dumps(uncounted, sort_keys=True) if uncounted is not None else None,
+        "formula": json.dumps(result["formula"], sort_keys=True) if result.get("formula") is not None else None,
         "engine_version": result.get("engine_version") or engine_version,
         "run_id": run_id,
         "seconds": result.get("seconds"),

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from hloflops.batch.db import ANALYSIS_ERROR, MEMORY, OK, PARSE_ERROR, READ_ERROR
 from hloflops.batch.programs import identity_fields
+from hloflops.report.formulas import FORMULA_KEYS
 from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 
 # What decides a module's numbers: every source file of the parser and the analysis except the
@@ -139,14 +140,19 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
 
 def range_reason_of(report: dict[str, Any]) -> str | None:
     """'between A and B flops: conditionals X, Y decided at run time', or None (no such range)."""
-    unresolved = [c["name"] for c in report.get("conditionals", ())
-                  if c.get("resolution") not in ("constant", "per-trip")]
+    unresolved = [c for c in report.get("conditionals", ()) if c.get("resolution") not in ("constant", "per-trip")]
     if not unresolved:
         return None
     low, high = report.get("flops_bounds") or [None, None]
     span = f"between {low:,} and {high:,} flops" if high is not None else f"at least {low:,} flops"
-    shown = ", ".join(unresolved[:3]) + (", ..." if len(unresolved) > 3 else "")
-    return f"{span}: {len(unresolved)} conditional(s) decided at run time ({shown})"
+    parts = []
+    for names, why in (([c["name"] for c in unresolved if not c.get("waits_on")], "decided at run time"),
+                       ([c["name"] for c in unresolved if c.get("waits_on")],
+                        "on the counter of a loop of unknown trip count")):
+        if names:
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            parts.append(f"{len(names)} conditional(s) {why} ({shown})")
+    return f"{span}: {'; '.join(parts)}"
 
 
 def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +186,7 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
                 "note": lp.get("note", ""),
                 "location": lp.get("source_line"),  # the user's line and function (hloflops.user_code)
                 "function": lp.get("function"),
+                "xla_misses": (lp.get("extra_over_xla") or {}).get("flops"),  # the summary's column
             }
             for lp in report.get("loops", ())
         ],
@@ -188,6 +195,8 @@ def record_from_report_dict(report: dict[str, Any]) -> dict[str, Any]:
             for u in report.get("uncounted", ())
         ],
     }
+    if "flops_formula" in report:  # some trip count unknown: the formula the summary prints
+        record["formula"] = {key: report[key] for key in FORMULA_KEYS if key in report}
     by_scope = report.get("by_scope")
     if by_scope is not None:
         record["scopes"] = [

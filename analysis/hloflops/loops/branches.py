@@ -61,6 +61,9 @@ class Resolution:
     anchor: str | None  # the computation one execution of which `counts` describes
     counts: tuple[int, ...] | None  # branch index -> executions per execution of the anchor
     note: str = ""
+    # A loop of unknown trip count whose counter the selector reads: "unresolved" where no trip is
+    # certain, else resolved for the trips the program proves (its lower bound); more may run.
+    waits_on: str | None = None
 
     @property
     def resolved(self) -> bool:
@@ -79,9 +82,10 @@ class _NeverRuns(Exception):
 class _Unresolved(Exception):
     """Why a selector cannot be resolved; `kind` is "data" or "unresolved"."""
 
-    def __init__(self, kind: str, why: str):
+    def __init__(self, kind: str, why: str, loop: str | None = None):
         super().__init__(why)
         self.kind = kind
+        self.loop = loop  # the loop of unknown trip count that stopped it, if that was why
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +226,7 @@ class _Resolver:
         try:
             return self._resolve(computation, inst)
         except _Unresolved as why:
-            return Resolution(why.kind, None, None, str(why))
+            return Resolution(why.kind, None, None, str(why), why.loop)
         except _NeverRuns as why:  # no execution to decide: every branch runs 0 times
             counts = (1,) + (0,) * (branch_count(inst) - 1)
             return Resolution("constant", computation.name, counts, str(why))
@@ -246,12 +250,14 @@ class _Resolver:
         def pick(env: Mapping[Path, object]) -> int:
             return branch_of(value(env), selector_type, branches)
 
-        loops = ", ".join(f"{lv.name} ({lv.trips:,} trips)" for lv in levels)
+        waits = next((lv.name for lv in levels if self.trips[lv.name].value is None), None)
+        loops = ", ".join(f"{lv.name} ({lv.trips:,} trips{' certain, the count unknown' if lv.name == waits else ''})"
+                          for lv in levels)
         closed = self._closed_form(levels, selector, pick, branches)
         if closed is not None:
-            return Resolution("per-trip", anchor, tuple(closed), f"counted in closed form over {loops}")
+            return Resolution("per-trip", anchor, tuple(closed), f"counted in closed form over {loops}", waits)
         counts = self._enumerate(levels, pick, branches)
-        return Resolution("per-trip", anchor, tuple(counts), f"evaluated for every trip of {loops}")
+        return Resolution("per-trip", anchor, tuple(counts), f"evaluated for every trip of {loops}", waits)
 
     def _closed_form(self, levels: list[_Level], selector: Expr, pick: Callable, branches: int) -> list[int] | None:
         """One level of affine counters with a periodic or threshold selector, counted without
@@ -279,8 +285,11 @@ class _Resolver:
             if loop is None:  # vars only come from a loop frame: cannot happen, but never guess
                 raise _Unresolved("unresolved", "the loop state it reads has no single enclosing loop")
             tc = self.trips.get(loop.name)
-            if tc is None or tc.value is None:
-                raise _Unresolved("unresolved", f"the trip count of {loop.name} is unknown")
+            if tc is None or (tc.value is None and not tc.lower):
+                raise _Unresolved("unresolved", f"the trip count of {loop.name} is unknown", loop.name)
+            # An unknown count the program proves at least `lower`: the totals count those trips,
+            # so the branches they take are resolved (`waits_on` marks that more may run).
+            trips = tc.value if tc.value is not None else tc.lower
             if len(levels) >= MAX_LEVELS:
                 raise _Unresolved("unresolved", f"it reads more than {MAX_LEVELS} nested loops")
             body = self.module.by_name[loop.called(CallRole.WHILE_BODY)[0]]
@@ -289,7 +298,7 @@ class _Resolver:
             frame = self._frame(segment.loop_computation, outer)
             init = {path: self._trace(frame, loop.operands[0], path) for path in updates}
             steps = tuple((p, loop_eval.compile_expr(u)) for p, u in updates.items() if u != ("var", p))
-            levels.append(_Level(loop.name, tc.value, tuple((p, loop_eval.compile_expr(e)) for p, e in init.items()),
+            levels.append(_Level(loop.name, trips, tuple((p, loop_eval.compile_expr(e)) for p, e in init.items()),
                                  steps, updates, init, tuple(gates)))
             outer_needed = set().union(*(loop_eval.variables(e) for e in init.values()))
             if not outer_needed:

@@ -114,7 +114,8 @@ def execution_counts(module: Module, trip_counts: Mapping[str, TripCount] | None
                         trips[inst.name] = trip_count(module, module.by_name[name], inst, overrides)
                 if role == CallRole.BRANCH and inst.name in taken:
                     shares = taken[inst.name]
-                    runs, rest = divmod(counts[name] * shares[site["index"]], sum(shares))
+                    # No trip reaches it (a loop of 0 trips around it): its branches never run.
+                    runs, rest = divmod(counts[name] * shares[site["index"]], sum(shares)) if sum(shares) else (0, 0)
                     if rest:  # the resolution promised whole executions: anything else is a bug
                         raise AssertionError(f"{inst.name}: {counts[name]} executions do not split as {shares}")
                     counts[callee] += runs

@@ -21,8 +21,21 @@ def range_reason(report: Report) -> str | None:
     unresolved = report.unresolved_conditionals
     if not unresolved:
         return None
-    names = ", ".join(c.name for c in unresolved[:NAMED]) + (", ..." if len(unresolved) > NAMED else "")
-    return f"{len(unresolved):,} conditional(s) decided at run time ({names})"
+    # A conditional on the counter of a loop whose trip count is unknown is decided by that count
+    # (the formula's notes say how), not by data: said apart.
+    counted = [c for c in unresolved if getattr(c, "waits_on", None)]
+    data = [c for c in unresolved if not getattr(c, "waits_on", None)]
+    parts = []
+    if data:
+        parts.append(f"{len(data):,} conditional(s) decided at run time ({_names(data)})")
+    if counted:
+        parts.append(f"{len(counted):,} conditional(s) on the counter of a loop of unknown trip count "
+                     f"({_names(counted)})")
+    return "; ".join(parts)
+
+
+def _names(conditionals: list[Any]) -> str:
+    return ", ".join(c.name for c in conditionals[:NAMED]) + (", ..." if len(conditionals) > NAMED else "")
 
 
 def range_text(report: Report) -> str | None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from hloflops.report.communication import sharded_lines
 from hloflops.report.conditionals import range_lines
 from hloflops.report.format import format_table, ratio
+from hloflops.report.formulas import formula_lines
+from hloflops.report.reconciliation import reconciliation_lines
 from hloflops.scopes import NO_SCOPE, split_scope
 
 if TYPE_CHECKING:
@@ -105,6 +107,12 @@ def _summary_html(report: Report) -> str:
         parts.append("<h2>Loops</h2>")
         parts.append(_table(["loop", "trip count", "source", "executions", "flops", "share", "XLA misses", "inside",
                              "your code"], loop_rows, "loops"))
+        # The summary's formula in the unknown trip counts, and its reconciliation rows (loops,
+        # conditionals and residual adding up to exact - XLA), as it prints them.
+        for cls, lines in (("formula", formula_lines(report.formula) if report.formula is not None else []),
+                           ("reconciliation", reconciliation_lines(report))):
+            if lines:
+                parts.append(f"<pre class='{cls}'>{html.escape(chr(10).join(lines).strip())}</pre>")
     else:
         parts.append("<h2>Loops</h2><p>none</p>")
     functions = [g for g in report.by_function() if g.total.flops][:10]

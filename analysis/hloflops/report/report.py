@@ -246,7 +246,7 @@ class Report(SourceViews):
 
         formula = self.formula
         if formula is None:  # every count known: the totals themselves, and no name to take
-            formula = Formula((), ((frozenset(), self.total),))
+            formula = Formula((), (((), self.total),))
         return formula.evaluate(trip_counts)
 
     @property
@@ -503,6 +503,8 @@ class Report(SourceViews):
                     "smallest": c.smallest,
                     "resolution": getattr(c, "resolution", "data"),
                     "note": getattr(c, "note", ""),
+                    # the loop of unknown trip count whose counter it reads (hloflops.loops.branches)
+                    **({"waits_on": c.waits_on} if getattr(c, "waits_on", None) else {}),
                     "branches": [{"index": b.index, "computation": b.computation, "cost": b.cost.as_dict(),
                                   "executions": _branch_executions(c, k)}
                                  for k, b in enumerate(c.branches)],

@@ -12,7 +12,7 @@ from hloflops.report.conditionals import conditional_lines, range_lines
 from hloflops.report.fit import elide_middle, fit_text
 from hloflops.report.format import format_table, ratio
 from hloflops.report.formulas import formula_lines
-from hloflops.xla.residual import residual_text
+from hloflops.report.reconciliation import reconciliation_lines
 
 NO_FRAMES_NOTE = ("this module has no stack-frame tables (FileNames ... StackFrames): each op has only the one "
                   "location its metadata names, which may be library code")
@@ -178,11 +178,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                 lines.append(f"  ! {len(names):,} x {what}: {reason} ({shown})")
     else:
         lines.append("uncounted ops: none")
-    residual = report.accounting.reconciliation.get("residual")
-    if residual:
-        causes = residual_text(report.residual_causes)
-        lines.append(f"reconciliation residual (not explained by loops): {residual:,} flops"
-                     + (f": {causes}" if causes else ""))
+    lines += reconciliation_lines(report)  # loops, conditionals and residual: rows adding up to exact - XLA
     if width is not None:
         lines[0] = elide_middle(lines[0], width)
     return fit_text("\n".join(lines) + "\n", width)
