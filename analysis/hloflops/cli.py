@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import io
 import os
 import sys
@@ -183,6 +184,15 @@ def _explicit(argv: Sequence[str], option: str) -> bool:
 
 # ---- commands --------------------------------------------------------------------------------
 def _load_report(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False) -> Report:
+    report = _analyze(path, trip_counts, compare_xla=compare_xla)
+    # The report lives until the process ends: its objects leave the collector's view. Otherwise
+    # the first full collection while rendering scans them all, finding nothing to free (half a
+    # second of the summary of a 30 MB module; benchmarks/cli_speed.py).
+    gc.freeze()
+    return report
+
+
+def _analyze(path: str, trip_counts: dict[str, int], *, compare_xla: bool = False) -> Report:
     from hloflops.api import analyze, compare
 
     if path == "-":  # HLO text on stdin: `python3 dump.py | hloflops -`

@@ -108,6 +108,49 @@ class MFU:
         }
 
 
+def _row_keys(rows: tuple[Row, ...], by: str, depth: int | None) -> list[str]:
+    """`group_key` of every row, worked out once per distinct value it reads (rows share their
+    scopes, opcodes and source lines: a large module has a few thousand of each)."""
+    if by == "computation":
+        return [row.computation for row in rows]
+    if by == "opcode":
+        values: list[Any] = [(row.opcode, row.target) for row in rows]
+        keyed = {value: op_group(*value) for value in set(values)}
+    elif by in ("scope", "module"):
+        values = [row.scope for row in rows]
+        of = scope_prefix if by == "scope" else module_path
+        keyed = {value: of(value, depth) for value in set(values)}
+    elif by == "source":
+        values = [row.source for row in rows]
+        keyed = {value: NO_SOURCE if value is None else f"{value.file}:{value.line}" for value in set(values)}
+    else:
+        raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
+    return list(map(keyed.__getitem__, values))
+
+
+def _grouped(rows: tuple[Row, ...], by: str, depth: int | None) -> tuple[Group, ...]:
+    """`Report.group_by`: the rows of each key gathered first, then each group summed by
+    comprehensions (a Cost added per row was most of the grouping on a large module)."""
+    members: dict[str, list[Row]] = {}
+    for key, row in zip(_row_keys(rows, by, depth), rows):
+        same = members.get(key)
+        if same is None:
+            members[key] = [row]
+        else:
+            same.append(row)
+    groups = []
+    for key, same in members.items():
+        totals = [row.total for row in same]
+        flops = [t.flops for t in totals]
+        groups.append(Group(key, Cost(sum(flops), sum([t.transcendentals for t in totals]),
+                                      sum([t.bytes_accessed for t in totals])),
+                            sum([f for f, row in zip(flops, same) if row.remat]), len(same),
+                            sum([row.executions for row in same]),
+                            sum([1 for row in same if row.uncounted])))
+    groups.sort(key=lambda g: (-g.total.flops, -g.total.bytes_accessed, g.key))
+    return tuple(groups)
+
+
 def _xla_triplet(estimate: Mapping[str, float]) -> dict[str, float]:
     """XLA's dict uses 'bytes accessed' (with a space); the report says bytes_accessed."""
     out = {
@@ -320,20 +363,11 @@ class Report:
         """Sum the rows by opcode, computation, scope (the first `depth` frames of the op_name
         name stack), source line or module (the Flax module path, first `depth` parts).
         Sorted by FLOPs, largest first, then by key."""
-        sums: dict[str, list[Any]] = {}
-        for row in self.rows:
-            key = group_key(row, by, depth)
-            acc = sums.get(key)
-            if acc is None:
-                acc = sums[key] = [Cost(), 0, 0, 0, 0]
-            acc[0] = acc[0] + row.total
-            acc[1] += row.total.flops if row.remat else 0
-            acc[2] += 1
-            acc[3] += row.executions
-            acc[4] += 1 if row.uncounted else 0
-        groups = [Group(k, v[0], v[1], v[2], v[3], v[4]) for k, v in sums.items()]
-        groups.sort(key=lambda g: (-g.total.flops, -g.total.bytes_accessed, g.key))
-        return groups
+        cache = self.__dict__.setdefault("_groups", {})  # the summary and JSON ask for by_opcode more than once
+        found = cache.get((by, depth))
+        if found is None:
+            found = cache[(by, depth)] = _grouped(self.rows, by, depth)
+        return list(found)
 
     def by_opcode(self) -> list[Group]:
         return self.group_by("opcode")
@@ -470,7 +504,7 @@ class Report:
         }
         if self.formula is not None:  # some trip count unknown (hloflops.report.formulas)
             out.update(formula_json(self.formula))
-        if any(op_group(r.opcode, r.target) == ATTENTION for r in self.rows):
+        if any(g.key == ATTENTION for g in self.by_opcode()):  # by_opcode's keys are op_group's
             out["conventions"] = {ATTENTION: CONVENTION}
         if chip is not None:
             out["roofline"] = self.roofline(chip).as_dict()
