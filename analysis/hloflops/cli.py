@@ -246,11 +246,15 @@ def _unlimit_int_digits() -> None:
 def _csv_text(report: Report, by: str | None, depth: int | None) -> str:
     buffer = io.StringIO()
     if by is None:
+        from hloflops.report.format import csv_cell as cell
+
         records = report.to_records()
         fields = list(records[0]) if records else ["computation", "name", "opcode"]
-        writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({k: csv_cell(v) for k, v in r.items()} for r in records)
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(fields)
+        # Every record has the fields in this order (one dict literal makes them): its values are
+        # the row, without DictWriter's check of each record's keys.
+        writer.writerows([cell(v) for v in r.values()] for r in records)
     else:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([by, "flops", "transcendentals", "bytes_accessed", "remat_flops", "instructions", "executions",

@@ -24,9 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
-from typing import Any, Iterable, NamedTuple, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from hloflops.cost.classes import structure_key
 from hloflops.cost.costs import ZERO, Cost, OpCost
@@ -39,6 +37,9 @@ from hloflops.xla import diagnostics as xla_diagnostics
 from hloflops.xla.float32 import add, f32, mul, running_sum
 from hloflops.xla.order import visit_positions
 from hloparse.ir import CallRole, Computation, Instruction, Module
+
+if TYPE_CHECKING:  # the graph property builds it; the pass does not need networkx (start-up)
+    import networkx as nx
 
 VIEWS = ("exact", "xla")
 # XLA's four totals, in this order in every tuple below.
