@@ -82,12 +82,12 @@ def test_the_summary_json_and_html_run_the_engine_once(monkeypatch: pytest.Monke
     assert passes == ["exact"]
 
 
-@pytest.mark.skipif(not CUBLAS_LT.exists(), reason="the shared corpus is not here")
-def test_a_module_whose_views_differ_is_costed_in_xla_view_for_its_causes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_module_whose_views_differ_is_costed_in_xla_view_for_its_causes(monkeypatch: pytest.MonkeyPatch,
+                                                                          corpus_dir: Path) -> None:
     from hloflops.xla.estimate import loop_once_totals
 
     passes = _count_passes(monkeypatch)
-    report = analyze(CUBLAS_LT)
+    report = analyze(corpus_dir / CUBLAS_LT.relative_to(CORPUS))
     causes = report.residual_causes
     assert passes == ["exact", "xla"]  # custom-calls: XLA's -1 is not our cost
     exact, xla = loop_once_totals(report.module, "exact")[0], loop_once_totals(report.module, "xla")[0]
