@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable, Mapping
 from hloflops.branch_totals import unresolved_conditionals
 from hloflops.cost.attention import ATTENTION, CONVENTION
 from hloflops.cost.costs import Cost
-from hloflops.cost.kernels import op_group
 from hloflops.report.formulas import formula_json
+from hloflops.report.grouping import GROUP_KEYS, NO_SOURCE, Group, group_key, grouped, source_key  # noqa: F401
 from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from hloflops.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
@@ -29,51 +29,6 @@ SCHEMA = "hloflops.report/1"
 # The text, HTML and folded-stack views import Report; Report reaches them through this table,
 # which analysis/report/__init__.py fills, so that no two modules import each other.
 VIEWS: dict[str, Callable[..., Any]] = {}
-GROUP_KEYS = ("opcode", "computation", "scope", "source", "module")
-NO_SOURCE = "(no source)"
-
-
-def source_key(row: Row) -> str:
-    if row.source is None:
-        return NO_SOURCE
-    return f"{row.source.file}:{row.source.line}"
-
-
-def group_key(row: Row, by: str, depth: int | None = None) -> str:
-    if by == "opcode":
-        return op_group(row.opcode, row.target)  # fused attention: a line of its own
-    if by == "computation":
-        return row.computation
-    if by == "scope":
-        return scope_prefix(row.scope, depth)
-    if by == "source":
-        return source_key(row)
-    if by == "module":
-        return module_path(row.scope, depth)
-    raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """One line of a grouped table: the rows sharing a key, summed over all their executions."""
-
-    key: str
-    total: Cost
-    remat_flops: int
-    instructions: int  # how many instructions (rows) fall in the group
-    executions: int  # sum of their execution counts
-    uncounted: int  # how many of them have an unknown cost
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.total.as_dict(),
-            "remat_flops": self.remat_flops,
-            "instructions": self.instructions,
-            "executions": self.executions,
-            "uncounted": self.uncounted,
-        }
-
-
 @dataclass(frozen=True, slots=True)
 class MFU:
     """Model and hardware FLOPs utilisation of one training/inference step.
@@ -120,49 +75,6 @@ def _uncollected(render: Callable[..., Any]) -> Callable[..., Any]:
             return render(*args, **kwargs)
 
     return uncollected
-
-
-def _row_keys(rows: tuple[Row, ...], by: str, depth: int | None) -> list[str]:
-    """`group_key` of every row, worked out once per distinct value it reads (rows share their
-    scopes, opcodes and source lines: a large module has a few thousand of each)."""
-    if by == "computation":
-        return [row.computation for row in rows]
-    if by == "opcode":
-        values: list[Any] = [(row.opcode, row.target) for row in rows]
-        keyed = {value: op_group(*value) for value in set(values)}
-    elif by in ("scope", "module"):
-        values = [row.scope for row in rows]
-        of = scope_prefix if by == "scope" else module_path
-        keyed = {value: of(value, depth) for value in set(values)}
-    elif by == "source":
-        values = [row.source for row in rows]
-        keyed = {value: NO_SOURCE if value is None else f"{value.file}:{value.line}" for value in set(values)}
-    else:
-        raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
-    return list(map(keyed.__getitem__, values))
-
-
-def _grouped(rows: tuple[Row, ...], by: str, depth: int | None) -> tuple[Group, ...]:
-    """`Report.group_by`: the rows of each key gathered first, then each group summed by
-    comprehensions (a Cost added per row was most of the grouping on a large module)."""
-    members: dict[str, list[Row]] = {}
-    for key, row in zip(_row_keys(rows, by, depth), rows):
-        same = members.get(key)
-        if same is None:
-            members[key] = [row]
-        else:
-            same.append(row)
-    groups = []
-    for key, same in members.items():
-        totals = [row.total for row in same]
-        flops = [t.flops for t in totals]
-        groups.append(Group(key, Cost(sum(flops), sum([t.transcendentals for t in totals]),
-                                      sum([t.bytes_accessed for t in totals])),
-                            sum([f for f, row in zip(flops, same) if row.remat]), len(same),
-                            sum([row.executions for row in same]),
-                            sum([1 for row in same if row.uncounted])))
-    groups.sort(key=lambda g: (-g.total.flops, -g.total.bytes_accessed, g.key))
-    return tuple(groups)
 
 
 def _xla_triplet(estimate: Mapping[str, float]) -> dict[str, float]:
@@ -381,7 +293,7 @@ class Report:
         cache = self.__dict__.setdefault("_groups", {})  # the summary and JSON ask for by_opcode more than once
         found = cache.get((by, depth))
         if found is None:
-            found = cache[(by, depth)] = _grouped(self.rows, by, depth)
+            found = cache[(by, depth)] = grouped(self.rows, by, depth)
         return list(found)
 
     def by_opcode(self) -> list[Group]:
