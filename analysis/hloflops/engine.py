@@ -24,9 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
-from typing import Any, Iterable, NamedTuple, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from hloflops.cost.classes import structure_key
 from hloflops.cost.costs import ZERO, Cost, OpCost
@@ -39,6 +37,9 @@ from hloflops.xla import diagnostics as xla_diagnostics
 from hloflops.xla.float32 import add, f32, mul, running_sum
 from hloflops.xla.order import visit_positions
 from hloparse.ir import CallRole, Computation, Instruction, Module
+
+if TYPE_CHECKING:  # the graph property builds it; the pass does not need networkx (start-up)
+    import networkx as nx
 
 VIEWS = ("exact", "xla")
 # XLA's four totals, in this order in every tuple below.
@@ -142,6 +143,10 @@ class Evaluation:
         looked_at = set(firsts.values()) | (module.by_name.keys() - self._class.keys())
         self.unbounded = view == "exact" and has_unbounded_shapes(
             comp for comp in module.computations if comp.name in looked_at)
+        # Does some instruction cost differently in the two views (a charge with an exact view of
+        # its own: custom-calls, kernels, kCustom gather/scatter fusions; or an unbounded shape)?
+        # If not, every total of view "xla" in integers is that of this view (hloflops.xla.residual).
+        self.views_differ = self.unbounded
         exact, applied, xla = self.exact, self.applied, self.xla
         first_of, class_of = self._costed.get, self._class.get
         for name in order:
@@ -296,6 +301,8 @@ class Evaluation:
         """One instruction's exact cost, what it adds to XLA's sums (None in view "xla") and its
         charge."""
         charge = fn(Ctx(self.module, comp, inst, self._callee_total, bytes_unread))
+        if charge.exact is not None or charge.exact_uncounted is not None:
+            self.views_differ = True
         estimate = self.view == "exact"
         if charge.applied or charge.nested is not None or self.unbounded:
             return (self._own(comp, inst, charge, in_fusion),

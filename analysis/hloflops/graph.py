@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
-
-import networkx as nx
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from hloparse.ir import CallRole, Instruction, Module
+
+if TYPE_CHECKING:  # imported by the walks that use it: the accounting's own walks do not (start-up)
+    import networkx as nx
 
 _GRAPHS: "weakref.WeakKeyDictionary[Module, nx.MultiDiGraph]" = weakref.WeakKeyDictionary()
 _CALLS_FROM: "weakref.WeakKeyDictionary[nx.MultiDiGraph, dict]" = weakref.WeakKeyDictionary()
@@ -106,6 +107,8 @@ def _callers_first(root: str, callees_of: Callable[[str], list[str]]) -> list[st
 def bottom_up(graph: nx.MultiDiGraph, roots: Iterable[str] | None = None) -> list[str]:
     """Computations (all of them, or those reachable from `roots` through any call), every
     callee before its callers."""
+    import networkx as nx
+
     if roots is not None:
         keep: set[str] = set()
         for root in roots:
@@ -124,6 +127,8 @@ def bottom_up(graph: nx.MultiDiGraph, roots: Iterable[str] | None = None) -> lis
 
 def with_descendants(graph: nx.MultiDiGraph, roots: Iterable[str]) -> set[str]:
     """The roots and every computation they call, directly or not."""
+    import networkx as nx
+
     found: set[str] = set()
     for root in roots:
         if root in graph and root not in found:

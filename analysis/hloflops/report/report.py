@@ -10,6 +10,7 @@ bytes on every run.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -17,8 +18,8 @@ from typing import Any, Callable, Iterable, Mapping
 from hloflops.branch_totals import unresolved_conditionals
 from hloflops.cost.attention import ATTENTION, CONVENTION
 from hloflops.cost.costs import Cost
-from hloflops.cost.kernels import op_group
 from hloflops.report.formulas import formula_json
+from hloflops.report.grouping import GROUP_KEYS, Group, group_key, grouped  # noqa: F401
 from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
 from hloflops.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
 from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
@@ -26,57 +27,12 @@ from hloflops.report.sources import FRAMES, NO_SOURCE, SourceViews, function_key
 from hloflops.user_code import DEFAULT as DEFAULT_USER_CODE
 from hloflops.user_code import UserCode
 from hloparse.ir import SourceLocation
+from hloparse.allocation import long_lived_objects
 
 SCHEMA = "hloflops.report/1"
 # The text, HTML and folded-stack views import Report; Report reaches them through this table,
 # which analysis/report/__init__.py fills, so that no two modules import each other.
 VIEWS: dict[str, Callable[..., Any]] = {}
-GROUP_KEYS = ("opcode", "computation", "scope", "source", "function", "module")
-
-
-def source_key(row: Row) -> str:
-    if row.source is None:
-        return NO_SOURCE
-    return f"{row.source.file}:{row.source.line}"
-
-
-def group_key(row: Row, by: str, depth: int | None = None) -> str:
-    if by == "opcode":
-        return op_group(row.opcode, row.target)  # fused attention: a line of its own
-    if by == "computation":
-        return row.computation
-    if by == "scope":
-        return scope_prefix(row.scope, depth)
-    if by == "source":
-        return source_key(row)
-    if by == "module":
-        return module_path(row.scope, depth)
-    if by == "function":
-        return function_key(row.source)
-    raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUP_KEYS)}")
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """One line of a grouped table: the rows sharing a key, summed over all their executions."""
-
-    key: str
-    total: Cost
-    remat_flops: int
-    instructions: int  # how many instructions (rows) fall in the group
-    executions: int  # sum of their execution counts
-    uncounted: int  # how many of them have an unknown cost
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.total.as_dict(),
-            "remat_flops": self.remat_flops,
-            "instructions": self.instructions,
-            "executions": self.executions,
-            "uncounted": self.uncounted,
-        }
-
-
 @dataclass(frozen=True, slots=True)
 class MFU:
     """Model and hardware FLOPs utilisation of one training/inference step.
@@ -111,6 +67,18 @@ class MFU:
             "achieved_model_flops_per_s": self.achieved_model_flops_per_s,
             "achieved_hardware_flops_per_s": self.achieved_hardware_flops_per_s,
         }
+
+
+def _uncollected(render: Callable[..., Any]) -> Callable[..., Any]:
+    """A view of the report, rendered without the garbage collector: it allocates many objects
+    and frees few, so a collection meanwhile finds nothing to free, and the first full one scans
+    every object of the report (half a second on a 30 MB module, a fifth of its summary)."""
+    @functools.wraps(render)
+    def uncollected(*args: Any, **kwargs: Any) -> Any:
+        with long_lived_objects():
+            return render(*args, **kwargs)
+
+    return uncollected
 
 
 def _xla_triplet(estimate: Mapping[str, float]) -> dict[str, float]:
@@ -348,32 +316,20 @@ class Report(SourceViews):
         return ratio(loop.total.flops, self.flops)
 
     # ---- grouping ------------------------------------------------------------------------
+    @_uncollected
     def group_by(self, by: str = "scope", *, depth: int | None = None, frames: str = "user") -> list[Group]:
         """Sum the rows by opcode, computation, scope (the first `depth` frames of the op_name
         name stack), source line or function (the user's frame of each op's call stack, see
         `hloflops.user_code`; `frames="library"` the innermost frame, `"all"` both) or module
         (the Flax module path, first `depth` parts).
         Sorted by FLOPs, largest first, then by key."""
-        if by in ("source", "function"):
-            def key_of(row: Row) -> str:
-                return self.source_key(row, by, frames)
-        else:
-            def key_of(row: Row) -> str:
-                return group_key(row, by, depth)
-        sums: dict[str, list[Any]] = {}
-        for row in self.rows:
-            key = key_of(row)
-            acc = sums.get(key)
-            if acc is None:
-                acc = sums[key] = [Cost(), 0, 0, 0, 0]
-            acc[0] = acc[0] + row.total
-            acc[1] += row.total.flops if row.remat else 0
-            acc[2] += 1
-            acc[3] += row.executions
-            acc[4] += 1 if row.uncounted else 0
-        groups = [Group(k, v[0], v[1], v[2], v[3], v[4]) for k, v in sums.items()]
-        groups.sort(key=lambda g: (-g.total.flops, -g.total.bytes_accessed, g.key))
-        return groups
+        cache = self.__dict__.setdefault("_groups", {})  # the summary and JSON ask for by_opcode more than once
+        found = cache.get((by, depth, frames))
+        if found is None:
+            # source and function read the user's frame of each op's call stack (report/sources.py)
+            keys = [self.source_key(row, by, frames) for row in self.rows] if by in ("source", "function") else None
+            found = cache[(by, depth, frames)] = grouped(self.rows, by, depth, keys)
+        return list(found)
 
     def by_opcode(self) -> list[Group]:
         return self.group_by("opcode")
@@ -416,6 +372,7 @@ class Report(SourceViews):
             "phase": loop.phase,
         }
 
+    @_uncollected
     def to_records(self) -> list[dict[str, Any]]:
         """One flat dict per instruction (the CSV and pandas layout)."""
         records = []
@@ -451,6 +408,7 @@ class Report(SourceViews):
             )
         return records
 
+    @_uncollected
     def to_dict(self, *, by: Iterable[str] = (), depth: int | None = None, rows: bool = False,
                 chip: Any = None, frames: str = "user") -> dict[str, Any]:
         """The JSON object `hloflops FILE --json` prints (same options: `by` adds `by_<key>`
@@ -517,7 +475,7 @@ class Report(SourceViews):
         }
         if self.formula is not None:  # some trip count unknown (hloflops.report.formulas)
             out.update(formula_json(self.formula))
-        if any(op_group(r.opcode, r.target) == ATTENTION for r in self.rows):
+        if any(g.key == ATTENTION for g in self.by_opcode()):  # by_opcode's keys are op_group's
             out["conventions"] = {ATTENTION: CONVENTION}
         if chip is not None:
             out["roofline"] = self.roofline(chip).as_dict()
@@ -561,6 +519,7 @@ class Report(SourceViews):
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.to_folded(metric))
 
+    @_uncollected
     def to_html(self, *, depth: int | None = None, chip: Any = None) -> str:
         """A self-contained HTML page: summary, loops and an icicle chart of FLOPs by scope
         (and the communication, with the roofline on `chip` when one is given)."""
@@ -594,6 +553,7 @@ class Report(SourceViews):
         )
 
     # ---- display -------------------------------------------------------------------------
+    @_uncollected
     def summary(self, *, by: str = "scope", depth: int | None = 3, top: int = 15, chip: Any = None,
                 width: int | None = None, frames: str = "user") -> str:
         """The readable text `hloflops FILE` prints (with the roofline on `chip` if given; fitted

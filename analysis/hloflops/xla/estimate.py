@@ -17,9 +17,11 @@ are not predicted.
 
 from __future__ import annotations
 
-from hloflops.cost.costs import Cost
+from typing import Mapping
+
+from hloflops.cost.costs import Cost, OpCost
 from hloflops.engine import XLA_KEYS, branch_max, evaluate
-from hloflops.graph import bottom_up
+from hloflops.graph import call_table, module_bottom_up
 from hloparse.ir import CallRole, Module
 
 FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = XLA_KEYS
@@ -49,19 +51,24 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
     view="exact" custom-calls are costed where known. Returns (total, reasons for every
     uncounted instruction, in the order a depth-first walk from ENTRY meets them)."""
     ev = evaluate(module, view=view)
-    control = ev.graph.edge_subgraph(
-        [(a, b, k) for a, b, k, role in ev.graph.edges(keys=True, data="role") if role in CallRole.CONTROL])
-    order = [n for n in bottom_up(control, [module.entry_name]) if n in module.by_name]
-    if module.entry_name not in order:
-        order.append(module.entry_name)
+    return loop_once_total(module, ev.exact), tuple(_uncounted_depth_first(module, ev))
+
+
+def loop_once_total(module: Module, costs: Mapping[str, list[OpCost]]) -> Cost:
+    """`loop_once_totals`' total from the per-instruction costs of one view (`Evaluation.exact`),
+    callees before callers over the call table (networkx's graph and its sort cost several times
+    this sum on a large module)."""
+    by_name = module.by_name
     totals: dict[str, Cost] = {}
-    for name in order:  # callees first
-        comp = module.by_name[name]
-        flops = transcendentals = bytes_accessed = 0
-        for inst, own in zip(comp.instructions, ev.exact[name]):
-            flops += own.cost.flops
-            transcendentals += own.cost.transcendentals
-            bytes_accessed += own.cost.bytes_accessed
+    for name in _control_bottom_up(module):  # callees first
+        comp = by_name[name]
+        own = [op.cost for op in costs[name]]
+        flops = sum([c.flops for c in own])
+        transcendentals = sum([c.transcendentals for c in own])
+        bytes_accessed = sum([c.bytes_accessed for c in own])
+        for inst in comp.instructions:
+            if not inst.calls:
+                continue
             branches = []
             for site in inst.calls:
                 if site.role not in CallRole.CONTROL:
@@ -78,7 +85,21 @@ def loop_once_totals(module: Module, view: str = "xla") -> tuple[Cost, tuple[str
                 transcendentals += branch_max([b.transcendentals for b in branches])
                 bytes_accessed += branch_max([b.bytes_accessed for b in branches])
         totals[name] = Cost(flops, transcendentals, bytes_accessed)
-    return totals[module.entry_name], tuple(_uncounted_depth_first(module, ev))
+    return totals[module.entry_name]
+
+
+def _control_bottom_up(module: Module) -> list[str]:
+    """The computations reachable from ENTRY through CONTROL call sites, each callee before its
+    callers (module_bottom_up's order, which holds every computation, kept to those)."""
+    calls = call_table(module).calls
+    reached = {module.entry_name}
+    stack = [module.entry_name]
+    while stack:
+        for callee, site in calls.get(stack.pop(), ()):
+            if site["role"] in CallRole.CONTROL and callee not in reached:
+                reached.add(callee)
+                stack.append(callee)
+    return [name for name in module_bottom_up(module) if name in reached and name in module.by_name]
 
 
 def _uncounted_depth_first(module: Module, ev) -> list[str]:

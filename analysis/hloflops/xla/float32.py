@@ -15,8 +15,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 Value = int | float
 _F32 = struct.Struct("f")
@@ -45,6 +47,14 @@ def _round(n: int) -> Value:
     return -m if n < 0 else m
 
 
+def _numpy() -> Any:
+    """numpy, imported on first use: a module whose sums stay within float32's exact integers
+    never needs it (start-up of `hloflops FILE` on a small module)."""
+    import numpy
+
+    return numpy
+
+
 def _back(x: np.float32) -> Value:
     v = float(x)
     return int(v) if v.is_integer() else v
@@ -60,6 +70,7 @@ def f32(value: int | Fraction | float) -> Value:
         if not -_LIMIT < value < _LIMIT:  # beyond float32 (and maybe double: float() would raise)
             return float("-inf") if value < 0 else float("inf")
         return _round(int(float(value)))
+    np = _numpy()
     if isinstance(value, Fraction):
         return _back(np.float32(float(value)))
     return _back(np.float32(value))
@@ -69,6 +80,7 @@ def add(a: Value, b: Value) -> Value:
     if type(a) is int and type(b) is int:
         n = a + b
         return n if -_EXACT <= n <= _EXACT else _round(n)
+    np = _numpy()
     return _back(np.float32(a) + np.float32(b))
 
 
@@ -76,6 +88,7 @@ def mul(a: Value, b: Value) -> Value:
     if type(a) is int and type(b) is int:
         n = a * b
         return n if -_EXACT <= n <= _EXACT else _round(n)
+    np = _numpy()
     return _back(np.float32(a) * np.float32(b))
 
 
@@ -85,5 +98,6 @@ def running_sum(values: Sequence[Value]) -> Value:
     float32 array."""
     if not values:
         return 0
+    np = _numpy()
     sums = np.add.accumulate(np.array(values, dtype=np.float64).astype(np.float32), dtype=np.float32)
     return _back(sums[-1])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from hloflops.cost.costs import Cost
 from hloflops.results import Accounting
 from hloparse.ir import Module
 
@@ -33,7 +34,8 @@ def residual_causes(module: Module, accounting: Accounting) -> dict[str, int]:
     residual = int(accounting.reconciliation.get(RESIDUAL, 0))
     if not residual:
         return {}
-    from hloflops.xla.estimate import loop_once_totals
+    from hloflops.engine import evaluate
+    from hloflops.xla.estimate import loop_once_total
 
     loop_extras = sum(v for k, v in accounting.reconciliation.items() if k != RESIDUAL)
     once = accounting.total.flops - loop_extras
@@ -43,8 +45,15 @@ def residual_causes(module: Module, accounting: Accounting) -> dict[str, int]:
         causes["unexplained"] = residual
         return causes
     try:
-        exact_once = loop_once_totals(module, "exact")[0].flops
-        xla_once = loop_once_totals(module, "xla")[0].flops
+        exact = evaluate(module)  # the pass the accounting ran: kept with the module
+        # ENTRY's total as an APPLIED body is this sum (every loop once, a conditional by its
+        # per-key maximum), already made; not where an uncounted op made it a reason instead.
+        entry = exact.applied[module.entry_name]
+        exact_once = entry.flops if isinstance(entry, Cost) else loop_once_total(module, exact.exact).flops
+        # Where no instruction costs differently in XLA's view, its integer total is the same: the
+        # second pass over the module (a third of `hloflops FILE` on a large one) is not needed.
+        xla_once = loop_once_total(module, evaluate(module, view="xla").exact).flops if exact.views_differ \
+            else exact_once
     except ValueError:  # XLA's view cannot be costed: nothing to split
         causes["unexplained"] = residual
         return causes
