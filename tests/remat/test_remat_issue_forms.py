@@ -1,0 +1,56 @@
+"""The forms issue 28 lists, each at a size where it failed, judged on every opcode against its
+twin without the remat wrapper (tests/remat/judge.py), after optimization and before.
+
+Measured before the fix (jax 0.10.2, CPU), hloflops' remat FLOPs minus the truth, per opcode:
+
+- nnx, 8 layers in a Python loop, nnx.remat per layer, gelu, Adam (B16 D64 H256): after
+  add +32,768, before multiply +65,536 (with tanh the split was already exact);
+- plain-jax gradient accumulation, 4 microbatches x 6 jax.checkpoint attention layers, every
+  scan unroll=True: after multiply -393,728 subtract -114,688 add +1,280; before multiply
+  +986,112 divide +3,072 (with MLP layers exact);
+- lax.scan(unroll=True) over 6 checkpointed attention layers: after multiply -393,472 subtract
+  -98,304 add +1,280; before multiply +986,112 divide +3,072;
+- jax.checkpoint(model.apply) around a transformer LM (B8 T64 D64 H256, 2 blocks): after multiply
+  -254,467 and five other opcodes; before multiply +692,224 divide +2,047;
+- encoder-decoder with cross-attention, nn.remat per decoder block, and the same nested in an
+  nn.remat'd decoder stack (B8 T32 D64 H256): after multiply -124,928 select -33,280 add +32,768
+  ...; before multiply +363,520 divide +1,536;
+- BiLSTM tagger under dots_with_no_batch_dims_saveable (B16 T16 D64): after reduce-precision
+  -786,432 subtract -98,464 add +131,072; before multiply +98,304 reduce-precision -262,144;
+- Equinox list of eqx.filter_checkpoint blocks, gelu (B32 D128 H512, 6 blocks): after add
+  +98,304, before multiply +196,608.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+
+from tests.programs.remat_forms import Form, build  # noqa: E402
+from tests.remat.judge import STAGES, judge  # noqa: E402
+
+ATTN = dict(arch="attn", width=64, hidden=256, heads=4)
+FORMS = {
+    "nnx_loop_8_layers_adam": Form("nnx_loop", layers=8, batch=16, width=64, hidden=256, act="gelu", adam=True),
+    "grad_accumulation_unrolled": Form("grad_accumulation", layers=6, micro=4, unroll=True, batch=4, tokens=16,
+                                       **ATTN),
+    "scan_unrolled_attention": Form("scan_unrolled", layers=6, batch=8, tokens=32, **ATTN),
+    "whole_model_checkpoint_lm": Form("whole_model_checkpoint", arch="lm", layers=2, batch=8, tokens=64, width=64,
+                                      hidden=256),
+    "encdec_remat_per_decoder_block": Form("linen_loop", arch="encdec", layers=2, batch=8, tokens=32, width=64,
+                                           hidden=256),
+    "encdec_nested_in_remat_stack": Form("linen_nested", arch="encdec", layers=2, batch=8, tokens=32, width=64,
+                                         hidden=256),
+    "bilstm_dots_with_no_batch_dims": Form("linen_loop", arch="bilstm", policy="dots_with_no_batch_dims_saveable",
+                                           batch=16, tokens=16, width=64),
+    "eqx_filter_checkpoint_list": Form("eqx_list", layers=6, batch=32, width=128, hidden=512, act="gelu"),
+}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("name", list(FORMS))
+def test_issue_form_remat_flops_are_the_difference_to_its_twin_on_every_opcode(name, stage):
+    verdict = judge(build(FORMS[name]), stage)
+    assert verdict.ok, verdict.describe()
