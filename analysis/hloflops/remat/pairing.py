@@ -11,6 +11,7 @@ from typing import Iterable, Mapping
 from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
 )
+from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.scopes import phase
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
@@ -33,6 +34,12 @@ class RematIndex:
     remat: frozenset[Key]
     remat_named: int  # instructions carrying a remat name (some may be merged by CSE)
     merged: tuple[Key, ...]  # remat-named but left without a twin: counted as model FLOPs
+    # Where the split is not established (`Report.remat_flops_bounds`): remat on a weaker pairing
+    # than an equal value (signature and name, or the same computation in another loop body),
+    # and unpaired remat-named ops that no rule showed to be model FLOPs (a fusion's copy of a
+    # gradient, CSE's merge of a recompute into its forward).
+    weak: frozenset[Key] = frozenset()
+    unsure: frozenset[Key] = frozenset()
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -96,17 +103,31 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat: set[SiteKey] = set()
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
     first_of_class: set[SiteKey] = set()
+    fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+             for callee in inst.called(CallRole.FUSION)}
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
-        remat |= _same_value(members, first_of_class)
+        remat |= _same_value(members, first_of_class, fused)
+    certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
+    weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     if named_ops:
-        remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
+        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
+        remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    remat = _fusion_copies(module, ops, remat, first_of_class)
+    remat, copies = _fusion_copies(module, ops, remat, first_of_class)
+    certain |= copies
+    remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if old is None or op.op_name not in old]
-    return _per_instruction(ops, named_ops, listed, remat, clone_keys)
+    index = _per_instruction(ops, named_ops, listed, remat, clone_keys)
+    # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
+    # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
+    unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
+        if module.is_scheduled else set()
+    return RematIndex(index.remat, index.remat_named, index.merged,
+                      frozenset(key[:2] for key in weak - copies if key in remat) & index.remat,
+                      frozenset(unsure) - index.remat)
 
 
 # Elementwise ops inside fusions: the ops whose remat-named copies `_fusion_copies` looks at.
@@ -118,7 +139,8 @@ DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
 EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 
 
-def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey]) -> set[SiteKey]:
+def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey],
+                   model: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -127,14 +149,16 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
     (`remat`), not where its outputs are unmarked or the model's first computation of their
     value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
     recompute differently from its forward), the copy keeps its own pairing's answer; so do
-    the fusion's outputs themselves and unfused ops."""
+    the fusion's outputs themselves and unfused ops. Returns the recompute, and the copies this
+    rule decided (either way)."""
     fused = _fused_outputs(module)
     if not fused:
-        return remat
+        return remat, set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
     out = set(remat)
+    decided_copies: set[SiteKey] = set()
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
         outputs = fused.get(comp_name)
@@ -154,13 +178,16 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
                 out.add(op.key)
+                decided_copies.add(op.key)
         elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
             continue
         elif runs and op.marked:
             out.add(op.key)
+            decided_copies.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
-    return out
+            decided_copies.add(op.key)
+    return out, decided_copies
 
 
 def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
@@ -272,6 +299,23 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
     return RematIndex(frozenset(remat), 0, ())
 
 
+# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
+# rounds nothing.
+OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
+
+
+def _is_identity_rounding(inst: Instruction) -> bool:
+    """A reduce-precision that rounds nothing: jax puts one on each residual a checkpoint policy
+    saves (`dots_saveable`, `save_only_these_names`, ...), to keep XLA from moving the saved value
+    into the backward pass. It runs because of remat (the program without remat has none), though
+    it recomputes nothing: remat FLOPs by the definition (the difference to that program). Only
+    looked for in a module with remat markers (`find_remat` returns earlier in one without)."""
+    if inst.opcode != "reduce-precision":
+        return False
+    bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
+    return OWN_BITS.get(inst.shape.element_type) == bits
+
+
 def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
     return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name))) or \
         (old is not None and op_name in old)
@@ -314,7 +358,7 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[SiteKey]) -> set[SiteKey]:
+def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset()) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -325,12 +369,28 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey]) -> set[SiteKey
     marked = [m for m in members if m.marked]
     if not marked:
         return set()
-    unmarked = [m for m in members if not m.marked]
-    if unmarked:
-        return {m.key for m in marked}
-    first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
-    first_of_class.add(first.key)
-    return {m.key for m in marked if m is not first}
+    unmarked = len(members) - len(marked)
+    if not unmarked:
+        first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
+        first_of_class.add(first.key)
+        marked = [m for m in marked if m is not first]
+        unmarked = 1
+    # A recompute runs the checkpoint's primal once: each value the forward computes k times is
+    # recomputed at most k times under one name (one checkpoint's recompute). Copies beyond that
+    # are the linearization's own (jvp computes `x * x` again for the derivative of `x ** 3`,
+    # inside the recompute): the program without remat computes them too, in its forward. A
+    # nested remat recomputes under another name (each level's checkpoint scope): each counts.
+    # Without names (jax's lowered text) nested and jvp copies look alike: every marked copy
+    # counts. So does every copy inside a fusion: XLA copies a cheap op into each fusion that
+    # reads it, and `_fusion_copies` decides those by their fusion.
+    found = {m.key for m in marked if not m.op_name or m.key[0] in fused}
+    by_name: dict[str, list[_Op]] = {}
+    for m in marked:
+        if m.key not in found:
+            by_name.setdefault(m.op_name, []).append(m)
+    for copies in by_name.values():
+        found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
+    return found
 
 
 def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
@@ -341,7 +401,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
-                  module: Module) -> set[SiteKey]:
+                  module: Module) -> tuple[set[SiteKey], set[SiteKey]]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -349,19 +409,33 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
     and that nothing else recomputes yet; each twin serves one recompute per remat depth. A
-    recompute CSE merged into its forward has no such twin left and stays unpaired."""
+    recompute CSE merged into its forward has no such twin left and stays unpaired.
+
+    The twin must not be the backward's own work (an unnamed op of the backward pass), and in
+    the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
+    weights), so that ops of different layers never pair. Returns the recomputes found, and
+    those of them paired in their own frame: there value numbering should have seen the twin,
+    so the pairing is weak (`RematIndex.weak`). Across frames (a scan's backward loop body
+    against its forward loop body) it is the rule, checked on the generated programs
+    (tests/remat/test_remat_generated.py)."""
     candidates = [op for op in named_ops if op.key not in settled and sizes[op.exact] == 1]
     if not candidates:
-        return set()
+        return set(), set()
     opcodes = {op.inst.opcode for op in candidates}
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
     pool: dict[tuple, list[_Op]] = {}
     for op in ops:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
-    candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
+    # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
+    # (`_fusion_copies`), and must not take the twin of the op it copies.
+    outputs = _fused_outputs(module)
+    candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
+                                    -len(inner_tail(op.op_name)), op.order))
+    inputs = FrameInputs(module)
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
+    weak: set[SiteKey] = set()
     for op in candidates:
         tail, depth = inner_tail(op.op_name), remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
@@ -369,10 +443,22 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
                 continue
             if twin.op_name and not ends_with(twin.op_name, tail):
                 continue
+            if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
+                continue
+            if twin.frame == op.frame and not _same_inputs(inputs, op, twin):  # another layer's op
+                continue
             used.add((twin.key, depth))
             found.add(op.key)
+            if twin.frame == op.frame:
+                weak.add(op.key)
             break
-    return found
+    return found, weak
+
+
+def _same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
+    """Do two ops of one frame read the same inputs of it (`FrameInputs`)? Unknown counts as yes."""
+    mine, theirs = inputs.of(*op.key[:2]), inputs.of(*twin.key[:2])
+    return mine is None or theirs is None or mine == theirs
 
 
 def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set[SiteKey]:
