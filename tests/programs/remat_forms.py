@@ -78,11 +78,16 @@ def _layer_norm(x):
     return (x - mean) * jax.lax.rsqrt(var + 1e-6)
 
 
-def _mlp_layer(x, p):
+def _mlp_layer(f: Form):
     from jax.ad_checkpoint import checkpoint_name
 
-    h = checkpoint_name(x @ p["w1"], "hidden")
-    return x + jnp.tanh(h) @ p["w2"]
+    act = ACTIVATIONS[f.act]
+
+    def layer(x, p):
+        h = checkpoint_name(x @ p["w1"], "hidden")
+        return x + act(h) @ p["w2"]
+
+    return layer
 
 
 def _attn_layer(f: Form):
@@ -164,7 +169,7 @@ def _program(f: Form, remat: bool, loss: Callable, params: Any, x: Any) -> Progr
 # ---- plain-jax forms ---------------------------------------------------------------------------
 
 def _jax_run(f: Form, remat: bool) -> Callable:
-    layer = _mlp_layer if f.arch == "mlp" else _attn_layer(f)
+    layer = _mlp_layer(f) if f.arch == "mlp" else _attn_layer(f)
     wrapped = _wrap(f, layer) if remat and f.form != "whole_model" else layer
 
     def layers_of(p, i):

@@ -97,6 +97,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                                                                         comp_numbers)
                     if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
 
+    if remat_named:
+        _inherit_names(module, ops, op_names)
     clone_keys = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(clone_keys), 0, ())
@@ -105,8 +107,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     first_of_class: set[SiteKey] = set()
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
+    by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
         remat |= _same_value(members, first_of_class, fused)
+        if not all(m.marked for m in members):
+            by_value.update(m.key for m in members if m.marked and m.op_name)
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
@@ -114,7 +119,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
         remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    remat, copies = _fusion_copies(module, ops, remat, first_of_class)
+    remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
@@ -139,8 +144,9 @@ DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
 EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 
 
-def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey],
-                   model: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
+def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
+                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
+                   ) -> tuple[set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -162,8 +168,8 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey],
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
         outputs = fused.get(comp_name)
-        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
-            continue
+        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED or op.key in by_value:
+            continue  # (`by_value`: decided against its forward's copies, `_same_value`)
         if (comp_name, site) not in decided:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
             if any(key in remat for key in keys):
@@ -181,9 +187,11 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey],
                 decided_copies.add(op.key)
         elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
             continue
-        elif runs and op.marked:
-            out.add(op.key)
+        elif runs and op.marked and (sizes is None or sizes[op.exact] > 1 or op.key in remat):
+            out.add(op.key)  # a copy of a recompute (its value is computed elsewhere too)
             decided_copies.add(op.key)
+        elif runs and op.marked:
+            continue  # the only op computing its value: no copy, the linearization's own, as paired
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
@@ -316,6 +324,36 @@ def _is_identity_rounding(inst: Instruction) -> bool:
     return OWN_BITS.get(inst.shape.element_type) == bits
 
 
+def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
+    """Ops that XLA left without metadata (the dots of a CPU library fusion: the fusion and its
+    dot carry no op_name) are named as what they read: an op without a name all of whose inputs
+    (but constants) are remat-named values is part of the recompute. One that reads a gradient
+    too is the backward's. Through a fusion's parameters to its call site's operands."""
+    callers: dict[str, tuple[str, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp.name, inst)
+    for op in ops:
+        if op.op_name or op.named or not op.inst.operands:
+            continue
+        comp = module.by_name[op.key[0]]
+        sources: list[tuple[str, Instruction]] = []
+        for name in op.inst.operands:
+            source = comp.by_name.get(name)
+            if source is not None and source.opcode == "parameter" and callers.get(comp.name):
+                caller_comp, site = callers[comp.name]
+                number = int(source.attributes.get("parameter_number", "0"))
+                outer = module.by_name[caller_comp].by_name.get(site.operands[number]) \
+                    if number < len(site.operands) else None
+                sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
+            elif source is not None:
+                sources.append((comp.name, source))
+        sources = [(c, i) for c, i in sources if i.opcode != "constant"]
+        if sources and all(REMAT_SCOPE in op_names.of(c, i) for c, i in sources):
+            op.named = op.marked = True
+
+
 def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
     return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name))) or \
         (old is not None and op_name in old)
@@ -370,6 +408,7 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     if not marked:
         return set()
     unmarked = len(members) - len(marked)
+    forward_seen = unmarked > 0
     if not unmarked:
         first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
         first_of_class.add(first.key)
@@ -381,9 +420,12 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     # inside the recompute): the program without remat computes them too, in its forward. A
     # nested remat recomputes under another name (each level's checkpoint scope): each counts.
     # Without names (jax's lowered text) nested and jvp copies look alike: every marked copy
-    # counts. So does every copy inside a fusion: XLA copies a cheap op into each fusion that
-    # reads it, and `_fusion_copies` decides those by their fusion.
-    found = {m.key for m in marked if not m.op_name or m.key[0] in fused}
+    # counts. So does every copy inside a fusion where the forward is not in sight (CSE merged
+    # it, or it runs in another loop body): `_fusion_copies` decides those by their fusion.
+    # Where the forward is in sight, XLA copied the value into as many fusions as read it, in
+    # the recompute as in the program without remat (whose forward holds the linearization's
+    # fusions): the recompute adds as many copies as the forward has.
+    found = {m.key for m in marked if not m.op_name or (m.key[0] in fused and not forward_seen)}
     by_name: dict[str, list[_Op]] = {}
     for m in marked:
         if m.key not in found:
@@ -414,10 +456,10 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     The twin must not be the backward's own work (an unnamed op of the backward pass), and in
     the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
     weights), so that ops of different layers never pair. Returns the recomputes found, and
-    those of them paired in their own frame: there value numbering should have seen the twin,
-    so the pairing is weak (`RematIndex.weak`). Across frames (a scan's backward loop body
-    against its forward loop body) it is the rule, checked on the generated programs
-    (tests/remat/test_remat_generated.py)."""
+    those of them paired in their own frame without their inputs compared (a callee of several
+    call sites): the pairing is weak (`RematIndex.weak`). Elsewhere (the same inputs in one
+    frame; a scan's backward loop body against its forward loop body) it is the rule, checked
+    on the generated programs (tests/remat/test_remat_generated.py)."""
     candidates = [op for op in named_ops if op.key not in settled and sizes[op.exact] == 1]
     if not candidates:
         return set(), set()
@@ -437,7 +479,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
     for op in candidates:
-        tail, depth = inner_tail(op.op_name), remat_depth(op.op_name)
+        tail, depth = inner_tail(op.op_name), max(1, remat_depth(op.op_name))  # named by its inputs: depth 1
         for twin in pool.get(_signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
                 continue
@@ -445,12 +487,13 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
                 continue
             if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
                 continue
-            if twin.frame == op.frame and not _same_inputs(inputs, op, twin):  # another layer's op
+            same_frame = twin.frame == op.frame
+            if same_frame and not _same_inputs(inputs, op, twin):  # another layer's op
                 continue
             used.add((twin.key, depth))
             found.add(op.key)
-            if twin.frame == op.frame:
-                weak.add(op.key)
+            if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
+                weak.add(op.key)  # the inputs could not be compared
             break
     return found, weak
 
