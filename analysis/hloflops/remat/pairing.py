@@ -60,6 +60,7 @@ class _Op:
     exact: Val
     abstract: Val
     frame: str
+    inherited: bool = False  # named by its inputs (`_inherit_names`), not by its own op_name
 
 
 def find_remat(module: Module, computations: Iterable[Computation] | None = None,
@@ -124,7 +125,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
-    listed = [op for op in named_ops if old is None or op.op_name not in old]
+    listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
     index = _per_instruction(ops, named_ops, listed, remat, clone_keys)
     # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
@@ -351,7 +352,7 @@ def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
                 sources.append((comp.name, source))
         sources = [(c, i) for c, i in sources if i.opcode != "constant"]
         if sources and all(REMAT_SCOPE in op_names.of(c, i) for c, i in sources):
-            op.named = op.marked = True
+            op.named = op.marked = op.inherited = True
 
 
 def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
@@ -479,7 +480,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
     for op in candidates:
-        tail, depth = inner_tail(op.op_name), max(1, remat_depth(op.op_name))  # named by its inputs: depth 1
+        # without a name, named by its inputs (`_inherit_names`): one checkpoint deep
+        tail, depth = inner_tail(op.op_name), remat_depth(op.op_name) if op.op_name else 1
         for twin in pool.get(_signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
                 continue
