@@ -35,10 +35,11 @@ def test_model_path_strips_transformation_wrappers():
 
 
 def module_with(ops: list[tuple[str, str, str, str]], params: int = 3, extra: tuple[str, ...] = ()) -> hloparse.Module:
-    """ENTRY with parameters p0..p{n-1} (f32[4,4]), the `extra` instruction lines, and one dot
+    """An optimized module (scheduled: CSE and simplification may have run): ENTRY with
+    parameters p0..p{n-1} (f32[4,4]), the `extra` instruction lines, and one dot
     per (name, lhs, rhs, op_name), `DOT` dimension numbers unless the name ends in `_t` (then
     `DOT_T`)."""
-    lines = ["HloModule m", "", "ENTRY main {"]
+    lines = ["HloModule m, is_scheduled=true", "", "ENTRY main {"]  # as XLA prints an optimized module
     lines += [f"  p{i} = f32[4,4] parameter({i})" for i in range(params)]
     lines += [f"  {line}" for line in extra]
     for name, lhs, rhs, op_name in ops:

@@ -490,6 +490,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
                 continue
             same_frame = twin.frame == op.frame
+            if same_frame and not module.is_scheduled:
+                continue  # before optimization nothing rewrote either copy: value numbering sees a twin in its frame
             if same_frame and not _same_inputs(inputs, op, twin):  # another layer's op
                 continue
             used.add((twin.key, depth))
