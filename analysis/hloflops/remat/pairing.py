@@ -481,7 +481,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     weak: set[SiteKey] = set()
     for op in candidates:
         # without a name, named by its inputs (`_inherit_names`): one checkpoint deep
-        tail, depth = inner_tail(op.op_name), remat_depth(op.op_name) if op.op_name else 1
+        tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
                 continue
