@@ -490,8 +490,14 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
                 continue
             same_frame = twin.frame == op.frame
-            if same_frame and not module.is_scheduled:
-                continue  # before optimization nothing rewrote either copy: value numbering sees a twin in its frame
+            if same_frame and not module.is_scheduled and op.abstract != twin.abstract and \
+                    op.inst.opcode not in ("dot", "convolution"):
+                # Before optimization nothing rewrote either copy: in one frame an elementwise twin
+                # computes the same from inputs of the same shapes (equal abstract numbers); else
+                # it is the linearization's own work (a derivative's coefficient), which reads the
+                # same inputs as the forward's ops. A recompute's dot is always the primal's (the
+                # recompute may read a saved stack's slice where the forward read its carry).
+                continue
             if same_frame and not _same_inputs(inputs, op, twin):  # another layer's op
                 continue
             used.add((twin.key, depth))
