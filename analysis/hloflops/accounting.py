@@ -61,7 +61,7 @@ from hloflops.loops.formula import Formula, Totals, loop_formula
 from hloflops.branch_totals import Anchored, anchored_by_computation, bounds, loop_totals, varying_loops
 from hloflops.loops.branches import Resolution, resolve_conditionals
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
-from hloflops.results import PHASES, Accounting, Extra, Loop, RematUnpaired, Row, RowBuilder, Uncounted
+from hloflops.results import PHASES, Accounting, Extra, Loop, RematHinge, RematUnpaired, Row, RowBuilder, Uncounted
 from hloflops.loops.tripcount import TripCount, trip_count
 from hloflops.reconciliation import xla_misses
 from hloparse.attribute_names import ALLOWED
@@ -305,6 +305,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         xla_estimate=dict(xla),
         reconciliation=reconciliation,
         remat_unpaired=_unpaired(rows, remat_index),
+        remat_hinges=_hinges(rows, remat_index),
         conditionals=tuple(conditionals),
         formula=formula,
         total_lower_bound=low,
@@ -451,6 +452,15 @@ def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematU
         return ()
     return tuple(RematUnpaired(r.name, r.computation, r.opcode, r.total.flops)
                  for r in rows if (r.computation, r.name) in merged and not r.remat)
+
+
+def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHinge, ...]:
+    """The rows the remat split hinges on (`RematIndex.weak` counted, `RematIndex.unsure` not)."""
+    if not (index.weak or index.unsure):
+        return ()
+    return tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops, r.remat) for r in rows
+                 if r.total.flops and ((r.computation, r.name) in index.weak if r.remat
+                                       else (r.computation, r.name) in index.unsure))
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,

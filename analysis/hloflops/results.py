@@ -121,6 +121,19 @@ class RematUnpaired:
 
 
 @dataclass(frozen=True, slots=True)
+class RematHinge:
+    """An op the remat split hinges on (`Accounting.remat_flops_bounds`): `counted` as remat on a
+    pairing weaker than an equal value (it may be model FLOPs), or not counted though it carries
+    a remat name and no rule showed it to be model FLOPs (it may be recompute)."""
+
+    name: str
+    computation: str
+    opcode: str
+    flops: int  # over all its executions
+    counted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Uncounted:
     name: str
     opcode: str
@@ -144,7 +157,15 @@ class Accounting:
     # (custom-calls XLA counts as -1, float32 rounding); the values sum to the difference.
     reconciliation: Mapping[str, int] = field(default_factory=dict)
     remat_unpaired: tuple[RematUnpaired, ...] = ()
+    remat_hinges: tuple[RematHinge, ...] = ()  # what `remat_flops_bounds` hinges on
 
     @property
     def model_flops(self) -> int:
         return self.total.flops - self.remat_flops
+
+    @property
+    def remat_flops_bounds(self) -> tuple[int, int]:
+        """[low, high] of the remat FLOPs: `remat_flops` less the hinges counted, plus those not."""
+        hinges = getattr(self, "remat_hinges", ())
+        return (self.remat_flops - sum(h.flops for h in hinges if h.counted),
+                self.remat_flops + sum(h.flops for h in hinges if not h.counted))

@@ -34,11 +34,14 @@ def test_model_path_strips_transformation_wrappers():
     assert model_path(scan_fwd) == model_path(scan_remat) == "stack/Dense_0/dot_general"
 
 
-def module_with(ops: list[tuple[str, str, str, str]], params: int = 3) -> hloparse.Module:
-    """ENTRY with parameters p0..p{n-1} (f32[4,4]) and one dot per (name, lhs, rhs, op_name),
-    `DOT` dimension numbers unless the name ends in `_t` (then `DOT_T`)."""
-    lines = ["HloModule m", "", "ENTRY main {"]
+def module_with(ops: list[tuple[str, str, str, str]], params: int = 3, extra: tuple[str, ...] = ()) -> hloparse.Module:
+    """An optimized module (scheduled: CSE and simplification may have run): ENTRY with
+    parameters p0..p{n-1} (f32[4,4]), the `extra` instruction lines, and one dot
+    per (name, lhs, rhs, op_name), `DOT` dimension numbers unless the name ends in `_t` (then
+    `DOT_T`)."""
+    lines = ["HloModule m, is_scheduled=true", "", "ENTRY main {"]  # as XLA prints an optimized module
     lines += [f"  p{i} = f32[4,4] parameter({i})" for i in range(params)]
+    lines += [f"  {line}" for line in extra]
     for name, lhs, rhs, op_name in ops:
         dims = DOT_T if name.endswith("_t") else DOT
         lines.append(f'  {name} = f32[4,4] dot({lhs}, {rhs}), {dims}, metadata={{op_name="{op_name}"}}')
@@ -77,23 +80,40 @@ def test_remat_name_alone_is_not_enough():
 def test_names_that_repeat_a_module_still_pair_by_the_name_inside_the_checkpoint():
     # The issue's transformer: the recompute's name stack repeats `decoder` and the class name;
     # what is inside the checkpoint is the end of the forward's name. XLA simplified the two
-    # differently (here: other operands), so only the signature and that name pair them.
+    # differently (here: the forward reads p0, the recompute p0 + p2 * 0, which XLA did not fold),
+    # so only the signature, that name and the same inputs (p0, p1, p2 both) pair them.
     fwd = "jit(f)/jvp(TransformerLM)/decoder/encoderdecoderblock_0/mlp/Dense_0/dot_general"
     rem = ("jit(f)/transpose(jvp(TransformerLM))/decoder/jvp(TransformerLM)/decoder/checkpoint/"
            "rematted_computation/encoderdecoderblock_0/mlp/Dense_0/dot_general")
     assert inner_tail(rem) == ("encoderdecoderblock_0", "mlp", "Dense_0", "dot_general")
     assert model_path(fwd) != model_path(rem)
-    index = find_remat(module_with([("f", "p0", "p1", fwd), ("r", "p2", "p1", rem)]))
+    extra = ("z = f32[] constant(0)", "zb = f32[4,4] broadcast(z), dimensions={}", "m = f32[4,4] multiply(p2, zb)",
+             "a = f32[4,4] add(p0, m)", "fm = f32[4,4] multiply(p2, zb)", "fa = f32[4,4] subtract(p0, fm)")
+    index = find_remat(module_with([("f", "fa", "p1", fwd), ("r", "a", "p1", rem)], extra=extra))
     assert index.remat == {("main", "r")}
 
 
 def test_each_forward_twin_serves_one_recompute():
     # Layers that share names (a checkpointed plain function in a Python loop): three
-    # remat-named dots, two forward dots of that name, all of different values.
+    # remat-named dots, two forward dots of that name, all of different values but r1 and r2
+    # reading what f1 and f2 read (XLA simplified them differently: a + 0 left unfolded).
     fwd, rem = "jit(f)/jvp()/dot_general", "jit(f)/transpose(jvp())/checkpoint/rematted_computation/dot_general"
+    extra = ("z = f32[] constant(0)", "zb = f32[4,4] broadcast(z), dimensions={}", "q1 = f32[4,4] add(p1, zb)",
+             "q2 = f32[4,4] add(p2, zb)")
     index = find_remat(module_with([("r0", "p0", "p0", rem), ("f1", "p1", "p1", fwd), ("f2", "p2", "p2", fwd),
-                                    ("r1", "p1", "p0", rem), ("r2", "p2", "p0", rem)]))
-    assert len(index.remat) == 2 and len(index.merged) == 1 and index.remat_named == 3
+                                    ("r1", "q1", "p1", rem), ("r2", "q2", "p2", rem)], extra=extra))
+    assert index.remat == {("main", "r1"), ("main", "r2")} and index.merged == (("main", "r0"),)
+    assert index.remat_named == 3
+
+
+def test_signature_never_pairs_ops_of_different_layers():
+    # Issue 28's nnx model: names without module paths (`.../rematted_computation/dot_general`).
+    # CSE merged each layer's recompute with its forward: layer 0's kept the remat name, layer
+    # 1's the forward's. Same signature, same name inside the checkpoint, but layer 1's dot
+    # reads layer 1's weights (p2): not the value layer 0's computes, so nothing is remat.
+    fwd, rem = "jit(f)/jvp()/dot_general", "jit(f)/transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general"
+    index = find_remat(module_with([("r0", "p0", "p1", rem), ("f1", "r0", "p2", fwd)]))
+    assert index.remat == frozenset() and index.merged == (("main", "r0"),)
 
 
 def test_same_value_pairs_before_names_do():

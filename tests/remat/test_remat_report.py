@@ -17,22 +17,57 @@ def test_unpaired_remat_is_listed_and_said_in_the_summary():
     report = analyze(str(AFTER))
     unpaired = report.remat_unpaired
     rows = {(r.computation, r.name): r for r in report.rows}
-    # Five remat-named ops of the backward loop pair with nothing, all copies XLA's fusion made
+    # Six remat-named ops of the backward loop pair with nothing, all copies XLA's fusion made
     # inside gradient fusions whose outputs are no recompute (the program without remat,
-    # seed000_listed, copies them there too): two bias adds and a broadcast, a subtract and a
-    # multiply. They count as model FLOPs.
+    # seed000_listed, copies them there too): two bias adds and two broadcasts (no flops), a
+    # subtract and a multiply. They count as model FLOPs.
     assert [(u.opcode, u.flops) for u in unpaired] == [("broadcast", 0), ("add", 7680), ("add", 7680),
-                                                        ("subtract", 7680), ("multiply", 7680)]
+                                                        ("broadcast", 0), ("subtract", 7680), ("multiply", 7680)]
     for u in unpaired:
         row = rows[(u.computation, u.name)]
         assert not row.remat and u.flops == row.total.flops
     data = json.loads(report.to_json())
     assert data["remat_unpaired"] == [{"name": u.name, "computation": u.computation, "opcode": u.opcode,
                                        "flops": u.flops} for u in unpaired]
-    assert report.is_exact  # the split may be low; the totals are still exact
-    assert ("remat-named ops without a twin: 5 (30,720 flops), counted as model flops (CSE merged them, XLA's "
-            "fusion copied them into a gradient, or their forward was not found): the remat split may be low"
-            ) in report.summary()
+    assert report.is_exact
+    # Each of the six is shown to be model FLOPs (a gradient fusion's copy): the split is exact,
+    # its bounds are the number, and the summary says nothing of a split that may be low.
+    assert report.remat_flops == 192_000 and report.remat_flops_bounds == (192_000, 192_000)
+    assert data["remat_flops_bounds"] == [192_000, 192_000] and data["remat_hinges"] == []
+    assert "may be low" not in report.summary() and "remat flops between" not in report.summary()
+
+
+UNSURE = """
+HloModule m, is_scheduled=true
+
+ENTRY main {
+  x = f32[4,4] parameter(0)
+  w = f32[4,4] parameter(1)
+  v = f32[4,4] parameter(2)
+  f = f32[4,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="FWD"}
+  r = f32[4,4] dot(x, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="REM"}
+  ROOT t = (f32[4,4], f32[4,4]) tuple(f, r)
+}
+""".replace("FWD", "jit(f)/jvp(M)/a/dot_general").replace(
+    "REM", "jit(f)/transpose(jvp(M))/checkpoint/rematted_computation/b/dot_general")
+
+
+def test_a_split_that_hinges_on_an_unpaired_remat_op_is_a_range():
+    # After optimization (a scheduled module) a remat-named dot that pairs with nothing may be a
+    # recompute CSE merged into its forward, or one whose forward was not found: counted as
+    # model FLOPs, and the bounds say it could be remat (128 flops).
+    import hloparse
+    from hloflops.report.report import Report
+    from hloflops.accounting import account
+
+    report = Report(account(hloparse.parse(UNSURE), xla={"flops": 0.0}))
+    assert report.remat_flops == 0 and report.remat_flops_bounds == (0, 128)
+    assert [(h.name, h.flops, h.counted) for h in report.remat_hinges] == [("r", 128, False)]
+    assert "remat flops between 0 and 128: the split hinges on 1 ops" in report.summary()
+    assert "the remat split may be low" in report.summary()
+    # Before optimization (not scheduled) nothing merged it: its own work, and no range.
+    before = Report(account(hloparse.parse(UNSURE.replace(", is_scheduled=true", "")), xla={"flops": 0.0}))
+    assert before.remat_flops_bounds == (0, 0) and "may be low" not in before.summary()
 
 
 def test_no_unpaired_line_when_every_remat_op_pairs():

@@ -21,9 +21,11 @@ copies executing (hloflops.remat.values numbers values by what they compute from
 ENTRY parameters by number, loop state by loop and index, not by shape):
 
 1. Same value, same inputs (equal exact value number): typically the forward and its recompute
-   in one computation (the entry of a loop-free program, one loop body). The value is computed
-   once; every marked op beyond that first computation is recomputation. If every op of the
-   value is marked, CSE merged the forward away and one of them is model FLOPs. A callee that
+   in one computation (the entry of a loop-free program, one loop body). A value the forward
+   computes k times is recomputed at most k times under one checkpoint's name: further marked
+   copies are the linearization's own (jvp's `x * x` for the derivative of `x ** 3`), model
+   FLOPs. If every op of the value is marked, CSE merged the forward away and one of them is
+   model FLOPs. A callee that
    several `call` sites run (before optimization an unrolled scan's step, or a checkpointed
    block lowered once for every layer) is numbered at each site, and its ops pair per site:
    an instruction is remat where it is recomputation at every site.
@@ -32,7 +34,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    is matched by computation instead: an op in another frame applying the same computation to
    inputs of the same shapes (equal abstract value number) whose op_name ends the way the
    recompute's name ends inside its checkpoint (`Dense_0/dot_general`); a remat-named op whose
-   value matched nothing exactly may pair the same way with an op of its signature.
+   value matched nothing exactly may pair the same way with an op of its signature, never the
+   backward's own work, and in its own frame only after optimization and only with an op that
+   reads the same inputs (hloflops.remat.inputs: never another layer's op).
 3. An XLA `.remat` clone pairs with its original (the same name without the suffix).
 4. Fusion copies (after optimization): XLA copies a cheap elementwise op into every fusion that
    consumes it, with remat as without, so a marked copy inside a fusion is recompute exactly
@@ -40,7 +44,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too). The fusion's outputs and unfused ops keep the answer of rules 1-3.
 
-Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
+Ops without metadata are named by what they read (all inputs remat-named: the recompute's), and
+an identity reduce-precision (a policy's saved residual) is remat. Where an answer hinges on
+weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
+(`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata,

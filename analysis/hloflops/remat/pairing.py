@@ -11,6 +11,7 @@ from typing import Iterable, Mapping
 from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
 )
+from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.scopes import phase
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
@@ -33,6 +34,12 @@ class RematIndex:
     remat: frozenset[Key]
     remat_named: int  # instructions carrying a remat name (some may be merged by CSE)
     merged: tuple[Key, ...]  # remat-named but left without a twin: counted as model FLOPs
+    # Where the split is not established (`Report.remat_flops_bounds`): remat on a weaker pairing
+    # than an equal value (signature and name, or the same computation in another loop body),
+    # and unpaired remat-named ops that no rule showed to be model FLOPs (a fusion's copy of a
+    # gradient, CSE's merge of a recompute into its forward).
+    weak: frozenset[Key] = frozenset()
+    unsure: frozenset[Key] = frozenset()
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -53,6 +60,7 @@ class _Op:
     exact: Val
     abstract: Val
     frame: str
+    inherited: bool = False  # named by its inputs (`_inherit_names`), not by its own op_name
 
 
 def find_remat(module: Module, computations: Iterable[Computation] | None = None,
@@ -90,23 +98,42 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                                                                         comp_numbers)
                     if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
 
+    if remat_named:
+        _inherit_names(module, ops, op_names)
     clone_keys = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(clone_keys), 0, ())
     remat: set[SiteKey] = set()
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
     first_of_class: set[SiteKey] = set()
+    fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+             for callee in inst.called(CallRole.FUSION)}
+    by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
-        remat |= _same_value(members, first_of_class)
+        remat |= _same_value(members, first_of_class, fused)
+        if not all(m.marked for m in members):
+            by_value.update(m.key for m in members if m.marked and m.op_name)
+    certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
+    weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     if named_ops:
-        remat |= _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
+        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
+        remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class)
-    remat = _fusion_copies(module, ops, remat, first_of_class)
+    remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    certain |= copies
+    remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
-    listed = [op for op in named_ops if old is None or op.op_name not in old]
-    return _per_instruction(ops, named_ops, listed, remat, clone_keys)
+    listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
+    index = _per_instruction(ops, named_ops, listed, remat, clone_keys)
+    # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
+    # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
+    unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
+        if module.is_scheduled else set()
+    return RematIndex(index.remat, index.remat_named, index.merged,
+                      frozenset(key[:2] for key in weak - copies if key in remat) & index.remat,
+                      frozenset(unsure) - index.remat)
 
 
 # Elementwise ops inside fusions: the ops whose remat-named copies `_fusion_copies` looks at.
@@ -118,7 +145,9 @@ DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
 EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 
 
-def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey]) -> set[SiteKey]:
+def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
+                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
+                   ) -> tuple[set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -127,19 +156,21 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
     (`remat`), not where its outputs are unmarked or the model's first computation of their
     value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
     recompute differently from its forward), the copy keeps its own pairing's answer; so do
-    the fusion's outputs themselves and unfused ops."""
+    the fusion's outputs themselves and unfused ops. Returns the recompute, and the copies this
+    rule decided (either way)."""
     fused = _fused_outputs(module)
     if not fused:
-        return remat
+        return remat, set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
     out = set(remat)
+    decided_copies: set[SiteKey] = set()
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
         outputs = fused.get(comp_name)
-        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
-            continue
+        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED or op.key in by_value:
+            continue  # (`by_value`: decided against its forward's copies, `_same_value`)
         if (comp_name, site) not in decided:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
             if any(key in remat for key in keys):
@@ -154,13 +185,18 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
                 out.add(op.key)
+                decided_copies.add(op.key)
         elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
             continue
+        elif runs and op.marked and (sizes is None or sizes[op.exact] > 1 or op.key in remat):
+            out.add(op.key)  # a copy of a recompute (its value is computed elsewhere too)
+            decided_copies.add(op.key)
         elif runs and op.marked:
-            out.add(op.key)
+            continue  # the only op computing its value: no copy, the linearization's own, as paired
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
-    return out
+            decided_copies.add(op.key)
+    return out, decided_copies
 
 
 def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
@@ -272,6 +308,53 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
     return RematIndex(frozenset(remat), 0, ())
 
 
+# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
+# rounds nothing.
+OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
+
+
+def _is_identity_rounding(inst: Instruction) -> bool:
+    """A reduce-precision that rounds nothing: jax puts one on each residual a checkpoint policy
+    saves (`dots_saveable`, `save_only_these_names`, ...), to keep XLA from moving the saved value
+    into the backward pass. It runs because of remat (the program without remat has none), though
+    it recomputes nothing: remat FLOPs by the definition (the difference to that program). Only
+    looked for in a module with remat markers (`find_remat` returns earlier in one without)."""
+    if inst.opcode != "reduce-precision":
+        return False
+    bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
+    return OWN_BITS.get(inst.shape.element_type) == bits
+
+
+def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
+    """Ops that XLA left without metadata (the dots of a CPU library fusion: the fusion and its
+    dot carry no op_name) are named as what they read: an op without a name all of whose inputs
+    (but constants) are remat-named values is part of the recompute. One that reads a gradient
+    too is the backward's. Through a fusion's parameters to its call site's operands."""
+    callers: dict[str, tuple[str, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp.name, inst)
+    for op in ops:
+        if op.op_name or op.named or not op.inst.operands:
+            continue
+        comp = module.by_name[op.key[0]]
+        sources: list[tuple[str, Instruction]] = []
+        for name in op.inst.operands:
+            source = comp.by_name.get(name)
+            if source is not None and source.opcode == "parameter" and callers.get(comp.name):
+                caller_comp, site = callers[comp.name]
+                number = int(source.attributes.get("parameter_number", "0"))
+                outer = module.by_name[caller_comp].by_name.get(site.operands[number]) \
+                    if number < len(site.operands) else None
+                sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
+            elif source is not None:
+                sources.append((comp.name, source))
+        sources = [(c, i) for c, i in sources if i.opcode != "constant"]
+        if sources and all(REMAT_SCOPE in op_names.of(c, i) for c, i in sources):
+            op.named = op.marked = op.inherited = True
+
+
 def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
     return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name))) or \
         (old is not None and op_name in old)
@@ -314,7 +397,7 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[SiteKey]) -> set[SiteKey]:
+def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset()) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -325,12 +408,32 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey]) -> set[SiteKey
     marked = [m for m in members if m.marked]
     if not marked:
         return set()
-    unmarked = [m for m in members if not m.marked]
-    if unmarked:
-        return {m.key for m in marked}
-    first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
-    first_of_class.add(first.key)
-    return {m.key for m in marked if m is not first}
+    unmarked = len(members) - len(marked)
+    forward_seen = unmarked > 0
+    if not unmarked:
+        first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
+        first_of_class.add(first.key)
+        marked = [m for m in marked if m is not first]
+        unmarked = 1
+    # A recompute runs the checkpoint's primal once: each value the forward computes k times is
+    # recomputed at most k times under one name (one checkpoint's recompute). Copies beyond that
+    # are the linearization's own (jvp computes `x * x` again for the derivative of `x ** 3`,
+    # inside the recompute): the program without remat computes them too, in its forward. A
+    # nested remat recomputes under another name (each level's checkpoint scope): each counts.
+    # Without names (jax's lowered text) nested and jvp copies look alike: every marked copy
+    # counts. So does every copy inside a fusion where the forward is not in sight (CSE merged
+    # it, or it runs in another loop body): `_fusion_copies` decides those by their fusion.
+    # Where the forward is in sight, XLA copied the value into as many fusions as read it, in
+    # the recompute as in the program without remat (whose forward holds the linearization's
+    # fusions): the recompute adds as many copies as the forward has.
+    found = {m.key for m in marked if not m.op_name or (m.key[0] in fused and not forward_seen)}
+    by_name: dict[str, list[_Op]] = {}
+    for m in marked:
+        if m.key not in found:
+            by_name.setdefault(m.op_name, []).append(m)
+    for copies in by_name.values():
+        found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
+    return found
 
 
 def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
@@ -341,7 +444,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
-                  module: Module) -> set[SiteKey]:
+                  module: Module) -> tuple[set[SiteKey], set[SiteKey]]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -349,30 +452,66 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
     and that nothing else recomputes yet; each twin serves one recompute per remat depth. A
-    recompute CSE merged into its forward has no such twin left and stays unpaired."""
+    recompute CSE merged into its forward has no such twin left and stays unpaired.
+
+    The twin must not be the backward's own work (an unnamed op of the backward pass), and in
+    the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
+    weights), so that ops of different layers never pair. Returns the recomputes found, and
+    those of them paired in their own frame without their inputs compared (a callee of several
+    call sites): the pairing is weak (`RematIndex.weak`). Elsewhere (the same inputs in one
+    frame; a scan's backward loop body against its forward loop body) it is the rule, checked
+    on the generated programs (tests/remat/test_remat_generated.py)."""
     candidates = [op for op in named_ops if op.key not in settled and sizes[op.exact] == 1]
     if not candidates:
-        return set()
+        return set(), set()
     opcodes = {op.inst.opcode for op in candidates}
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
     pool: dict[tuple, list[_Op]] = {}
     for op in ops:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
-    candidates.sort(key=lambda op: (-len(inner_tail(op.op_name)), op.order))
+    # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
+    # (`_fusion_copies`), and must not take the twin of the op it copies.
+    outputs = _fused_outputs(module)
+    candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
+                                    -len(inner_tail(op.op_name)), op.order))
+    inputs = FrameInputs(module)
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
+    weak: set[SiteKey] = set()
     for op in candidates:
-        tail, depth = inner_tail(op.op_name), remat_depth(op.op_name)
+        # without a name, named by its inputs (`_inherit_names`): one checkpoint deep
+        tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
                 continue
             if twin.op_name and not ends_with(twin.op_name, tail):
                 continue
+            if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
+                continue
+            same_frame = twin.frame == op.frame
+            if same_frame and not module.is_scheduled and op.abstract != twin.abstract and \
+                    op.inst.opcode not in ("dot", "convolution"):
+                # Before optimization nothing rewrote either copy: in one frame an elementwise twin
+                # computes the same from inputs of the same shapes (equal abstract numbers); else
+                # it is the linearization's own work (a derivative's coefficient), which reads the
+                # same inputs as the forward's ops. A recompute's dot is always the primal's (the
+                # recompute may read a saved stack's slice where the forward read its carry).
+                continue
+            if same_frame and not _same_inputs(inputs, op, twin):  # another layer's op
+                continue
             used.add((twin.key, depth))
             found.add(op.key)
+            if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
+                weak.add(op.key)  # the inputs could not be compared
             break
-    return found
+    return found, weak
+
+
+def _same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
+    """Do two ops of one frame read the same inputs of it (`FrameInputs`)? Unknown counts as yes."""
+    mine, theirs = inputs.of(*op.key[:2]), inputs.of(*twin.key[:2])
+    return mine is None or theirs is None or mine == theirs
 
 
 def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set[SiteKey]:

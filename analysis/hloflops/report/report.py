@@ -21,7 +21,7 @@ from hloflops.cost.costs import Cost
 from hloflops.report.formulas import formula_json
 from hloflops.report.grouping import GROUP_KEYS, Group, group_key, grouped  # noqa: F401
 from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
-from hloflops.results import PHASES, Accounting, Loop, RematUnpaired, Row, Uncounted
+from hloflops.results import PHASES, Accounting, Loop, RematHinge, RematUnpaired, Row, Uncounted
 from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
 from hloflops.report.sources import FRAMES, NO_SOURCE, SourceViews, function_key, location_key  # noqa: F401
 from hloflops.user_code import DEFAULT as DEFAULT_USER_CODE
@@ -180,6 +180,20 @@ class Report(SourceViews):
     @property
     def loops(self) -> tuple[Loop, ...]:
         return self.accounting.loops
+
+    @property
+    def remat_flops_bounds(self) -> tuple[int, int]:
+        """[low, high] of `remat_flops`: equal to it where every remat-marked op's answer is
+        established (an equal value, or a rule that shows it to be model FLOPs); else wider by
+        the flops of the ops it hinges on (`remat_hinges`)."""
+        bounds = getattr(self.accounting, "remat_flops_bounds", None)
+        return tuple(bounds) if bounds is not None else (self.remat_flops, self.remat_flops)
+
+    @property
+    def remat_hinges(self) -> tuple[RematHinge, ...]:
+        """The ops `remat_flops_bounds` hinges on: counted as remat on a pairing weaker than an
+        equal value (`counted`), or remat-named and left as model FLOPs without proof."""
+        return tuple(getattr(self.accounting, "remat_hinges", ()))
 
     @property
     def remat_unpaired(self) -> tuple[RematUnpaired, ...]:
@@ -446,6 +460,12 @@ class Report(SourceViews):
                     "executions": u.executions,
                 }
                 for u in self.uncounted
+            ],
+            "remat_flops_bounds": list(self.remat_flops_bounds),
+            "remat_hinges": [
+                {"name": h.name, "computation": h.computation, "opcode": h.opcode, "flops": h.flops,
+                 "counted": h.counted}
+                for h in self.remat_hinges
             ],
             "remat_unpaired": [
                 {"name": u.name, "computation": u.computation, "opcode": u.opcode, "flops": u.flops}

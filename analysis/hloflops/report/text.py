@@ -88,12 +88,13 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         f"model flops {report.model_flops:,}   remat flops {report.remat_flops:,}"
         + (f"   remat overhead +{overhead * 100:.1f}% over model flops" if overhead is not None else "")
     )
-    unpaired = report.remat_unpaired
-    if unpaired:
-        lines.append(f"remat-named ops without a twin: {len(unpaired):,} ({sum(u.flops for u in unpaired):,} flops), "
-                     "counted as model flops (CSE merged them, XLA's fusion copied them into a gradient, or their "
-                     "forward was not found): "
-                     "the remat split may be low")
+    low, high = report.remat_flops_bounds
+    if (low, high) != (report.remat_flops, report.remat_flops):
+        hinges = report.remat_hinges
+        lines.append(f"remat flops between {low:,} and {high:,}: the split hinges on {len(hinges):,} ops "
+                     f"({sum(h.flops for h in hinges if h.counted):,} flops counted as remat on a signature alone, "
+                     f"{sum(h.flops for h in hinges if not h.counted):,} remat-named without a twin, counted as model)"
+                     + (": the remat split may be low" if high > report.remat_flops else ""))
     phases = report.phase_flops
     lines.append(
         "phases: " + "   ".join(f"{p} {phases[p]:,} ({_pct(ratio(phases[p], report.flops))})" for p in phases)

@@ -1,0 +1,75 @@
+"""The long sweep of the remat differential test (issue 28): draws programs from
+tests/remat/generator.py, compiles each with and without its remat wrapper, and judges hloflops'
+remat FLOPs against the difference, at both stages. Prints the pass rate per form: the dot and
+convolution FLOPs exact (`matmul`), and every opcode exact but for loop counters (`all`).
+
+    python3 benchmarks/remat_sweep.py --first 0 --count 200 [--out benchmarks/results/remat_sweep.md]
+
+Each failing draw is printed with the line that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "analysis"), str(ROOT)]
+
+from tests.remat.generator import check, draw  # noqa: E402
+from tests.remat.judge import STAGES  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--count", type=int, default=50)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    tally: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    failures: list[str] = []
+    started = time.time()
+    for seed in range(args.first, args.first + args.count):
+        form = draw(seed)
+        try:
+            outcome = check(form)
+        except Exception as error:  # a program that does not build or compile is a failing draw too
+            failures.append(f"seed {seed}: {form!r} raised {type(error).__name__}: {error}")
+            for stage in STAGES:
+                for kind in ("matmul", "all"):
+                    tally[form.form][f"{kind} {stage}"][1] += 1
+            continue
+        for stage in STAGES:
+            for kind, ok in (("matmul", outcome.matmul_ok(stage)), ("all", outcome.all_ok(stage))):
+                cell = tally[form.form][f"{kind} {stage}"]
+                cell[0] += ok
+                cell[1] += 1
+        if not all(outcome.all_ok(s) for s in STAGES):
+            failures.append(f"seed {seed}: " + outcome.describe())
+        print(f"seed {seed} {form.form} {'ok' if all(outcome.all_ok(s) for s in STAGES) else 'FAIL'} "
+              f"({time.time() - started:.0f}s)", flush=True)
+    columns = [f"{kind} {stage}" for kind in ("matmul", "all") for stage in STAGES]
+    lines = [f"remat sweep: seeds {args.first}..{args.first + args.count - 1}, {time.time() - started:.0f} s", "",
+             "| form | draws | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    totals = defaultdict(lambda: [0, 0])
+    for form in sorted(tally):
+        cells = tally[form]
+        draws = cells[columns[0]][1]
+        lines.append(f"| {form} | {draws} | " + " | ".join(f"{cells[c][0]}/{cells[c][1]}" for c in columns) + " |")
+        for c in columns:
+            totals[c][0] += cells[c][0]
+            totals[c][1] += cells[c][1]
+    lines.append(f"| all | {totals[columns[0]][1]} | " + " | ".join(f"{totals[c][0]}/{totals[c][1]}" for c in columns)
+                 + " |")
+    lines += ["", "failing draws:", ""] + [f"    {line}" for f in failures for line in f.splitlines()]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

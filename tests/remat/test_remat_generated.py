@@ -1,0 +1,44 @@
+"""The remat differential test in the suite (issue 28): a fixed list of drawn programs
+(tests/remat/generator.py), each compiled with and without its remat wrapper and judged against
+the difference (tests/remat/judge.py). A failing draw prints the line that replays it.
+
+Asserted on every draw: the dot and convolution remat FLOPs equal the difference exactly, after
+optimization and before; every opcode equals it before optimization (a loop counter's 64 FLOPs
+per loop aside). Every opcode after optimization is not asserted here: XLA fuses the two
+programs' elementwise ops differently and the rule does not yet match that on every draw; its
+pass rate per form is benchmarks/results/remat_sweep.md (benchmarks/remat_sweep.py draws
+hundreds). Draws known to fail are strict xfails with what they miss, so that a fix shows up.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+pytest.importorskip("equinox")
+
+from tests.remat.generator import check, draw  # noqa: E402
+from tests.remat.judge import STAGES  # noqa: E402
+
+SEEDS = range(0, 10)
+KNOWN: dict[int, str] = {  # measured on jax 0.10.2, CPU (reported - truth)
+    0: "whole-model checkpoint: the twin's loss division, transposed once less (before: divide -1)",
+    2: "whole-model checkpoint: the twin's loss division, transposed once less (before: divide -1)",
+    8: "encoder-decoder, nn.remat per block: a cross-attention dot left unpaired after optimization (dot -131,072)",
+    9: "nn.remat around an encoder-decoder with prevent_cse=False (before: select -256)",
+}
+
+
+def _case(seed: int):
+    if seed in KNOWN:
+        return pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN[seed]))
+    return pytest.param(seed)
+
+
+@pytest.mark.parametrize("seed", [_case(s) for s in SEEDS])
+def test_drawn_remat_program_splits_as_its_twin_says(seed):
+    outcome = check(draw(seed))
+    for stage in STAGES:
+        assert outcome.matmul_ok(stage), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
