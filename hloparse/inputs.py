@@ -5,9 +5,10 @@ every form gives the numbers its text dump gives.
 
 Protos and StableHLO are turned into text by XLA itself, through jaxlib (imported only then):
 `HloModule.from_serialized_hlo_module_proto(...).to_string()` and
-`mlir.mlir_module_to_xla_computation(...)`. Without jax, those forms are a one-line error that
-names the format and the fix. Which program an `.xplane.pb` holds is read without jax
-(`hloparse.protowire`).
+`mlir.mlir_module_to_xla_computation(...)`. Without jax, a proto is printed by
+`hloparse.proto_text` (the wire format and XLA's field numbers; a field it does not read is an
+error naming it), and StableHLO is a one-line error that names the format and the fix. Which
+program an `.xplane.pb` holds is read without jax (`hloparse.protowire`).
 """
 
 from __future__ import annotations
@@ -92,29 +93,42 @@ def format_hint(text: str) -> str:
     return ""
 
 
-# ---- through jaxlib ---------------------------------------------------------------------
-def _hlo_module_class(path: str, what: str):  # noqa: ANN202
+# ---- through jaxlib, or the wire reader ----------------------------------------------------
+def _hlo_module_class():  # noqa: ANN202
+    """jaxlib's HloModule, or None without jax."""
     try:
-        try:
-            from jaxlib import _hlo  # jaxlib 0.10 on
+        from jaxlib import _hlo  # jaxlib 0.10 on
 
-            return _hlo.HloModule
-        except ImportError:
-            from jax._src.lib import xla_client  # older jaxlib: the same class in its extension
-
-            return xla_client._xla.HloModule
+        return _hlo.HloModule
     except ImportError:
-        raise _error(path, f"{what}: reading it needs jax ({NEEDS_JAX}); or dump HLO text "
-                     "(--xla_dump_hlo_as_text, compiled.as_text())", "HLO text") from None
-
-
-def module_proto_to_hlo_text(module_proto: bytes, path: str) -> str:
-    """XLA's own printing of a serialized HloModuleProto."""
-    cls = _hlo_module_class(path, "an HLO proto")
+        pass
     try:
-        return cls.from_serialized_hlo_module_proto(module_proto).to_string()
-    except Exception as e:  # noqa: BLE001 - XLA refused the proto: say what it said, on one line
-        raise _error(path, f"XLA could not read the HLO proto: {' '.join(str(e).split())[:200]}") from None
+        from jax._src.lib import xla_client  # older jaxlib: the same class in its extension
+
+        return xla_client._xla.HloModule
+    except (ImportError, AttributeError):
+        return None
+
+
+def module_proto_to_hlo_text(module_proto: bytes, path: str, *, use_jax: bool = True) -> str:
+    """A serialized HloModuleProto as HLO text: XLA's own printing where jax is installed (the
+    text its dumps hold, so the same numbers by construction), else `hloparse.proto_text`'s, which
+    names any field it does not read."""
+    cls = _hlo_module_class() if use_jax else None
+    if cls is not None:
+        try:
+            return cls.from_serialized_hlo_module_proto(module_proto).to_string()
+        except Exception as e:  # noqa: BLE001 - XLA refused the proto: say what it said, on one line
+            raise _error(path, f"XLA could not read the HLO proto: {' '.join(str(e).split())[:200]}") from None
+    from hloparse.proto_text import UnsupportedProto, module_text
+
+    try:
+        return module_text(module_proto)
+    except UnsupportedProto as e:
+        raise _error(path, f"an HLO proto: {e}; reading it needs jax ({NEEDS_JAX}), or dump HLO text "
+                     "(--xla_dump_hlo_as_text, compiled.as_text())", "HLO text") from None
+    except protowire.WireError as e:
+        raise _error(path, f"a damaged HLO proto: {e}", "a complete serialized proto") from None
 
 
 def stablehlo_to_hlo_text(text: str, path: str) -> str:

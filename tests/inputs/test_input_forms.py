@@ -125,7 +125,7 @@ def test_stablehlo_is_converted_through_jax(run_dir: Path) -> None:
     assert expected["flops"] > 0
 
 
-def test_stablehlo_without_jax_is_one_line_naming_the_format_and_the_fix(run_dir: Path, tmp_path: Path) -> None:
+def test_without_jax_protos_are_read_and_stablehlo_is_one_line_naming_the_fix(run_dir: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "nojax"
     for name in ("jax", "jaxlib"):
         (blocker / name).mkdir(parents=True)
@@ -136,10 +136,14 @@ def test_stablehlo_without_jax_is_one_line_naming_the_format_and_the_fix(run_dir
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert len(line.splitlines()) == 1 and "StableHLO" in line and "hloflops[jax]" in line and "as_text()" in line
-    proto = _dump(run_dir, "jit_f", "cpu_after_optimizations", ".hlo.pb")
-    proc = subprocess.run([sys.executable, "-m", "hloflops", str(proto)], capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert proc.returncode == 2 and "an HLO proto: reading it needs jax" in proc.stderr
+    # a proto is read without jax (hloparse.proto_text), with the numbers of the text dump
+    for stage in ("before_optimizations", "cpu_after_optimizations"):
+        for name in ("jit_f", "jit_g"):
+            proto, text = (_dump(run_dir, name, stage, suffix) for suffix in (".hlo.pb", ".txt"))
+            proc = subprocess.run([sys.executable, "-m", "hloflops", str(proto), "--json"], capture_output=True,
+                                  text=True, env=env, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+            assert {k: json.loads(proc.stdout)[k] for k in KEYS} == numbers(analyze(text))
 
 
 def test_batch_takes_a_proto_only_dump(run_dir: Path, tmp_path: Path) -> None:

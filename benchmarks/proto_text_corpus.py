@@ -1,0 +1,67 @@
+"""The wire reader of HloModuleProto (`hloparse.proto_text`, used without jax) on every corpus
+module XLA parses: XLA turns the text into a proto, the reader prints it, and the analysis of
+that must give the numbers of the text (flops, transcendentals, bytes, model and remat flops,
+trip counts). Counts how many read the same, how many stop at a field the reader names, and
+any that differ (there must be none).
+
+    python3 benchmarks/proto_text_corpus.py            # result: benchmarks/results/proto_text_corpus.txt
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def main() -> None:
+    sys.setrecursionlimit(10_000)
+    import hloflops
+    from hloflops.xla.compare import hlo_module_from_text
+    from hloparse.proto_text import UnsupportedProto, module_text
+
+    rows = [r for r in csv.DictReader(open(CORPUS / "index.csv")) if r["xla_parses"] == "yes"]
+    same, differ, skipped = 0, [], 0
+    unsupported: Counter[str] = Counter()
+    printing = 0.0
+    for row in rows:
+        text = (CORPUS / row["file"]).read_text()
+        try:
+            proto = hlo_module_from_text(text).as_serialized_hlo_module_proto()
+            expected = hloflops.analyze(text)
+        except Exception:  # XLA or our reading of the text fails: not this reader's question
+            skipped += 1
+            continue
+        start = time.process_time()
+        try:
+            printed = module_text(proto)
+        except UnsupportedProto as e:
+            unsupported[str(e).split(": ", 1)[-1] if "field" in str(e) else str(e)[-70:]] += 1
+            continue
+        finally:
+            printing += time.process_time() - start
+        got = hloflops.analyze(printed)
+        numbers = [(r.flops, r.transcendentals, r.bytes_accessed, r.model_flops, r.remat_flops,
+                    [lp.trip_count for lp in r.loops]) for r in (got, expected)]
+        if numbers[0] == numbers[1]:
+            same += 1
+        else:
+            differ.append(row["file"])
+    total = len(rows) - skipped
+    print(f"{total} corpus modules XLA turns into protos ({skipped} more skipped: XLA or the text analysis failed)")
+    print(f"  read without jax with the text's numbers: {same} ({same / total:.1%})")
+    print(f"  stopped at a field the reader names:      {sum(unsupported.values())}")
+    print(f"  different numbers:                         {len(differ)} {differ[:5]}")
+    print(f"  printing CPU seconds, all modules:         {printing:.1f}")
+    print("  fields not read (count, message):")
+    for message, n in unsupported.most_common(25):
+        print(f"    {n:4d}  {message}")
+
+
+if __name__ == "__main__":
+    main()

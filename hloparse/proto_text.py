@@ -1,0 +1,650 @@
+"""An `HloModuleProto` printed as HLO text, without jax: the protobuf wire reader
+(`hloparse.protowire`) and the field numbers of XLA's `hlo.proto` and `xla_data.proto`.
+
+The text is then parsed as any other, so its checks and rules are those of text. This covers
+the fields the opcodes of the corpus and of jax programs use; a field it does not know is an
+error that names it (`UnsupportedProto`), never a field silently left out: `hloparse.inputs`
+then asks jaxlib, where installed, to print the module instead.
+
+Known and deliberately not printed (they do not change what a module computes or costs):
+instruction and computation ids (used only to resolve references), the module's id, schedule
+(`is_scheduled=true` is printed; the proto's instruction order is already a valid order),
+device assignment, profile info, cross-program prefetches, SPMD parameter/output shardings,
+`statistics_viz`, `original_value` and an instruction's `result_accuracy` (a numerical choice).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Iterable
+
+from hloparse.protowire import LEN, VARINT, WireError, fields
+
+
+class UnsupportedProto(ValueError):
+    """A field of the proto that this printer does not know (named in the message)."""
+
+
+# xla_data.proto's PrimitiveType.
+ELEMENT_TYPES = {
+    1: "pred", 30: "s1", 26: "s2", 21: "s4", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 31: "u1", 27: "u2", 22: "u4",
+    6: "u8", 7: "u16", 8: "u32", 9: "u64", 10: "f16", 11: "f32", 16: "bf16", 12: "f64", 19: "f8e5m2", 28: "f8e4m3",
+    20: "f8e4m3fn", 23: "f8e4m3b11fnuz", 29: "f8e3m4", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 32: "f4e2m1fn",
+    33: "f8e8m0fnu", 15: "c64", 18: "c128", 13: "tuple", 14: "opaque", 17: "token", 34: "buffer",
+}
+INT64_WRAP = 1 << 64
+
+
+# ---- reading a message into {field: [values]} ---------------------------------------------
+class Message:
+    """A message's fields by number, each a list of raw values (ints or memoryviews)."""
+
+    __slots__ = ("values", "what")
+
+    def __init__(self, data: bytes | memoryview | None, what: str) -> None:
+        self.what = what
+        self.values: dict[int, list] = {}
+        if data is not None:
+            for number, _wire, value in fields(data):
+                self.values.setdefault(number, []).append(value)
+
+    def check(self, known: Iterable[int], names: dict[int, str] | None = None) -> None:
+        # A field left at its default (an empty message, a zero) says nothing, known or not.
+        unknown = {n for n in set(self.values) - set(known)
+                   if any((len(v) if isinstance(v, memoryview) else v) for v in self.values[n])}
+        if unknown:
+            n = min(unknown)
+            label = (names or {}).get(n, f"field {n}")
+            raise UnsupportedProto(f"{self.what}: {label} is not read without jax")
+
+    def has(self, n: int) -> bool:
+        return n in self.values
+
+    def int(self, n: int, default: int = 0) -> int:
+        values = self.ints(n)
+        return values[-1] if values else default
+
+    def ints(self, n: int) -> list[int]:
+        out: list[int] = []
+        for v in self.values.get(n, ()):
+            if isinstance(v, memoryview):  # packed
+                i = 0
+                while i < len(v):
+                    x, i = _varint(v, i)
+                    out.append(x - INT64_WRAP if x >= 1 << 63 else x)
+            else:
+                out.append(v - INT64_WRAP if v >= 1 << 63 else v)
+        return out
+
+    def bool(self, n: int) -> bool:
+        return bool(self.int(n))
+
+    def str(self, n: int) -> str:
+        v = self.values.get(n)
+        return bytes(v[-1]).decode("utf-8", "replace") if v else ""
+
+    def strs(self, n: int) -> list[str]:
+        return [bytes(v).decode("utf-8", "replace") for v in self.values.get(n, ())]
+
+    def bytes(self, n: int) -> bytes:
+        v = self.values.get(n)
+        return bytes(v[-1]) if v else b""
+
+    def msg(self, n: int, what: str) -> Message | None:
+        v = self.values.get(n)
+        return Message(v[-1], what) if v else None
+
+    def msgs(self, n: int, what: str) -> list[Message]:
+        return [Message(v, what) for v in self.values.get(n, ())]
+
+    def floats(self, n: int, fmt: str) -> list[float]:
+        size = struct.calcsize(fmt)
+        out: list[float] = []
+        for v in self.values.get(n, ()):
+            if isinstance(v, memoryview):
+                out.extend(x for (x,) in struct.iter_unpack("<" + fmt, bytes(v)))
+            else:  # an unpacked fixed-width value
+                out.append(struct.unpack("<" + fmt, int(v).to_bytes(size, "little"))[0])
+        return out
+
+
+def _varint(data: memoryview, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, i
+        shift += 7
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _ints(values: Iterable[int]) -> str:
+    return "{" + ",".join(str(v) for v in values) + "}"
+
+
+# ---- shapes -----------------------------------------------------------------------------
+def shape_text(m: Message) -> str:
+    m.check({2, 3, 4, 5, 6}, {2: "element_type", 3: "dimensions", 4: "tuple_shapes", 5: "layout"})
+    kind = ELEMENT_TYPES.get(m.int(2))
+    if kind is None:
+        raise UnsupportedProto(f"{m.what}: element type {m.int(2)} is not read without jax")
+    if kind == "tuple":
+        return "(" + ", ".join(shape_text(s) for s in m.msgs(4, m.what)) + ")"
+    if kind in ("token", "opaque"):
+        return f"{kind}[]"
+    if kind == "buffer":
+        raise UnsupportedProto(f"{m.what}: buffer shapes are not read without jax")
+    dims = m.ints(3)
+    dynamic = m.ints(6)
+    text = ",".join(("<=" if i < len(dynamic) and dynamic[i] else "") + str(d) for i, d in enumerate(dims))
+    layout = m.msg(5, m.what + " layout")
+    printed = layout_text(layout) if layout is not None else ""
+    return f"{kind}[{text}]" + ("" if printed == "{}" else printed)  # XLA prints a scalar's as nothing
+
+
+def layout_text(m: Message) -> str:
+    m.check({1, 6, 7, 8, 16}, {9: "dim_level_types", 10: "physical_shape", 11: "index_primitive_type",
+                               12: "pointer_primitive_type", 15: "dynamic_shape_metadata_prefix_bytes",
+                               17: "split_configs"})
+    details = ""
+    tiles = m.msgs(6, m.what)
+    if tiles:
+        details += "T" + "".join("(" + ",".join("*" if d == -9223372036854775808 else str(d) for d in t.ints(1)) + ")"
+                                 for t in tiles)
+    if m.int(16) > 1:
+        details += f"L({m.int(16)})"
+    if m.int(7):
+        details += f"E({m.int(7)})"
+    if m.int(8):
+        details += f"S({m.int(8)})"
+    return "{" + ",".join(map(str, m.ints(1))) + (":" + details if details else "") + "}"
+
+
+# ---- literals ---------------------------------------------------------------------------
+def _float_text(x: float) -> str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return repr(x)
+
+
+def literal_values(m: Message, kind: str) -> list[str]:
+    if kind == "pred":
+        return ["true" if v else "false" for v in m.ints(2)]
+    ints = {"s32": 4, "s64": 5, "u32": 6, "u64": 7}
+    if kind in ints:
+        values = m.ints(ints[kind])
+        if kind in ("u32", "u64"):
+            values = [v % INT64_WRAP for v in values]
+        return [str(v) for v in values]
+    small = {"s8": (15, "b"), "u8": (3, "B"), "s16": (17, "h"), "u16": (16, "H")}
+    if kind in small:
+        n, fmt = small[kind]
+        return [str(v) for (v,) in struct.iter_unpack("<" + fmt, m.bytes(n))]
+    if kind == "f32":
+        return [_float_text(v) for v in m.floats(8, "f")]
+    if kind == "f64":
+        return [_float_text(v) for v in m.floats(9, "d")]
+    if kind == "f16":
+        return [_float_text(v) for (v,) in struct.iter_unpack("<e", m.bytes(11))]
+    if kind == "bf16":
+        raw = m.bytes(13)
+        return [_float_text(struct.unpack("<f", b"\x00\x00" + raw[i:i + 2])[0]) for i in range(0, len(raw), 2)]
+    raise UnsupportedProto(f"{m.what}: {kind} constants are not read without jax")
+
+
+def literal_text(m: Message) -> str:
+    shape = m.msg(1, m.what + " shape")
+    if shape is None:
+        raise UnsupportedProto(f"{m.what}: a literal without a shape")
+    kind = ELEMENT_TYPES.get(shape.int(2), "?")
+    if kind == "tuple":
+        return "(" + ", ".join(literal_text(t) for t in m.msgs(10, m.what)) + ")"
+    dims = shape.ints(3)
+    values = literal_values(m, kind)
+    if not dims:
+        return values[0] if values else "0"
+    if math.prod(dims) != len(values):
+        raise UnsupportedProto(f"{m.what}: a literal of {len(values)} values for {dims}")
+
+    def nest(level: int, start: int) -> tuple[str, int]:
+        if level == len(dims):
+            return values[start], start + 1
+        parts = []
+        for _ in range(dims[level]):
+            part, start = nest(level + 1, start)
+            parts.append(part)
+        return "{" + ", ".join(parts) + "}", start
+
+    return nest(0, 0)[0]
+
+
+# ---- attribute values ---------------------------------------------------------------------
+def metadata_text(m: Message) -> str:
+    m.check({1, 2, 3, 4, 8, 9, 12, 15, 16, 17, 18, 19})
+    parts = []
+    for n, key in ((1, "op_type"), (2, "op_name"), (3, "source_file")):
+        if m.str(n):
+            parts.append(f"{key}={_quote(m.str(n))}")
+    for n, key in ((4, "source_line"), (17, "source_end_line"), (18, "source_column"), (19, "source_end_column")):
+        if m.int(n):
+            parts.append(f"{key}={m.int(n)}")
+    if m.str(12):
+        parts.append(f"deduplicated_name={_quote(m.str(12))}")
+    if m.int(15):
+        parts.append(f"stack_frame_id={m.int(15)}")
+    if m.str(16):
+        parts.append(f"scheduling_name={_quote(m.str(16))}")
+    return "{" + " ".join(parts) + "}"
+
+
+def window_text(m: Message) -> str:
+    dims = m.msgs(1, m.what)
+    for d in dims:
+        d.check({1, 2, 3, 4, 5, 6, 7})
+    parts = ["size=" + "x".join(str(d.int(1)) for d in dims)]
+    if any(d.int(2, 1) != 1 for d in dims):
+        parts.append("stride=" + "x".join(str(d.int(2, 1)) for d in dims))
+    if any(d.int(3) or d.int(4) for d in dims):
+        parts.append("pad=" + "x".join(f"{d.int(3)}_{d.int(4)}" for d in dims))
+    if any(d.int(6, 1) != 1 for d in dims):
+        parts.append("lhs_dilate=" + "x".join(str(d.int(6, 1)) for d in dims))
+    if any(d.int(5, 1) != 1 for d in dims):
+        parts.append("rhs_dilate=" + "x".join(str(d.int(5, 1)) for d in dims))
+    if any(d.bool(7) for d in dims):
+        parts.append("rhs_reversal=" + "x".join(str(int(d.bool(7))) for d in dims))
+    return "{" + " ".join(parts) + "}"
+
+
+def dim_labels_text(m: Message) -> str:
+    m.check({3, 4, 6, 7, 8, 9, 10, 11, 12})
+
+    def labels(rank_of: int, roles: dict[int, str], spatial: list[int]) -> str:
+        out = ["?"] * rank_of
+        for i, dim in enumerate(spatial):
+            out[dim] = str(i)
+        for dim, char in roles.items():
+            out[dim] = char
+        return "".join(out)
+
+    spatial_in, spatial_k, spatial_out = m.ints(11), m.ints(6), m.ints(12)
+    rank = len(spatial_in) + 2
+    lhs = labels(rank, {m.int(7): "b", m.int(8): "f"}, spatial_in)
+    rhs = labels(rank, {m.int(4): "o", m.int(3): "i"}, spatial_k)
+    out = labels(rank, {m.int(9): "b", m.int(10): "f"}, spatial_out)
+    return f"{lhs}_{rhs}->{out}"
+
+
+def replica_groups_text(groups: list[Message]) -> str:
+    return "{" + ",".join(_ints(g.ints(1)) for g in groups) + "}"
+
+
+def device_list_text(m: Message) -> str:
+    m.check({1, 2})
+    iota = m.msg(2, m.what)
+    if iota is None:
+        return replica_groups_text(m.msgs(1, m.what))
+    iota.check({1, 2, 3, 4})
+    text = f"[{iota.int(1)},{iota.int(2)}]<=[{','.join(map(str, iota.ints(3)))}]"
+    perm = iota.ints(4)
+    if perm and perm != sorted(perm):
+        text += f"T({','.join(map(str, perm))})"
+    return text
+
+
+SHARDING_TYPES = {0: "replicated", 1: "maximal", 2: "tuple", 3: "other", 4: "manual", 5: "unknown", 6: "unreduced"}
+
+
+def sharding_text(m: Message) -> str:
+    m.check({1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+    kind = SHARDING_TYPES.get(m.int(1), "?")
+    if kind == "tuple":
+        return "{" + ", ".join(sharding_text(s) for s in m.msgs(5, m.what)) + "}"
+    if kind in ("replicated", "manual", "unknown", "unreduced"):
+        return "{" + kind + "}"
+    if kind == "maximal":
+        return "{maximal device=" + str(m.ints(4)[0] if m.ints(4) else 0) + "}"
+    if kind != "other":
+        raise UnsupportedProto(f"{m.what}: sharding type {m.int(1)} is not read without jax")
+    dims = m.ints(3)
+    text = "{devices=[" + ",".join(map(str, dims)) + "]"
+    if m.ints(9):
+        text += "<=[" + ",".join(map(str, m.ints(9))) + "]"
+        perm = m.ints(10)
+        if perm and perm != sorted(perm):
+            text += "T(" + ",".join(map(str, perm)) + ")"
+    else:
+        text += ",".join(map(str, m.ints(4)))
+    if m.bool(6):
+        text += " last_tile_dim_replicate"
+    if m.ints(8):
+        text += " last_tile_dims={" + ", ".join(SHARDING_TYPES.get(t, "?") for t in m.ints(8)) + "}"
+    return text + "}"
+
+
+def frontend_attributes_text(m: Message) -> str:
+    m.check({1})
+    pairs = []
+    for entry in m.msgs(1, m.what):
+        pairs.append((entry.str(1), entry.str(2)))
+    return "{" + ",".join(f"{k}={_quote(v)}" for k, v in sorted(pairs)) + "}"
+
+
+# ---- instructions -----------------------------------------------------------------------
+# HloInstructionProto fields, by number: what each is called, for errors about ones not read.
+INSTRUCTION_FIELDS = {
+    1: "name", 2: "opcode", 3: "shape", 7: "metadata", 8: "literal", 9: "parameter_number", 11: "fusion_kind",
+    13: "tuple_index", 14: "dimensions", 15: "window", 16: "convolution_dimension_numbers", 17: "slice_dimensions",
+    18: "exponent_bits", 19: "mantissa_bits", 20: "dynamic_slice_sizes", 21: "padding_config", 22: "outfeed_config",
+    23: "distribution", 24: "epsilon", 25: "feature_index", 26: "channel_id", 27: "infeed_config",
+    28: "custom_call_target", 29: "outfeed_shape", 30: "dot_dimension_numbers", 31: "fft_type", 32: "fft_length",
+    33: "gather_dimension_numbers", 34: "gather_slice_sizes", 35: "id", 36: "operand_ids",
+    37: "control_predecessor_ids", 38: "called_computation_ids", 40: "sharding", 43: "backend_config",
+    45: "all_reduce_id", 47: "is_host_transfer", 48: "scatter_dimension_numbers", 49: "replica_groups",
+    50: "feature_group_count", 51: "precision_config", 52: "source_target_pairs", 54: "domain_entry_sharding",
+    55: "domain_exit_sharding", 56: "constrain_layout", 57: "operand_shapes_with_layout",
+    58: "batch_group_count", 59: "triangular_solve_options", 60: "is_stable", 61: "parameter_replication",
+    62: "cholesky_options", 63: "comparison_direction", 65: "custom_call_has_side_effect",
+    66: "delta", 67: "indices_are_sorted", 68: "frontend_attributes", 69: "unique_indices", 70: "rng_algorithm",
+    71: "use_global_device_ids", 72: "comparison_type", 73: "is_cross_program_prefetch",
+    74: "output_operand_aliasing", 75: "padding_type", 76: "custom_call_schedule",
+    77: "custom_call_api_version", 79: "async_execution_thread", 80: "cross_program_prefetch_index", 81: "k",
+    82: "statistics_viz", 85: "largest", 86: "dot_sparsity", 87: "collective_device_list", 88: "original_value",
+    89: "is_composite", 90: "ragged_dot_dimension_numbers", 91: "result_accuracy",
+}
+READ = {1, 2, 3, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35, 36,
+        37, 38, 40, 43, 47, 48, 49, 50, 51, 52, 56, 57, 58, 60, 63, 65, 66, 67, 68, 69, 70, 71, 72, 74, 77, 79, 80, 81,
+        82, 85, 87, 88, 89, 91}
+TO_APPLY = frozenset({"reduce", "reduce-window", "all-reduce", "all-reduce-start", "reduce-scatter", "scatter",
+                      "sort", "map", "call"})
+API_VERSIONS = {1: "API_VERSION_ORIGINAL", 2: "API_VERSION_STATUS_RETURNING",
+                3: "API_VERSION_STATUS_RETURNING_UNIFIED", 4: "API_VERSION_TYPED_FFI"}
+PRECISIONS = {0: "default", 1: "high", 2: "highest"}
+
+
+def _dims_text(m: Message, *numbers_and_keys: tuple[int, str]) -> list[str]:
+    return [f"{key}={_ints(m.ints(n))}" for n, key in numbers_and_keys if m.ints(n)]
+
+
+def instruction_text(m: Message, names: dict[int, str], computations: dict[int, str], is_root: bool) -> str:
+    name, opcode = m.str(1), m.str(2)
+    m.what = f"instruction {name!r} ({opcode})"
+    m.check(READ, INSTRUCTION_FIELDS)
+    shape = m.msg(3, m.what + " shape")
+    if shape is None:
+        raise UnsupportedProto(f"{m.what}: no shape")
+    try:
+        operands = ", ".join("%" + names[i] for i in m.ints(36))
+    except KeyError as e:
+        raise UnsupportedProto(f"{m.what}: operand id {e} is no instruction of its computation") from None
+    if opcode == "parameter":
+        head = f"parameter({m.int(9)})"
+    elif opcode == "constant":
+        literal = m.msg(8, m.what + " literal")
+        head = f"constant({literal_text(literal) if literal is not None else '0'})"
+    else:
+        head = f"{opcode}({operands})"
+    attrs: list[str] = []
+    called = [computations.get(i) for i in m.ints(38)]
+    if None in called:
+        raise UnsupportedProto(f"{m.what}: calls a computation id the module does not hold")
+    attrs += _called_attributes(m, opcode, called)
+    if opcode == "get-tuple-element" or m.has(13):
+        attrs.append(f"index={m.int(13)}")
+    if m.ints(14):
+        dims = m.ints(14)
+        attrs.append(f"iota_dimension={dims[0]}" if opcode == "iota" else f"dimensions={_ints(dims)}")
+    window = m.msg(15, m.what + " window")
+    if window is not None and window.values:
+        attrs.append("window=" + window_text(window))
+    conv = m.msg(16, m.what + " convolution_dimension_numbers")
+    if conv is not None:
+        attrs.append("dim_labels=" + dim_labels_text(conv))
+    if m.int(50, 1) != 1:
+        attrs.append(f"feature_group_count={m.int(50)}")
+    if m.int(58, 1) != 1:
+        attrs.append(f"batch_group_count={m.int(58)}")
+    slices = m.msgs(17, m.what)
+    if slices:
+        attrs.append("slice={" + ", ".join(f"[{s.int(1)}:{s.int(2)}:{s.int(3, 1)}]" for s in slices) + "}")
+    if opcode == "reduce-precision":
+        attrs.append(f"exponent_bits={m.int(18)}, mantissa_bits={m.int(19)}")
+    if m.ints(20):
+        if opcode.startswith("collective-permute"):
+            raise UnsupportedProto(f"{m.what}: slice sizes of a combined collective-permute are not read without jax")
+        attrs.append(f"dynamic_slice_sizes={_ints(m.ints(20))}")
+    padding = m.msg(21, m.what + " padding_config")
+    if padding is not None:
+        dims = padding.msgs(1, m.what)
+        attrs.append("padding=" + "x".join(
+            f"{d.int(1)}_{d.int(2)}" + (f"_{d.int(3)}" if d.int(3) else "") for d in dims))
+    if m.has(24):
+        attrs.append(f"epsilon={m.floats(24, 'f')[-1]!r}")
+    if m.has(25):
+        attrs.append(f"feature_index={m.int(25)}")
+    if m.int(26) > 0:
+        attrs.append(f"channel_id={m.int(26)}")
+    if m.has(28):
+        attrs.append(f"custom_call_target={_quote(m.str(28))}")
+    dot = m.msg(30, m.what + " dot_dimension_numbers")
+    if dot is not None:
+        dot.check({1, 2, 3, 4})
+        attrs += _dims_text(dot, (3, "lhs_batch_dims"), (1, "lhs_contracting_dims"), (4, "rhs_batch_dims"),
+                            (2, "rhs_contracting_dims"))
+    if opcode == "fft":
+        attrs.append("fft_type=" + {0: "FFT", 1: "IFFT", 2: "RFFT", 3: "IRFFT"}.get(m.int(31), str(m.int(31))))
+    if m.ints(32):
+        attrs.append(f"fft_length={_ints(m.ints(32))}")
+    outfeed = m.msg(29, m.what + " outfeed_shape")
+    if outfeed is not None and outfeed.values:
+        attrs.append("outfeed_shape=" + shape_text(outfeed))
+    if m.bool(56):
+        constraints = m.msgs(57, m.what + " operand_shapes_with_layout")
+        attrs.append("operand_layout_constraints={" + ", ".join(shape_text(c) for c in constraints) + "}")
+    if m.has(80):
+        attrs.append(f"cross_program_prefetch_index={m.int(80)}")
+    aliasing = m.msgs(74, m.what + " output_operand_aliasing")
+    if aliasing:
+        for a in aliasing:
+            a.check({1, 2, 3})
+        attrs.append("output_to_operand_aliasing={" + ", ".join(
+            f"{_ints(a.ints(1))}: ({a.int(2)}, {_ints(a.ints(3))})" for a in aliasing) + "}")
+    gather = m.msg(33, m.what + " gather_dimension_numbers")
+    if gather is not None:
+        gather.check({1, 2, 3, 4, 5, 6})
+        attrs += [f"offset_dims={_ints(gather.ints(1))}", f"collapsed_slice_dims={_ints(gather.ints(2))}",
+                  f"start_index_map={_ints(gather.ints(3))}"]
+        attrs += _dims_text(gather, (5, "operand_batching_dims"), (6, "start_indices_batching_dims"))
+        attrs.append(f"index_vector_dim={gather.int(4)}")
+    if m.ints(34) or opcode == "gather":
+        attrs.append(f"slice_sizes={_ints(m.ints(34))}")
+    scatter = m.msg(48, m.what + " scatter_dimension_numbers")
+    if scatter is not None:
+        scatter.check({1, 2, 3, 4, 5, 6})
+        attrs += [f"update_window_dims={_ints(scatter.ints(1))}", f"inserted_window_dims={_ints(scatter.ints(2))}",
+                  f"scatter_dims_to_operand_dims={_ints(scatter.ints(3))}"]
+        attrs += _dims_text(scatter, (5, "input_batching_dims"), (6, "scatter_indices_batching_dims"))
+        attrs.append(f"index_vector_dim={scatter.int(4)}")
+    devices = m.msg(87, m.what + " collective_device_list")
+    if devices is not None:
+        attrs.append("replica_groups=" + device_list_text(devices))
+    elif m.has(49) or opcode in ("all-reduce", "all-gather", "all-to-all", "reduce-scatter", "all-reduce-start",
+                                  "all-gather-start"):
+        attrs.append("replica_groups=" + replica_groups_text(m.msgs(49, m.what)))
+    if m.bool(71):
+        attrs.append("use_global_device_ids=true")
+    pairs = m.msgs(52, m.what)
+    if pairs or opcode in ("collective-permute", "collective-permute-start"):
+        attrs.append("source_target_pairs={" + ",".join(f"{{{p.int(1)},{p.int(2)}}}" for p in pairs) + "}")
+    if m.bool(47):
+        attrs.append("is_host_transfer=true")
+    if m.bool(60):
+        attrs.append("is_stable=true")
+    if m.has(63):
+        attrs.append(f"direction={m.str(63)}")
+    if m.has(72):
+        attrs.append(f"type={m.str(72)}")
+    if m.bool(67):
+        attrs.append("indices_are_sorted=true")
+    if m.bool(69):
+        attrs.append("unique_indices=true")
+    if opcode == "rng-bit-generator":
+        attrs.append("algorithm=" + {0: "rng_default", 1: "rng_three_fry", 2: "rng_philox"}.get(m.int(70), "?"))
+    if opcode == "rng":
+        attrs.append("distribution=" + {1: "rng_uniform", 2: "rng_normal"}.get(m.int(23), "?"))
+    if m.ints(37):
+        try:
+            attrs.append("control-predecessors={" + ", ".join("%" + names[i] for i in m.ints(37)) + "}")
+        except KeyError as e:
+            raise UnsupportedProto(f"{m.what}: control predecessor {e} is no instruction of its computation") from None
+    if m.has(81):
+        attrs.append(f"k={m.int(81)}")
+    if m.has(85):
+        attrs.append(f"largest={'true' if m.bool(85) else 'false'}")
+    if m.has(66):
+        attrs.append(f"delta={m.int(66)}")
+    if m.bool(65):
+        attrs.append("custom_call_has_side_effect=true")
+    if m.int(77) not in (0, 1) and opcode == "custom-call":
+        attrs.append(f"api_version={API_VERSIONS.get(m.int(77), m.int(77))}")
+    if m.bool(89):
+        attrs.append("is_composite=true")
+    precision = m.msg(51, m.what + " precision_config")
+    if precision is not None:
+        precision.check({1, 2})
+        levels = precision.ints(1)
+        if any(levels):
+            attrs.append("operand_precision={" + ",".join(PRECISIONS.get(p, "default") for p in levels) + "}")
+        if precision.int(2):
+            raise UnsupportedProto(f"{m.what}: precision_config.algorithm is not read without jax")
+    sharding = m.msg(40, m.what + " sharding")
+    if sharding is not None:
+        attrs.append("sharding=" + sharding_text(sharding))
+    frontend = m.msg(68, m.what + " frontend_attributes")
+    if frontend is not None and frontend.values:
+        attrs.append("frontend_attributes=" + frontend_attributes_text(frontend))
+    metadata = m.msg(7, m.what + " metadata")
+    if metadata is not None and metadata.values:
+        attrs.append("metadata=" + metadata_text(metadata))
+    if m.bytes(43):
+        attrs.append("backend_config=" + _quote(m.bytes(43).decode("utf-8", "replace")))
+    text = f"{'ROOT ' if is_root else ''}%{name} = {shape_text(shape)} {head}"
+    return text + "".join(", " + a for a in attrs)
+
+
+def _called_attributes(m: Message, opcode: str, called: list[str | None]) -> list[str]:
+    if not called:
+        return []
+    names = ["%" + c for c in called if c]
+    if opcode == "fusion":
+        return [f"kind={m.str(11) or 'kLoop'}", f"calls={names[0]}"]
+    if opcode == "while":
+        return [f"condition={names[1]}", f"body={names[0]}"]  # called_computations: body, then condition
+    if opcode == "conditional":
+        return ["branch_computations={" + ", ".join(names) + "}"]
+    if opcode in TO_APPLY:
+        return [f"to_apply={names[0]}"]
+    if opcode == "select-and-scatter":
+        return [f"select={names[0]}", f"scatter={names[1]}"]
+    if opcode in ("async-start", "async-update", "async-done"):
+        return [f"calls={names[0]}"]
+    if opcode == "custom-call":
+        return ["called_computations={" + ", ".join(names) + "}"]
+    raise UnsupportedProto(f"{m.what}: calling computations from {opcode} is not read without jax")
+
+
+# ---- computations and the module ----------------------------------------------------------
+def computation_text(m: Message, computations: dict[int, str], is_entry: bool) -> str:
+    name = m.str(1)
+    m.what = f"computation {name!r}"
+    m.check({1, 2, 4, 5, 6, 7, 8}, {2: "instructions"})
+    instructions = m.msgs(2, m.what)
+    names = {i.int(35): i.str(1) for i in instructions}
+    root = m.int(6)
+    lines = [f"{'ENTRY ' if is_entry else ''}%{name} {{"]
+    for inst in instructions:
+        lines.append("  " + instruction_text(inst, names, computations, inst.int(35) == root))
+    thread = m.str(8)
+    lines.append("}" + (f", execution_thread={_quote(thread)}" if thread and thread != "main" else ""))
+    return "\n".join(lines)
+
+
+def _program_shape_text(m: Message) -> str:
+    m.check({1, 2, 3})
+    params = ", ".join(shape_text(p) for p in m.msgs(1, m.what))
+    result = m.msg(2, m.what)
+    return "{(" + params + ")->" + (shape_text(result) if result is not None else "()") + "}"
+
+
+def _stack_frame_tables(m: Message) -> list[str]:
+    m.check({1, 2, 3, 4})
+    out: list[str] = []
+    if m.strs(1):
+        out += ["FileNames"] + [f"{i} {_quote(s)}" for i, s in enumerate(m.strs(1), 1)] + [""]
+    if m.strs(2):
+        out += ["FunctionNames"] + [f"{i} {_quote(s)}" for i, s in enumerate(m.strs(2), 1)] + [""]
+    locations = m.msgs(3, m.what)
+    if locations:
+        out.append("FileLocations")
+        for i, loc in enumerate(locations, 1):
+            keys = ((1, "file_name_id"), (2, "function_name_id"), (3, "line"), (5, "end_line"), (4, "column"),
+                    (6, "end_column"))
+            out.append(f"{i} {{" + " ".join(f"{k}={loc.int(n)}" for n, k in keys if loc.has(n)) + "}")
+        out.append("")
+    frames = m.msgs(4, m.what)
+    if frames:
+        out.append("StackFrames")
+        # The text numbers a frame's parent one more than the proto does (the proto's 0, no parent, is 1).
+        out += [f"{i} {{file_location_id={f.int(1)} parent_frame_id={f.int(2) + 1}}}" for i, f in enumerate(frames, 1)]
+        out.append("")
+    return out
+
+
+def module_text(data: bytes | memoryview) -> str:
+    """HLO text of a serialized HloModuleProto. Raises UnsupportedProto or WireError."""
+    m = Message(data, "HloModuleProto")
+    m.check({1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19},
+            {9: "dynamic_parameter_binding"})
+    computations = m.msgs(3, "computation")
+    by_id = {c.int(5): c.str(1) for c in computations}
+    entry_id = m.int(6) if m.has(6) else None
+    entry_name = m.str(2)
+    header = f"HloModule {m.str(1) or 'module'}"
+    if m.has(7):
+        header += ", is_scheduled=true"
+    alias = m.msg(8, "input_output_alias")
+    if alias is not None and alias.values:
+        kinds = {1: ", may-alias", 2: ", must-alias"}
+        entries = []
+        for e in alias.msgs(1, "input_output_alias entry"):
+            e.check({1, 2, 3, 4})
+            entries.append(f"{_ints(e.ints(1))}: ({e.int(2)}, {_ints(e.ints(3))}{kinds.get(e.int(4), '')})")
+        header += ", input_output_alias={ " + ", ".join(entries) + " }"
+    donors = m.msg(18, "buffer_donor")
+    if donors is not None and donors.values:
+        header += ", buffer_donor={ " + ", ".join(
+            f"({d.int(1)}, {_ints(d.ints(2))})" for d in donors.msgs(1, "buffer_donor entry")) + " }"
+    shape = m.msg(4, "host_program_shape")
+    if shape is not None and shape.values:
+        header += ", entry_computation_layout=" + _program_shape_text(shape)
+    frontend = m.msg(19, "frontend_attributes")
+    if frontend is not None and frontend.values:
+        header += ", frontend_attributes=" + frontend_attributes_text(frontend)
+    lines = [header, ""]
+    frames = m.msg(17, "stack_frame_index")
+    if frames is not None and frames.values:
+        lines += _stack_frame_tables(frames)
+    for c in computations:
+        is_entry = c.int(5) == entry_id if entry_id is not None else c.str(1) == entry_name
+        lines += [computation_text(c, by_id, is_entry), ""]
+    return "\n".join(lines)
+
+
+__all__ = ["UnsupportedProto", "WireError", "module_text", "LEN", "VARINT"]
