@@ -43,6 +43,9 @@ def main() -> None:
         except UnsupportedProto as e:
             unsupported[str(e).split(": ", 1)[-1] if "field" in str(e) else str(e)[-70:]] += 1
             continue
+        except Exception as e:  # noqa: BLE001 - the reader failing otherwise is its bug: listed
+            differ.append(f"{row['file']}: reader {type(e).__name__}: {str(e)[:100]}")
+            continue
         finally:
             printing += time.process_time() - start
         try:

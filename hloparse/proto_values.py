@@ -253,21 +253,23 @@ def window_text(m: Message) -> str:
 
 
 def dim_labels_text(m: Message) -> str:
+    """As XLA prints them: '?' everywhere, then the roles in order, then the spatial digits, each
+    overwriting the last (a role left at its default, dimension 0, under a digit or another role
+    is printed as XLA prints it: `b01_o01->b01` comes back as `f01_o01->f01`, the same numbers)."""
     m.check({3, 4, 6, 7, 8, 9, 10, 11, 12})
 
-    def labels(rank_of: int, roles: dict[int, str], spatial: list[int]) -> str:
-        out = ["?"] * rank_of
+    def labels(roles: list[tuple[int, str]], spatial: list[int]) -> str:
+        rank = max([d for d, _ in roles] + spatial) + 1
+        out = ["?"] * rank
+        for dim, char in roles:
+            out[dim] = char
         for i, dim in enumerate(spatial):
             out[dim] = str(i)
-        for dim, char in roles.items():
-            out[dim] = char
         return "".join(out)
 
-    spatial_in, spatial_k, spatial_out = m.ints(11), m.ints(6), m.ints(12)
-    rank = len(spatial_in) + 2
-    lhs = labels(rank, {m.int(7): "b", m.int(8): "f"}, spatial_in)
-    rhs = labels(rank, {m.int(4): "o", m.int(3): "i"}, spatial_k)
-    out = labels(rank, {m.int(9): "b", m.int(10): "f"}, spatial_out)
+    lhs = labels([(m.int(7), "b"), (m.int(8), "f")], m.ints(11))
+    rhs = labels([(m.int(3), "i"), (m.int(4), "o")], m.ints(6))
+    out = labels([(m.int(9), "b"), (m.int(10), "f")], m.ints(12))
     return f"{lhs}_{rhs}->{out}"
 
 
