@@ -57,7 +57,8 @@ def _dims_text(m: Message, *numbers_and_keys: tuple[int, str]) -> list[str]:
     return [f"{key}={_ints(m.ints(n))}" for n, key in numbers_and_keys if m.ints(n)]
 
 
-def instruction_text(m: Message, names: dict[int, str], computations: dict[int, str], is_root: bool) -> str:
+def instruction_text(m: Message, names: dict[int, str], computations: dict[int, str], is_root: bool,
+                     pred_ids: frozenset[int] = frozenset()) -> str:
     name, opcode = m.str(1), m.str(2)
     m.what = f"instruction {name!r} ({opcode})"
     m.check(READ, INSTRUCTION_FIELDS)
@@ -79,7 +80,8 @@ def instruction_text(m: Message, names: dict[int, str], computations: dict[int, 
     called = [computations.get(i) for i in m.ints(38)]
     if None in called:
         raise UnsupportedProto(f"{m.what}: calls a computation id the module does not hold")
-    attrs += _called_attributes(m, opcode, called)
+    predicated = opcode == "conditional" and bool(m.ints(36)) and m.ints(36)[0] in pred_ids
+    attrs += _called_attributes(m, "conditional-pred" if predicated else opcode, called)
     if opcode == "get-tuple-element" or m.has(13):
         attrs.append(f"index={m.int(13)}")
     if m.ints(14):
@@ -233,6 +235,8 @@ def _called_attributes(m: Message, opcode: str, called: list[str | None]) -> lis
         return [f"kind={m.str(11) or 'kLoop'}", f"calls={names[0]}"]
     if opcode == "while":
         return [f"condition={names[1]}", f"body={names[0]}"]  # called_computations: body, then condition
+    if opcode == "conditional-pred":  # a PRED index: XLA's parser takes only this form
+        return [f"true_computation={names[0]}", f"false_computation={names[1]}"]
     if opcode == "conditional":
         return ["branch_computations={" + ", ".join(names) + "}"]
     if opcode in TO_APPLY:
@@ -253,10 +257,11 @@ def computation_text(m: Message, computations: dict[int, str], is_entry: bool) -
     m.check({1, 2, 4, 5, 6, 7, 8}, {2: "instructions"})
     instructions = m.msgs(2, m.what)
     names = {i.int(35): i.str(1) for i in instructions}
+    pred_ids = frozenset(i.int(35) for i in instructions if (i.msg(3, "") or Message(None, "")).int(2) == 1)
     root = m.int(6)
     lines = [f"{'ENTRY ' if is_entry else ''}%{name} {{"]
     for inst in instructions:
-        lines.append("  " + instruction_text(inst, names, computations, inst.int(35) == root))
+        lines.append("  " + instruction_text(inst, names, computations, inst.int(35) == root, pred_ids))
     thread = m.str(8)
     lines.append("}" + (f", execution_thread={_quote(thread)}" if thread and thread != "main" else ""))
     return "\n".join(lines)
