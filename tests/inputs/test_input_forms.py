@@ -160,3 +160,45 @@ def test_batch_takes_a_proto_only_dump(run_dir: Path, tmp_path: Path) -> None:
     summary = run_batch([run_dir / "dump"], db=tmp_path / "m.sqlite", processes=1, progress=False)
     assert all(r["path"].endswith(".txt") for r in summary.rows) and len(summary.rows) == len(
         list((run_dir / "dump").glob("*.cpu_after_optimizations.txt")))
+
+
+TPU_SCRIPT = r'''
+import os, sys
+os.environ["XLA_FLAGS"] = f"--xla_dump_to={sys.argv[1]} --xla_dump_hlo_as_text --xla_dump_hlo_as_proto"
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
+s = SingleDeviceSharding(topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0])
+def loss(p, x):
+    return ((jnp.tanh(x @ p["w1"]) @ p["w2"]) ** 2).mean()
+def step(p, x):
+    return jax.tree.map(lambda a, b: a - 0.1 * b, p, jax.grad(loss)(p, x))
+p = {"w1": jax.ShapeDtypeStruct((128, 256), jnp.float32, sharding=s),
+     "w2": jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=s)}
+jax.jit(step, donate_argnums=0).lower(p, jax.ShapeDtypeStruct((64, 128), jnp.float32, sharding=s)).compile()
+'''
+
+
+def test_tpu_proto_dumps_every_stage_give_the_numbers_of_the_text(tmp_path: Path) -> None:
+    """libtpu's dump (compiled ahead of time for v5e on this CPU host): every stage it writes, text
+    and proto, through jax and through the wire reader, the same numbers."""
+    pytest.importorskip("libtpu")
+    from hloparse import protowire
+    from hloparse.proto_text import module_text
+
+    env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1")  # other test processes may hold libtpu's lock
+    proc = subprocess.run([sys.executable, "-c", TPU_SCRIPT, str(tmp_path)], env=env, timeout=600,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    protos = sorted(tmp_path.glob("module_*.cl_*.hlo.pb"))
+    stages = {p.name.split(".")[-3] for p in protos}
+    assert {"before_optimizations", "after_optimizations", "after_optimizations_before_buffer_assignment",
+            "after_optimizations_after_buffer_assignment", "after_codegen"} <= stages
+    for proto in protos:
+        text = numbers(analyze(Path(str(proto).removesuffix(".hlo.pb") + ".txt")))
+        assert numbers(analyze(proto)) == text, proto.name
+        wire = module_text(protowire.module_proto_of(proto.read_bytes()))
+        assert numbers(analyze(wire)) == text, proto.name
+    from hloflops.batch.discovery import discover
+
+    assert {f.dump.stage for f in discover([tmp_path], stage="all").files} == stages
