@@ -156,6 +156,14 @@ def test_batch_takes_a_proto_only_dump(run_dir: Path, tmp_path: Path) -> None:
     for row in summary.rows:
         text = Path(str(run_dir / "dump" / Path(row["path"]).name).removesuffix(".hlo.pb") + ".txt")
         assert {k: row[k] for k in KEYS} == numbers(analyze(text))
+    # XProf's tool names its files `<module>(<program_id>).hlo_proto.pb`
+    xprof = tmp_path / "xprof"
+    xprof.mkdir()
+    proto = _dump(run_dir, "jit_f", "cpu_after_optimizations", ".hlo.pb")
+    (xprof / "jit_f(6).hlo_proto.pb").write_bytes(proto.read_bytes())
+    summary = run_batch([xprof], db=tmp_path / "x.sqlite", processes=1, progress=False)
+    assert summary.exit_code == 0 and [r["module_name"] for r in summary.rows] == ["jit_f"]
+    assert {k: summary.rows[0][k] for k in KEYS} == numbers(analyze(xprof / "jit_f(6).hlo_proto.pb"))
     # and a mixed dump: each module once, from its text
     summary = run_batch([run_dir / "dump"], db=tmp_path / "m.sqlite", processes=1, progress=False)
     assert all(r["path"].endswith(".txt") for r in summary.rows) and len(summary.rows) == len(
