@@ -81,7 +81,9 @@ def main() -> None:
           f"({skipped} more skipped: XLA or the text analysis failed)")
     print(f"  read without jax with the text's numbers: {same} ({same / total:.1%})")
     print(f"  stopped at a field the reader names:      {sum(unsupported.values())}")
-    print(f"  different numbers:                         {len(differ)} {differ[:5]}")
+    print(f"  different numbers, or printed text that does not parse: {len(differ)}")
+    for entry in differ[:20]:
+        print(f"    {entry}")
     print(f"  printing CPU seconds, all modules:         {printing:.1f}")
     print("  fields not read (count, message):")
     for message, n in unsupported.most_common(25):

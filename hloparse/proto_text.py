@@ -86,7 +86,8 @@ def instruction_text(m: Message, names: dict[int, str], computations: dict[int, 
         attrs.append(f"index={m.int(13)}")
     if m.ints(14):
         dims = m.ints(14)
-        attrs.append(f"iota_dimension={dims[0]}" if opcode == "iota" else f"dimensions={_ints(dims)}")
+        attrs.append(f"iota_dimension={dims[0]}" if opcode == "iota" else
+                     f"inferred_dimension={dims[0]}" if opcode == "reshape" else f"dimensions={_ints(dims)}")
     window = m.msg(15, m.what + " window")
     if window is not None and window.values:
         attrs.append("window=" + window_text(window))
@@ -111,9 +112,9 @@ def instruction_text(m: Message, names: dict[int, str], computations: dict[int, 
         dims = padding.msgs(1, m.what)
         attrs.append("padding=" + "x".join(
             f"{d.int(1)}_{d.int(2)}" + (f"_{d.int(3)}" if d.int(3) else "") for d in dims))
-    if m.has(24):
-        attrs.append(f"epsilon={m.floats(24, 'f')[-1]!r}")
-    if m.has(25):
+    if m.has(24) or opcode.startswith("batch-norm"):  # proto3 leaves a 0 out: XLA's parser wants both
+        attrs.append(f"epsilon={(m.floats(24, 'f') or [0.0])[-1]!r}")
+    if m.has(25) or opcode.startswith("batch-norm"):
         attrs.append(f"feature_index={m.int(25)}")
     if m.int(26) > 0:
         attrs.append(f"channel_id={m.int(26)}")

@@ -23,6 +23,7 @@ ELEMENT_TYPES = {
     33: "f8e8m0fnu", 15: "c64", 18: "c128", 13: "tuple", 14: "opaque", 17: "token", 34: "buffer",
 }
 INT64_WRAP = 1 << 64
+UNBOUNDED = -(1 << 63)  # an unbounded dynamic dimension (`?` in the text)
 
 
 # ---- reading a message into {field: [values]} ---------------------------------------------
@@ -131,7 +132,8 @@ def shape_text(m: Message) -> str:
         raise UnsupportedProto(f"{m.what}: buffer shapes are not read without jax")
     dims = m.ints(3)
     dynamic = m.ints(6)
-    text = ",".join(("<=" if i < len(dynamic) and dynamic[i] else "") + str(d) for i, d in enumerate(dims))
+    text = ",".join("?" if d == UNBOUNDED else ("<=" if i < len(dynamic) and dynamic[i] else "") + str(d)
+                    for i, d in enumerate(dims))
     layout = m.msg(5, m.what + " layout")
     printed = layout_text(layout) if layout is not None else ""
     return f"{kind}[{text}]" + ("" if printed == "{}" else printed)  # XLA prints a scalar's as nothing
