@@ -1,9 +1,10 @@
 """The wire reader of HloModuleProto (`hloparse.proto_text`, used without jax) on every corpus
 module XLA parses: XLA turns the text into a proto, the reader prints it, and the analysis of
 that must give the numbers of the text (flops, transcendentals, bytes, model and remat flops,
-trip counts by loop; the printed computations may come in another order than XLA prints them, so
-the loop list's order may differ). Counts how many read the same, how many stop at a field the reader names, and
-any that differ (there must be none).
+the trip counts as a multiset: XLA's parse of a text makes names unique, `while` twice becomes
+`while` and `while.1`, and the proto's computations may come in another order than the text's).
+Counts how many read the same, how many stop at a field the reader names, and any that differ
+(there must be none).
 
     python3 benchmarks/proto_text_corpus.py                  # modules under 1 MB (4 analyses each in memory)
     python3 benchmarks/proto_text_corpus.py --max-bytes 0    # all of them (needs several GB for the largest)
@@ -71,7 +72,7 @@ def main() -> None:
             differ.append(f"{row['file']}: {str(e)[:120]}")
             continue
         numbers = [(r.flops, r.transcendentals, r.bytes_accessed, r.model_flops, r.remat_flops,
-                    sorted((lp.name, lp.trip_count) for lp in r.loops)) for r in (got, expected)]
+                    sorted(-1 if lp.trip_count is None else lp.trip_count for lp in r.loops)) for r in (got, expected)]
         if numbers[0] == numbers[1]:
             same += 1
         else:
