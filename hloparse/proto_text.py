@@ -44,8 +44,8 @@ INSTRUCTION_FIELDS = {
     89: "is_composite", 90: "ragged_dot_dimension_numbers", 91: "result_accuracy",
 }
 READ = {1, 2, 3, 7, 8, 9, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35, 36,
-        37, 38, 40, 43, 47, 48, 49, 50, 51, 52, 56, 57, 58, 60, 63, 65, 66, 67, 68, 69, 70, 71, 72, 74, 77, 79, 80, 81,
-        82, 85, 87, 88, 89, 91}
+        37, 38, 40, 43, 47, 48, 49, 50, 51, 52, 56, 57, 58, 59, 60, 61, 62, 63, 65, 66, 67, 68, 69, 70, 71, 72, 74, 77,
+        79, 80, 81, 82, 85, 87, 88, 89, 91}
 TO_APPLY = frozenset({"reduce", "reduce-window", "all-reduce", "all-reduce-start", "reduce-scatter", "scatter",
                       "sort", "map", "call"})
 API_VERSIONS = {1: "API_VERSION_ORIGINAL", 2: "API_VERSION_STATUS_RETURNING",
@@ -193,6 +193,21 @@ def instruction_text(m: Message, names: dict[int, str], computations: dict[int, 
             attrs.append("control-predecessors={" + ", ".join("%" + names[i] for i in m.ints(37)) + "}")
         except KeyError as e:
             raise UnsupportedProto(f"{m.what}: control predecessor {e} is no instruction of its computation") from None
+    replication = m.msg(61, m.what + " parameter_replication")
+    if replication is not None and replication.values:
+        replication.check({1})
+        attrs.append("parameter_replication={" + ",".join("true" if b else "false" for b in replication.ints(1)) + "}")
+    solve = m.msg(59, m.what + " triangular_solve_options")
+    if solve is not None:
+        solve.check({1, 2, 3, 4})
+        attrs += [f"{key}={'true' if solve.bool(n) else 'false'}" for n, key in
+                  ((1, "left_side"), (2, "lower"), (3, "unit_diagonal"))]
+        transpose = {1: "NO_TRANSPOSE", 2: "TRANSPOSE", 3: "ADJOINT"}.get(solve.int(4), "NO_TRANSPOSE")
+        attrs.append(f"transpose_a={transpose}")
+    cholesky = m.msg(62, m.what + " cholesky_options")
+    if cholesky is not None:
+        cholesky.check({1})
+        attrs.append(f"lower={'true' if cholesky.bool(1) else 'false'}")
     if m.has(81):
         attrs.append(f"k={m.int(81)}")
     if m.has(85):
