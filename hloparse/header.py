@@ -104,3 +104,27 @@ def _check_shape(text: str) -> None:
         parse_shape(text)
     except NotAPermutation:
         pass  # XLA's parser takes it, and nothing here uses the entry layout's layouts
+
+
+def program_shape(value: str) -> tuple[list, object] | None:
+    """The (parameter shapes, result shape) of an `entry_computation_layout` value already checked
+    by check_attribute, or None where it does not take the usual `{(...)->...}` form."""
+    inner = _COMMENT.sub(" ", value.strip()[1:-1]).strip()
+    if not inner.startswith("("):
+        return None
+    try:
+        close = find_close(inner, 0)
+        arrow = inner[close + 1:].lstrip()
+        if not arrow.startswith("->"):
+            return None
+        params = [_shape_ignoring_layout(inner[s:e]) for s, e in iter_top_level(inner, 1, close) if inner[s:e].strip()]
+        return params, _shape_ignoring_layout(arrow[2:])
+    except (AttributeSyntaxError, ShapeSyntaxError):
+        return None
+
+
+def _shape_ignoring_layout(text: str):  # noqa: ANN202 - an hloparse Shape
+    try:
+        return parse_shape(text)
+    except NotAPermutation:  # XLA's parser takes such a layout here; only the dimensions matter
+        return parse_shape(re.sub(r"\{[^{}]*\}", "", text))

@@ -21,7 +21,6 @@ from hloparse.attributes import AttributeSyntaxError, find_close, iter_top_level
 from hloparse.header import HeaderError, check_attribute, check_module_name
 from hloparse.errors import HloParseError, error_at_end
 from hloparse.grammar import explain
-from hloparse.gzipped import GZIP_MAGIC, InflateError, inflate
 from hloparse.allocation import long_lived_objects
 from hloparse.fast_path import decode_fast, decode_lines, forget_values
 from hloparse.instructions import (
@@ -66,7 +65,14 @@ def parse(text: str, path: str | None = None) -> Module:
                     line, shift = origins[inst.line - 1]
                     set_location(inst, line, inst.column + shift)
             return module
-    except HloParseError:
+    except HloParseError as error:
+        if error.line <= 2:
+            from hloparse.inputs import format_hint
+
+            hint = format_hint(text) if isinstance(text, str) else ""
+            if hint:
+                raise HloParseError(f"{error.message}; {hint}", file=error.file, line=error.line,
+                                    column=error.column, text=error.text, expected=error.expected) from None
         raise
     except RecursionError:
         raise HloParseError("input nested too deeply", file=source, line=1, column=1) from None
@@ -76,28 +82,21 @@ def parse(text: str, path: str | None = None) -> Module:
 
 
 def load(path: str | os.PathLike[str]) -> Module:
-    """Read and parse a module from a file (plain text or gzip). A file that cannot be read raises
-    the OSError Python raises (FileNotFoundError, IsADirectoryError, PermissionError): that is not
-    a parse error, and callers catch it as they catch it from open()."""
+    """Read and parse a module from a file: HLO text, plain or gzip, or any other form
+    `hloparse.inputs` reads (HLO protos, a profile holding one program, StableHLO through jax).
+    A file that cannot be read raises the OSError Python raises (FileNotFoundError,
+    IsADirectoryError, PermissionError): that is not a parse error, and callers catch it as they
+    catch it from open()."""
+    from hloparse.inputs import programs_of
+
     path = os.fspath(path)
-    raw = Path(path).read_bytes()
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            raw = inflate(raw)  # streamed, with a cap on the inflated size (a gzip bomb is refused)
-        except InflateError as e:
-            raise HloParseError(str(e), file=path, line=1, column=1,
-                                text="(binary gzip data)", expected="a complete gzip stream") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        start = raw.rfind(b"\n", 0, e.start) + 1
-        end = raw.find(b"\n", e.start)
-        bad_line = raw[start: end if end >= 0 else len(raw)].decode("utf-8", errors="replace")
-        raise HloParseError("file is not UTF-8 text", file=path, line=line, column=column, text=bad_line.strip(),
-                            expected="UTF-8 text") from None
-    return parse(text, path=path)
+    programs = programs_of(Path(path).read_bytes(), path)
+    if len(programs) != 1:
+        names = ", ".join(p.name for p in programs[:5]) + (", ..." if len(programs) > 5 else "")
+        raise HloParseError(f"this profile holds {len(programs)} programs ({names})", file=path, line=1, column=1,
+                            expected="one program: analyse the directory (hloflops DIR) or use "
+                            "hloparse.inputs.load_programs")
+    return parse(programs[0].text, path=path)
 
 
 def _offset_of_line(text: str, line: int) -> int:
@@ -231,8 +230,9 @@ class _Builder:
             got = _READABLE.get(e.token.type, e.token.type)
             if statement is None:
                 last = self.last_statement
-                raise self.error(f"unexpected {got}", last, len(last.text.rstrip()), expected) from None
-            raise self.error(f"unexpected {got}", statement, 0, expected) from None
+                raise self.error(f"found {got}", last, len(last.text.rstrip()),
+                                 expected) from None
+            raise self.error(f"found {got}", statement, 0, expected) from None
         except UnexpectedInput as e:  # pragma: no cover - every token comes from our own splitter
             raise HloParseError(str(e), file=self.source, line=1, column=1) from None
         finally:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from hloparse import opcodes
 from hloparse.attributes import AttributeSyntaxError, parse_dim_labels, parse_slice, parse_window, split_top_level
+from hloparse.entry_checks import check_entry_against_header
 from hloparse.infer import DERIVED_SHAPE_OPCODES, derived_shape
 from hloparse.ir import Instruction, Module, Shape
 from hloparse.literals import LiteralError, check_literal
@@ -125,6 +126,8 @@ def validate(module: Module, builder: _Builder) -> None:
         _check_signature(comp, builder)
     _check_call_cycles(module, callees, builder)
     _check_header(module, builder)
+    if "input_output_alias" in module.attributes or "entry_computation_layout" in module.attributes:
+        check_entry_against_header(module, builder)
 
 
 def _check_call_cycles(module: Module, callees: Mapping[str, list[tuple[Instruction, str]]],

@@ -76,7 +76,7 @@ def check_opcode_rules(inst: Instruction, above: Mapping[str, Instruction], buil
                 inst, f"dynamic-reshape to rank {want - 1} takes {want} operands (the operand and one size per "
                 f"dimension), not {len(inst.operands)}", f"{want} operands", needle="dynamic-reshape(")
     elif op == "conditional":
-        _check_conditional(inst, builder)
+        _check_conditional(inst, above, builder)
     elif op == "custom-call":
         version = attrs.get("api_version")
         if version is not None and version.strip() not in _API_VERSIONS:
@@ -91,7 +91,7 @@ def check_opcode_rules(inst: Instruction, above: Mapping[str, Instruction], buil
                                            "a channel_id=N", needle="use_global_device_ids")
 
 
-def _check_conditional(inst: Instruction, builder: _Builder) -> None:
+def _check_conditional(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:
     attrs = inst.attributes
     branches = attrs.get("branch_computations")
     predicated = [k for k in ("true_computation", "false_computation") if k in attrs]
@@ -115,6 +115,18 @@ def _check_conditional(inst: Instruction, builder: _Builder) -> None:
         raise builder.error_at_instruction(
             inst, f"conditional with {count} branches expects {1 + count} operands (the branch index and one per "
             f"branch), but has {len(inst.operands)}", f"{1 + count} operands", needle="conditional(")
+    # XLA reads the branches by the index's type: a PRED index takes true/false_computation, an S32
+    # one branch_computations; any other index is refused.
+    index = above[inst.operands[0]].shape if inst.operands[0] in above else None
+    if index is None or index.dims or index.element_type not in ("pred", "s32"):
+        raise builder.error_at_instruction(inst, "The first operand must be a scalar of PRED or S32",
+                                           "a pred[] or s32[] branch index", needle="conditional(")
+    if index.element_type == "pred" and branches is not None:
+        raise builder.error_at_instruction(inst, 'unexpected attribute "branch_computations" for a PRED branch index',
+                                           "true_computation and false_computation", needle="branch_computations")
+    if index.element_type == "s32" and predicated:
+        raise builder.error_at_instruction(inst, f'unexpected attribute "{predicated[0]}" for an S32 branch index',
+                                           "branch_computations={b0, ...}", needle=predicated[0])
 
 
 def check_control_predecessors(inst: Instruction, above: Mapping[str, Instruction], builder: _Builder) -> None:

@@ -1,8 +1,9 @@
 """The Python API: `analyze(source)` -> `Report`, `compare(source)` -> `Comparison`.
 
-`source` may be HLO text, a path to an HLO text file, an `hloparse` `Module`, or a jax
-`Lowered` / `Compiled` (recognised by duck typing, so jax is never imported here unless one is
-passed in, and only `compare` asks XLA for its own numbers).
+`source` may be HLO text (or StableHLO text, converted through jax), a path to a file in any
+form `hloparse.load` reads (HLO text, gzip, `.hlo.pb` protos, StableHLO `.mlir`), the bytes of
+one, an `hloparse` `Module`, or a jax `Lowered` / `Compiled` (recognised by duck typing, so jax
+is never imported here unless one is passed in, and only `compare` asks XLA for its own numbers).
 """
 
 from __future__ import annotations
@@ -114,18 +115,38 @@ def load_module(source: Any) -> Module:
     stage = jax_stage(source)
     if stage is not None:
         return hloparse.parse(_jax_text(*stage))
-    if isinstance(source, bytes):
-        source = source.decode("utf-8")
+    if isinstance(source, bytes):  # HLO text, or any form hloparse.inputs reads (a serialized HLO proto, ...)
+        return _one_program(source, "<bytes>")
     if isinstance(source, os.PathLike):
         return hloparse.load(os.fspath(source))
     if isinstance(source, str):
         if _looks_like_hlo_text(source):
+            from hloparse.formats import STABLEHLO, sniff
+
+            if sniff(source[:4096].encode("utf-8", "replace")).kind == STABLEHLO:  # lowered.as_text()
+                return _one_program(source.encode("utf-8"), "<string>")
             return hloparse.parse(source)
         return hloparse.load(source)
     if callable(getattr(source, "lower", None)):
         raise TypeError(f"analyze() got the jitted function {_what(source)} itself, which has no HLO until it is "
                         "given arguments: pass fn.lower(*args).compile(), or use hloflops.count(fn)(*args)")
     raise TypeError(f"analyze() got {_what(source)}; it takes {ACCEPTED}")
+
+
+def _program_text(data: bytes, label: str) -> str:
+    """The HLO text of the one program in a file's bytes, whatever its form (hloparse.inputs)."""
+    from hloparse.inputs import programs_of
+
+    programs = programs_of(data, label)
+    if len(programs) != 1:
+        raise ValueError(f"{label}: holds {len(programs)} programs; analyse one (hloparse.inputs.load_programs)")
+    return programs[0].text
+
+
+def _one_program(data: bytes, label: str) -> Module:
+    import hloparse
+
+    return hloparse.parse(_program_text(data, label), path=None if label.startswith("<") else label)
 
 
 def num_devices(module: Module) -> int:
@@ -203,12 +224,12 @@ def xla_cost_analysis(source: Any) -> dict[str, float]:
     if isinstance(source, Module):
         text = _module_text(source)
     elif isinstance(source, bytes):
-        text = source.decode("utf-8")
+        text = _program_text(source, "<bytes>")
     elif isinstance(source, str) and _looks_like_hlo_text(source):
-        text = source
+        text = _program_text(source.encode("utf-8"), "<string>")
     else:
-        with open(os.fspath(source), encoding="utf-8") as f:
-            text = f.read()
+        with open(os.fspath(source), "rb") as f:
+            text = _program_text(f.read(), os.fspath(source))
     try:
         raw = xla_compare.xla_cost_of_text(text)
     except Exception as error:  # XLA's parser rejects what ours accepted: say what it said, on one line

@@ -77,7 +77,7 @@ def test_dump_dir_with_bad_files(mixed: dict, tmp_path: Path) -> None:
             assert row["error"] and "\n" not in row["error"]
             assert row["flops"] is None
     assert rows[str(mixed["dump"].parent / "bad" / "pipe.hlo")]["error"].startswith("cannot read: not a regular file")
-    assert "not UTF-8" in rows[str(mixed["dump"].parent / "bad" / "binary.txt")]["error"]
+    assert "not UTF-8" in rows[str(mixed["dump"].parent / "bad" / "binary.hlo")]["error"]
     assert "gzip" in rows[str(mixed["dump"].parent / "bad" / "truncated.hlo.gz")]["error"]
 
     n_bad = sum(1 for s in mixed["bad"].values() if s != "ok")

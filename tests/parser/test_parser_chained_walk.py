@@ -31,9 +31,9 @@ def test_chained_computations_keep_their_lines_and_columns() -> None:
     (_REDUCERS.replace("b: f32[]) -> f32[] {\n  %a2", "b: foo[]) -> f32[] {\n  %a2") + _ENTRY, "15:5",
      "unknown element type 'foo'"),
     (_REDUCERS.replace("%r2 (", "ENTRY %r2 (") + _ENTRY, "27:1", "expects only one ENTRY computation"),
-    (_REDUCERS + "ENTRY %e {\n", "27:11", "unexpected end of input"),
+    (_REDUCERS + "ENTRY %e {\n", "27:11", "found end of input (expected '}' or an instruction)"),
     (_REDUCERS.replace("b: f32[]) -> f32[] {\n  %a2", "b: f32[] -> f32[] {\n  %a2") + _ENTRY, "15:1",
-     "unexpected an instruction"),
+     "found an instruction (expected a computation heading"),
 ])
 def test_errors_in_chained_computations_are_located_as_before(text: str, where: str, message: str) -> None:
     with pytest.raises(HloParseError) as error:

@@ -69,7 +69,7 @@ def bad_files(good_text: str) -> dict[str, tuple[Any, str]]:
                         "parse_error"),
         "truncated.hlo": (good_text[: len(good_text) // 2].encode(), "parse_error"),
         "empty.hlo": (b"", "parse_error"),
-        "binary.txt": (bytes(range(256)) * 4, "read_error"),
+        "binary.hlo": (bytes(range(256)) * 4, "read_error"),
         "truncated.hlo.gz": (gzip.compress(good_text.encode())[:40], "read_error"),
         "dangling.hlo": (lambda p: os.symlink(p.parent / "does-not-exist", p), "read_error"),
         "pipe.hlo": (lambda p: os.mkfifo(p), "read_error"),

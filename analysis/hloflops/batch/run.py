@@ -25,7 +25,8 @@ from hloflops.batch.db import OK, READ_ERROR, ResultsDB, check_database, export,
 from hloflops.batch.discovery import AFTER_OPTIMIZATIONS, Discovery, ModuleFile, discover
 from hloflops.batch.programs import dump_fingerprint
 from hloflops.batch.pool import Job, default_processes, run_dask, run_local
-from hloflops.batch.worker import WorkerFn, WorkerOptions, analyze_file, content_hash, engine_version, package_version
+from hloflops.batch.worker import (PROGRAM_SEPARATOR, WorkerFn, WorkerOptions, analyze_file, content_hash,
+                                   engine_version, package_version)
 from hloflops.batch.progress import Progress
 from hloflops.batch.summary import SORT_KEYS, BatchSummary, format_summary, module_matches  # noqa: F401
 from hloflops.report.fit import output_width
@@ -123,8 +124,10 @@ def run_batch(
     check_database(db)
     found: Discovery = discover(paths, stage)
     if not found.files and not found.problems:
+        skipped = f"; {len(found.skipped)} files skipped, not HLO, e.g. {found.skipped[0][0]}: {found.skipped[0][1]}" \
+            if found.skipped else ""
         raise NoModulesFound(f"no HLO modules found under {', '.join(map(os.fspath, paths))} (stage {stage!r}; "
-                             f"{found.ignored} other files ignored)")
+                             f"{found.ignored} other files ignored{skipped})")
     named = [mf for mf in found.files if mf.dump is None or module_matches(mf.dump.module_name, module)]
     filtered = len(found.files) - len(named)
     total_bytes = sum(mf.size for mf in named)
@@ -158,9 +161,9 @@ def run_batch(
                     result = {**result, "program_fingerprint": before}
             row = row_from_result(
                 result,
-                path=_key(mf.path),
+                path=_key(mf),
                 content_hash=digest,
-                size_bytes=sizes.pop(_key(mf.path), mf.size),
+                size_bytes=sizes.pop(_key(mf), mf.size),
                 stage=mf.stage,
                 engine_version=version,
                 run_id=run_id,
@@ -172,7 +175,7 @@ def run_batch(
 
         def jobs() -> Iterator[Job]:
             for mf in order:
-                key = _key(mf.path)
+                key = _key(mf)
                 by_path[key] = mf
                 try:
                     data = _read_regular_file(mf.path)
@@ -203,7 +206,7 @@ def run_batch(
                           processes=processes or default_processes(), timeout_s=timeout_s)
         finally:
             bar.close()
-        rows = tuple(results.module_rows(_key(mf.path) for mf in order))
+        rows = tuple(results.module_rows(_key(mf) for mf in order))
         if module is not None:
             def name_of(row: dict[str, Any]) -> str | None:
                 dump = by_path[row["path"]].dump if row["path"] in by_path else None
@@ -228,6 +231,7 @@ def run_batch(
         seconds=time.monotonic() - started,
         total_bytes=total_bytes,
         ignored=found.ignored,
+        skipped=found.skipped,
         missing_stage=found.missing_stage,
         problems=found.problems,
         rows=rows,
@@ -247,9 +251,11 @@ def _preload_engine() -> None:
         pass
 
 
-def _key(path: Path) -> str:
-    # Absolute but not resolved: a symlink keeps its own name (a broken one has no target).
-    return os.path.abspath(path)
+def _key(mf: ModuleFile) -> str:
+    # Absolute but not resolved: a symlink keeps its own name (a broken one has no target). A
+    # program of a profile (a file of several) is `FILE::NAME`.
+    path = os.path.abspath(mf.path)
+    return path + PROGRAM_SEPARATOR + mf.program if mf.program else path
 
 
 # ---- command line ----------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class BatchSummary:
     rows: tuple[dict[str, Any], ...] = field(repr=False, default=())  # this run's files, from the database
     module_pattern: str | None = None  # --module: only modules whose name matches are in `rows`
     filtered: int = 0  # module files left out by module_pattern
+    skipped: tuple[tuple[str, str], ...] = ()  # (path, why): files found that hold no HLO (notes, logs)
 
     @property
     def exit_code(self) -> int:
@@ -160,6 +161,12 @@ def format_summary(summary: BatchSummary, *, top: int = 20, sort: str = "flops",
     ]
     if summary.ignored:
         lines.append(f"  ignored {summary.ignored} dump side files / other stages")
+    if summary.skipped:
+        lines.append(f"  skipped {len(summary.skipped)} files that hold no HLO:")
+        for path, why in summary.skipped[:top]:
+            lines.append(f"    {display_path(path)}: {why}")
+        if len(summary.skipped) > top:
+            lines.append(f"    ... and {len(summary.skipped) - top} more")
     if summary.missing_stage:
         lines.append(f"  {len(summary.missing_stage)} dump modules have no text of the selected stage, e.g. "
                      f"{summary.missing_stage[0]}")

@@ -73,13 +73,35 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def decode_module_text(data: bytes, max_inflated: int | None = None) -> str:
-    """The HLO text in a file's bytes (gunzipped when they are gzip). Raises ValueError."""
+PROGRAM_SEPARATOR = "::"  # `profile.xplane.pb::jit_f(6)`: one program of a file that holds several
+
+
+def decode_module_text(data: bytes, max_inflated: int | None = None, path: str = "") -> str:
+    """The HLO text in a file's bytes (gunzipped when they are gzip; an HLO proto, a profile's
+    program or StableHLO converted by `hloparse.inputs`). Raises ValueError."""
+    from hloparse import formats
+    from hloparse.errors import HloParseError
+
     if data[:2] == GZIP_MAGIC:
         try:
             data = inflate(data, max_inflated)  # streamed and capped: a gzip bomb is a read_error row
         except InflateError as e:
             raise ValueError(f"bad gzip data: {e}") from None
+    file, _, program = path.partition(PROGRAM_SEPARATOR)
+    found = formats.sniff(data[: formats.HEAD_BYTES], file.removesuffix(".gz"))
+    if found.kind in (formats.HLO_PROTO, formats.HLO_MODULE_PROTO, formats.XSPACE, formats.STABLEHLO):
+        from hloparse.inputs import programs_of
+
+        try:
+            programs = programs_of(data, file)
+        except HloParseError as e:
+            raise ValueError(f"{found.kind}: {e.message}") from None
+        chosen = [p for p in programs if p.name == program] if program else programs
+        if len(chosen) != 1:
+            raise ValueError(f"{found.kind}: {len(chosen)} programs named {program!r} in it")
+        return chosen[0].text
+    if found.kind == formats.OTHER_BINARY:
+        raise ValueError(f"not UTF-8 text, nor an HLO proto: {found.describe()}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -108,7 +130,7 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
     start = time.perf_counter()
     base: dict[str, Any] = {"engine_version": engine_version()}
     try:
-        text = decode_module_text(data, options.max_inflated)
+        text = decode_module_text(data, options.max_inflated, path)
     except MemoryError:
         return {**base, "status": MEMORY, "error": _MEMORY_MESSAGE, "seconds": time.perf_counter() - start}
     except ValueError as e:
