@@ -25,7 +25,6 @@ SEEDS = range(0, 10)
 KNOWN: dict[int, str] = {  # measured on jax 0.10.2, CPU (reported - truth)
     0: "whole-model checkpoint: the twin's loss division, transposed once less (before: divide -1)",
     2: "whole-model checkpoint: the twin's loss division, transposed once less (before: divide -1)",
-    8: "encoder-decoder, nn.remat per block: a cross-attention dot left unpaired after optimization (dot -131,072)",
     9: "nn.remat around an encoder-decoder with prevent_cse=False (before: select -256)",
 }
 
