@@ -6,8 +6,8 @@ Flax `nn.scan(nn.remat(Block))` LM and its Python-loop twin (B8 T128 D256 H1024,
 TPU the matmuls are convolutions and dots; their remat FLOPs equal the difference exactly
 (7,247,757,312 on each). Every opcode is not asserted: measured, hloflops counts 0.5 to 1.5 %
 more than the difference (bf16 converts and elementwise copies in TPU fusions), recorded in
-benchmarks/results/remat_sweep.md. The issue's sharded versions (FSDP, tensor parallel) are not
-built here.
+benchmarks/results/remat_sweep.md. The issue's sharded versions (FSDP, tensor parallel) are in
+tests/remat/test_remat_tpu_sharded.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hloparse.ir import CallRole, Module, parameter_number
 
+COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute"})
 Inputs = frozenset  # of ("param", n) / ("state", index) / ("opaque", computation, instruction)
 
 
@@ -90,6 +91,14 @@ class FrameInputs:
             return [("state", computation, inst.attributes.get("index", "0"))], []
         elif inst.opcode == "while":
             return [("opaque", computation, instruction)], []
+        elif inst.opcode == "get-tuple-element" and (element := self._element(comp, inst)) is not None:
+            refs = [element]
+        elif inst.opcode == "custom-call" and inst.custom_call_target == "AsyncCollectiveDone" and \
+                (collectives := [o for o in inst.operands if o in comp.by_name
+                                 and comp.by_name[o].opcode in COLLECTIVES]):
+            # TPU's async collective: the done returns what its collective computes; its other
+            # operands are the destination buffer (aliased, overwritten) and sync flags.
+            refs = [(computation, o) for o in collectives]
         else:
             refs = [(computation, o) for o in inst.operands if o in comp.by_name]
             inlined = [s.computation for s in inst.calls if s.role in (CallRole.FUSION, CallRole.CALL)]
@@ -100,3 +109,23 @@ class FrameInputs:
                 refs = [(callee.name, callee.root.name)]
         missing = [r for r in refs if r not in self.memo]
         return [("ref", r) for r in refs], missing
+
+    def _element(self, comp, inst) -> tuple[str, str] | None:
+        """The op a get-tuple-element takes, where its tuple is built in sight (a tuple, or the
+        root tuple of a fusion or call): one element reads only its own inputs, not those of
+        the tuple's other elements (TPU's async collective fusions return their overlapped
+        work, the collective's buffers and sync flags in one tuple)."""
+        source = comp.by_name.get(inst.operands[0]) if inst.operands else None
+        if source is None:
+            return None
+        where, tup = comp.name, source
+        inlined = [s.computation for s in source.calls if s.role in (CallRole.FUSION, CallRole.CALL)]
+        if inlined:
+            callee = self.module.by_name.get(inlined[0])
+            if callee is None or not callee.instructions or self.caller.get(callee.name) is None:
+                return None
+            where, tup = callee.name, callee.root
+        if tup.opcode != "tuple":
+            return None
+        index = int(inst.attributes.get("index", "0"))
+        return (where, tup.operands[index]) if index < len(tup.operands) else None

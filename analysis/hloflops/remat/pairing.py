@@ -327,9 +327,11 @@ def _is_identity_rounding(inst: Instruction) -> bool:
 
 def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
     """Ops that XLA left without metadata (the dots of a CPU library fusion: the fusion and its
-    dot carry no op_name) are named as what they read: an op without a name all of whose inputs
-    (but constants) are remat-named values is part of the recompute. One that reads a gradient
-    too is the backward's. Through a fusion's parameters to its call site's operands."""
+    dot carry no op_name) are named as what they read: an op without a name that reads a
+    remat-named value and otherwise (constants aside) only remat-named or forward values is part
+    of the recompute (a recompute's cross-attention logits read the recomputed query and the
+    forward's keys, where CSE merged the keys' recompute into the forward). One that reads a
+    gradient too is the backward's. Through a fusion's parameters to its call site's operands."""
     callers: dict[str, tuple[str, Instruction] | None] = {}
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":
@@ -350,8 +352,9 @@ def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
                 sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
             elif source is not None:
                 sources.append((comp.name, source))
-        sources = [(c, i) for c, i in sources if i.opcode != "constant"]
-        if sources and all(REMAT_SCOPE in op_names.of(c, i) for c, i in sources):
+        names = [op_names.of(c, i) for c, i in sources if i.opcode != "constant"]
+        remat = [REMAT_SCOPE in name for name in names]
+        if any(remat) and all(r or phase(name) == "forward" for r, name in zip(remat, names)):
             op.named = op.marked = op.inherited = True
 
 

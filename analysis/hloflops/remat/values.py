@@ -424,7 +424,7 @@ class _Numbering:
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         if inst.opcode == "while":
             yield from self._while(inst, ops)
-            tag = ("while", comp.name, inst.name)
+            tag = ("while", comp.name, inst.name, ops[0][0] if ops else None)  # per initial state, as its body
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         return self._plain(comp, inst, ops)
 
@@ -481,7 +481,10 @@ class _Numbering:
                     continue
                 self._frame_name = name
                 shape = comp.parameters[0].shape if comp.parameters else inst.shape
-                state = (self.opaque(("loop", name), shape), self.leaf(shape), False)
+                # keyed by the loop's initial value too: the same loop in a callee run from
+                # several sites (a scan of microbatches, unrolled) runs on another state at each
+                init = ops[0][0] if ops else None
+                state = (self.opaque(("loop", name, init), shape), self.leaf(shape), False)
                 yield self._frame(comp, [state])
         self._frame_name = saved
 
