@@ -20,6 +20,11 @@ The goal of issue 32: each within 1.5 x XLA + 0.25 s (start-up). Peak RSS is eac
 Wall time is the measure (what a user waits for); CPU time (user + system) is shown beside it:
 on a machine shared with other work both sides slow down, the longer-running one more, which is
 why they run in turn in every round and why the CPU columns are the fairer comparison under load.
+Python bytecode: an installed package has its modules compiled (pip writes the .pyc files); this
+machine sets PYTHONDONTWRITEBYTECODE=1, which makes every hloflops process compile its ~110 source
+files again (~0.08 CPU s). So hloflops runs with the sources compiled once beforehand into a
+temporary PYTHONPYCACHEPREFIX, as installed; `--no-bytecode-cache` measures without (as the results
+before 2026-12-03_second did).
 The table is written to benchmarks/results/cli_speed_<date>.md (or --out).
 """
 
@@ -68,10 +73,23 @@ print(json.dumps({"seconds": time.perf_counter() - start, "cpu": time.process_ti
 """
 
 
+_PYCACHE: list[str] = []  # the bytecode directory hloflops runs with (empty: none, sources compiled each run)
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "analysis"), str(ROOT), env.get("PYTHONPATH", "")])
+    if _PYCACHE:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = _PYCACHE[0]
     return env
+
+
+def compile_sources() -> None:
+    """Compile hloflops' and hloparse's sources into a temporary bytecode directory, as pip does on install."""
+    _PYCACHE.append(tempfile.mkdtemp(prefix="cli_speed_pyc_"))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "analysis"), str(ROOT / "hloparse")],
+                   check=True, env=_env())
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
@@ -208,7 +226,11 @@ def main() -> None:
     ap.add_argument("--over-1mb", action="store_true", help="also the summary of every corpus module over 1 MB")
     ap.add_argument("--note", default="", help="a line about the machine (load, ...) for the result")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-bytecode-cache", action="store_true", help="hloflops compiles its sources in every process")
+    ap.add_argument("--commands", nargs="*", default=None, help="only these rows (e.g. 'hloflops FILE' 'run -j 1')")
     args = ap.parse_args()
+    if not args.no_bytecode_cache:
+        compile_sources()
     out = args.out or ROOT / "benchmarks" / "results" / f"cli_speed_{datetime.date.today()}.md"
     paths = args.modules if args.modules is not None else [
         generated_module(args.layers), *(CORPUS / m for m in ISSUE_MODULES)]
@@ -217,12 +239,14 @@ def main() -> None:
              f"`python3 benchmarks/cli_speed.py --repeat {args.repeat}`: wall seconds of whole processes, median of "
              f"{args.repeat} rounds, hloflops and XLA (jaxlib hlo_module_from_text + hlo_module_cost_analysis, jax's "
              "import not counted) in turn in each round; goal 1.5 x XLA + 0.25 s. "
-             f"{os.cpu_count()} CPUs; load average at the start {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}."
+             f"{os.cpu_count()} CPUs; load average at the start {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}. "
+             + ("Sources compiled each process (PYTHONDONTWRITEBYTECODE)." if args.no_bytecode_cache else
+                "Bytecode compiled beforehand, as an installed package has it.")
              + (f" {args.note}" if args.note else ""), ""]
     lines += startup_lines(args.repeat)
     print("\n".join(lines), flush=True)
     for path in paths:
-        block = module_lines(path, measure(path, args.repeat))
+        block = module_lines(path, measure(path, args.repeat, args.commands))
         print("\n".join(block), flush=True)
         lines += block
     if args.over_1mb:
@@ -243,6 +267,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"written to {out}")
+    for directory in _PYCACHE:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ command line in a fresh interpreter N times (`python -m hloflops.cli FILE --json
 median and best wall time and the median CPU time (user + system; a busy machine inflates it
 least), the time of each phase in one process (imports, parse, account, JSON), then runs it once
 under `python -X importtime` and lists the heavy modules imported (jax, jaxlib and pandas must
-not be; networkx and numpy are imported where a walk or a float32 sum needs them, not by a small module)
+not be; networkx and numpy are imported where a walk or a float loop counter needs them, not by a small module)
 and the slowest imports. Also prints
 the bare interpreter's start-up for reference.
 """

@@ -87,8 +87,10 @@ def test_flax_training_loop_kept_dump_and_database(tmp_path: Path) -> None:
     assert [r[-2] for r in rows] == ["jit_train_step"] and "others left out" in one.stdout
     named = hloflops(str(dump), "--db", str(again), "--no-progress", "--sort", "name", "--top", "100")
     names = [r[-2] for r in table(named.stdout, "Modules by name")]
-    # one row per program (issue 33): every module of the dump is some row's program
-    assert names == sorted(names) and set(names) == {r["module_name"] for r in first.values()}
+    # one row per program (a name and fingerprint), its files folded into 'compiled'
+    programs, files = map(int, re.search(r"^Modules by name, top \d+ of (\d+) programs in (\d+) files",
+                                         named.stdout, flags=re.M).groups())
+    assert names == sorted(names) and len(names) == programs < files == len(first)
 
 
 def test_init_phase_two_jitted_functions_and_user_xla_flags(tmp_path: Path) -> None:
@@ -104,7 +106,7 @@ def test_init_phase_two_jitted_functions_and_user_xla_flags(tmp_path: Path) -> N
     assert top_module(proc.stdout) == "jit_train_step"
     heaviest = table(proc.stdout, "Heaviest modules first")
     predict = [r for r in heaviest if r[-1] == "jit_predict"]
-    assert len(predict) == 1 and predict[0][3] == "2"  # one program, compiled twice
+    assert len(predict) == 1 and predict[0][3] == "2"  # one program (one row), compiled for two shapes
     train = next(r for r in heaviest if r[-1] == "jit_train_step")
     assert train[4] == "1" and float(train[1][:-1]) > 1  # one loop (the scan), undercounted by XLA
 
@@ -116,8 +118,8 @@ def test_worker_process_modules_are_all_found() -> None:
     heaviest = table(proc.stdout, "Heaviest modules first")
     names = [r[-1] for r in heaviest]
     assert "jit_worker_only" in names  # compiled only in the spawned process
-    # the parent's and the worker's, neither overwritten: one program, its two files folded
-    assert names.count("jit_step") == 1 and next(r for r in heaviest if r[-1] == "jit_step")[3] == "2"
+    step = [r for r in heaviest if r[-1] == "jit_step"]
+    assert len(step) == 1 and step[0][3] == "2"  # one program: the parent's and the worker's file, not overwritten
 
 
 def test_nonzero_exit_code_is_reported_and_returned() -> None:
@@ -176,3 +178,35 @@ def test_sort_orders(sort: str) -> None:
     ]
     expected = {"flops": ["b", "c", "a"], "ratio": ["c", "a", "b"], "name": ["b", "a", "c"], "time": ["a", "c", "b"]}
     assert [r["path"] for r in sort_rows(rows, sort)] == expected[sort]
+
+
+# A command that only puts modules where XLA would dump them (the directory its XLA_FLAGS name).
+_COPY_INTO_DUMP = r"""
+import os, shutil, sys
+dump = next(f.split("=", 1)[1] for f in os.environ["XLA_FLAGS"].split() if f.startswith("--xla_dump_to="))
+for i, path in enumerate(sys.argv[1:]):
+    shutil.copy(path, os.path.join(dump, f"module_{i:04d}.jit_m{i}.after_optimizations.txt"))
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_top_module_is_analysed_once_its_summary_comes_from_the_batch_worker(
+        tmp_path: Path, examples_dir: Path, keep: bool) -> None:
+    """`hloflops run` prints the top module's summary as the batch worker rendered it: the parent builds no
+    Report (before: it analysed the top module a second time), and what it prints is unchanged."""
+    from hloflops.batch.run_command import format_run, run_command
+
+    modules = [str(examples_dir / name) for name in ("fori_loop.after_optimizations.hlo",
+                                                     "fsdp_train_step.after_optimizations.hlo")]
+    command = [sys.executable, "-c", _COPY_INTO_DUMP, *modules]
+    texts = []
+    for once in (True, False):
+        where = str(tmp_path / ("dump_a" if once else "dump_b")) if keep else None  # paths of one length
+        result = run_command(command, keep=where, processes=1, progress=False,
+                             **({"summary": (5, 100), "top_report": False} if once else {}))
+        assert result.exit_code == 0 and len(result.summary.rows) == 2
+        assert (result.top_report is None) == once and (result.top_summary is not None) == once
+        text = format_run(result, top=5, width=100)
+        texts.append(re.sub(r"after [\d.]+ s", "after X s", text).replace("dump_b", "dump_a"))
+    assert "Top module: " in texts[0] and "exact (loop-aware)" in texts[0]
+    assert texts[0] == texts[1]

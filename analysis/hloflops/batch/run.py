@@ -18,7 +18,7 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from hloflops.batch.cache_dir import CACHE_DIR_ENV, DEFAULT_DB_NAME, default_db_path
 from hloflops.batch.db import OK, READ_ERROR, ResultsDB, check_database, export, export_format_for, row_from_result
@@ -103,6 +103,8 @@ def run_batch(
     log=None,
     max_inflated: int | None = None,
     memory_limit: int | None = None,
+    summary: tuple[int, int | None, bool] | None = None,
+    on_result: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> BatchSummary:
     """Analyse every module file under `paths` into the database `db` (default: the per-user cache's,
     `hloflops.batch.cache_dir`); see the module docstring.
@@ -112,10 +114,12 @@ def run_batch(
     `scopes`: also store per-scope sums (`scope_depth` frames of the name stack). `force`:
     re-analyse files even when their row is up to date. `max_inflated`: cap on a gzip file's
     inflated bytes; `memory_limit`: address-space limit of each local worker, bytes (a file that
-    needs more gets a `memory` row). Raises NoModulesFound (before any database is made) when the
-    paths hold no module, DatabaseUnusable when `db` is not an hloflops database. `worker_fn`: the per-file function
-    (tests substitute fakes; it must be importable by the workers; one may carry an
-    `engine_version` attribute, a callable returning the version its rows are cached under).
+    needs more gets a `memory` row). `summary` (WorkerOptions.summary) and `on_result(path, record)`,
+    called with each record a worker returns: how `hloflops run` gets the top module's summary. Raises
+    NoModulesFound (before any database is made) when the paths hold no module, DatabaseUnusable
+    when `db` is not an hloflops database. `worker_fn`: the per-file function (tests substitute fakes;
+    it must be importable by the workers; one may carry an `engine_version` attribute, a callable
+    returning the version its rows are cached under).
     """
     log = log or (lambda message: print(escape_controls(f"hloflops batch: {message}"), file=sys.stderr))
     started = time.monotonic()
@@ -144,7 +148,7 @@ def run_batch(
     else:
         version = str(version_of())
     options = WorkerOptions(scopes=scopes, scope_depth=scope_depth, max_inflated=max_inflated,
-                            memory_limit=memory_limit if scheduler is None else None)
+                            memory_limit=memory_limit if scheduler is None else None, summary=summary)
     counts = {"analyzed": 0, "cached": 0}
     bar = Progress(len(order), total_bytes, enabled=progress)
     by_path: dict[str, ModuleFile] = {}
@@ -195,6 +199,8 @@ def run_batch(
                 yield Job(key, data)
 
         def on_done(job: Job, result: dict[str, Any]) -> None:
+            if on_result is not None:
+                on_result(job.path, result)
             record(by_path[job.path], digests.pop(job.path), result)
 
         try:

@@ -57,7 +57,10 @@ class RunResult:
     dump_dir: str
     kept: bool
     summary: BatchSummary | None
-    top_report: Any = None  # the hloflops.Report of the top module, None when nothing was analysed
+    top_report: Any = None  # the hloflops.Report of the top module, None when nothing was analysed (or not asked)
+    # (path, top, width, text): the top module's summary as its batch worker rendered it, None when not asked
+    # or its row came from the database's cache
+    top_summary: tuple[str, int, int | None, str] | None = None
     flags_note: str = ""
     db_kept: bool = False
 
@@ -135,10 +138,15 @@ def run_command(
     progress: bool = True,
     env: Mapping[str, str] | None = None,
     sort: str = "flops",
+    summary: tuple[int, int | None] | None = None,
+    top_report: bool = True,
 ) -> RunResult:
     """Run `command` with XLA dumping, then analyse every module it compiled (see the module
     docstring). `keep`: dump into this (new or empty) directory and leave it there; else a
-    temporary one is removed at the end. `db`: the SQLite database (default: a temporary one)."""
+    temporary one is removed at the end. `db`: the SQLite database (default: a temporary one).
+    `summary=(top, width)`: the batch workers also render each module's summary, and the top
+    module's is kept (`result.top_summary`). `top_report=False`: build `result.top_report` only when
+    that summary is missing (the top module's row was cached), so the top module is analysed once."""
     if not command:
         raise RunUsageError("give the command to run after '--', e.g. hloflops run -- python train.py")
     workdir = tempfile.mkdtemp(prefix="hloflops-run-")
@@ -154,20 +162,31 @@ def run_command(
                            db_kept=db is not None)
         if code is None:
             return result
+        texts: dict[str, str] = {}
+
+        def keep_summary(path: str, record: dict[str, Any]) -> None:
+            if "summary_text" in record:
+                texts[path] = record.pop("summary_text")
+
         try:
             result.summary = run_batch(
                 [dump_dir], db=db or os.path.join(workdir, "hloflops.sqlite"), processes=processes, stage=stage,
-                timeout_s=timeout_s, progress=progress, module=module, argv=["hloflops", "run", *command])
+                timeout_s=timeout_s, progress=progress, module=module, argv=["hloflops", "run", *command],
+                summary=None if summary is None else (*summary, keep is not None), on_result=keep_summary)
         except NoModulesFound:  # the command dumped no module: an empty summary says so below
             result.summary = BatchSummary(db or "", 0, 0, 0, 0, 0, {}, 0.0, 0, 0, (), (), module_pattern=module)
             return result
         ok = [r for r in result.summary.rows if r["status"] == OK]
         if ok:
-            from hloflops.api import analyze
+            top_path = sort_rows(ok, sort)[0]["path"]
+            if summary is not None and top_path in texts:
+                result.top_summary = (top_path, *summary, texts[top_path])
+            if top_report or result.top_summary is None:
+                from hloflops.api import analyze
 
-            result.top_report = analyze(sort_rows(ok, sort)[0]["path"])
-            if keep is None:
-                result.top_report.path = None  # the temporary dump is about to go
+                result.top_report = analyze(top_path)
+                if keep is None:
+                    result.top_report.path = None  # the temporary dump is about to go
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -204,14 +223,19 @@ def _run_text(result: RunResult, *, top: int, sort: str, width: int | None) -> s
     text = format_summary(result.summary, top=top, sort=sort, paths=result.kept, prog="hloflops run",
                           db_label=db_label, width=width)
     lines.append(text.rstrip("\n"))
-    if result.top_report is not None:
-        report = result.top_report
-        top_path = sort_rows([r for r in result.summary.rows if r["status"] == OK], sort)[0]["path"]
-        program = compile_counts(result.summary.rows).get(top_path)
-        label, compiled = (program.label, program.compiled) if program else (report.module_name, 1)
+    top_row = next(iter(sort_rows([r for r in result.summary.rows if r["status"] == OK], sort)), None)
+    top_text = None
+    if top_row is not None and result.top_summary is not None \
+            and result.top_summary[:3] == (top_row["path"], top, width):
+        top_text = result.top_summary[3]  # rendered by the batch worker: the module is not analysed again
+    elif top_row is not None and result.top_report is not None:
+        top_text = result.top_report.summary(top=top, width=width)
+    if top_text is not None:
+        program = compile_counts(result.summary.rows).get(top_row["path"])
+        label, compiled = (program.label, program.compiled) if program else (top_row["module_name"], 1)
         lines += ["", f"Top module: {label} (XLA compiled this program {compiled} time"
                       f"{'s' if compiled != 1 else ''})", ""]
-        lines.append(report.summary(top=top, width=width).rstrip("\n"))
+        lines.append(top_text.rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -285,17 +309,19 @@ def cli_main(argv: Sequence[str]) -> int:
     except SystemExit as e:
         return 0 if e.code in (0, None) else EXIT_USAGE
     try:
+        width = output_width()
         result = run_command(command, keep=args.keep, db=args.db, module=args.module, stage=args.stage,
                              processes=args.processes, timeout_s=args.timeout or None,
-                             progress=not args.no_progress, sort=args.sort)
+                             progress=not args.no_progress, sort=args.sort, summary=(args.top, width),
+                             top_report=bool(args.html))
     except RunUsageError as error:
         print(f"hloflops run: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("hloflops run: interrupted during the analysis", file=sys.stderr)
         return 130
-    sys.stdout.write(format_run(result, top=args.top, sort=args.sort, width=output_width()))
-    if args.html and result.top_report is not None:
+    sys.stdout.write(format_run(result, top=args.top, sort=args.sort, width=width))
+    if args.html and result.top_report is not None:  # (built whenever a module was analysed and --html asked)
         Path(args.html).write_text(run_page(result, sort=args.sort), encoding="utf-8")
         print(f"hloflops run: wrote {args.html}", file=sys.stderr)
     elif args.html:

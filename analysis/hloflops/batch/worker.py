@@ -37,6 +37,9 @@ class WorkerOptions:
     scope_depth: int | None = 3  # frames of the op_name name stack per scope (None: whole stack)
     max_inflated: int | None = None  # cap on a gzip file's inflated bytes (None: hloparse.gzipped's rule)
     memory_limit: int | None = None  # address-space limit of a local worker process, bytes (None: none)
+    # (top, width, with path): also return the module's `Report.summary(top=, width=)` as "summary_text",
+    # its path shown or not; `hloflops run` prints the top module's, so it need not analyse it again.
+    summary: tuple[int, int | None, bool] | None = None
 
 
 WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
@@ -146,6 +149,12 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
         report = analyze(module)
         result = report.to_dict(by=("scope",) if options.scopes else (), depth=options.scope_depth)
         identity = identity_fields(module, text)  # which program this is (hloflops.batch.programs)
+        summary_text = None
+        if options.summary is not None:
+            top, width, with_path = options.summary
+            if not with_path:
+                report.path = None
+            summary_text = report.summary(top=top, width=width)
     except hloparse.HloParseError as e:
         return {**base, "status": PARSE_ERROR, "error": _one_line(str(e)), "seconds": time.perf_counter() - start}
     except MemoryError:  # the worker's memory limit (--memory-limit): the file's size, not a bug
@@ -156,6 +165,8 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
     record = record_from_report_dict(result)
     record.update(identity)
     record.update(base)
+    if summary_text is not None:
+        record["summary_text"] = summary_text
     record["seconds"] = time.perf_counter() - start
     return record
 
