@@ -4,12 +4,12 @@ the analysis, and added to a database written before they existed."""
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from pathlib import Path
 
 from hloflops.api import analyze
 from hloflops.batch.db import ResultsDB
 from hloflops.batch.run import run_batch
+from tests.support.batch_fixtures import OLD_ROW, schema_1_database
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = ROOT / "tests" / "data" / "allreduce_loop.hlo"
@@ -29,19 +29,7 @@ def test_columns_hold_the_analysis(tmp_path: Path) -> None:
 
 def test_an_older_database_gains_the_columns(tmp_path: Path) -> None:
     db = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(db)
-    conn.executescript("""
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO meta VALUES ('schema_version', '1');
-CREATE TABLE modules (path TEXT PRIMARY KEY, content_hash TEXT, size_bytes INTEGER, stage TEXT, module_name TEXT,
-    status TEXT NOT NULL, error TEXT, flops, transcendentals, bytes_accessed, model_flops, remat_flops,
-    xla_flops REAL, xla_transcendentals REAL, xla_bytes_accessed REAL, ratio REAL, n_loops INTEGER,
-    n_unknown_trip_counts INTEGER, n_uncounted INTEGER, loops TEXT, uncounted TEXT, engine_version TEXT NOT NULL,
-    run_id INTEGER, seconds REAL, finished_at TEXT);
-INSERT INTO modules (path, status, flops, engine_version) VALUES ('old.hlo', 'ok', 7, 'old');
-""")
-    conn.commit()
-    conn.close()
+    schema_1_database(db, OLD_ROW)
     shutil.copy(LOOP, tmp_path / "loop.hlo")
     run_batch([tmp_path / "loop.hlo"], db=db, processes=1, timeout_s=120, progress=False)
     with ResultsDB(db) as results:

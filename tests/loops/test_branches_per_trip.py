@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from hloflops.report.report import Report  # noqa: E402
 from hloflops.report.text import render_summary  # noqa: E402
 from tests.programs.branch_programs import BY_NAME, DATA, DOT, PAIRS, TANH  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
+from tests.support.batch_fixtures import OLD_ROW, schema_1_database
 
 NAMES = [p.name for p in PAIRS]
 STAGES = ("optimized", "before")
@@ -284,19 +284,7 @@ def test_the_batch_database_holds_the_range(tmp_path: Path):
     (tmp_path / "data.hlo").write_text(compiled)
     (tmp_path / "resolved.hlo").write_text(texts("fori10_mod2", "rolled")[0])
     db = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(db)  # a database from before the range columns
-    conn.executescript("""
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO meta VALUES ('schema_version', '1');
-CREATE TABLE modules (path TEXT PRIMARY KEY, content_hash TEXT, size_bytes INTEGER, stage TEXT, module_name TEXT,
-    status TEXT NOT NULL, error TEXT, flops, transcendentals, bytes_accessed, model_flops, remat_flops,
-    xla_flops REAL, xla_transcendentals REAL, xla_bytes_accessed REAL, ratio REAL, n_loops INTEGER,
-    n_unknown_trip_counts INTEGER, n_uncounted INTEGER, loops TEXT, uncounted TEXT, engine_version TEXT NOT NULL,
-    run_id INTEGER, seconds REAL, finished_at TEXT);
-INSERT INTO modules (path, status, flops, engine_version) VALUES ('old.hlo', 'ok', 7, 'old');
-""")
-    conn.commit()
-    conn.close()
+    schema_1_database(db, OLD_ROW)  # a database from before the range columns
     run_batch([tmp_path / "data.hlo", tmp_path / "resolved.hlo"], db=db, processes=1, timeout_s=120, progress=False)
     with ResultsDB(db) as results:
         rows = {Path(r["path"]).name: r for r in results.module_rows()}

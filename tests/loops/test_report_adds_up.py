@@ -27,6 +27,7 @@ from jax import lax  # noqa: E402
 
 from tests.programs import Program  # noqa: E402
 from tests.programs.compile import compile_program  # noqa: E402
+from tests.support.batch_fixtures import schema_1_database  # noqa: E402
 
 S = jax.ShapeDtypeStruct
 W, H, N = S((64, 64), jnp.float32), S((8, 64), jnp.float32), S((), jnp.int32)
@@ -258,7 +259,6 @@ def test_every_output_carries_the_same_formula_and_misses(tmp_path):
     """Summary, JSON, CSV, HTML and the batch database (an older database gains the formula
     column) show the formula and each loop's XLA misses as the accounting has them."""
     import json
-    import sqlite3
 
     from hloflops.api import analyze
     from hloflops.batch.db import ResultsDB, export
@@ -282,18 +282,7 @@ def test_every_output_carries_the_same_formula_and_misses(tmp_path):
         if report.accounting.reconciliation[name] == value and value >= 0:
             assert f"{value:,}" in page
     db = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(db)  # a database from before the formula column
-    conn.executescript("""
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO meta VALUES ('schema_version', '1');
-CREATE TABLE modules (path TEXT PRIMARY KEY, content_hash TEXT, size_bytes INTEGER, stage TEXT, module_name TEXT,
-    status TEXT NOT NULL, error TEXT, flops, transcendentals, bytes_accessed, model_flops, remat_flops,
-    xla_flops REAL, xla_transcendentals REAL, xla_bytes_accessed REAL, ratio REAL, n_loops INTEGER,
-    n_unknown_trip_counts INTEGER, n_uncounted INTEGER, loops TEXT, uncounted TEXT, engine_version TEXT NOT NULL,
-    run_id INTEGER, seconds REAL, finished_at TEXT);
-""")
-    conn.commit()
-    conn.close()
+    schema_1_database(db)  # a database from before the formula column
     run_batch([path], db=db, processes=1, timeout_s=120, progress=False)
     with ResultsDB(db) as results:
         (row,) = results.module_rows()

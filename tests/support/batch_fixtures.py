@@ -149,3 +149,28 @@ def _fake_engine_version() -> str:
 
 fake_ok.engine_version = _fake_engine_version
 fake_by_content.engine_version = _fake_engine_version
+
+
+# The batch database as schema version 1 wrote it (before the communication, range and formula
+# columns): tests open it with today's code to check that it gains the new columns.
+SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE modules (path TEXT PRIMARY KEY, content_hash TEXT, size_bytes INTEGER, stage TEXT, module_name TEXT,
+    status TEXT NOT NULL, error TEXT, flops, transcendentals, bytes_accessed, model_flops, remat_flops,
+    xla_flops REAL, xla_transcendentals REAL, xla_bytes_accessed REAL, ratio REAL, n_loops INTEGER,
+    n_unknown_trip_counts INTEGER, n_uncounted INTEGER, loops TEXT, uncounted TEXT, engine_version TEXT NOT NULL,
+    run_id INTEGER, seconds REAL, finished_at TEXT);
+"""
+OLD_ROW = "INSERT INTO modules (path, status, flops, engine_version) VALUES ('old.hlo', 'ok', 7, 'old');"
+
+
+def schema_1_database(path: Path, *statements: str) -> Path:
+    """A database file at `path` as schema version 1 wrote it, with `statements` run after."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA_1 + "\n".join(statements))
+    conn.commit()
+    conn.close()
+    return path
