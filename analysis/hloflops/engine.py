@@ -82,12 +82,16 @@ def has_unbounded_shapes(computations: Iterable[Computation]) -> bool:
     for comp in computations:  # in C: a module has far fewer shapes than instructions
         shapes = list(map(_SHAPE, comp.instructions))
         distinct.update(zip(map(id, shapes), shapes))
-    stack = list(distinct.values())
-    while stack:
-        shape = stack.pop()
+    return _any_unbounded(list(distinct.values()))
+
+
+def _any_unbounded(shapes: list[Any]) -> bool:
+    """Does any of `shapes`, or a tuple element within, have an unbounded `?` dimension."""
+    while shapes:
+        shape = shapes.pop()
         if UNBOUNDED in shape.dims:
             return True
-        stack.extend(shape.tuple_shapes)
+        shapes.extend(shape.tuple_shapes)
     return False
 
 
@@ -505,13 +509,7 @@ def _f32_sum(terms: tuple) -> Any:
 
 
 def _has_unbounded(comp: Computation, inst: Instruction) -> bool:
-    shapes = [inst.shape] + [comp.by_name[o].shape for o in inst.operands]
-    while shapes:
-        shape = shapes.pop()
-        if UNBOUNDED in shape.dims:
-            return True
-        shapes.extend(shape.tuple_shapes)
-    return False
+    return _any_unbounded([inst.shape] + [comp.by_name[o].shape for o in inst.operands])
 
 
 _CACHE: "weakref.WeakKeyDictionary[Module, dict[tuple[str, bool], Evaluation]]" = weakref.WeakKeyDictionary()
