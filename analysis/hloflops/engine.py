@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from hloflops.cost.classes import structure_key
 from hloflops.cost.costs import ZERO, Cost, OpCost
 from hloflops.cost.registry import OPERANDS, RULES, Charge, Ctx
 from hloflops.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from hloflops.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
-from hloflops.cost.shapes import UNBOUNDED, producer_tokens
+from hloflops.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES
+from hloflops.cost.shapes import producer_tokens
 from hloflops.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved
+from hloflops.module_facts import ModuleInfo, has_unbounded, has_unbounded_shapes, module_info  # noqa: F401
 from hloflops.xla import diagnostics as xla_diagnostics
 from hloflops.xla.float32 import add, f32, mul, running_sum
 from hloflops.xla.order import visit_positions
@@ -46,56 +46,6 @@ VIEWS = ("exact", "xla")
 FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = range(4)
 XLA_KEYS = ("flops", "transcendentals", "bytes accessed", "optimal_seconds")
 F32_EXACT = 2**24  # integers up to this are exact in float32: their sum does not depend on order
-
-
-@dataclass(frozen=True)
-class ModuleInfo:
-    fusion_bodies: frozenset[str]  # fusion bodies and every computation they call
-    silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
-
-
-def module_info(module: Module, order: list[str], *, silenced: bool = True) -> ModuleInfo:
-    """The fusion bodies, and with `silenced` the silenced ones (only view "xla" reads them).
-    `order` is module_bottom_up(module): walked from the callers down, everything a fusion body
-    runs (a while or call inside it too) is inside the fusion, and so below a silenced body."""
-    calls = call_table(module).calls
-    by_name = module.by_name
-    bodies: set[str] = set()
-    quiet: set[str] = set()
-    for name in reversed(order):  # callers first: whether a computation is inside is known before its callees
-        sites = calls.get(name)
-        if not sites:
-            continue
-        inside, hushed = name in bodies, name in quiet
-        for callee, site in sites:
-            if inside or (site["role"] == CallRole.FUSION and callee in by_name):
-                bodies.add(callee)
-            if hushed or (silenced and site["role"] == CallRole.FUSION and callee in by_name
-                          and custom_fusion_gather_or_scatter(site["instruction"], by_name[callee]) is not None):
-                quiet.add(callee)
-    return ModuleInfo(frozenset(bodies), frozenset(quiet))
-
-
-def has_unbounded_shapes(computations: Iterable[Computation]) -> bool:
-    """Does any instruction's shape have an unbounded `?` dimension (each distinct shape once)."""
-    distinct: dict[int, Any] = {}
-    for comp in computations:  # in C: a module has far fewer shapes than instructions
-        shapes = list(map(_SHAPE, comp.instructions))
-        distinct.update(zip(map(id, shapes), shapes))
-    return _any_unbounded(list(distinct.values()))
-
-
-def _any_unbounded(shapes: list[Any]) -> bool:
-    """Does any of `shapes`, or a tuple element within, have an unbounded `?` dimension."""
-    while shapes:
-        shape = shapes.pop()
-        if UNBOUNDED in shape.dims:
-            return True
-        shapes.extend(shape.tuple_shapes)
-    return False
-
-
-_SHAPE = attrgetter("shape")
 
 
 def branch_max(values: list) -> Any:
@@ -401,7 +351,7 @@ class Evaluation:
 
     def _own(self, comp: Computation, inst: Instruction, charge: Charge, in_fusion: bool) -> OpCost:
         if self.view == "exact":
-            if self.unbounded and _has_unbounded(comp, inst):
+            if self.unbounded and has_unbounded(comp, inst):
                 return OpCost(uncounted=f"{inst.opcode}: unbounded dynamic dimension (size unknown)")
             if charge.exact_uncounted is not None:
                 return OpCost(uncounted=charge.exact_uncounted)
@@ -584,10 +534,6 @@ def _f32_sum(terms: tuple) -> Any:
     for term in terms:
         total = add(total, f32(term))
     return total
-
-
-def _has_unbounded(comp: Computation, inst: Instruction) -> bool:
-    return _any_unbounded([inst.shape] + [comp.by_name[o].shape for o in inst.operands])
 
 
 _CACHE: "weakref.WeakKeyDictionary[Module, dict[tuple[str, bool], Evaluation]]" = weakref.WeakKeyDictionary()
