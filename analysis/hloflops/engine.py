@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from dataclasses import dataclass
 from fractions import Fraction
 from operator import attrgetter, or_
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from hloflops.cost.classes import structure_key
 from hloflops.cost.costs import ZERO, Cost, OpCost
 from hloflops.cost.registry import OPERANDS, RULES, Charge, Ctx
 from hloflops.cost.rules import NESTED_ASYNC, NESTED_CALL, NESTED_CONDITIONAL, NESTED_FUSION, NESTED_WHILE
-from hloflops.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES, custom_fusion_gather_or_scatter
-from hloflops.cost.shapes import UNBOUNDED, producer_tokens
+from hloflops.cost.rules import LOCAL_RULES, NEVER, TOO_FEW_OPERANDS, WITH_BYTES
+from hloflops.cost.shapes import producer_tokens
 from hloflops.graph import call_graph, call_table, module_bottom_up, module_bytes_unobserved
+from hloflops.module_facts import ModuleInfo, has_unbounded, has_unbounded_shapes, module_info  # noqa: F401
 from hloflops.xla import diagnostics as xla_diagnostics
 from hloflops.xla.float32 import add, f32, mul, running_sum
 from hloflops.xla.order import visit_positions
@@ -46,56 +46,6 @@ VIEWS = ("exact", "xla")
 FLOPS, TRANSCENDENTALS, BYTES, OPTIMAL_SECONDS = range(4)
 XLA_KEYS = ("flops", "transcendentals", "bytes accessed", "optimal_seconds")
 F32_EXACT = 2**24  # integers up to this are exact in float32: their sum does not depend on order
-
-
-@dataclass(frozen=True)
-class ModuleInfo:
-    fusion_bodies: frozenset[str]  # fusion bodies and every computation they call
-    silenced: frozenset[str]  # bodies of kCustom gather/scatter fusions and everything below them
-
-
-def module_info(module: Module, order: list[str], *, silenced: bool = True) -> ModuleInfo:
-    """The fusion bodies, and with `silenced` the silenced ones (only view "xla" reads them).
-    `order` is module_bottom_up(module): walked from the callers down, everything a fusion body
-    runs (a while or call inside it too) is inside the fusion, and so below a silenced body."""
-    calls = call_table(module).calls
-    by_name = module.by_name
-    bodies: set[str] = set()
-    quiet: set[str] = set()
-    for name in reversed(order):  # callers first: whether a computation is inside is known before its callees
-        sites = calls.get(name)
-        if not sites:
-            continue
-        inside, hushed = name in bodies, name in quiet
-        for callee, site in sites:
-            if inside or (site["role"] == CallRole.FUSION and callee in by_name):
-                bodies.add(callee)
-            if hushed or (silenced and site["role"] == CallRole.FUSION and callee in by_name
-                          and custom_fusion_gather_or_scatter(site["instruction"], by_name[callee]) is not None):
-                quiet.add(callee)
-    return ModuleInfo(frozenset(bodies), frozenset(quiet))
-
-
-def has_unbounded_shapes(computations: Iterable[Computation]) -> bool:
-    """Does any instruction's shape have an unbounded `?` dimension (each distinct shape once)."""
-    distinct: dict[int, Any] = {}
-    for comp in computations:  # in C: a module has far fewer shapes than instructions
-        shapes = list(map(_SHAPE, comp.instructions))
-        distinct.update(zip(map(id, shapes), shapes))
-    return _any_unbounded(list(distinct.values()))
-
-
-def _any_unbounded(shapes: list[Any]) -> bool:
-    """Does any of `shapes`, or a tuple element within, have an unbounded `?` dimension."""
-    while shapes:
-        shape = shapes.pop()
-        if UNBOUNDED in shape.dims:
-            return True
-        shapes.extend(shape.tuple_shapes)
-    return False
-
-
-_SHAPE = attrgetter("shape")
 
 
 def branch_max(values: list) -> Any:
@@ -117,16 +67,23 @@ def round_bytes(terms: tuple) -> int:
 class Evaluation:
     """Every instruction of a module costed once (see the module docstring)."""
 
-    def __init__(self, module: Module, *, diagnostics: bool = False, view: str = "exact") -> None:
+    def __init__(self, module: Module, *, diagnostics: bool = False, view: str = "exact",
+                 base: Evaluation | None = None) -> None:
+        """`base`: the module's evaluation in view "exact" (without diagnostics); view "xla" then
+        takes from it every computation that costs the same in both views (`_from_base`)."""
         if view not in VIEWS:
             raise ValueError(f"view must be one of {VIEWS}, not {view!r}")
         self.module = module
         self.view = view
         self.diagnostics = diagnostics
-        order = [name for name in module_bottom_up(module) if name in module.by_name]
+        reuse = (base is not None and view == "xla" and not diagnostics and base.module is module
+                 and base.view == "exact" and not base.diagnostics and not base.unbounded)
+        order = base.order if reuse else [name for name in module_bottom_up(module) if name in module.by_name]
+        self.order = order  # callees first
         self.info = module_info(module, order, silenced=view != "exact")
         # Computations whose XLA bytes nobody reads (the diagnostic keys are read everywhere).
-        self.unobserved = set() if diagnostics else module_bytes_unobserved(module, order)
+        self.unobserved = base.unobserved if reuse else set() if diagnostics else module_bytes_unobserved(
+            module, order)
         self.exact: dict[str, list[OpCost]] = {}  # the costs of `view`, per instruction
         self.applied: dict[str, Cost | str] = {}  # one run as an APPLIED body, or why not
         self.xla: dict[str, tuple] = {}  # XLA's totals of one nested analysis of a computation
@@ -139,7 +96,8 @@ class Evaluation:
         # Computations of one structure (hloflops.cost.classes) in one context cost the same: the
         # first of a class is costed, the others get its results where it has results to share
         # (nothing uncounted, XLA's totals known: no reason that names one of its instructions).
-        self._class = {} if diagnostics else self._classes(order)  # ENTRY has none
+        # (Not where `base` gives most computations: the keys would cost more than they save.)
+        self._class = {} if diagnostics or reuse else self._classes(order)  # ENTRY has none
         self._costed: dict[int, str] = {}  # class -> the computation whose results it shares
         self._unshared: set[int] = set()  # classes whose first computation has none to share
         # Computations of one class hold the same shape objects: one of each class is looked at.
@@ -151,9 +109,18 @@ class Evaluation:
         # its own: custom-calls, kernels, kCustom gather/scatter fusions; or an unbounded shape)?
         # If not, every total of view "xla" in integers is that of this view (hloflops.xla.residual).
         self.views_differ = self.unbounded
+        # Per computation, the instructions (by id) whose charge has an exact view of its own.
+        self.differing: dict[str, set[int]] = {}
         exact, applied, xla = self.exact, self.applied, self.xla
         first_of, class_of = self._costed.get, self._class.get
+        same: set[str] = set()  # computations whose APPLIED totals are those of `base`
+        calls = call_table(module).calls
         for name in order:
+            if reuse and name not in self.info.silenced and all(
+                    callee in same for callee, _ in calls.get(name, ())):
+                if self._from_base(module.by_name[name], base):  # type: ignore[arg-type]
+                    same.add(name)
+                continue
             first = first_of(class_of(name))  # type: ignore[arg-type]
             if first is None:
                 self._computation(module.by_name[name])
@@ -162,6 +129,62 @@ class Evaluation:
                 applied[name] = applied[first]
                 if first in xla:
                     xla[name] = xla[first]
+                if first in self.differing:  # the same positions, in this computation's instructions
+                    ids = self.differing[first]
+                    self.differing[name] = {id(mine) for mine, theirs in zip(module.by_name[name].instructions,
+                                                                             module.by_name[first].instructions)
+                                            if id(theirs) in ids}
+
+    def _from_base(self, comp: Computation, base: Evaluation) -> bool:
+        """View "xla" of a computation that is not silenced and whose callees' APPLIED totals are
+        `base`'s: an instruction's charge then is the same in both views (its rule sees the same
+        instruction, callee totals and context), and its cost too unless the charge has an exact
+        view of its own (base.differing): only those are costed again. Returns whether the
+        computation's APPLIED total is base's (its callers may then come from base as well)."""
+        name = comp.name
+        costs = list(base.exact[name])
+        differing = base.differing.get(name)
+        if name in base.unavailable:
+            self.unavailable[name] = base.unavailable[name]
+        if not differing:
+            self.exact[name] = costs
+            self.applied[name] = base.applied[name]
+            return True
+        in_fusion, _, unobserved = self._context(comp)
+        position = dict(zip(map(id, comp.instructions), range(len(costs))))
+        flops = transcendentals = 0  # what the instructions costed again add to the APPLIED total
+        counted = True
+        for i in sorted(map(position.__getitem__, differing)):
+            inst, old = comp.instructions[i], costs[i]
+            new = costs[i] = self._charged(comp, inst, RULES[inst.opcode], in_fusion, unobserved,
+                                           in_fusion and unobserved)[0]
+            counted = counted and new.uncounted is None and old.uncounted is None
+            flops += new.cost.flops - old.cost.flops
+            transcendentals += new.cost.transcendentals - old.cost.transcendentals
+        self.exact[name] = costs
+        total = base.applied[name]
+        if counted and isinstance(total, Cost):  # the same sums, with those instructions' new values
+            self.applied[name] = Cost(total.flops + flops, total.transcendentals + transcendentals, 0)
+        else:
+            self.applied[name] = self._applied_of(comp, costs)
+        return self.applied[name] == total
+
+    def _applied_of(self, comp: Computation, costs: list[OpCost]) -> Cost | str:
+        """A computation's total as an APPLIED body from its instructions' costs (as
+        `_cost_computation` adds them up)."""
+        flops = transcendentals = 0
+        for inst, cost in zip(comp.instructions, costs):
+            if cost.uncounted is not None:
+                return f"{inst.name}: {cost.uncounted}"
+            flops += cost.cost.flops
+            transcendentals += cost.cost.transcendentals
+            if inst.calls:
+                inside = self._control_callees_total(inst)
+                if isinstance(inside, str):
+                    return inside
+                flops += inside[0]
+                transcendentals += inside[1]
+        return Cost(flops, transcendentals, 0)
 
     @property
     def graph(self) -> nx.MultiDiGraph:
@@ -247,8 +270,12 @@ class Evaluation:
             if key is not None:
                 known = local.get(key)  # type: ignore[union-attr]
                 if known is None:  # (cost, what it adds to XLA's sums, its flops, its transcendentals)
-                    cost, prop, _ = self._charged(comp, inst, rule, in_fusion, unobserved, bytes_unread)
-                    known = local[key] = (cost, prop, cost.cost.flops, cost.cost.transcendentals)  # type: ignore[index]
+                    cost, prop, charge = self._charged(comp, inst, rule, in_fusion, unobserved, bytes_unread)
+                    known = (cost, prop, cost.cost.flops, cost.cost.transcendentals)
+                    # A charge with an exact view of its own is not kept: `differing` must list
+                    # every instruction that has one (_from_base).
+                    if charge.exact is None and charge.exact_uncounted is None:
+                        local[key] = known  # type: ignore[index]
                 cost = known[0]
                 if estimate:
                     props.append(known[1])
@@ -307,6 +334,7 @@ class Evaluation:
         charge = fn(Ctx(self.module, comp, inst, self._callee_total, bytes_unread))
         if charge.exact is not None or charge.exact_uncounted is not None:
             self.views_differ = True
+            self.differing.setdefault(comp.name, set()).add(id(inst))
         estimate = self.view == "exact"
         if charge.applied or charge.nested is not None or self.unbounded:
             return (self._own(comp, inst, charge, in_fusion),
@@ -323,7 +351,7 @@ class Evaluation:
 
     def _own(self, comp: Computation, inst: Instruction, charge: Charge, in_fusion: bool) -> OpCost:
         if self.view == "exact":
-            if self.unbounded and _has_unbounded(comp, inst):
+            if self.unbounded and has_unbounded(comp, inst):
                 return OpCost(uncounted=f"{inst.opcode}: unbounded dynamic dimension (size unknown)")
             if charge.exact_uncounted is not None:
                 return OpCost(uncounted=charge.exact_uncounted)
@@ -508,10 +536,6 @@ def _f32_sum(terms: tuple) -> Any:
     return total
 
 
-def _has_unbounded(comp: Computation, inst: Instruction) -> bool:
-    return _any_unbounded([inst.shape] + [comp.by_name[o].shape for o in inst.operands])
-
-
 _CACHE: "weakref.WeakKeyDictionary[Module, dict[tuple[str, bool], Evaluation]]" = weakref.WeakKeyDictionary()
 
 
@@ -520,7 +544,10 @@ def evaluate(module: Module, *, view: str = "exact", diagnostics: bool = False) 
     per_module = _CACHE.setdefault(module, {})
     key = (view, diagnostics)
     if key not in per_module:
-        per_module[key] = Evaluation(module, view=view, diagnostics=diagnostics)
+        # View "xla" without diagnostics takes what costs the same in both views from view "exact"
+        # (the residual's causes ask for both: most of the second pass is not done again).
+        base = per_module.get(("exact", False)) if key == ("xla", False) else None
+        per_module[key] = Evaluation(module, view=view, diagnostics=diagnostics, base=base)
     return per_module[key]
 
 

@@ -112,6 +112,11 @@ def xla_misses(module: Module, ex: ExecutionCounts, own: Mapping[str, Cost],
                resolutions: Mapping[str, Resolution]) -> tuple[dict[tuple[str, str], Cost], dict[str, int]]:
     """((loop's computation, loop) -> its row as a Cost, conditional -> its row in flops, zero
     rows left out); see the module docstring. `dearest` is the accounting's branch per conditional (most flops)."""
+    if not loops and not dearest:
+        # Rows come from loops and from conditionals whose branch differs from `dearest`'s (the
+        # branches chosen below are `dearest`'s keys): a module with neither has none, and the
+        # walks below over every computation (an unrolled model has tens of thousands) are not needed.
+        return {}, {}
     order = ex.order
     once_dear = once_costs(order, own, callers, dearest)
     choice = taken_choice(callers, dearest, resolutions, once_dear)

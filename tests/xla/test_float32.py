@@ -49,6 +49,24 @@ def test_running_sum_is_numpys_sequential_float32_sum(values: list) -> None:
     assert same(float32.running_sum(values), expected)
 
 
+# sums as the engine's: mostly whole numbers, around the limits where rounding starts (2**24, 2**53, float32's range)
+engine_values = st.one_of(st.integers(-2**25, 2**25), st.integers(2**52, 2**54), st.integers(2**127, 2**129),
+                          st.integers(-2**60, 2**60), value)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(engine_values, max_size=60))
+def test_running_sum_is_add_and_f32_value_by_value(values: list) -> None:
+    """running_sum writes add and f32 out in its loop for ints: it is still their left fold."""
+    expected = 0
+    if values:
+        expected = float32.f32(values[0])
+        for v in values[1:]:
+            expected = float32.add(expected, float32.f32(v))
+    ours = float32.running_sum(values)
+    assert (math.isnan(ours) and math.isnan(expected)) or (ours == expected and type(ours) is type(expected))
+
+
 @given(st.one_of(st.integers(-2**129, 2**129), st.floats(allow_nan=False)))
 def test_f32_is_numpys_conversion(v: float | int) -> None:
     assert same(float32.f32(v), numpy_f32(v))
