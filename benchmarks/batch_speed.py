@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 # The engine to measure: a snapshot of the working tree's (see _run_on_snapshot), else the tree's own.
 ENGINE = Path(os.environ.get("HLOFLOPS_BENCH_ENGINE", str(REPO)))
 sys.path.insert(0, str(ENGINE))
+if (ENGINE / "analysis" / "hloflops").is_dir():  # the working tree: hloflops lives under analysis/
+    sys.path.insert(0, str(ENGINE / "analysis"))
 
 from hloflops.batch.run import run_batch  # noqa: E402
 from hloflops.batch.discovery import discover  # noqa: E402
