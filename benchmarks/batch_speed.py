@@ -47,8 +47,10 @@ Each section is one run of `benchmarks/batch_speed.py` (newest last). The engine
 snapshot of its sources, so its version (and the cache) stays put during a run.
 
 `CPU s`: CPU time of the batch process and its worker processes (dask's workers: asked of each
-worker process before and after; runs before 2026-12-03 19:00 did not measure them). `load`: the
-1-minute load average around the run. These machines
+worker process before and after; runs before 2026-12-03 19:00 did not measure them). `parent CPU s`
+(from 2026-12-03 19:00): the batch process's own (discovery, reading and hashing the files, the
+database; with dask also the client and the LocalCluster's scheduler): the part that does not spread
+over the workers. `load`: the 1-minute load average around the run. These machines
 are shared with other work: when the load exceeds the CPU count, wall-clock rates understate what
 an idle machine does, while CPU seconds per MB hardly depend on the load.
 
@@ -76,11 +78,13 @@ def _process_cpu() -> float:
 def _measure(label: str, paths: list[str], db: Path, client=None, **options) -> dict:
     load_before = os.getloadavg()[0]
     cpu_before = _cpu_seconds()
+    parent_before = _process_cpu()
     workers_before = client.run(_process_cpu) if client is not None else {}
     start = time.perf_counter()
     summary = run_batch(paths, db=db, progress=False, **options)
     seconds = time.perf_counter() - start
     cpu = _cpu_seconds() - cpu_before
+    parent = _process_cpu() - parent_before
     if client is not None:  # the dask workers' CPU, and this process's (the client, the database)
         workers_after = client.run(_process_cpu)
         cpu += sum(workers_after[w] - workers_before.get(w, 0.0) for w in workers_after)
@@ -94,6 +98,7 @@ def _measure(label: str, paths: list[str], db: Path, client=None, **options) -> 
         "ok": summary.status_counts.get("ok", 0),
         "failed": summary.failed,
         "cpu": cpu,
+        "parent": parent,
         "load": (load_before + os.getloadavg()[0]) / 2,
     }
     print(
@@ -205,15 +210,15 @@ def _run(args: argparse.Namespace, corpus: str, described: str) -> int:
         f"(1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in load_start)}, at the end "
         f"{', '.join(f'{x:.1f}' for x in load_end)}.",
         "",
-        "| configuration | files | MB | seconds | files/s | MB/s | CPU s | MB per CPU s | load | ok | failed "
-        "| cached |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| configuration | files | MB | seconds | files/s | MB/s | CPU s | MB per CPU s | parent CPU s | load | ok "
+        "| failed | cached |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         per_cpu = "-" if r["cpu"] < 0.05 else f"{r['mb'] / r['cpu']:.2f}"
         run.append(
             f"| {r['label']} | {r['files']} | {r['mb']:.1f} | {r['seconds']:.1f} | {r['files'] / r['seconds']:.1f} "
-            f"| {r['mb'] / r['seconds']:.2f} | {r['cpu']:.1f} | {per_cpu} "
+            f"| {r['mb'] / r['seconds']:.2f} | {r['cpu']:.1f} | {per_cpu} | {r['parent']:.2f} "
             f"| {r['load']:.1f} | {r['ok']} | {r['failed']} | {r['cached']} |"
         )
     run.append("")
