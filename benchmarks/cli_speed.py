@@ -2,7 +2,7 @@
 
     python3 benchmarks/cli_speed.py                      # the issue-32 modules, median of 3
     python3 benchmarks/cli_speed.py --over-1mb           # also `hloflops FILE` on every corpus module > 1 MB
-    python3 benchmarks/cli_speed.py --over-1mb --over-1mb-commands "hloflops FILE" "DIR -j 1" ...
+    python3 benchmarks/cli_speed.py --over-1mb --over-1mb-commands="hloflops FILE,--json,DIR -j 1"
     python3 benchmarks/cli_speed.py --modules A.hlo ...  # other modules
 
 For each module and each round (median of --repeat rounds, the sides in turn in each round):
@@ -222,8 +222,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=320, help="the generated transformer train step (320: ~29 MB)")
     ap.add_argument("--modules", nargs="*", type=Path, default=None)
     ap.add_argument("--over-1mb", action="store_true", help="also every corpus module over 1 MB")
-    ap.add_argument("--over-1mb-commands", nargs="*", default=["hloflops FILE"],
-                    help="the commands measured on each of those (default: hloflops FILE)")
+    ap.add_argument("--over-1mb-commands", type=lambda text: text.split(","), default=["hloflops FILE"],
+                    help="the commands measured on each of those, comma-separated after '=' (default: hloflops FILE)")
     ap.add_argument("--note", default="", help="a line about the machine (load, ...) for the result")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-bytecode-cache", action="store_true", help="hloflops compiles its sources in every process")
