@@ -227,8 +227,12 @@ def main() -> None:
     ap.add_argument("--note", default="", help="a line about the machine (load, ...) for the result")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-bytecode-cache", action="store_true", help="hloflops compiles its sources in every process")
-    ap.add_argument("--commands", nargs="*", default=None, help="only these rows (e.g. 'hloflops FILE' 'run -j 1')")
+    ap.add_argument("--commands", nargs="*", default=None,
+                    help="only these rows (e.g. 'hloflops FILE' 'run -j 1'; rows that start with '-' comma-separated "
+                         "after '=': --commands='--csv,DIR -j 1')")
     args = ap.parse_args()
+    if args.commands is not None:
+        args.commands = [name for given in args.commands for name in given.split(",")]
     if not args.no_bytecode_cache:
         compile_sources()
     out = args.out or ROOT / "benchmarks" / "results" / f"cli_speed_{datetime.date.today()}.md"
