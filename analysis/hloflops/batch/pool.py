@@ -3,7 +3,8 @@
 Local: N worker processes, each given one file at a time over a pipe. The parent knows when each
 file started, so a file that runs past the time limit gets its worker killed (SIGKILL) and
 replaced; a worker that dies (segfault, out of memory, os._exit) is noticed through its process
-sentinel and replaced too. Either way the file gets a record and the batch goes on.
+sentinel and replaced too. Either way the file gets a record and the batch goes on. A worker
+also retires, and is replaced, once it has analysed RETIRE_AFTER_BYTES (its memory; see there).
 (`concurrent.futures.ProcessPoolExecutor` cannot do this: it cannot kill one stuck task, and a
 dead worker breaks the whole pool.)
 
