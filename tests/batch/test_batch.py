@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import sqlite3
 import sys
+from collections import Counter
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -257,3 +258,32 @@ def test_start_method_follows_threads_in_the_parent(monkeypatch: pytest.MonkeyPa
     monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "jax", object())
     assert batch_pool._parent_has_threads()
+
+
+def _pid_and_memory(path: str, data: bytes, options: WorkerOptions) -> dict:
+    """The real analysis, and which worker process did it."""
+    from hloflops.batch.worker import analyze_file
+
+    return {**analyze_file(path, data, options), "pid": os.getpid()}
+
+
+def test_a_worker_retires_after_its_share_of_bytes_and_every_file_is_still_recorded(examples_dir: Path) -> None:
+    """The engine's objects hold cycles that the collector hardly ever reaches: a worker kept every
+    module it analysed. It retires once it has analysed `retire_after` bytes (a fresh one takes over),
+    so its memory stays bounded; the records are those of a worker that never retires."""
+    module = (examples_dir / "fsdp_train_step.after_optimizations.hlo").read_bytes()
+    jobs = [Job(f"/in/m{i}.hlo", module) for i in range(7)]
+    runs: dict[int | None, dict[str, dict]] = {}
+    for retire_after in (None, 2 * len(module)):
+        records: dict[str, dict] = {}
+        run_local(jobs, fn=_pid_and_memory, options=WorkerOptions(), processes=1, retire_after=retire_after,
+                  start_method="fork", on_done=lambda job, record: records.__setitem__(job.path, record))
+        runs[retire_after] = records
+    retiring = runs[2 * len(module)]
+    files_per_worker = Counter(r["pid"] for r in retiring.values())
+    assert sorted(files_per_worker.values()) == [1, 2, 2, 2]  # 2, 2, 2, then the seventh file
+    assert len(set(r["pid"] for r in runs[None].values())) == 1
+    strip = ("pid", "seconds")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in retiring.values()] == [
+        {k: v for k, v in r.items() if k not in strip} for r in runs[None].values()]
+    assert all(r["status"] == "ok" for r in retiring.values()) and set(retiring) == {j.path for j in jobs}

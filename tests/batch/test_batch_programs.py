@@ -14,10 +14,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hloflops.batch.cache_dir import default_db_path, user_cache_dir
 from hloflops.batch.db import ResultsDB
-from hloflops.batch.programs import programs, recompiled_lines, strip_primitive_params
+from hloflops.batch.programs import op_names, programs, recompiled_lines, strip_primitive_params
 from hloflops.batch.run import run_batch
 from hloflops.batch.summary import format_summary
 from tests.conftest import SOURCE_PATH
@@ -145,6 +147,24 @@ def test_older_jax_primitive_parameters_are_not_part_of_the_program() -> None:
     assert strip_primitive_params("a[b=[c]]/d[1]") == "a/d[1]"  # nested: the whole parameter list goes
     hostile = "[" * 100_000 + "="  # unbalanced, from a file: one pass, not one scan per bracket
     assert strip_primitive_params(hostile) == hostile
+
+
+# The reading of op_names before it was made fast: one regular expression that starts with `\b`.
+_WORD_BOUNDARY_OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+_PIECES = st.sampled_from(['op_name="', "op_name=", 'xop_name="', '_op_name="', '\u00e9op_name="', '"', "\\", '\\"',
+                           "a", " ", "/", "=", "[", "]", "\n", ", ", "{", "}", "\u00e9", "1"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_PIECES, max_size=40).map("".join))
+def test_op_names_are_what_the_word_boundary_expression_finds(text: str) -> None:
+    assert op_names(text) == _WORD_BOUNDARY_OP_NAME.findall(text)
+
+
+def test_op_names_of_corpus_modules(corpus_dir: Path) -> None:
+    for path in sorted(corpus_dir.rglob("*.hlo")):  # every module: ~5 s
+        text = path.read_text(errors="replace")
+        assert op_names(text) == _WORD_BOUNDARY_OP_NAME.findall(text), path
 
 
 def test_database_from_before_the_program_columns_stays_readable(tmp_path: Path) -> None:

@@ -210,3 +210,26 @@ def test_the_top_module_is_analysed_once_its_summary_comes_from_the_batch_worker
         texts.append(re.sub(r"after [\d.]+ s", "after X s", text).replace("dump_b", "dump_a"))
     assert "Top module: " in texts[0] and "exact (loop-aware)" in texts[0]
     assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_html_page_of_the_top_module_comes_from_the_batch_worker(
+        tmp_path: Path, examples_dir: Path, keep: bool) -> None:
+    """`hloflops run --html`: the batch worker renders the top module's page too, so the parent builds no
+    Report for it (before: it analysed the top module again for the page); the page is unchanged."""
+    from hloflops.batch.run_command import run_command, run_page
+
+    modules = [str(examples_dir / name) for name in ("fori_loop.after_optimizations.hlo",
+                                                     "fsdp_train_step.after_optimizations.hlo")]
+    command = [sys.executable, "-c", _COPY_INTO_DUMP, *modules]
+    pages = []
+    for once in (True, False):
+        where = str(tmp_path / ("dump_a" if once else "dump_b")) if keep else None  # paths of one length
+        result = run_command(command, keep=where, processes=1, progress=False, summary=(5, 100),
+                             top_report=not once, page=once)
+        assert result.exit_code == 0 and len(result.summary.rows) == 2
+        assert (result.top_report is None) == once and (result.top_page is not None) == once
+        pages.append(run_page(result).replace("dump_b", "dump_a"))
+    assert "<h2>Top module: jit_train_step</h2>" in pages[0] and "<!--hloflops" not in pages[0]
+    assert (str(tmp_path / "dump_a") in pages[0]) == keep
+    assert pages[0] == pages[1]

@@ -104,6 +104,7 @@ def run_batch(
     max_inflated: int | None = None,
     memory_limit: int | None = None,
     summary: tuple[int, int | None, bool] | None = None,
+    page: bool = False,
     on_result: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> BatchSummary:
     """Analyse every module file under `paths` into the database `db` (default: the per-user cache's,
@@ -114,8 +115,9 @@ def run_batch(
     `scopes`: also store per-scope sums (`scope_depth` frames of the name stack). `force`:
     re-analyse files even when their row is up to date. `max_inflated`: cap on a gzip file's
     inflated bytes; `memory_limit`: address-space limit of each local worker, bytes (a file that
-    needs more gets a `memory` row). `summary` (WorkerOptions.summary) and `on_result(path, record)`,
-    called with each record a worker returns: how `hloflops run` gets the top module's summary. Raises
+    needs more gets a `memory` row). `summary`, `page` (WorkerOptions.summary, .page) and `on_result(path,
+    record)`, called with each record a worker returns: how `hloflops run` gets the top module's summary and
+    page. Raises
     NoModulesFound (before any database is made) when the paths hold no module, DatabaseUnusable
     when `db` is not an hloflops database. `worker_fn`: the per-file function (tests substitute fakes;
     it must be importable by the workers; one may carry an `engine_version` attribute, a callable
@@ -148,7 +150,8 @@ def run_batch(
     else:
         version = str(version_of())
     options = WorkerOptions(scopes=scopes, scope_depth=scope_depth, max_inflated=max_inflated,
-                            memory_limit=memory_limit if scheduler is None else None, summary=summary)
+                            memory_limit=memory_limit if scheduler is None else None, summary=summary,
+                            page=page)
     counts = {"analyzed": 0, "cached": 0}
     bar = Progress(len(order), total_bytes, enabled=progress)
     by_path: dict[str, ModuleFile] = {}

@@ -61,6 +61,9 @@ class RunResult:
     # (path, top, width, text): the top module's summary as its batch worker rendered it, None when not asked
     # or its row came from the database's cache
     top_summary: tuple[str, int, int | None, str] | None = None
+    # (path, page): the top module's HTML page as its batch worker rendered it (worker.PAGE_PREAMBLE where the
+    # modules table goes), None when not asked or its row came from the database's cache
+    top_page: tuple[str, str] | None = None
     flags_note: str = ""
     db_kept: bool = False
 
@@ -140,13 +143,15 @@ def run_command(
     sort: str = "flops",
     summary: tuple[int, int | None] | None = None,
     top_report: bool = True,
+    page: bool = False,
 ) -> RunResult:
     """Run `command` with XLA dumping, then analyse every module it compiled (see the module
     docstring). `keep`: dump into this (new or empty) directory and leave it there; else a
     temporary one is removed at the end. `db`: the SQLite database (default: a temporary one).
     `summary=(top, width)`: the batch workers also render each module's summary, and the top
-    module's is kept (`result.top_summary`). `top_report=False`: build `result.top_report` only when
-    that summary is missing (the top module's row was cached), so the top module is analysed once."""
+    module's is kept (`result.top_summary`); `page=True`: likewise its HTML page (`result.top_page`, for
+    `run_page`). `top_report=False`: build `result.top_report` only when what was asked of the workers is
+    missing (the top module's row was cached), so the top module is analysed once."""
     if not command:
         raise RunUsageError("give the command to run after '--', e.g. hloflops run -- python train.py")
     workdir = tempfile.mkdtemp(prefix="hloflops-run-")
@@ -163,16 +168,20 @@ def run_command(
         if code is None:
             return result
         texts: dict[str, str] = {}
+        pages: dict[str, str] = {}
 
         def keep_summary(path: str, record: dict[str, Any]) -> None:
             if "summary_text" in record:
                 texts[path] = record.pop("summary_text")
+            if "page_html" in record:
+                pages[path] = record.pop("page_html")
 
         try:
             result.summary = run_batch(
                 [dump_dir], db=db or os.path.join(workdir, "hloflops.sqlite"), processes=processes, stage=stage,
                 timeout_s=timeout_s, progress=progress, module=module, argv=["hloflops", "run", *command],
-                summary=None if summary is None else (*summary, keep is not None), on_result=keep_summary)
+                summary=None if summary is None else (*summary, keep is not None), page=page,
+                on_result=keep_summary)
         except NoModulesFound:  # the command dumped no module: an empty summary says so below
             result.summary = BatchSummary(db or "", 0, 0, 0, 0, 0, {}, 0.0, 0, 0, (), (), module_pattern=module)
             return result
@@ -181,7 +190,9 @@ def run_command(
             top_path = sort_rows(ok, sort)[0]["path"]
             if summary is not None and top_path in texts:
                 result.top_summary = (top_path, *summary, texts[top_path])
-            if top_report or result.top_summary is None:
+            if page and top_path in pages:
+                result.top_page = (top_path, pages[top_path])
+            if top_report or result.top_summary is None or (page and result.top_page is None):
                 from hloflops.api import analyze
 
                 result.top_report = analyze(top_path)
@@ -241,14 +252,19 @@ def _run_text(result: RunResult, *, top: int, sort: str, width: int | None) -> s
 
 def run_page(result: RunResult, *, sort: str = "flops") -> str:
     """The --html page: the modules table, then the top module's summary and chart."""
+    from hloflops.batch.worker import PAGE_PREAMBLE
     from hloflops.report.html import render_html
 
-    assert result.summary is not None and result.top_report is not None
+    assert result.summary is not None and (result.top_report is not None or result.top_page is not None)
     ok = sort_rows([r for r in result.summary.rows if r["status"] == OK], sort)
     table = "\n".join(modules_table(ok, compile_counts(result.summary.rows), paths=result.kept))
+    if result.top_page is not None and result.top_page[0] == ok[0]["path"]:  # rendered by the batch worker
+        name, page = ok[0]["module_name"], result.top_page[1]
+    else:
+        name, page = result.top_report.module_name, render_html(result.top_report, preamble_html=PAGE_PREAMBLE)
     preamble = (f"<h2>Modules of `{' '.join(result.command)}` ({describe_exit(result.command_exit_code)})</h2>"
-                f"<pre>{_escape(table)}</pre><h2>Top module: {_escape(result.top_report.module_name)}</h2>")
-    return render_html(result.top_report, preamble_html=preamble)
+                f"<pre>{_escape(table)}</pre><h2>Top module: {_escape(name)}</h2>")
+    return page.replace(PAGE_PREAMBLE, preamble, 1)
 
 
 def _escape(text: str) -> str:
@@ -313,7 +329,7 @@ def cli_main(argv: Sequence[str]) -> int:
         result = run_command(command, keep=args.keep, db=args.db, module=args.module, stage=args.stage,
                              processes=args.processes, timeout_s=args.timeout or None,
                              progress=not args.no_progress, sort=args.sort, summary=(args.top, width),
-                             top_report=bool(args.html))
+                             top_report=False, page=bool(args.html))
     except RunUsageError as error:
         print(f"hloflops run: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -321,7 +337,8 @@ def cli_main(argv: Sequence[str]) -> int:
         print("hloflops run: interrupted during the analysis", file=sys.stderr)
         return 130
     sys.stdout.write(format_run(result, top=args.top, sort=args.sort, width=width))
-    if args.html and result.top_report is not None:  # (built whenever a module was analysed and --html asked)
+    if args.html and (result.top_page is not None or result.top_report is not None):  # (one is, whenever a
+        # module was analysed and --html asked)
         Path(args.html).write_text(run_page(result, sort=args.sort), encoding="utf-8")
         print(f"hloflops run: wrote {args.html}", file=sys.stderr)
     elif args.html:

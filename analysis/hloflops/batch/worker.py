@@ -40,6 +40,14 @@ class WorkerOptions:
     # (top, width, with path): also return the module's `Report.summary(top=, width=)` as "summary_text",
     # its path shown or not; `hloflops run` prints the top module's, so it need not analyse it again.
     summary: tuple[int, int | None, bool] | None = None
+    # Also return the module's HTML page as "page_html", PAGE_PREAMBLE where `hloflops run --html` puts its
+    # modules table (its path shown as the summary's is), so that the top module is not analysed again for it.
+    page: bool = False
+
+
+# Where a page rendered by a worker takes the preamble the parent writes later (html.escape leaves no `<`
+# in the title before it, so the first occurrence is this one).
+PAGE_PREAMBLE = "<!--hloflops: preamble-->"
 
 
 WorkerFn = Callable[[str, bytes, WorkerOptions], dict[str, Any]]
@@ -155,6 +163,15 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
             if not with_path:
                 report.path = None
             summary_text = report.summary(top=top, width=width)
+        page_html = None
+        if options.page:
+            if options.summary is not None and not options.summary[2]:
+                report.path = None
+            from hloflops.report.html import render_html
+            from hloparse.allocation import long_lived_objects
+
+            with long_lived_objects():  # as Report.to_html renders it
+                page_html = render_html(report, preamble_html=PAGE_PREAMBLE)
     except hloparse.HloParseError as e:
         return {**base, "status": PARSE_ERROR, "error": _one_line(str(e)), "seconds": time.perf_counter() - start}
     except MemoryError:  # the worker's memory limit (--memory-limit): the file's size, not a bug
@@ -167,6 +184,8 @@ def analyze_file(path: str, data: bytes, options: WorkerOptions = WorkerOptions(
     record.update(base)
     if summary_text is not None:
         record["summary_text"] = summary_text
+    if page_html is not None:
+        record["page_html"] = page_html
     record["seconds"] = time.perf_counter() - start
     return record
 
