@@ -105,6 +105,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         return RematIndex(frozenset(clone_keys), 0, ())
     remat: set[SiteKey] = set()
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
+    if remat_named:
+        _named_by_users(module, ops, op_names, sizes)
     first_of_class: set[SiteKey] = set()
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
@@ -352,9 +354,74 @@ def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
                 sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
             elif source is not None:
                 sources.append((comp.name, source))
-        names = [op_names.of(c, i) for c, i in sources if i.opcode != "constant"]
+        names = [name for c, i in sources if i.opcode != "constant"
+                 for name in _passed_on_names(module, c, i, op_names, callers)]
         remat = [REMAT_SCOPE in name for name in names]
         if any(remat) and all(r or phase(name) == "forward" for r, name in zip(remat, names)):
+            op.named = op.marked = op.inherited = True
+
+
+def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names: OpNames,
+                     callers: Mapping[str, tuple[str, Instruction] | None], depth: int = 16,
+                     seen: set | None = None) -> list[str]:
+    """The op_name of a value, or where XLA left the op that produced it without one (the
+    converts, bitcasts and copies it adds around a bf16 library dot, and their fusion), the
+    names of the named ops it passes on: looked for through its operands, into a fusion from its
+    root and out of one from a parameter to the call site's operand (seed 83: a recompute's
+    attention scores read `convert(convert(query + bias))`, the add remat-named, the two converts
+    and their fusion unnamed)."""
+    name = op_names.of(comp_name, inst)
+    seen = set() if seen is None else seen
+    if name or depth == 0 or (comp_name, inst.name) in seen:
+        return [name]
+    seen.add((comp_name, inst.name))
+    comp = module.by_name[comp_name]
+    if inst.opcode == "fusion":
+        callee = module.by_name.get(inst.called(CallRole.FUSION)[0]) if inst.called(CallRole.FUSION) else None
+        return _passed_on_names(module, callee.name, callee.root, op_names, callers, depth - 1, seen) \
+            if callee is not None and callee.instructions else [name]
+    if inst.opcode == "parameter":
+        caller = callers.get(comp_name)
+        number = int(inst.attributes.get("parameter_number", "0"))
+        if caller is None or number >= len(caller[1].operands):
+            return [name]
+        outer = module.by_name[caller[0]].by_name.get(caller[1].operands[number])
+        if outer is None:
+            return [name]
+        return _passed_on_names(module, caller[0], outer, op_names, callers, depth - 1, seen)
+    found = [n for o in inst.operands if o in comp.by_name and comp.by_name[o].opcode != "constant"
+             for n in _passed_on_names(module, comp_name, comp.by_name[o], op_names, callers, depth - 1, seen)]
+    return found or [name]
+
+
+def _named_by_users(module: Module, ops: list[_Op], op_names: OpNames, sizes: Counter) -> None:
+    """An op without metadata (a CPU library fusion's dot) that computes a value the program also
+    computes elsewhere, and whose every user is remat-named, is that value's recompute: only the
+    recompute reads it (seed 100: under `dots_with_no_batch_dims_saveable` the recompute's
+    attention scores read only the saved query and key, forward values, so `_inherit_names`
+    cannot tell them from the forward's scores; the forward's feed the forward's softmax). A
+    fused computation's root is read by its fusion's users."""
+    # Dots and convolutions only: an unnamed cheap op read only by the recompute may be a fusion's
+    # copy of the forward's (`_fusion_copies` decides those).
+    candidates = [op for op in ops if not op.op_name and not op.named and sizes[op.exact] > 1
+                  and op.inst.opcode in ("dot", "convolution")]
+    if not candidates:
+        return
+    users: dict[Key, list[Instruction]] = {}
+    callers: dict[str, tuple[str, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            users.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp.name, inst)
+    for op in candidates:
+        where, name = op.key[:2]
+        readers = users.get((where, name), [])
+        if not readers and module.by_name[where].root.name == name and callers.get(where):
+            where, site = callers[where]
+            readers = users.get((where, site.name), [])
+        if readers and all(REMAT_SCOPE in op_names.of(where, reader) for reader in readers):
             op.named = op.marked = op.inherited = True
 
 
