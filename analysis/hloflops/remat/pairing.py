@@ -13,6 +13,7 @@ from hloflops.remat.names import (
 )
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
+from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -92,11 +93,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # One op per instruction and call site: a callee called from several sites (one per
         # layer) computes a value of its own at each.
         for site, (frame, comp_numbers) in enumerate(numbers.numbers_per_site(comp)):
+            moved = _whole_views(comp, [n[0] for n in comp_numbers])
             ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
                         abstract, frame)
                     for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
                                                                         comp_numbers)
-                    if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
+                    if inst.opcode not in PASS_THROUGH and inst.name not in moved
+                    for named in (_is_named(inst, op_name, old),)]
 
     if remat_named:
         _inherit_names(module, ops, op_names)
@@ -244,6 +247,17 @@ def _fused_outputs(module: Module) -> dict[str, frozenset[str]]:
     return out
 
 
+def _whole_views(comp: Computation, exacts: list[Val]) -> set[str]:
+    """The views (reshape, transpose, slice) that hold all of their operand in its own order: the
+    value numbering gives them their operand's number (hloflops.remat.views). They compute
+    nothing and pass the value on, so they never pair (as bitcasts and copies)."""
+    if not any(inst.opcode in VIEW_OPCODES for inst in comp.instructions):
+        return set()
+    number = dict(zip([inst.name for inst in comp.instructions], exacts))
+    return {inst.name for inst in comp.instructions if inst.opcode in VIEW_OPCODES and inst.operands
+            and number.get(inst.operands[0]) == number.get(inst.name)}
+
+
 def _per_instruction(ops: list[_Op], named_ops: list[_Op], listed: list[_Op], remat: set[SiteKey],
                      clone_keys: set[Key]) -> RematIndex:
     """The index by instruction: an instruction of a callee called from several sites is one
@@ -282,11 +296,13 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
         exact = numbers.exact.get(comp.name)
         if exact is None or comp.name in numbers.shared:
             continue
-        can_pair = [inst.opcode not in PASS_THROUGH for inst in comp.instructions]
-        ops = list(compress(comp.instructions, can_pair))
         # The numbering sets each instruction's number once, in order: its dict's values line up
         # with the instructions (a lookup by name per op was a fifth of this function).
-        numbers_in_order = exact.values() if len(exact) == len(can_pair) else [exact[i.name] for i in comp.instructions]
+        numbers_in_order = exact.values() if len(exact) == len(comp.instructions) \
+            else [exact[i.name] for i in comp.instructions]
+        moved = _whole_views(comp, list(numbers_in_order))
+        can_pair = [inst.opcode not in PASS_THROUGH and inst.name not in moved for inst in comp.instructions]
+        ops = list(compress(comp.instructions, can_pair))
         kept.append((comp, ops, list(compress(numbers_in_order, can_pair))))
     sizes = Counter(chain.from_iterable(exacts for _, _, exacts in kept))
     repeated = {number for number, size in sizes.items() if size > 1 and not isinstance(number, tuple)}

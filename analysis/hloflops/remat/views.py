@@ -140,3 +140,58 @@ def apply(inst: Instruction, operand: View, operand_shape: Shape) -> View | None
     if strides is None:
         return None
     return View(operand.source, operand.source_dims, base, dims, strides)
+
+
+@dataclass(frozen=True, slots=True)
+class Concat:
+    """A concatenate, kept so that a view of it that reads within one operand is that operand's
+    (a scan's saved stack, built by concatenating each iteration's residual, read back one slice
+    per iteration: seed 106's unrolled scan)."""
+
+    dims: tuple[int, ...]
+    axis: int
+    parts: tuple[tuple[int, int, View], ...]  # (first index along `axis`, size along it, the operand's view)
+
+
+def _coordinates(offset: int, dims: tuple[int, ...]) -> list[int]:
+    out = [0] * len(dims)
+    for j in reversed(range(len(dims))):
+        out[j] = offset % dims[j]
+        offset //= dims[j]
+    return out
+
+
+def within_part(view: View, concat: Concat) -> View | None:
+    """`view` (of the concatenate's value) as a view of the operand it reads, where every element
+    it reads lies in that one operand and each of its dimensions steps along one dimension of the
+    concatenate; else None."""
+    dims = concat.dims
+    row_major = _row_major(dims)
+    at = _coordinates(view.base, dims)
+    reach = [0] * len(dims)  # how far each dimension of the concatenate is stepped from `at`
+    steps: list[tuple[int, int] | None] = []  # per view dimension: (dimension of the concatenate, step)
+    for size, stride in zip(view.dims, view.strides):
+        if size == 1:
+            steps.append(None)
+            continue
+        j = next((j for j in range(len(dims)) if dims[j] > 1 and row_major[j] <= stride
+                  and stride % row_major[j] == 0), None)
+        if j is None:
+            return None
+        step = stride // row_major[j]
+        reach[j] += step * (size - 1)
+        steps.append((j, step))
+    if any(at[j] + reach[j] >= dims[j] for j in range(len(dims))):
+        return None
+    axis = concat.axis
+    for first, size, part in concat.parts:
+        if first <= at[axis] and at[axis] + reach[axis] < first + size:
+            break
+    else:
+        return None
+    at[axis] -= first
+    base = part.base + sum(c * s for c, s in zip(at, part.strides))
+    strides = tuple(0 if step is None else step[1] * part.strides[step[0]] for step in steps)
+    if any(size != 1 and stride == 0 for size, stride in zip(view.dims, strides)):
+        return None  # a unit dimension of the operand stepped along: not a view of it
+    return View(part.source, part.source_dims, base, view.dims, strides)
