@@ -78,3 +78,16 @@ def test_library_fusion_recompute_dots_after_optimization(seed):
 def test_nested_jit_in_recompute_before_optimization(seed):
     outcome = check(draw(seed))
     assert outcome.all_ok("before"), outcome.describe()
+
+
+# Draws whose recompute runs in a scan's or fori_loop's backward loop body, with gelu (jvp computes
+# `x * x` again for the derivative of `x ** 3`) and layer norm (`x - mean` computed twice by the
+# forward), missed before optimization (multiply +1,280 .. +16,384, subtract -4,096 .. -32,768):
+# where every copy of a value in the backward body is marked, the forward's copies in its loop
+# body say how many are recompute (not "one is CSE's merged forward": nothing is merged before
+# optimization); what reads jvp's own copy is jvp's too; a bare `mul` in a loop body does not pair
+# with the loss's multiply outside every loop. Every opcode before optimization.
+@pytest.mark.parametrize("seed", [27, 55, 121, 135])
+def test_backward_loop_recompute_before_optimization(seed):
+    outcome = check(draw(seed))
+    assert outcome.all_ok("before"), outcome.describe()

@@ -114,15 +114,21 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
+    elsewhere = _forward_copies(ops) if not module.is_scheduled else None
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
-        remat |= _same_value(members, first_of_class, fused)
+        remat |= _same_value(members, first_of_class, fused, elsewhere)
         if not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     if named_ops:
-        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
+        # Before optimization, the marked copies of a value beyond what its forward computes are
+        # the linearization's own (`_same_value`), and so is what reads them (seed 55: jvp's
+        # `3 * x**2` for gelu's derivative, whose multiply would pair with the loss's by signature).
+        own = {op.key for op in named_ops if sizes[op.exact] > 1 and op.key not in remat
+               and op.key not in first_of_class} if not module.is_scheduled else set()
+        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class)
     remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
@@ -483,7 +489,17 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset()) -> set[SiteKey]:
+def _forward_copies(ops: list[_Op]) -> dict[Val, Counter]:
+    """How many unmarked ops of each frame compute each abstract number (`_same_value`)."""
+    out: dict[Val, Counter] = {}
+    for op in ops:
+        if not op.marked and not isinstance(op.abstract, tuple):
+            out.setdefault(op.abstract, Counter())[op.frame] += 1
+    return out
+
+
+def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
+                elsewhere: Mapping[Val, Counter] | None = None) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -496,6 +512,15 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
         return set()
     unmarked = len(members) - len(marked)
     forward_seen = unmarked > 0
+    if not unmarked and elsewhere is not None and not isinstance(members[0].abstract, tuple):
+        # Before optimization nothing merged a forward into its recompute: where every copy is
+        # marked, the forward runs in another frame (a scan's forward loop body), and it computes
+        # the value as often as the recompute may (seed 27: layer norm's `x - mean` twice;
+        # seed 55: gelu's `x * x` once, the second copy in the backward being jvp's own).
+        frames = {m.frame for m in members}
+        unmarked = max((n for frame, n in elsewhere.get(members[0].abstract, Counter()).items()
+                        if frame not in frames), default=0)
+        forward_seen = unmarked > 0
     if not unmarked:
         first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
         first_of_class.add(first.key)
@@ -530,7 +555,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
-                  module: Module) -> tuple[set[SiteKey], set[SiteKey]]:
+                  module: Module, own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey]]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -562,10 +587,13 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
                                     -len(inner_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)
+    entry = module.entry_name
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
     for op in candidates:
+        if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
+            continue  # reads the linearization's own copy: the linearization's work too
         # without a name, named by its inputs (`_inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
@@ -576,6 +604,12 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
                 continue
             same_frame = twin.frame == op.frame
+            if not same_frame and twin.frame == entry and op.frame != entry and len(tail) < 2:
+                # A loop body's recompute pairs with an op outside every loop (a weight's cast
+                # hoisted out of the forward scan) only where its name inside the checkpoint names
+                # a part of the model: a bare `mul` would take the loss's multiply (seeds 27, 55:
+                # jvp's own multiplies of gelu and layer norm in the backward loop).
+                continue
             if same_frame and not module.is_scheduled and op.abstract != twin.abstract and \
                     op.inst.opcode not in ("dot", "convolution"):
                 # Before optimization nothing rewrote either copy: in one frame an elementwise twin
