@@ -134,6 +134,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
+    if not module.is_scheduled:
+        remat |= _folded_without_barrier(module, ops)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
@@ -347,6 +349,64 @@ def _is_identity_rounding(inst: Instruction) -> bool:
         return False
     bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
     return OWN_BITS.get(inst.shape.element_type) == bits
+
+
+# What a value computed from constants alone passes through: an optimization barrier, a tuple and
+# its elements, and ops that only move or cast elements.
+CONSTANT_THROUGH = frozenset({"opt-barrier", "tuple", "get-tuple-element", "broadcast", "reshape", "bitcast",
+                              "convert", "copy", "transpose"})
+
+
+def _folded_without_barrier(module: Module, ops: list[_Op]) -> set[SiteKey]:
+    """Before optimization, an arithmetic op marked by an optimization barrier (not remat-named)
+    whose operands are constants alone, through the barrier: without the checkpoint jax computes
+    that value while tracing (the gradient's seed `1.0` divided by a mean's count is a Python
+    float), so only the program with remat runs it (seeds 0, 2 and every whole-model checkpoint
+    before optimization: the checkpoint's transpose divides the cotangent `1.0`, passed through
+    its barrier, by the loss's count: 1 FLOP the program without remat folds). Remat FLOPs by
+    the definition, though nothing is recomputed."""
+    memo: dict[Key, bool] = {}
+
+    def inputs(comp: Computation, inst: Instruction) -> list[Key]:
+        """What the value is made of: a tuple element's op (through barriers), else the operands."""
+        if inst.opcode == "tuple":
+            return []  # only the element a get-tuple-element takes is followed
+        if inst.opcode != "get-tuple-element":
+            return [(comp.name, o) for o in inst.operands]
+        source = comp.by_name.get(inst.operands[0]) if inst.operands else None
+        while source is not None and source.opcode == "opt-barrier" and source.operands:
+            source = comp.by_name.get(source.operands[0])
+        index = int(inst.attributes.get("index", "0"))
+        if source is None or source.opcode != "tuple" or index >= len(source.operands):
+            return []
+        return [(comp.name, source.operands[index])]
+
+    def constant(key: Key) -> bool:
+        stack = [(key, False)]
+        while stack:  # post-order, without recursion: a chain through a barrier's tuple can be long
+            top, expanded = stack.pop()
+            if top in memo:
+                continue
+            comp = module.by_name[top[0]]
+            inst = comp.by_name.get(top[1])
+            if inst is None or (inst.opcode != "constant" and inst.opcode not in CONSTANT_THROUGH):
+                memo[top] = False
+                continue
+            parts = inputs(comp, inst)
+            if not expanded:
+                stack.append((top, True))
+                stack += [(part, False) for part in parts if part not in memo]
+            else:
+                memo[top] = inst.opcode == "constant" or (bool(parts) and all(memo.get(p, False) for p in parts))
+        return memo[key]
+
+    found: set[SiteKey] = set()
+    for op in ops:
+        if op.named or not op.marked or op.inst.opcode not in ELEMENTWISE_FLOP_OPCODES or not op.inst.operands:
+            continue
+        if all(constant((op.key[0], o)) for o in op.inst.operands):
+            found.add(op.key)
+    return found
 
 
 def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
