@@ -54,9 +54,9 @@ def test_gradient_accumulation_recompute_dots_before_optimization(seed):
 # (YNN) leave the attention einsums' dots without op_name. Seed 100 (gradient accumulation under
 # `dots_with_no_batch_dims_saveable`): the recompute's scores read only the saved query and key,
 # and reach them through another chain of bitcasts than the forward's scores (value numbering of
-# views, hloflops.remat.views); only the recompute reads them (`_named_by_users`). Seed 83 (bf16
+# views, hloflops.remat.views); only the recompute reads them (`named_by_users`). Seed 83 (bf16
 # LM under nn.remat): the recompute's query and key reach its dots through converts and fusions
-# XLA left unnamed (`_passed_on_names`). Seed 106 (scan, unroll=2, of attention layers under
+# XLA left unnamed (`_passed_on_names`, hloflops.remat.marks). Seed 106 (scan, unroll=2, of attention layers under
 # `dots_with_no_batch_dims_saveable`): a recompute reads the saved values through a slice of the
 # concatenated stack of the unrolled iterations' residuals, its forward reads them directly
 # (value numbering of a view within one operand of a concatenate). Every opcode is not asserted
