@@ -44,9 +44,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too). The fusion's outputs and unfused ops keep the answer of rules 1-3.
 
-Ops without metadata are named by what they read (all inputs remat-named: the recompute's), and
-an identity reduce-precision (a policy's saved residual) is remat. Where an answer hinges on
-weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
+Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
+dot duplicating a value, by what reads it; views are numbered by the elements they hold
+(hloflops.remat.views); an identity reduce-precision (a policy's saved residual) is remat, and
+so, before optimization, is a barrier-marked op of constants alone (jax folds it without remat).
+Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
 (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

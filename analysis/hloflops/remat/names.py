@@ -67,7 +67,17 @@ class OpNames:
                 inst = site["instruction"]
                 if not is_executing_site(inst, site["role"]):
                     continue
-                prefix[callee] = self.join(here, inst.op_name) if inst.opcode == "call" else here
+                prefix[callee] = self.call_prefix(here, inst.op_name) if inst.opcode == "call" else here
+
+    @staticmethod
+    def call_prefix(prefix: str, op_name: str) -> str:
+        """The name a call's callee continues. A nested jit called from inside a called function
+        is named `jit(_where)` relative to that function (jnp.take's index wrap inside the
+        recompute's `jit(_take)`): a `jit(...)` name is the whole stack only where it starts with
+        the caller's own first frame (`jit(loss)/...` in an optimized module)."""
+        if prefix and is_absolute(op_name) and split_components(op_name)[:1] != split_components(prefix)[:1]:
+            return f"{prefix}/{op_name}"
+        return OpNames.join(prefix, op_name)
 
     @staticmethod
     def join(prefix: str, op_name: str) -> str:

@@ -12,7 +12,9 @@ from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
 )
 from hloflops.remat.inputs import FrameInputs
+from hloflops.remat.marks import folded_without_barrier, inherit_names, is_identity_rounding, named_by_users
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
+from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -60,7 +62,7 @@ class _Op:
     exact: Val
     abstract: Val
     frame: str
-    inherited: bool = False  # named by its inputs (`_inherit_names`), not by its own op_name
+    inherited: bool = False  # named by its inputs (`inherit_names`), not by its own op_name
 
 
 def find_remat(module: Module, computations: Iterable[Computation] | None = None,
@@ -92,37 +94,49 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # One op per instruction and call site: a callee called from several sites (one per
         # layer) computes a value of its own at each.
         for site, (frame, comp_numbers) in enumerate(numbers.numbers_per_site(comp)):
+            moved = _whole_views(comp, [n[0] for n in comp_numbers])
             ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
                         abstract, frame)
                     for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
                                                                         comp_numbers)
-                    if inst.opcode not in PASS_THROUGH for named in (_is_named(inst, op_name, old),)]
+                    if inst.opcode not in PASS_THROUGH and inst.name not in moved
+                    for named in (_is_named(inst, op_name, old),)]
 
     if remat_named:
-        _inherit_names(module, ops, op_names)
+        inherit_names(module, ops, op_names)
     clone_keys = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(clone_keys), 0, ())
     remat: set[SiteKey] = set()
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
+    if remat_named:
+        named_by_users(module, ops, op_names, sizes)
     first_of_class: set[SiteKey] = set()
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
+    elsewhere = _forward_copies(ops) if not module.is_scheduled else None
     for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
-        remat |= _same_value(members, first_of_class, fused)
+        remat |= _same_value(members, first_of_class, fused, elsewhere)
         if not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     if named_ops:
-        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
+        # Before optimization, the marked copies of a value beyond what its forward computes are
+        # the linearization's own (`_same_value`), and so is what reads them (seed 55: jvp's
+        # `3 * x**2` for gelu's derivative, whose multiply would pair with the loss's by signature).
+        own = {op.key for op in named_ops if sizes[op.exact] > 1 and op.key not in remat
+               and op.key not in first_of_class} if not module.is_scheduled else set()
+        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class)
     remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
-    remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
+    remat |= {op.key for op in ops if is_identity_rounding(op.inst)}
+    if not module.is_scheduled:
+        remat |= folded_without_barrier(module, ops)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
@@ -242,6 +256,17 @@ def _fused_outputs(module: Module) -> dict[str, frozenset[str]]:
     return out
 
 
+def _whole_views(comp: Computation, exacts: list[Val]) -> set[str]:
+    """The views (reshape, transpose, slice) that hold all of their operand in its own order: the
+    value numbering gives them their operand's number (hloflops.remat.views). They compute
+    nothing and pass the value on, so they never pair (as bitcasts and copies)."""
+    if not any(inst.opcode in VIEW_OPCODES for inst in comp.instructions):
+        return set()
+    number = dict(zip([inst.name for inst in comp.instructions], exacts))
+    return {inst.name for inst in comp.instructions if inst.opcode in VIEW_OPCODES and inst.operands
+            and number.get(inst.operands[0]) == number.get(inst.name)}
+
+
 def _per_instruction(ops: list[_Op], named_ops: list[_Op], listed: list[_Op], remat: set[SiteKey],
                      clone_keys: set[Key]) -> RematIndex:
     """The index by instruction: an instruction of a callee called from several sites is one
@@ -280,11 +305,13 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
         exact = numbers.exact.get(comp.name)
         if exact is None or comp.name in numbers.shared:
             continue
-        can_pair = [inst.opcode not in PASS_THROUGH for inst in comp.instructions]
-        ops = list(compress(comp.instructions, can_pair))
         # The numbering sets each instruction's number once, in order: its dict's values line up
         # with the instructions (a lookup by name per op was a fifth of this function).
-        numbers_in_order = exact.values() if len(exact) == len(can_pair) else [exact[i.name] for i in comp.instructions]
+        numbers_in_order = exact.values() if len(exact) == len(comp.instructions) \
+            else [exact[i.name] for i in comp.instructions]
+        moved = _whole_views(comp, list(numbers_in_order))
+        can_pair = [inst.opcode not in PASS_THROUGH and inst.name not in moved for inst in comp.instructions]
+        ops = list(compress(comp.instructions, can_pair))
         kept.append((comp, ops, list(compress(numbers_in_order, can_pair))))
     sizes = Counter(chain.from_iterable(exacts for _, _, exacts in kept))
     repeated = {number for number, size in sizes.items() if size > 1 and not isinstance(number, tuple)}
@@ -306,56 +333,6 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
             marked.remove(min(marked, key=rank))
         remat.update([(comp.name, inst.name) for _, comp, inst in marked])
     return RematIndex(frozenset(remat), 0, ())
-
-
-# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
-# rounds nothing.
-OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
-
-
-def _is_identity_rounding(inst: Instruction) -> bool:
-    """A reduce-precision that rounds nothing: jax puts one on each residual a checkpoint policy
-    saves (`dots_saveable`, `save_only_these_names`, ...), to keep XLA from moving the saved value
-    into the backward pass. It runs because of remat (the program without remat has none), though
-    it recomputes nothing: remat FLOPs by the definition (the difference to that program). Only
-    looked for in a module with remat markers (`find_remat` returns earlier in one without)."""
-    if inst.opcode != "reduce-precision":
-        return False
-    bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
-    return OWN_BITS.get(inst.shape.element_type) == bits
-
-
-def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
-    """Ops that XLA left without metadata (the dots of a CPU library fusion: the fusion and its
-    dot carry no op_name) are named as what they read: an op without a name that reads a
-    remat-named value and otherwise (constants aside) only remat-named or forward values is part
-    of the recompute (a recompute's cross-attention logits read the recomputed query and the
-    forward's keys, where CSE merged the keys' recompute into the forward). One that reads a
-    gradient too is the backward's. Through a fusion's parameters to its call site's operands."""
-    callers: dict[str, tuple[str, Instruction] | None] = {}
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers[callee] = None if callee in callers else (comp.name, inst)
-    for op in ops:
-        if op.op_name or op.named or not op.inst.operands:
-            continue
-        comp = module.by_name[op.key[0]]
-        sources: list[tuple[str, Instruction]] = []
-        for name in op.inst.operands:
-            source = comp.by_name.get(name)
-            if source is not None and source.opcode == "parameter" and callers.get(comp.name):
-                caller_comp, site = callers[comp.name]
-                number = int(source.attributes.get("parameter_number", "0"))
-                outer = module.by_name[caller_comp].by_name.get(site.operands[number]) \
-                    if number < len(site.operands) else None
-                sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
-            elif source is not None:
-                sources.append((comp.name, source))
-        names = [op_names.of(c, i) for c, i in sources if i.opcode != "constant"]
-        remat = [REMAT_SCOPE in name for name in names]
-        if any(remat) and all(r or phase(name) == "forward" for r, name in zip(remat, names)):
-            op.named = op.marked = op.inherited = True
 
 
 def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
@@ -400,7 +377,17 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset()) -> set[SiteKey]:
+def _forward_copies(ops: list[_Op]) -> dict[Val, Counter]:
+    """How many unmarked ops of each frame compute each abstract number (`_same_value`)."""
+    out: dict[Val, Counter] = {}
+    for op in ops:
+        if not op.marked and not isinstance(op.abstract, tuple):
+            out.setdefault(op.abstract, Counter())[op.frame] += 1
+    return out
+
+
+def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
+                elsewhere: Mapping[Val, Counter] | None = None) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -413,6 +400,15 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
         return set()
     unmarked = len(members) - len(marked)
     forward_seen = unmarked > 0
+    if not unmarked and elsewhere is not None and not isinstance(members[0].abstract, tuple):
+        # Before optimization nothing merged a forward into its recompute: where every copy is
+        # marked, the forward runs in another frame (a scan's forward loop body), and it computes
+        # the value as often as the recompute may (seed 27: layer norm's `x - mean` twice;
+        # seed 55: gelu's `x * x` once, the second copy in the backward being jvp's own).
+        frames = {m.frame for m in members}
+        unmarked = max((n for frame, n in elsewhere.get(members[0].abstract, Counter()).items()
+                        if frame not in frames), default=0)
+        forward_seen = unmarked > 0
     if not unmarked:
         first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
         first_of_class.add(first.key)
@@ -447,7 +443,7 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
-                  module: Module) -> tuple[set[SiteKey], set[SiteKey]]:
+                  module: Module, own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey]]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -479,11 +475,14 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
                                     -len(inner_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)
+    entry = module.entry_name
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
     for op in candidates:
-        # without a name, named by its inputs (`_inherit_names`): one checkpoint deep
+        if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
+            continue  # reads the linearization's own copy: the linearization's work too
+        # without a name, named by its inputs (`inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         for twin in pool.get(_signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
@@ -493,6 +492,12 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
                 continue
             same_frame = twin.frame == op.frame
+            if not same_frame and twin.frame == entry and op.frame != entry and len(tail) < 2:
+                # A loop body's recompute pairs with an op outside every loop (a weight's cast
+                # hoisted out of the forward scan) only where its name inside the checkpoint names
+                # a part of the model: a bare `mul` would take the loss's multiply (seeds 27, 55:
+                # jvp's own multiplies of gelu and layer norm in the backward loop).
+                continue
             if same_frame and not module.is_scheduled and op.abstract != twin.abstract and \
                     op.inst.opcode not in ("dot", "convolution"):
                 # Before optimization nothing rewrote either copy: in one frame an elementwise twin

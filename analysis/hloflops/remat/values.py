@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Union
 
+from hloflops.remat.views import VIEW_OPCODES, Concat, View, apply as apply_view, whole, within_part
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
 
 Val = Union[int, tuple]  # an array's number, or a tuple of Vals for a tuple-shaped value
@@ -199,6 +200,41 @@ class _Numbering:
         self.first_applied: dict[int, tuple[tuple[str, ...], int]] = {}  # see `applied`
         # An op's attribute names -> those of them that change its result (`head_by_text`'s keys).
         self.kept_names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.views: dict[int, View] = {}  # a view's exact number -> which elements of which value it holds
+        self.concats: dict[int, Concat] = {}  # a concatenate's exact number -> its operands' views
+
+    def concat(self, inst: Instruction, number: int, operands: tuple, shapes: list[Shape]) -> None:
+        """Keep a concatenate's operands, for the views that read within one of them (`view`)."""
+        try:
+            axis = int(inst.attributes.get("dimensions", "").strip("{}"))
+        except ValueError:
+            return
+        parts, first = [], 0
+        for operand, shape in zip(operands, shapes):
+            if isinstance(operand, tuple) or shape.is_tuple or len(shape.dims) != len(inst.shape.dims):
+                return
+            parts.append((first, shape.dims[axis], self.views.get(operand) or whole(operand, shape.dims)))
+            first += shape.dims[axis]
+        self.concats.setdefault(number, Concat(inst.shape.dims, axis, tuple(parts)))
+
+    def view(self, inst: Instruction, operand: Val, operand_shape: Shape) -> int | None:
+        """The exact number of a view op (hloflops.remat.views): equal for views that hold the
+        same elements of one value, however XLA chained its bitcasts, copies and transposes;
+        the value itself where the view holds all of it in its own shape. None where the chain
+        is not one strided view."""
+        if isinstance(operand, tuple) or operand_shape.is_tuple:
+            return None
+        found = apply_view(inst, self.views.get(operand) or whole(operand, operand_shape.dims), operand_shape)
+        if found is None:
+            return None
+        concat = self.concats.get(found.source)
+        if concat is not None:
+            found = within_part(found, concat) or found
+        if found.is_whole_source:
+            return found.source
+        number = self.intern(("view", found.source, found.base, found.dims, found.strides))
+        self.views.setdefault(number, found)
+        return number
 
     def shape_key(self, shape: Shape) -> tuple:
         hit = self.shape_keys.get(id(shape))
@@ -358,6 +394,12 @@ class _Numbering:
                         exact = ids.setdefault(exact_key, len(ids))  # most ops are a new value: one hash
                         if appliers:
                             exact = self.applied(exact, appliers)
+                        elif opcode in VIEW_OPCODES and arity == 1:
+                            seen = self.view(inst, exact_key[1], comp.by_name[operands[0]].shape)
+                            if seen is not None:
+                                exact = seen
+                        elif opcode == "concatenate":
+                            self.concat(inst, exact, exact_key[1:], [comp.by_name[o].shape for o in operands])
                         exact_of[name] = exact
                         if with_abstract:
                             abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)

@@ -1,0 +1,193 @@
+"""Which ops are marked as a recompute's, beyond their own op_name: ops XLA left without a name
+(named by what they read, or by what reads them), a policy's saved residual, and work of
+constants alone that only a checkpoint's barrier keeps jax from folding. The pairing
+(hloflops.remat.pairing) then decides which marked ops are real recomputation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Mapping
+
+from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES
+from hloflops.remat.names import REMAT_SCOPE, OpNames
+from hloflops.scopes import phase
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+if TYPE_CHECKING:
+    from hloflops.remat.pairing import _Op
+
+Key = tuple[str, str]  # (computation, instruction)
+SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+
+
+# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
+# rounds nothing.
+OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
+
+
+def is_identity_rounding(inst: Instruction) -> bool:
+    """A reduce-precision that rounds nothing: jax puts one on each residual a checkpoint policy
+    saves (`dots_saveable`, `save_only_these_names`, ...), to keep XLA from moving the saved value
+    into the backward pass. It runs because of remat (the program without remat has none), though
+    it recomputes nothing: remat FLOPs by the definition (the difference to that program). Only
+    looked for in a module with remat markers (`find_remat` returns earlier in one without)."""
+    if inst.opcode != "reduce-precision":
+        return False
+    bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
+    return OWN_BITS.get(inst.shape.element_type) == bits
+
+
+# What a value computed from constants alone passes through: an optimization barrier, a tuple and
+# its elements, and ops that only move or cast elements.
+CONSTANT_THROUGH = frozenset({"opt-barrier", "tuple", "get-tuple-element", "broadcast", "reshape", "bitcast",
+                              "convert", "copy", "transpose"})
+
+
+def folded_without_barrier(module: Module, ops: list[_Op]) -> set[SiteKey]:
+    """Before optimization, an arithmetic op marked by an optimization barrier (not remat-named)
+    whose operands are constants alone, through the barrier: without the checkpoint jax computes
+    that value while tracing (the gradient's seed `1.0` divided by a mean's count is a Python
+    float), so only the program with remat runs it (seeds 0, 2 and every whole-model checkpoint
+    before optimization: the checkpoint's transpose divides the cotangent `1.0`, passed through
+    its barrier, by the loss's count: 1 FLOP the program without remat folds). Remat FLOPs by
+    the definition, though nothing is recomputed."""
+    memo: dict[Key, bool] = {}
+
+    def inputs(comp: Computation, inst: Instruction) -> list[Key]:
+        """What the value is made of: a tuple element's op (through barriers), else the operands."""
+        if inst.opcode == "tuple":
+            return []  # only the element a get-tuple-element takes is followed
+        if inst.opcode != "get-tuple-element":
+            return [(comp.name, o) for o in inst.operands]
+        source = comp.by_name.get(inst.operands[0]) if inst.operands else None
+        while source is not None and source.opcode == "opt-barrier" and source.operands:
+            source = comp.by_name.get(source.operands[0])
+        index = int(inst.attributes.get("index", "0"))
+        if source is None or source.opcode != "tuple" or index >= len(source.operands):
+            return []
+        return [(comp.name, source.operands[index])]
+
+    def constant(key: Key) -> bool:
+        stack = [(key, False)]
+        while stack:  # post-order, without recursion: a chain through a barrier's tuple can be long
+            top, expanded = stack.pop()
+            if top in memo:
+                continue
+            comp = module.by_name[top[0]]
+            inst = comp.by_name.get(top[1])
+            if inst is None or (inst.opcode != "constant" and inst.opcode not in CONSTANT_THROUGH):
+                memo[top] = False
+                continue
+            parts = inputs(comp, inst)
+            if not expanded:
+                stack.append((top, True))
+                stack += [(part, False) for part in parts if part not in memo]
+            else:
+                memo[top] = inst.opcode == "constant" or (bool(parts) and all(memo.get(p, False) for p in parts))
+        return memo[key]
+
+    found: set[SiteKey] = set()
+    for op in ops:
+        if op.named or not op.marked or op.inst.opcode not in ELEMENTWISE_FLOP_OPCODES or not op.inst.operands:
+            continue
+        if all(constant((op.key[0], o)) for o in op.inst.operands):
+            found.add(op.key)
+    return found
+
+
+def inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
+    """Ops that XLA left without metadata (the dots of a CPU library fusion: the fusion and its
+    dot carry no op_name) are named as what they read: an op without a name that reads a
+    remat-named value and otherwise (constants aside) only remat-named or forward values is part
+    of the recompute (a recompute's cross-attention logits read the recomputed query and the
+    forward's keys, where CSE merged the keys' recompute into the forward). One that reads a
+    gradient too is the backward's. Through a fusion's parameters to its call site's operands."""
+    callers: dict[str, tuple[str, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp.name, inst)
+    for op in ops:
+        if op.op_name or op.named or not op.inst.operands:
+            continue
+        comp = module.by_name[op.key[0]]
+        sources: list[tuple[str, Instruction]] = []
+        for name in op.inst.operands:
+            source = comp.by_name.get(name)
+            if source is not None and source.opcode == "parameter" and callers.get(comp.name):
+                caller_comp, site = callers[comp.name]
+                number = int(source.attributes.get("parameter_number", "0"))
+                outer = module.by_name[caller_comp].by_name.get(site.operands[number]) \
+                    if number < len(site.operands) else None
+                sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
+            elif source is not None:
+                sources.append((comp.name, source))
+        names = [name for c, i in sources if i.opcode != "constant"
+                 for name in _passed_on_names(module, c, i, op_names, callers)]
+        remat = [REMAT_SCOPE in name for name in names]
+        if any(remat) and all(r or phase(name) == "forward" for r, name in zip(remat, names)):
+            op.named = op.marked = op.inherited = True
+
+
+def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names: OpNames,
+                     callers: Mapping[str, tuple[str, Instruction] | None], depth: int = 16,
+                     seen: set | None = None) -> list[str]:
+    """The op_name of a value, or where XLA left the op that produced it without one (the
+    converts, bitcasts and copies it adds around a bf16 library dot, and their fusion), the
+    names of the named ops it passes on: looked for through its operands, into a fusion from its
+    root and out of one from a parameter to the call site's operand (seed 83: a recompute's
+    attention scores read `convert(convert(query + bias))`, the add remat-named, the two converts
+    and their fusion unnamed)."""
+    name = op_names.of(comp_name, inst)
+    seen = set() if seen is None else seen
+    if name or depth == 0 or (comp_name, inst.name) in seen:
+        return [name]
+    seen.add((comp_name, inst.name))
+    comp = module.by_name[comp_name]
+    if inst.opcode == "fusion":
+        callee = module.by_name.get(inst.called(CallRole.FUSION)[0]) if inst.called(CallRole.FUSION) else None
+        return _passed_on_names(module, callee.name, callee.root, op_names, callers, depth - 1, seen) \
+            if callee is not None and callee.instructions else [name]
+    if inst.opcode == "parameter":
+        caller = callers.get(comp_name)
+        number = int(inst.attributes.get("parameter_number", "0"))
+        if caller is None or number >= len(caller[1].operands):
+            return [name]
+        outer = module.by_name[caller[0]].by_name.get(caller[1].operands[number])
+        if outer is None:
+            return [name]
+        return _passed_on_names(module, caller[0], outer, op_names, callers, depth - 1, seen)
+    found = [n for o in inst.operands if o in comp.by_name and comp.by_name[o].opcode != "constant"
+             for n in _passed_on_names(module, comp_name, comp.by_name[o], op_names, callers, depth - 1, seen)]
+    return found or [name]
+
+
+def named_by_users(module: Module, ops: list[_Op], op_names: OpNames, sizes: Counter) -> None:
+    """An op without metadata (a CPU library fusion's dot) that computes a value the program also
+    computes elsewhere, and whose every user is remat-named, is that value's recompute: only the
+    recompute reads it (seed 100: under `dots_with_no_batch_dims_saveable` the recompute's
+    attention scores read only the saved query and key, forward values, so `inherit_names`
+    cannot tell them from the forward's scores; the forward's feed the forward's softmax). A
+    fused computation's root is read by its fusion's users."""
+    # Dots and convolutions only: an unnamed cheap op read only by the recompute may be a fusion's
+    # copy of the forward's (`_fusion_copies` decides those).
+    candidates = [op for op in ops if not op.op_name and not op.named and sizes[op.exact] > 1
+                  and op.inst.opcode in ("dot", "convolution")]
+    if not candidates:
+        return
+    users: dict[Key, list[Instruction]] = {}
+    callers: dict[str, tuple[str, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            users.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp.name, inst)
+    for op in candidates:
+        where, name = op.key[:2]
+        readers = users.get((where, name), [])
+        if not readers and module.by_name[where].root.name == name and callers.get(where):
+            where, site = callers[where]
+            readers = users.get((where, site.name), [])
+        if readers and all(REMAT_SCOPE in op_names.of(where, reader) for reader in readers):
+            op.named = op.marked = op.inherited = True
