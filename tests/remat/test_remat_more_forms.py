@@ -46,10 +46,6 @@ HAIKU = {"hk_remat_python_loop_mlp", "hk_remat_python_loop_transformer", "hk_lay
 AFTER_TOO = {"nnx_scan_over_vmap_layers", "nnx_scan_over_vmap_layers_dots_saveable", "hk_remat_python_loop_mlp",
              "hk_layer_stack_mlp", "offload_names_python_loop"}
 KNOWN: dict[str, str] = {
-    "conv_net_nn_scan_of_nn_remat": (
-        "before: reduce +131,008: the backward loop body's bias gradient of Conv_1 reads the "
-        "cotangent through the recompute's optimization barrier and pairs across frames with the "
-        "stem's bias gradient (same shapes)"),
     "hk_layer_stack_transformer": (
         "before: reduce -16,128, subtract -16,384, divide -384, select -256: in the backward loop body "
         "the recompute's LayerNorm mean reduce and centring subtract (remat-named, 8,064 and 8,192 "

@@ -119,7 +119,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if named_ops:
         paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module)
         remat |= paired
-    remat |= _across_frames(ops, sizes, remat | first_of_class)
+    remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
     remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
@@ -517,12 +517,15 @@ def _same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
     return mine is None or theirs is None or mine == theirs
 
 
-def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set[SiteKey]:
+def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey], remat_named: bool) -> set[SiteKey]:
     """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
     left without a same-value twin in their own frame: a recompute in a loop body pairs with an
     unmarked op of another frame (the forward loop's body) that applies the same computation to
     inputs of the same shapes (equal abstract number). Before optimization nothing has
-    rewritten either of them, so the structure is the same."""
+    rewritten either of them, so the structure is the same. Where jax named the recompute, an op
+    it named otherwise is not one, barrier or not: the gradient of a checkpointed block reads the
+    cotangent through the same barrier (a conv's bias gradient under `nn.scan(nn.remat)` paired
+    with the stem's bias gradient, whose reduce has the same shapes)."""
     if len({op.frame for op in ops}) < 2:  # a twin must lie in another frame than its recompute
         return set()
     if not any(op.marked and not op.named and op.key not in settled for op in ops):
@@ -533,7 +536,7 @@ def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set
         frames_of[number] = {t.frame for t in members}
     found: set[SiteKey] = set()
     for op in ops:
-        if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1:
+        if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1 or (remat_named and op.op_name):
             continue
         number = op.abstract
         if isinstance(number, tuple):
