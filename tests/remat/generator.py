@@ -74,8 +74,12 @@ def draw(seed: int, family: str = "base") -> Form:
     if family == "tpu":
         rng = random.Random(seed)
         f = _draw_more(rng) if rng.random() < 0.5 else _draw_base(rng)
-        # one compile of a sharded program takes seconds on this host: keep them small
-        return f.with_(platform="tpu", mesh=rng.choice(MESHES), adam=False, layers=min(f.layers, 3))
+        # libtpu's compile time grows with the sizes (a wmt-sized layer takes minutes on this host):
+        # at most lm1b's width, 3 layers
+        f = f.with_(platform="tpu", mesh=rng.choice(MESHES), adam=False, layers=min(f.layers, 3))
+        if f.width > 512:
+            f = f.with_(**(EXAMPLE_SIZES["lm1b"] | dict(dtype=f.dtype)))
+        return f
     if family != "base":
         raise ValueError(f"unknown family {family!r}")
     return _draw_base(random.Random(seed))
