@@ -26,12 +26,12 @@ fi
 # hloflops itself as a user installs it, built from a copy (a build leaves build/ beside its sources)
 mkdir "$work/src" && cp -r pyproject.toml README.md analysis hloparse "$work/src/"
 "$py" -m pip install -q "$work/src"
-# flax and optax for the remat twins compiled for TPU (tests/remat/test_remat_tpu*.py), which the
-# main suite skips where libtpu is not installed
-"$py" -m pip install -q flax optax
+# flax, optax, equinox and dm-haiku for the remat twins compiled for TPU (tests/remat/test_remat_tpu*.py:
+# the generator's TPU draws use every form), which the main suite skips where libtpu is not installed
+"$py" -m pip install -q flax optax equinox dm-haiku
 "$py" -c "import jax, sys; from importlib.metadata import version; print('tpu job: jax', jax.__version__, 'libtpu', version('libtpu'))"
 # libtpu's lockfile would stop a second process on the same host; these compile only, no device.
 export ALLOW_MULTIPLE_LIBTPU_LOAD=1
 PYTHONPATH="$PWD" "$py" -m tests.tpu.generate "$work/tpu"
 HLOFLOPS_TPU_DATA="$work/tpu" "$py" -m pytest -q -p no:cacheprovider tests/tpu \
-    tests/remat/test_remat_tpu.py tests/remat/test_remat_tpu_sharded.py
+    tests/remat/test_remat_tpu.py tests/remat/test_remat_tpu_sharded.py tests/remat/test_remat_tpu_generated.py

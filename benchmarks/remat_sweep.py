@@ -3,9 +3,14 @@ tests/remat/generator.py, compiles each with and without its remat wrapper, and 
 remat FLOPs against the difference, at both stages. Prints the pass rate per form: the dot and
 convolution FLOPs exact (`matmul`), and every opcode exact but for loop counters (`all`).
 
-    python3 benchmarks/remat_sweep.py --first 0 --count 200 [--out benchmarks/results/remat_sweep.md]
+    python3 benchmarks/remat_sweep.py --first 0 --count 200 [--family base|more|tpu] [--out FILE]
 
-Each failing draw is printed with the line that replays it.
+`--family more` draws the forms added in the third round (nnx.scan over nnx.vmap layers, hk.remat,
+a conv net, the offload policies, the Flax examples' sizes); `--family tpu` compiles draws of
+either family for a v5e through libtpu (one device or sharded; libtpu needed). Rows are
+`generator.label`: the form, with the architecture, offload policy and TPU mesh where they are
+new. `--out` writes the table and the failing draws to FILE. Each failing draw is printed with
+the line that replays it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "analysis"), str(ROOT)]
 
-from tests.remat.generator import check, draw  # noqa: E402
+from tests.remat.generator import check, draw, label  # noqa: E402
 from tests.remat.judge import STAGES  # noqa: E402
 
 
@@ -27,32 +32,35 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=50)
+    parser.add_argument("--family", default="base", choices=("base", "more", "tpu"))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     tally: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     failures: list[str] = []
     started = time.time()
     for seed in range(args.first, args.first + args.count):
-        form = draw(seed)
+        form = draw(seed, args.family)
+        row = label(form) if args.family != "base" else form.form
         try:
             outcome = check(form)
         except Exception as error:  # a program that does not build or compile is a failing draw too
             failures.append(f"seed {seed}: {form!r} raised {type(error).__name__}: {error}")
             for stage in STAGES:
                 for kind in ("matmul", "all"):
-                    tally[form.form][f"{kind} {stage}"][1] += 1
+                    tally[row][f"{kind} {stage}"][1] += 1
             continue
         for stage in STAGES:
             for kind, ok in (("matmul", outcome.matmul_ok(stage)), ("all", outcome.all_ok(stage))):
-                cell = tally[form.form][f"{kind} {stage}"]
+                cell = tally[row][f"{kind} {stage}"]
                 cell[0] += ok
                 cell[1] += 1
         if not all(outcome.all_ok(s) for s in STAGES):
             failures.append(f"seed {seed}: " + outcome.describe())
-        print(f"seed {seed} {form.form} {'ok' if all(outcome.all_ok(s) for s in STAGES) else 'FAIL'} "
+        print(f"seed {seed} {row} {'ok' if all(outcome.all_ok(s) for s in STAGES) else 'FAIL'} "
               f"({time.time() - started:.0f}s)", flush=True)
     columns = [f"{kind} {stage}" for kind in ("matmul", "all") for stage in STAGES]
-    lines = [f"remat sweep: seeds {args.first}..{args.first + args.count - 1}, {time.time() - started:.0f} s", "",
+    seeds = f"seeds {args.first}..{args.first + args.count - 1}"
+    lines = [f"remat sweep ({args.family}): {seeds}, {time.time() - started:.0f} s", "",
              "| form | draws | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     totals = defaultdict(lambda: [0, 0])
     for form in sorted(tally):

@@ -29,6 +29,12 @@ POLICIES: dict[str, Callable[[], Any] | None] = {
     "dots_saveable": lambda: CP.dots_saveable,
     "dots_with_no_batch_dims_saveable": lambda: CP.dots_with_no_batch_dims_saveable,
     "save_only_these_names": lambda: CP.save_only_these_names("hidden"),
+    # host offload: what a policy saves goes to pinned host memory and comes back for the backward
+    # (on CPU, where device and host memory are one, XLA compiles them and moves nothing)
+    "save_and_offload_only_these_names": lambda: CP.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["hidden"], offload_src="device",
+        offload_dst="pinned_host"),
+    "offload_dot_with_no_batch_dims": lambda: CP.offload_dot_with_no_batch_dims("device", "pinned_host"),
 }
 
 
@@ -54,6 +60,8 @@ class Form:
     dtype: str = "float32"
     act: str = "tanh"
     head: bool = False  # a final Linear (nnx, Equinox)
+    platform: str = "cpu"  # "tpu": compiled by libtpu for a v5e (tests/programs/remat_sharded.py)
+    mesh: str = "single"  # on TPU: one device, "fsdp" or "tp" over a 2x2 v5e
 
     @property
     def name(self) -> str:
@@ -250,6 +258,81 @@ def _nnx_program(f: Form, remat: bool) -> Program:
     return _program(f, remat, _loss_of(run), state, _input(f))
 
 
+def _nnx_scan_program(f: Form, remat: bool) -> Program:
+    """nnx's scan-over-layers idiom: the layers built by `nnx.vmap` (one stacked module) and run
+    by `nnx.scan`, `nnx.remat` around the scanned step; the twin scans the same step unwrapped."""
+    from flax import nnx
+
+    class Layer(nnx.Module):
+        def __init__(self, rngs):
+            self.up = nnx.Linear(f.width, f.hidden, rngs=rngs)
+            self.down = nnx.Linear(f.hidden, f.width, rngs=rngs)
+
+        def __call__(self, x):
+            return x + self.down(ACTIVATIONS[f.act](self.up(x)))
+
+    class Stack(nnx.Module):
+        def __init__(self, rngs):
+            @nnx.split_rngs(splits=f.layers)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def create(rngs):
+                return Layer(rngs)
+
+            self.layers = create(rngs)
+
+    def step(x, layer):
+        return layer(x)
+
+    policy = POLICIES[f.policy]
+    if remat:
+        step = nnx.remat(step, prevent_cse=f.prevent_cse, policy=policy() if policy else None)
+    scanned = nnx.scan(step, in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Stack(nnx.Rngs(0))))
+
+    def run(s, x):
+        return scanned(x, nnx.merge(graphdef, s).layers)
+
+    return _program(f, remat, _loss_of(run), state, _input(f))
+
+
+# ---- Haiku -------------------------------------------------------------------------------------
+
+def _hk_program(f: Form, remat: bool) -> Program:
+    """A Haiku MLP or transformer (`hk.MultiHeadAttention`) with `hk.remat` per block, the blocks
+    in a Python loop (`hk_loop`) or in `hk.layer_stack` (`hk_layer_stack`, Haiku's scan over
+    layers); the twin is the same model without `hk.remat`."""
+    import haiku as hk
+    from jax.ad_checkpoint import checkpoint_name
+
+    dtype = jnp.dtype(f.dtype)
+
+    def block(x):
+        if f.arch == "mlp":
+            h = checkpoint_name(hk.Linear(f.hidden)(x), "hidden")
+            return x + hk.Linear(f.width)(ACTIVATIONS[f.act](h))
+        h = hk.LayerNorm(-1, create_scale=True, create_offset=True)(x)
+        attention = hk.MultiHeadAttention(f.heads, f.width // f.heads, w_init=hk.initializers.VarianceScaling(1.0))
+        x = x + attention(h, h, h)
+        h = checkpoint_name(hk.Linear(f.hidden)(hk.LayerNorm(-1, create_scale=True, create_offset=True)(x)), "hidden")
+        return x + hk.Linear(f.width)(jax.nn.gelu(h))
+
+    policy = POLICIES[f.policy]
+
+    def net(x):
+        # hk.remat only exists inside hk.transform
+        layer = hk.remat(block, prevent_cse=f.prevent_cse, policy=policy() if policy else None) if remat else block
+        if f.form == "hk_layer_stack":
+            return hk.layer_stack(f.layers)(layer)(x)
+        for _ in range(f.layers):
+            x = layer(x)
+        return x
+
+    model = hk.without_apply_rng(hk.transform(net))
+    x = _input(f)
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros(x.shape, dtype))
+    return _program(f, remat, _loss_of(model.apply), params, x)
+
+
 # ---- Equinox -----------------------------------------------------------------------------------
 
 def _eqx_program(f: Form, remat: bool) -> Program:
@@ -319,10 +402,20 @@ def build(f: Form) -> RematPair:
             programs.append(_grad_accumulation(f, remat))
         elif f.form == "nnx_loop":
             programs.append(_nnx_program(f, remat))
+        elif f.form == "nnx_scan":
+            programs.append(_nnx_scan_program(f, remat))
+        elif f.form in ("hk_loop", "hk_layer_stack"):
+            programs.append(_hk_program(f, remat))
         elif f.form == "eqx_list":
             programs.append(_eqx_program(f, remat))
         elif f.form in LINEN_FORMS:
             programs.append(_linen_program(f, remat))
         else:
             raise ValueError(f"unknown form {f.form!r}")
+    if f.platform == "tpu":
+        from tests.programs.remat_sharded import placed
+
+        programs = [placed(p, f.mesh, f.layers, opt_state=f.adam) for p in programs]
+    elif f.platform != "cpu":
+        raise ValueError(f"unknown platform {f.platform!r}")
     return RematPair(f.name, programs[0], programs[1], f.name)

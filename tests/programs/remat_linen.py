@@ -1,8 +1,9 @@
 """Flax linen models of the remat forms (tests/programs/remat_forms.py), sized by a `Form`.
 
 Architectures: `lm` (a transformer LM: embedding, blocks of self-attention + MLP, a head),
-`mlp` (a residual MLP stack), `encdec` (an encoder-decoder with cross-attention in each decoder
-block), `bilstm` (a BiLSTM tagger of `nn.RNN`s), `conv` (residual conv blocks). Forms:
+`mlp` (a residual MLP stack), `conv` (a conv net of residual 3x3 conv blocks on `tokens` x `tokens`
+images), `encdec` (an encoder-decoder with cross-attention in each decoder
+block), `bilstm` (a BiLSTM tagger of `nn.RNN`s). Forms:
 `linen_loop` (`nn.remat` per block in a Python loop), `linen_scan` (`nn.scan(nn.remat(Block))`),
 `linen_remat_scan` (`nn.remat_scan` against the same `nn.scan`), `linen_whole` (`nn.remat`
 around the whole model), `linen_nested` (`nn.remat` blocks inside an `nn.remat`'d stack) and
@@ -55,6 +56,9 @@ def model(f, remat: bool) -> tuple[nn.Module, tuple]:
         def __call__(self, x, memory=None):
             if f.arch == "mlp":
                 return x + Mlp(name="mlp")(x)
+            if f.arch == "conv":  # a residual block of two 3x3 convolutions, `hidden` channels inside
+                h = checkpoint_name(nn.Conv(hidden, (3, 3), dtype=dtype)(x), "hidden")
+                return x + nn.Conv(d, (3, 3), dtype=dtype)(jax.nn.relu(h))
             h = nn.LayerNorm(dtype=dtype)(x)
             x = x + Attention(name="self_attn")(h, h)
             if memory is not None:
@@ -117,6 +121,16 @@ def model(f, remat: bool) -> tuple[nn.Module, tuple]:
         cls: Any = _remat(f, EncoderDecoder) if remat and f.form == "linen_whole" else EncoderDecoder
         tokens = jax.ShapeDtypeStruct((f.batch, f.tokens), jnp.int32)
         return cls(), (tokens, tokens)
+
+    if f.arch == "conv":
+        class ConvNet(nn.Module):  # images of `tokens` x `tokens` pixels, 3 channels, 10 classes
+            @nn.compact
+            def __call__(self, images):
+                x = stack_cls(name="stack")(nn.Conv(d, (3, 3), dtype=dtype, name="stem")(images))
+                return nn.Dense(10, dtype=dtype, name="classes")(jnp.mean(x, axis=(1, 2)))
+
+        cls = _remat(f, ConvNet) if remat and f.form == "linen_whole" else ConvNet
+        return cls(), (jax.ShapeDtypeStruct((f.batch, f.tokens, f.tokens, 3), dtype),)
 
     if f.arch == "mlp":
         class MlpModel(nn.Module):

@@ -21,8 +21,10 @@ from __future__ import annotations
 import gzip
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from tests.programs import Program
 from tests.programs.remat_forms import Form, build
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "remat_tpu"
@@ -54,31 +56,63 @@ def _spec(mesh: str, shape: tuple[int, ...], layers: int):
     return P(*([None] * i + ["model"]))
 
 
+def _devices():
+    # Other processes (a TPU catalogue job) may hold libtpu's lockfile: no chip is used here.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    import numpy as np
+    from jax.experimental import topologies
+
+    return np.array(topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices)
+
+
+def placed(program: Program, mesh_kind: str, layers: int, opt_state: bool = False) -> Program:
+    """The program with its args placed on a v5e: one device (`single`), or sharded over the 2x2
+    mesh (`fsdp`, `tp`: parameters by `_spec`, inputs by their first dimension where the batch
+    axis divides it); lowering it lowers for TPU. `opt_state`: args[1] is an optimizer state,
+    sharded as the parameters are."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+    from jax.sharding import PartitionSpec as P
+
+    devices = _devices()
+    if mesh_kind == "single":
+        one = SingleDeviceSharding(devices.flat[0])
+
+        def param(s):
+            return one
+
+        def data(s):
+            return one
+    else:
+        if mesh_kind == "fsdp":
+            mesh, axis, size = Mesh(devices.reshape(4), ("fsdp",)), "fsdp", 4
+        else:
+            mesh, axis, size = Mesh(devices.reshape(2, 2), ("data", "model")), "data", 2
+
+        def param(s):
+            return NamedSharding(mesh, _spec(mesh_kind, s.shape, layers))
+
+        def data(s):
+            return NamedSharding(mesh, P(axis) if s.shape and s.shape[0] % size == 0 else P())
+
+    def put(tree, where):
+        return jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where(s)), tree)
+
+    n = 2 if opt_state else 1
+    args = tuple(put(a, param) for a in program.args[:n]) + tuple(put(a, data) for a in program.args[n:])
+    return replace(program, name=f"{program.name}_tpu_{mesh_kind}", args=args)
+
+
 def compile_case(mesh_kind: str, form: Form) -> dict[str, str]:
     """The optimized module text of the form's program and of its twin on the mesh ("fsdp" or
     "tp"): {"remat": ..., "plain": ...}."""
-    # Other processes (a TPU catalogue job) may hold libtpu's lockfile: no chip is used here.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     import jax
-    import numpy as np
-    from jax.experimental import topologies
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    devices = np.array(topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices)
-    if mesh_kind == "fsdp":
-        mesh, batch = Mesh(devices.reshape(4), ("fsdp",)), P("fsdp")
-    else:
-        mesh, batch = Mesh(devices.reshape(2, 2), ("data", "model")), P("data")
     pair = build(form)
     texts = {}
     for which in ("remat", "plain"):
-        program = getattr(pair, which)
-        params, *inputs = program.args
-        params = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(
-            s.shape, s.dtype, sharding=NamedSharding(mesh, _spec(mesh_kind, s.shape, form.layers))), params)
-        inputs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, batch)) for x in inputs]
-        texts[which] = jax.jit(program.fn).lower(params, *inputs).compile().as_text()
+        program = placed(getattr(pair, which), mesh_kind, form.layers)
+        texts[which] = jax.jit(program.fn).lower(*program.args).compile().as_text()
     return texts
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from hloparse.ir import CallRole, Module, parameter_number
 
 COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute"})
+# Collectives whose tuple form is one collective per operand (element i from operand i alone).
+ELEMENTWISE_COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter"})
 Inputs = frozenset  # of ("param", n) / ("state", index) / ("opaque", computation, instruction)
 
 
@@ -118,6 +120,12 @@ class FrameInputs:
         source = comp.by_name.get(inst.operands[0]) if inst.operands else None
         if source is None:
             return None
+        index = int(inst.attributes.get("index", "0"))
+        if source.opcode in ELEMENTWISE_COLLECTIVES and source.shape.is_tuple and \
+                len(source.operands) == len(source.shape.tuple_shapes) and index < len(source.operands):
+            # A combined (variadic) all-reduce: element i reduces operand i alone. XLA's combiner
+            # puts a forward activation's all-reduce and a recompute's in one instruction.
+            return comp.name, source.operands[index]
         where, tup = comp.name, source
         inlined = [s.computation for s in source.calls if s.role in (CallRole.FUSION, CallRole.CALL)]
         if inlined:
@@ -127,5 +135,4 @@ class FrameInputs:
             where, tup = callee.name, callee.root
         if tup.opcode != "tuple":
             return None
-        index = int(inst.attributes.get("index", "0"))
         return (where, tup.operands[index]) if index < len(tup.operands) else None

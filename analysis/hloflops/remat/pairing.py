@@ -4,7 +4,7 @@ computes the same value (see analysis/remat/__init__.py for the rules and why)."
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain, compress, count
+from itertools import chain, compress, count, permutations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -131,7 +131,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                and op.key not in first_of_class} if not module.is_scheduled else set()
         paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
-    remat |= _across_frames(ops, sizes, remat | first_of_class)
+    remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
     remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}
@@ -439,7 +439,46 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     """What an op computes, seen from the op alone: opcode, result and operand shapes, and the
     attributes that change the result (dimension numbers, windows, ...)."""
     inst = op.inst
-    return (inst.opcode, shape_key(inst.shape), tuple(shapes.get(o) for o in inst.operands), result_attributes(inst))
+    attributes = result_attributes(inst)
+    operands = tuple(shapes.get(o) for o in inst.operands)
+    if inst.opcode in ("convolution", "dot"):
+        # The operands' element types are left out: XLA may feed one copy of a matmul an f32
+        # operand and the other a bf16 one (a convert fused on either side; TPU's default
+        # precision multiplies in bf16 either way), the same result type and FLOPs.
+        operands = tuple(s[1:] if isinstance(s, tuple) and s and s[0] != "tuple" else s for s in operands)
+    if inst.opcode == "convolution":
+        attributes = _spatial_order_free(attributes)
+    return (inst.opcode, shape_key(inst.shape), operands, attributes)
+
+
+def _spatial_order_free(attributes: tuple) -> tuple:
+    """A convolution's attributes with its spatial dimensions renumbered in one canonical order.
+    Which spatial dimension XLA calls 0 is a naming: on TPU the recompute's attention einsum can
+    come out as `window={size=2x8 ...}, dim_labels=1f0b_10oi->10bf` where its forward is
+    `window={size=8x2 ...}, dim_labels=0f1b_01oi->01bf`, the same operands, shapes and
+    arithmetic. The canonical order is the least (dim_labels, window) over all renumberings."""
+    kept = dict(attributes)
+    labels, window = kept.get("dim_labels"), kept.get("window")
+    if not isinstance(labels, str) or not isinstance(window, str):
+        return attributes
+    digits = sorted({c for c in labels if c.isdigit()})
+    fields = [f.split("=", 1) for f in window.strip("{}").split()]
+    if len(digits) < 2 or any(len(f) != 2 or len(f[1].split("x")) != len(digits) for f in fields):
+        return attributes
+    best = None
+    for order in permutations(range(len(digits))):  # old spatial dimension d is called order[d]
+        renamed = "".join(str(order[int(c)]) if c.isdigit() else c for c in labels)
+        values = []
+        for key, value in fields:
+            parts = value.split("x")
+            new = [""] * len(parts)
+            for d, part in enumerate(parts):
+                new[order[d]] = part
+            values.append(f"{key}={'x'.join(new)}")
+        candidate = (renamed, "{" + " ".join(values) + "}")
+        best = candidate if best is None or candidate < best else best
+    kept["dim_labels"], kept["window"] = best
+    return tuple(sorted(kept.items()))
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
@@ -522,12 +561,15 @@ def _same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
     return mine is None or theirs is None or mine == theirs
 
 
-def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set[SiteKey]:
+def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey], remat_named: bool) -> set[SiteKey]:
     """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
     left without a same-value twin in their own frame: a recompute in a loop body pairs with an
     unmarked op of another frame (the forward loop's body) that applies the same computation to
     inputs of the same shapes (equal abstract number). Before optimization nothing has
-    rewritten either of them, so the structure is the same."""
+    rewritten either of them, so the structure is the same. Where jax named the recompute, an op
+    it named otherwise is not one, barrier or not: the gradient of a checkpointed block reads the
+    cotangent through the same barrier (a conv's bias gradient under `nn.scan(nn.remat)` paired
+    with the stem's bias gradient, whose reduce has the same shapes)."""
     if len({op.frame for op in ops}) < 2:  # a twin must lie in another frame than its recompute
         return set()
     if not any(op.marked and not op.named and op.key not in settled for op in ops):
@@ -538,7 +580,7 @@ def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> set
         frames_of[number] = {t.frame for t in members}
     found: set[SiteKey] = set()
     for op in ops:
-        if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1:
+        if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1 or (remat_named and op.op_name):
             continue
         number = op.abstract
         if isinstance(number, tuple):
