@@ -169,8 +169,8 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
         outputs = fused.get(comp_name)
-        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED or op.key in by_value:
-            continue  # (`by_value`: decided against its forward's copies, `_same_value`)
+        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
+            continue
         if (comp_name, site) not in decided:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
             if any(key in remat for key in keys):
@@ -182,6 +182,8 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
         runs = decided[(comp_name, site)]
         if runs is None:
             continue
+        if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)):
+            continue  # decided against its forward's copies (`_same_value`)
         if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
                 out.add(op.key)
@@ -197,6 +199,19 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
     return out, decided_copies
+
+
+def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
+    """Does the fusion hand out a value of the backward's own (an output named in the backward
+    pass, not remat-named)? Its cheap copies of a forward value run in the program without remat
+    too: there the same gradient fusion copies the forward's op (seed 31: the bias add under
+    relu's mask, in the mask's gradient fusion). A fusion whose outputs carry no name (a bf16
+    convert of a recomputed product) tells nothing."""
+    for name in outputs:
+        op = by_key.get((comp_name, name, site))
+        if op is not None and op.op_name and not op.marked and phase(op.op_name) == "backward":
+            return True
+    return False
 
 
 def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
