@@ -109,9 +109,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
-    for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
-        remat |= _same_value(members, first_of_class, fused)
-        if not all(m.marked for m in members):
+    classes = _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values()
+    twins = _ForwardTwins(module, ops) if module.is_scheduled and remat_named and \
+        any(all(m.marked for m in members) for members in classes) else None
+    for members in classes:
+        forward = twins.count(members) if twins is not None and all(m.marked for m in members) else 0
+        remat |= _same_value(members, first_of_class, fused, forward)
+        if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
@@ -415,18 +419,21 @@ def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
     return classes
 
 
-def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset()) -> set[SiteKey]:
+def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
+                forward: int = 0) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
-    least recomputed marked op, which is model FLOPs. Unmarked duplicates (XLA's fusion copying
+    least recomputed marked op, which is model FLOPs, unless the forward computes the value
+    `forward` times elsewhere (`_ForwardTwins`: the recompute read its inputs from other ops
+    than the forward did, so the numbers differ). Unmarked duplicates (XLA's fusion copying
     a cheap op into several consumers, or hand-written modules) are not remat."""
     if len(members) < 2:
         return set()
     marked = [m for m in members if m.marked]
     if not marked:
         return set()
-    unmarked = len(members) - len(marked)
+    unmarked = len(members) - len(marked) or forward
     forward_seen = unmarked > 0
     if not unmarked:
         first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
@@ -452,6 +459,41 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     for copies in by_name.values():
         found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
     return found
+
+
+class _ForwardTwins:
+    """How often the forward computes, elsewhere, the value of a class of remat-marked copies
+    (after optimization). Where every copy of a value is remat-named, either CSE merged the
+    forward into the recompute (one copy is the model's), or the recompute reads its inputs from
+    other ops than the forward (a whole-model checkpoint's recompute reads recomputed
+    activations that XLA fused differently from the forward's; a layer's recompute reads a
+    saved stack's slice): its value numbers then differ from the forward's, and the forward's
+    copies are ops of the same signature and name (`_by_signature`'s test) that are not
+    remat-marked, not the backward's, and read the same frame inputs. XLA copies a cheap op into
+    as many fusions as read it, in the recompute as in the program without remat (seed 128: a
+    layer norm's variance, copied into three fusions of the recompute and three of the twin's
+    forward, one of the program's forward): the recompute counts as many copies as the forward
+    has, the rest are the twin's too."""
+
+    def __init__(self, module: Module, ops: list[_Op]):
+        self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+        self.inputs = FrameInputs(module)
+        self.pool: dict[tuple, list[_Op]] = {}
+        self.copies = Counter()  # how many unmarked ops compute each value
+        for op in ops:
+            if not op.marked:
+                self.copies[op.exact] += 1
+                if op.op_name and phase(op.op_name) != "backward":
+                    self.pool.setdefault(_signature(op, self.shapes), []).append(op)
+
+    def count(self, members: list[_Op]) -> int:
+        op = min(members, key=lambda m: m.order)
+        tail = inner_tail(op.op_name)
+        if not tail or not op.op_name:
+            return 0
+        values = {twin.exact for twin in self.pool.get(_signature(op, self.shapes), ())
+                  if ends_with(twin.op_name, tail) and (twin.frame != op.frame or _same_inputs(self.inputs, op, twin))}
+        return sum(self.copies[value] for value in values)  # each value with all its copies
 
 
 def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
