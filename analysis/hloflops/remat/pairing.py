@@ -160,8 +160,10 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
     (`remat`), not where its outputs are unmarked or the model's first computation of their
     value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
     recompute differently from its forward), the copy keeps its own pairing's answer; so do
-    the fusion's outputs themselves and unfused ops. Returns the recompute, and the copies this
-    rule decided (either way)."""
+    the fusion's outputs themselves and unfused ops. A forward op (not marked) that XLA copied
+    into a fusion computing a recompute runs there because of remat too (an embedding lookup
+    fused into the recompute of the first layer norm), where the program computes its value
+    elsewhere as well. Returns the recompute, and the copies this rule decided (either way)."""
     fused = _fused_outputs(module)
     if not fused:
         return remat, set()
@@ -199,6 +201,10 @@ def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: s
             decided_copies.add(op.key)
         elif runs and op.marked:
             continue  # the only op computing its value: no copy, the linearization's own, as paired
+        elif runs and not op.marked:
+            if op.op_name and phase(op.op_name) == "forward" and sizes is not None and sizes[op.exact] > 1:
+                out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
+                decided_copies.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
