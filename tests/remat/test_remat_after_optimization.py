@@ -120,3 +120,24 @@ def test_embedding_lookup_copied_into_the_recompute(form):
     outcome = check(form)
     after = next(v for v in outcome.verdicts if v.stage == "after")
     assert not {op for op in after.misses if op in ("and", "compare", "select")}, outcome.describe()
+
+
+# bfloat16 under a saving policy: after XLA's float normalization jax's marker on a saved
+# residual is a reduce-precision to bfloat16's bits of the value widened to f32, which rounds
+# nothing; the rounding and its round trip through f32 run only because of remat.
+WIDENED_ROUNDINGS = {
+    "python_loop bf16 seed 126, convert -1,536 reduce-precision -768": Form(
+        form='python_loop', arch='mlp', policy='dots_with_no_batch_dims_saveable', prevent_cse=False, batch=4,
+        width=128, hidden=64, heads=1, tokens=8, layers=3, micro=4, unroll=1, adam=False, dtype='bfloat16',
+        act='relu', head=False),
+    "linen_whole bf16 seed 61, convert -5,632 reduce-precision -2,816": Form(
+        form='linen_whole', arch='mlp', policy='dots_saveable', prevent_cse=False, batch=2, width=32, hidden=256,
+        heads=2, tokens=16, layers=5, micro=4, unroll=1, adam=False, dtype='bfloat16', act='gelu', head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(WIDENED_ROUNDINGS.values()), ids=list(WIDENED_ROUNDINGS))
+def test_saved_bfloat16_residual_marker_widened_to_f32_is_remat(form):
+    outcome = check(form)
+    assert outcome.all_ok("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()

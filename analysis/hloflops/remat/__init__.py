@@ -48,7 +48,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    fusion's outputs and unfused ops keep the answer of rules 1-3.
 
 Ops without metadata are named by what they read (all inputs remat-named: the recompute's), and
-an identity reduce-precision (a policy's saved residual) is remat. Where an answer hinges on
+an identity reduce-precision (a policy's saved residual; after XLA's float normalization a
+bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round trip) is remat
+(hloflops.remat.rounding). Where an answer hinges on
 weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
 (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on

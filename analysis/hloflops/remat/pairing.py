@@ -12,6 +12,7 @@ from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
 )
 from hloflops.remat.inputs import FrameInputs
+from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.scopes import phase
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
@@ -126,7 +127,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat |= _across_frames(ops, sizes, remat | first_of_class)
     remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
-    remat |= {op.key for op in ops if _is_identity_rounding(op.inst)}
+    remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
+    if remat_named:
+        remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
@@ -331,23 +334,6 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
             marked.remove(min(marked, key=rank))
         remat.update([(comp.name, inst.name) for _, comp, inst in marked])
     return RematIndex(frozenset(remat), 0, ())
-
-
-# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
-# rounds nothing.
-OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
-
-
-def _is_identity_rounding(inst: Instruction) -> bool:
-    """A reduce-precision that rounds nothing: jax puts one on each residual a checkpoint policy
-    saves (`dots_saveable`, `save_only_these_names`, ...), to keep XLA from moving the saved value
-    into the backward pass. It runs because of remat (the program without remat has none), though
-    it recomputes nothing: remat FLOPs by the definition (the difference to that program). Only
-    looked for in a module with remat markers (`find_remat` returns earlier in one without)."""
-    if inst.opcode != "reduce-precision":
-        return False
-    bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
-    return OWN_BITS.get(inst.shape.element_type) == bits
 
 
 def _inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
