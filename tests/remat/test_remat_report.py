@@ -17,12 +17,16 @@ def test_unpaired_remat_is_listed_and_said_in_the_summary():
     report = analyze(str(AFTER))
     unpaired = report.remat_unpaired
     rows = {(r.computation, r.name): r for r in report.rows}
-    # Six remat-named ops of the backward loop pair with nothing, all copies XLA's fusion made
-    # inside gradient fusions whose outputs are no recompute (the program without remat,
-    # seed000_listed, copies them there too): two bias adds and two broadcasts (no flops), a
-    # subtract and a multiply. They count as model FLOPs.
-    assert [(u.opcode, u.flops) for u in unpaired] == [("broadcast", 0), ("add", 7680), ("add", 7680),
-                                                        ("broadcast", 0), ("subtract", 7680), ("multiply", 7680)]
+    # Seven remat-named ops of the backward loop pair with nothing, copies XLA's fusion made:
+    # the program without remat (seed000_listed) runs each layer's bias add three times (its
+    # forward's and two copies in gradient fusions), this one four (the forward's, and copies in
+    # the recompute's sigmoid and product fusions and in a gradient fusion): one of the
+    # recompute's copies is recompute, as often as the forward computes the add, the other two
+    # are the twin's copies (an add and its broadcast in each of two fusions). A subtract, a
+    # multiply and a broadcast (no flops) sit in a gradient fusion too. They count as model FLOPs.
+    assert [(u.opcode, u.flops) for u in unpaired] == [("broadcast", 0), ("add", 7680), ("broadcast", 0),
+                                                        ("subtract", 7680), ("multiply", 7680), ("broadcast", 0),
+                                                        ("add", 7680)]
     for u in unpaired:
         row = rows[(u.computation, u.name)]
         assert not row.remat and u.flops == row.total.flops
@@ -30,7 +34,7 @@ def test_unpaired_remat_is_listed_and_said_in_the_summary():
     assert data["remat_unpaired"] == [{"name": u.name, "computation": u.computation, "opcode": u.opcode,
                                        "flops": u.flops} for u in unpaired]
     assert report.is_exact
-    # Each of the six is shown to be model FLOPs (a gradient fusion's copy): the split is exact,
+    # Each of the seven is shown to be model FLOPs (a gradient fusion's copy): the split is exact,
     # its bounds are the number, and the summary says nothing of a split that may be low.
     assert report.remat_flops == 192_000 and report.remat_flops_bounds == (192_000, 192_000)
     assert data["remat_flops_bounds"] == [192_000, 192_000] and data["remat_hinges"] == []

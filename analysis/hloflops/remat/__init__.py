@@ -24,8 +24,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    in one computation (the entry of a loop-free program, one loop body). A value the forward
    computes k times is recomputed at most k times under one checkpoint's name: further marked
    copies are the linearization's own (jvp's `x * x` for the derivative of `x ** 3`), model
-   FLOPs. If every op of the value is marked, CSE merged the forward away and one of them is
-   model FLOPs. A callee that
+   FLOPs. If every op of the value is marked, either the forward computes it elsewhere under
+   another number (ops of its signature and name reading the same inputs: as many copies are
+   recompute) or CSE merged the forward away and one of them is model FLOPs. A callee that
    several `call` sites run (before optimization an unrolled scan's step, or a checkpointed
    block lowered once for every layer) is numbered at each site, and its ops pair per site:
    an instruction is remat where it is recomputation at every site.
@@ -42,12 +43,16 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    consumes it, with remat as without, so a marked copy inside a fusion is recompute exactly
    where that fusion's output is recompute, and is not where the fusion's outputs are unmarked
    or the model's own computation of their value (a gradient fusion: the program without remat
-   has it too). The fusion's outputs and unfused ops keep the answer of rules 1-3.
+   has it too, also where the forward's own copy is in sight). A forward op XLA copied into a
+   fusion that computes a recompute (an embedding lookup) runs there only because of remat. The
+   fusion's outputs and unfused ops keep the answer of rules 1-3.
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold
-(hloflops.remat.views); an identity reduce-precision (a policy's saved residual) is remat, and
-so, before optimization, is a barrier-marked op of constants alone (jax folds it without remat).
+(hloflops.remat.views); an identity reduce-precision (a policy's saved residual; after XLA's float
+normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round
+trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
+constants alone (jax folds it without remat).
 Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
 (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on

@@ -20,23 +20,6 @@ Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 
-# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
-# rounds nothing.
-OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
-
-
-def is_identity_rounding(inst: Instruction) -> bool:
-    """A reduce-precision that rounds nothing: jax puts one on each residual a checkpoint policy
-    saves (`dots_saveable`, `save_only_these_names`, ...), to keep XLA from moving the saved value
-    into the backward pass. It runs because of remat (the program without remat has none), though
-    it recomputes nothing: remat FLOPs by the definition (the difference to that program). Only
-    looked for in a module with remat markers (`find_remat` returns earlier in one without)."""
-    if inst.opcode != "reduce-precision":
-        return False
-    bits = (inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits"))
-    return OWN_BITS.get(inst.shape.element_type) == bits
-
-
 # What a value computed from constants alone passes through: an optimization barrier, a tuple and
 # its elements, and ops that only move or cast elements.
 CONSTANT_THROUGH = frozenset({"opt-barrier", "tuple", "get-tuple-element", "broadcast", "reshape", "bitcast",
@@ -170,7 +153,7 @@ def named_by_users(module: Module, ops: list[_Op], op_names: OpNames, sizes: Cou
     cannot tell them from the forward's scores; the forward's feed the forward's softmax). A
     fused computation's root is read by its fusion's users."""
     # Dots and convolutions only: an unnamed cheap op read only by the recompute may be a fusion's
-    # copy of the forward's (`_fusion_copies` decides those).
+    # copy of the forward's (`fusion_copies` decides those).
     candidates = [op for op in ops if not op.op_name and not op.named and sizes[op.exact] > 1
                   and op.inst.opcode in ("dot", "convolution")]
     if not candidates:

@@ -12,11 +12,12 @@ from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
 )
 from hloflops.remat.inputs import FrameInputs
-from hloflops.remat.marks import folded_without_barrier, inherit_names, is_identity_rounding, named_by_users
+from hloflops.remat.marks import folded_without_barrier, inherit_names, named_by_users
+from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase
-from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -116,9 +117,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
              for callee in inst.called(CallRole.FUSION)}
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
     elsewhere = _forward_copies(ops) if not module.is_scheduled else None
-    for members in _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values():
-        remat |= _same_value(members, first_of_class, fused, elsewhere)
-        if not all(m.marked for m in members):
+    classes = _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values()
+    twins = _ForwardTwins(module, ops) if module.is_scheduled and remat_named and \
+        any(all(m.marked for m in members) for members in classes) else None
+    for members in classes:
+        forward = twins.count(members) if twins is not None and all(m.marked for m in members) else 0
+        remat |= _same_value(members, first_of_class, fused, forward, elsewhere)
+        if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
@@ -132,9 +137,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
-    remat, copies = _fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
-    remat |= {op.key for op in ops if is_identity_rounding(op.inst)}
+    remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
+    if remat_named:
+        remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
     if not module.is_scheduled:
         remat |= folded_without_barrier(module, ops)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
@@ -148,112 +155,6 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     return RematIndex(index.remat, index.remat_named, index.merged,
                       frozenset(key[:2] for key in weak - copies if key in remat) & index.remat,
                       frozenset(unsure) - index.remat)
-
-
-# Elementwise ops inside fusions: the ops whose remat-named copies `_fusion_copies` looks at.
-DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
-# XLA's instruction fusion duplicates only cheap ops into each consumer, never an expensive one
-# (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`): a remat-named expensive
-# op inside a fusion is a recompute of its own, and so are the cheap copies it reads there (seed
-# 004: the recomputed bias add under a recomputed tanh, in the fusion of the input gradient).
-EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
-
-
-def _fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
-                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
-                   ) -> tuple[set[SiteKey], set[SiteKey]]:
-    """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
-    with remat as without: a remat-named copy inside a fusion that computes a gradient (a
-    fusion the program without remat has too) runs there in both programs, so it is not
-    recompute, even where the forward's own copy is elsewhere. A copy runs because of remat
-    exactly where the fusion it is copied into does: where the fusion's output is recompute
-    (`remat`), not where its outputs are unmarked or the model's first computation of their
-    value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
-    recompute differently from its forward), the copy keeps its own pairing's answer; so do
-    the fusion's outputs themselves and unfused ops. Returns the recompute, and the copies this
-    rule decided (either way)."""
-    fused = _fused_outputs(module)
-    if not fused:
-        return remat, set()
-    by_key = {op.key: op for op in ops if op.key[0] in fused}
-    feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
-    decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
-    out = set(remat)
-    decided_copies: set[SiteKey] = set()
-    for op in ops:
-        comp_name, site = op.key[0], op.key[2]
-        outputs = fused.get(comp_name)
-        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED or op.key in by_value:
-            continue  # (`by_value`: decided against its forward's copies, `_same_value`)
-        if (comp_name, site) not in decided:
-            keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
-            if any(key in remat for key in keys):
-                decided[(comp_name, site)] = True
-            elif all(not by_key[key].marked or key in model for key in keys):
-                decided[(comp_name, site)] = False
-            else:
-                decided[(comp_name, site)] = None
-        runs = decided[(comp_name, site)]
-        if runs is None:
-            continue
-        if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
-            if runs and op.marked:
-                out.add(op.key)
-                decided_copies.add(op.key)
-        elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
-            continue
-        elif runs and op.marked and (sizes is None or sizes[op.exact] > 1 or op.key in remat):
-            out.add(op.key)  # a copy of a recompute (its value is computed elsewhere too)
-            decided_copies.add(op.key)
-        elif runs and op.marked:
-            continue  # the only op computing its value: no copy, the linearization's own, as paired
-        else:
-            out.discard(op.key)  # a cheap copy: the program without remat has it too
-            decided_copies.add(op.key)
-    return out, decided_copies
-
-
-def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
-    """The ops of fused computations that a remat-marked expensive op of the same fusion reads,
-    directly or through other ops: a chain XLA's fusion would not have duplicated by itself."""
-    found: set[Key] = set()
-    for name in fused:
-        comp = module.by_name.get(name)
-        if comp is None:
-            continue
-        pending = [inst.name for inst in comp.instructions
-                   if inst.opcode in EXPENSIVE and (name, inst.name) in marked]
-        while pending:
-            inst = comp.by_name[pending.pop()]
-            for operand in inst.operands:
-                if operand in comp.by_name and (name, operand) not in found:
-                    found.add((name, operand))
-                    pending.append(operand)
-    return found
-
-
-# Ops that hand on their operand's elements unchanged: a fusion's output through them is the operand.
-_LOOKS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast"})
-
-
-def _fused_outputs(module: Module) -> dict[str, frozenset[str]]:
-    """Each fused computation's outputs: the ops whose values leave it (the root, a tuple
-    root's elements, through reshapes and copies)."""
-    names = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
-             for callee in inst.called(CallRole.FUSION)}
-    out: dict[str, frozenset[str]] = {}
-    for name in names:
-        comp = module.by_name.get(name)
-        if comp is None or not comp.instructions:
-            continue
-        pending, found = [comp.root.name], set()
-        while pending:
-            inst = comp.by_name[pending.pop()]
-            found.add(inst.name)
-            if inst.opcode == "tuple" or inst.opcode in _LOOKS_THROUGH:
-                pending += [o for o in inst.operands if o in comp.by_name and o not in found]
-        out[name] = frozenset(found)
-    return out
 
 
 def _whole_views(comp: Computation, exacts: list[Val]) -> set[str]:
@@ -387,18 +288,20 @@ def _forward_copies(ops: list[_Op]) -> dict[Val, Counter]:
 
 
 def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
-                elsewhere: Mapping[Val, Counter] | None = None) -> set[SiteKey]:
+                forward: int = 0, elsewhere: Mapping[Val, Counter] | None = None) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
-    least recomputed marked op, which is model FLOPs. Unmarked duplicates (XLA's fusion copying
+    least recomputed marked op, which is model FLOPs, unless the forward computes the value
+    `forward` times elsewhere (`_ForwardTwins`: the recompute read its inputs from other ops
+    than the forward did, so the numbers differ). Unmarked duplicates (XLA's fusion copying
     a cheap op into several consumers, or hand-written modules) are not remat."""
     if len(members) < 2:
         return set()
     marked = [m for m in members if m.marked]
     if not marked:
         return set()
-    unmarked = len(members) - len(marked)
+    unmarked = len(members) - len(marked) or forward
     forward_seen = unmarked > 0
     if not unmarked and elsewhere is not None and not isinstance(members[0].abstract, tuple):
         # Before optimization nothing merged a forward into its recompute: where every copy is
@@ -421,7 +324,7 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     # nested remat recomputes under another name (each level's checkpoint scope): each counts.
     # Without names (jax's lowered text) nested and jvp copies look alike: every marked copy
     # counts. So does every copy inside a fusion where the forward is not in sight (CSE merged
-    # it, or it runs in another loop body): `_fusion_copies` decides those by their fusion.
+    # it, or it runs in another loop body): `fusion_copies` decides those by their fusion.
     # Where the forward is in sight, XLA copied the value into as many fusions as read it, in
     # the recompute as in the program without remat (whose forward holds the linearization's
     # fusions): the recompute adds as many copies as the forward has.
@@ -433,6 +336,41 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     for copies in by_name.values():
         found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
     return found
+
+
+class _ForwardTwins:
+    """How often the forward computes, elsewhere, the value of a class of remat-marked copies
+    (after optimization). Where every copy of a value is remat-named, either CSE merged the
+    forward into the recompute (one copy is the model's), or the recompute reads its inputs from
+    other ops than the forward (a whole-model checkpoint's recompute reads recomputed
+    activations that XLA fused differently from the forward's; a layer's recompute reads a
+    saved stack's slice): its value numbers then differ from the forward's, and the forward's
+    copies are ops of the same signature and name (`_by_signature`'s test) that are not
+    remat-marked, not the backward's, and read the same frame inputs. XLA copies a cheap op into
+    as many fusions as read it, in the recompute as in the program without remat (seed 128: a
+    layer norm's variance, copied into three fusions of the recompute and three of the twin's
+    forward, one of the program's forward): the recompute counts as many copies as the forward
+    has, the rest are the twin's too."""
+
+    def __init__(self, module: Module, ops: list[_Op]):
+        self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+        self.inputs = FrameInputs(module)
+        self.pool: dict[tuple, list[_Op]] = {}
+        self.copies = Counter()  # how many unmarked ops compute each value
+        for op in ops:
+            if not op.marked:
+                self.copies[op.exact] += 1
+                if op.op_name and phase(op.op_name) != "backward":
+                    self.pool.setdefault(_signature(op, self.shapes), []).append(op)
+
+    def count(self, members: list[_Op]) -> int:
+        op = min(members, key=lambda m: m.order)
+        tail = inner_tail(op.op_name)
+        if not tail or not op.op_name:
+            return 0
+        values = {twin.exact for twin in self.pool.get(_signature(op, self.shapes), ())
+                  if ends_with(twin.op_name, tail) and (twin.frame != op.frame or _same_inputs(self.inputs, op, twin))}
+        return sum(self.copies[value] for value in values)  # each value with all its copies
 
 
 def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
@@ -509,8 +447,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(_signature(op, shapes), []).append(op)
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
-    # (`_fusion_copies`), and must not take the twin of the op it copies.
-    outputs = _fused_outputs(module)
+    # (`fusion_copies`), and must not take the twin of the op it copies.
+    outputs = fused_outputs(module)
     candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
                                     -len(inner_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)

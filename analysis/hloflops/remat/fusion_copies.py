@@ -1,0 +1,146 @@
+"""Remat-named copies inside fusions. XLA's instruction fusion copies a cheap op into each fusion
+that reads it, in the program with remat as in the one without, so a remat-named copy inside a
+fusion is recompute only where that fusion's output is (hloflops.remat.pairing calls
+`fusion_copies` after pairing by value and by signature)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Mapping
+
+from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloflops.scopes import phase
+from hloparse.ir import CallRole, Module
+
+if TYPE_CHECKING:
+    from hloflops.remat.pairing import _Op
+
+Key = tuple[str, str]  # (computation, instruction)
+SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+
+
+# Elementwise ops inside fusions: the ops whose remat-named copies `fusion_copies` looks at.
+DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
+# XLA's instruction fusion duplicates only cheap ops into each consumer, never an expensive one
+# (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`): a remat-named expensive
+# op inside a fusion is a recompute of its own, and so are the cheap copies it reads there (seed
+# 004: the recomputed bias add under a recomputed tanh, in the fusion of the input gradient).
+EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
+
+
+def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
+                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
+                   ) -> tuple[set[SiteKey], set[SiteKey]]:
+    """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
+    with remat as without: a remat-named copy inside a fusion that computes a gradient (a
+    fusion the program without remat has too) runs there in both programs, so it is not
+    recompute, even where the forward's own copy is elsewhere. A copy runs because of remat
+    exactly where the fusion it is copied into does: where the fusion's output is recompute
+    (`remat`), not where its outputs are unmarked or the model's first computation of their
+    value (`model`). Where an output is remat-named but paired with nothing (XLA reshaped the
+    recompute differently from its forward), the copy keeps its own pairing's answer; so do
+    the fusion's outputs themselves and unfused ops. A forward op (not marked) that XLA copied
+    into a fusion computing a recompute runs there because of remat too (an embedding lookup
+    fused into the recompute of the first layer norm), where the program computes its value
+    elsewhere as well. Returns the recompute, and the copies this rule decided (either way)."""
+    fused = fused_outputs(module)
+    if not fused:
+        return remat, set()
+    by_key = {op.key: op for op in ops if op.key[0] in fused}
+    feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
+    decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
+    out = set(remat)
+    decided_copies: set[SiteKey] = set()
+    for op in ops:
+        comp_name, site = op.key[0], op.key[2]
+        outputs = fused.get(comp_name)
+        if outputs is None or op.inst.name in outputs or op.inst.opcode not in DUPLICATED:
+            continue
+        if (comp_name, site) not in decided:
+            keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
+            if any(key in remat for key in keys):
+                decided[(comp_name, site)] = True
+            elif all(not by_key[key].marked or key in model for key in keys):
+                decided[(comp_name, site)] = False
+            else:
+                decided[(comp_name, site)] = None
+        runs = decided[(comp_name, site)]
+        if runs is None:
+            continue
+        if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)):
+            continue  # decided against its forward's copies (`_same_value`)
+        if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
+            if runs and op.marked:
+                out.add(op.key)
+                decided_copies.add(op.key)
+        elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
+            continue
+        elif runs and op.marked and (sizes is None or sizes[op.exact] > 1 or op.key in remat):
+            out.add(op.key)  # a copy of a recompute (its value is computed elsewhere too)
+            decided_copies.add(op.key)
+        elif runs and op.marked:
+            continue  # the only op computing its value: no copy, the linearization's own, as paired
+        elif runs and not op.marked:
+            if op.op_name and phase(op.op_name) == "forward" and sizes is not None and sizes[op.exact] > 1:
+                out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
+                decided_copies.add(op.key)
+        else:
+            out.discard(op.key)  # a cheap copy: the program without remat has it too
+            decided_copies.add(op.key)
+    return out, decided_copies
+
+
+def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
+    """Does the fusion hand out a value of the backward's own (an output named in the backward
+    pass, not remat-named)? Its cheap copies of a forward value run in the program without remat
+    too: there the same gradient fusion copies the forward's op (seed 31: the bias add under
+    relu's mask, in the mask's gradient fusion). A fusion whose outputs carry no name (a bf16
+    convert of a recomputed product) tells nothing."""
+    for name in outputs:
+        op = by_key.get((comp_name, name, site))
+        if op is not None and op.op_name and not op.marked and phase(op.op_name) == "backward":
+            return True
+    return False
+
+
+def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
+    """The ops of fused computations that a remat-marked expensive op of the same fusion reads,
+    directly or through other ops: a chain XLA's fusion would not have duplicated by itself."""
+    found: set[Key] = set()
+    for name in fused:
+        comp = module.by_name.get(name)
+        if comp is None:
+            continue
+        pending = [inst.name for inst in comp.instructions
+                   if inst.opcode in EXPENSIVE and (name, inst.name) in marked]
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            for operand in inst.operands:
+                if operand in comp.by_name and (name, operand) not in found:
+                    found.add((name, operand))
+                    pending.append(operand)
+    return found
+
+
+# Ops that hand on their operand's elements unchanged: a fusion's output through them is the operand.
+_LOOKS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast"})
+
+
+def fused_outputs(module: Module) -> dict[str, frozenset[str]]:
+    """Each fused computation's outputs: the ops whose values leave it (the root, a tuple
+    root's elements, through reshapes and copies)."""
+    names = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+             for callee in inst.called(CallRole.FUSION)}
+    out: dict[str, frozenset[str]] = {}
+    for name in names:
+        comp = module.by_name.get(name)
+        if comp is None or not comp.instructions:
+            continue
+        pending, found = [comp.root.name], set()
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            found.add(inst.name)
+            if inst.opcode == "tuple" or inst.opcode in _LOOKS_THROUGH:
+                pending += [o for o in inst.operands if o in comp.by_name and o not in found]
+        out[name] = frozenset(found)
+    return out
