@@ -379,14 +379,24 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     inst = op.inst
     attributes = result_attributes(inst)
     operands = tuple(shapes.get(o) for o in inst.operands)
+    result = shape_key(inst.shape)
     if inst.opcode in ("convolution", "dot"):
-        # The operands' element types are left out: XLA may feed one copy of a matmul an f32
-        # operand and the other a bf16 one (a convert fused on either side; TPU's default
-        # precision multiplies in bf16 either way), the same result type and FLOPs.
-        operands = tuple(s[1:] if isinstance(s, tuple) and s and s[0] != "tuple" else s for s in operands)
+        # The element types are left out, the operands' and the result's: XLA may feed one copy
+        # of a matmul an f32 operand and the other a bf16 one (a convert fused on either side;
+        # TPU's default precision multiplies in bf16 either way), and on TPU it may fold the
+        # rounding of a matmul's output to bf16 into one copy and not the other (TPU draws 6,
+        # 10, 49: the forward's attention einsum yields bf16, its recompute f32). The FLOPs
+        # are the same.
+        operands = tuple(_untyped(s) for s in operands)
+        result = _untyped(result)
     if inst.opcode == "convolution":
         attributes = _spatial_order_free(attributes)
-    return (inst.opcode, shape_key(inst.shape), operands, attributes)
+    return (inst.opcode, result, operands, attributes)
+
+
+def _untyped(key: object) -> object:
+    """An array's `shape_key` without its element type (a tuple's is kept whole)."""
+    return key[1:] if isinstance(key, tuple) and key and key[0] != "tuple" else key
 
 
 def _spatial_order_free(attributes: tuple) -> tuple:
