@@ -28,8 +28,9 @@ from tests.remat.judge import STAGES  # noqa: E402
 # combined all-reduce's elements were told apart (remat/inputs.py; -3,932,160, -180,224).
 # 6, 10, 22 and 49 missed recompute convolutions after optimization where XLA rounded one copy's
 # output to bf16 and not the other's (-524,288, -262,144, -98,304, -786,432), before the signature
-# left out the result's element type (i28h).
-SEEDS = (0, 2, 5, 6, 8, 10, 12, 13, 15, 17, 19, 22, 24, 27, 49)
+# left out the result's element type; 16 (nested nn.remat conv net, FSDP: -13,565,952) before a
+# forward served both the outer and the inner checkpoint's recompute of its layer (i28h).
+SEEDS = (0, 2, 5, 6, 8, 10, 12, 13, 15, 16, 17, 19, 22, 24, 27, 49)
 KNOWN: dict[int, str] = {}  # seed: what it misses (reported - truth), for draws known to fail
 
 
