@@ -26,12 +26,12 @@ from tests.remat.judge import STAGES  # noqa: E402
 # convolution signature left out operand element types and spatial-dimension order (-196,608,
 # -262,144, -16,384, -2,621,440); 2 and 24 (a whole-model checkpoint, tensor parallel) before a
 # combined all-reduce's elements were told apart (remat/inputs.py; -3,932,160, -180,224).
-SEEDS = (0, 2, 5, 8, 12, 13, 15, 17, 19, 22, 24, 27)
-KNOWN: dict[int, str] = {  # measured on jax 0.10.2, libtpu 0.0.42.1 (reported - truth)
-    22: "gradient accumulation (4 microbatches x 3 MLP layers, every scan unrolled), one device: after, "
-        "convolution -98,304: all 12 recompute convolutions (rematted_computation, 8,192 each) are left "
-        "without a forward twin; the range's high end holds the truth",
-}
+# 6, 10, 22 and 49 missed recompute convolutions after optimization where XLA rounded one copy's
+# output to bf16 and not the other's (-524,288, -262,144, -98,304, -786,432), before the signature
+# left out the result's element type; 16 (nested nn.remat conv net, FSDP: -13,565,952) before a
+# forward served both the outer and the inner checkpoint's recompute of its layer (i28h).
+SEEDS = (0, 2, 5, 6, 8, 10, 12, 13, 15, 16, 17, 19, 22, 24, 27, 49)
+KNOWN: dict[int, str] = {}  # seed: what it misses (reported - truth), for draws known to fail
 
 
 def _case(seed: int):

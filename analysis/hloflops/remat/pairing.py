@@ -379,14 +379,24 @@ def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
     inst = op.inst
     attributes = result_attributes(inst)
     operands = tuple(shapes.get(o) for o in inst.operands)
+    result = shape_key(inst.shape)
     if inst.opcode in ("convolution", "dot"):
-        # The operands' element types are left out: XLA may feed one copy of a matmul an f32
-        # operand and the other a bf16 one (a convert fused on either side; TPU's default
-        # precision multiplies in bf16 either way), the same result type and FLOPs.
-        operands = tuple(s[1:] if isinstance(s, tuple) and s and s[0] != "tuple" else s for s in operands)
+        # The element types are left out, the operands' and the result's: XLA may feed one copy
+        # of a matmul an f32 operand and the other a bf16 one (a convert fused on either side;
+        # TPU's default precision multiplies in bf16 either way), and on TPU it may fold the
+        # rounding of a matmul's output to bf16 into one copy and not the other (TPU draws 6,
+        # 10, 49: the forward's attention einsum yields bf16, its recompute f32). The FLOPs
+        # are the same.
+        operands = tuple(_untyped(s) for s in operands)
+        result = _untyped(result)
     if inst.opcode == "convolution":
         attributes = _spatial_order_free(attributes)
-    return (inst.opcode, shape_key(inst.shape), operands, attributes)
+    return (inst.opcode, result, operands, attributes)
+
+
+def _untyped(key: object) -> object:
+    """An array's `shape_key` without its element type (a tuple's is kept whole)."""
+    return key[1:] if isinstance(key, tuple) and key and key[0] != "tuple" else key
 
 
 def _spatial_order_free(attributes: tuple) -> tuple:
@@ -427,8 +437,9 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     backward loop reads its inputs from another loop state than its forward. Such an op pairs
     with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
-    and that nothing else recomputes yet; each twin serves one recompute per remat depth. A
-    recompute CSE merged into its forward has no such twin left and stays unpaired.
+    and that nothing else recomputes yet; each twin serves one recompute per remat depth and number
+    of checkpoints around it (`_enclosing_checkpoints`). A recompute CSE merged into its forward
+    has no such twin left and stays unpaired.
 
     The twin must not be the backward's own work (an unnamed op of the backward pass), and in
     the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
@@ -461,8 +472,9 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             continue  # reads the linearization's own copy: the linearization's work too
         # without a name, named by its inputs (`inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
+        level = (depth, _enclosing_checkpoints(op.op_name))
         for twin in pool.get(_signature(op, shapes), ()):
-            if remat_depth(twin.op_name) >= depth or (twin.key, depth) in used:
+            if remat_depth(twin.op_name) >= depth or (twin.key, level) in used:
                 continue
             if twin.op_name and not ends_with(twin.op_name, tail):
                 continue
@@ -485,12 +497,25 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
                 continue
             if same_frame and not _same_inputs(inputs, op, twin):  # another layer's op
                 continue
-            used.add((twin.key, depth))
+            used.add((twin.key, level))
             found.add(op.key)
             if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
                 weak.add(op.key)  # the inputs could not be compared
             break
     return found, weak
+
+
+def _enclosing_checkpoints(op_name: str) -> int:
+    """How many checkpoints enclose a recompute's innermost `rematted_computation`. Nested remat
+    recomputes an inner layer twice, and jax names only one of the two recomputes a
+    `rematted_computation` each: the outer checkpoint's recompute of the layer
+    (`.../checkpoint/rematted_computation/stack/block_0/Conv_0/...`) and the inner checkpoint's
+    recompute inside the outer one's backward (`.../checkpoint/stack/checkpoint/
+    rematted_computation/block_0/Conv_0/...`, TPU draw 16). Both are one remat deep, and both
+    run: the forward twin serves each."""
+    parts = op_name.split("/")
+    last = max((i for i, part in enumerate(parts) if part == REMAT_SCOPE), default=0)
+    return sum(part == "checkpoint" for part in parts[:last])
 
 
 def _same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
