@@ -46,10 +46,6 @@ HAIKU = {"hk_remat_python_loop_mlp", "hk_remat_python_loop_transformer", "hk_lay
 AFTER_TOO = {"nnx_scan_over_vmap_layers", "nnx_scan_over_vmap_layers_dots_saveable", "hk_remat_python_loop_mlp",
              "hk_layer_stack_mlp", "offload_names_python_loop"}
 KNOWN: dict[str, str] = {
-    "hk_layer_stack_transformer": (
-        "before: reduce -16,128, subtract -16,384, divide -384, select -256: in the backward loop body "
-        "the recompute's LayerNorm mean reduce and centring subtract (remat-named, 8,064 and 8,192 "
-        "each) are not paired with the forward loop body's copies, so they count as model work"),
     "conv_net_nested_nn_remat": (
         "before: maximum -12,288: the relu's jit callee of the recompute is one computation called "
         "at three sites (the stack's recompute and the nested block's) under one op_name, more "

@@ -17,7 +17,7 @@ from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
 from hloflops.remat.views import VIEW_OPCODES
-from hloflops.scopes import phase
+from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -117,12 +117,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
              for callee in inst.called(CallRole.FUSION)}
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
     elsewhere = _forward_copies(ops) if not module.is_scheduled else None
+    named_forward = _NamedForward(module, ops) if elsewhere is not None and remat_named else None
     classes = _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values()
     twins = _ForwardTwins(module, ops) if module.is_scheduled and remat_named and \
         any(all(m.marked for m in members) for members in classes) else None
     for members in classes:
         forward = twins.count(members) if twins is not None and all(m.marked for m in members) else 0
-        remat |= _same_value(members, first_of_class, fused, forward, elsewhere)
+        remat |= _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
         if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
@@ -132,8 +133,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # Before optimization, the marked copies of a value beyond what its forward computes are
         # the linearization's own (`_same_value`), and so is what reads them (seed 55: jvp's
         # `3 * x**2` for gelu's derivative, whose multiply would pair with the loss's by signature).
+        # A broadcast computes nothing: its copies of a scalar (layer norm's `n - ddof`, built in
+        # place at each of `jit(_var)`'s call sites) are no linearization work to follow.
         own = {op.key for op in named_ops if sizes[op.exact] > 1 and op.key not in remat
-               and op.key not in first_of_class} if not module.is_scheduled else set()
+               and op.key not in first_of_class and op.inst.opcode != "broadcast"} \
+            if not module.is_scheduled else set()
         paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
@@ -288,7 +292,8 @@ def _forward_copies(ops: list[_Op]) -> dict[Val, Counter]:
 
 
 def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
-                forward: int = 0, elsewhere: Mapping[Val, Counter] | None = None) -> set[SiteKey]:
+                forward: int = 0, elsewhere: Mapping[Val, Counter] | None = None,
+                named_forward: _NamedForward | None = None) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
     beyond that first computation is recomputation. The first is an unmarked op if there is
     one; else (CSE merged the forward into its recompute, and the op kept the remat name) the
@@ -311,6 +316,8 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
         frames = {m.frame for m in members}
         unmarked = max((n for frame, n in elsewhere.get(members[0].abstract, Counter()).items()
                         if frame not in frames), default=0)
+        if not unmarked and named_forward is not None:
+            unmarked = named_forward.count(members)
         forward_seen = unmarked > 0
     if not unmarked:
         first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
@@ -336,6 +343,45 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     for copies in by_name.values():
         found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
     return found
+
+
+class _NamedForward:
+    """Before optimization, how often another frame's forward computes, under the recompute's
+    name, a value whose copies are all remat-marked and whose abstract number no forward op has:
+    the recompute's inputs are built differently from the forward's upstream (hk_layer_stack's
+    LayerNorm: the forward's `jit(_var)` reads its divisor and `where` fill from the loop's
+    inputs, which jax hoisted out as known values, while the recompute's `jit(_var)` computes
+    them in place), so every number below differs. The forward's copies are then the unmarked
+    ops of another frame, not the backward's, of the same signature whose op_name ends with a
+    copy's name inside its checkpoint (`_by_signature`'s test) and that reads operands of the
+    same kinds in the same pattern: gelu's `x ** 3` is `(x * x) * x` under one name, and only
+    `x * x` is a twin of a copy of `x * x` (the backward's second copy is jvp's own, for the
+    derivative `3 * x ** 2`). Each name counts its own."""
+
+    def __init__(self, module: Module, ops: list[_Op]):
+        self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+        self.opcodes = {(comp.name, inst.name): inst.opcode for comp in module.computations
+                        for inst in comp.instructions}
+        self.pool: dict[tuple, list[_Op]] = {}
+        for op in ops:
+            if not op.marked and op.op_name and phase(op.op_name) != "backward":
+                self.pool.setdefault(self._key(op), []).append(op)
+
+    def _key(self, op: _Op) -> tuple:
+        operands = op.inst.operands
+        kinds = tuple("input" if kind in ("parameter", "get-tuple-element", "opt-barrier") else kind
+                      for kind in (self.opcodes.get((op.key[0], name)) for name in operands))
+        return _signature(op, self.shapes), kinds, tuple(operands.index(name) for name in operands)
+
+    def count(self, members: list[_Op]) -> int:
+        frames = {m.frame for m in members}
+        best = 0
+        for m in members:
+            tail = inner_tail(m.op_name) if m.named and m.op_name else ()
+            if tail:
+                best = max(best, sum(twin.frame not in frames and ends_with(twin.op_name, tail)
+                                     for twin in self.pool.get(self._key(m), ())))
+        return best
 
 
 class _ForwardTwins:
@@ -460,8 +506,10 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
     # (`fusion_copies`), and must not take the twin of the op it copies.
     outputs = fused_outputs(module)
+    # A longer name first, counting the wrappers (`jit(_var)`) that `ends_with` skips: layer norm's
+    # `jit(_var)/div` would otherwise lose its twin to a shorter `layer_norm/div` of jvp's own.
     candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
-                                    -len(inner_tail(op.op_name)), op.order))
+                                    -len(inner_tail(op.op_name)), -len(_raw_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)
     entry = module.entry_name
     used: set[tuple[SiteKey, int]] = set()
@@ -516,6 +564,11 @@ def _enclosing_checkpoints(op_name: str) -> int:
     parts = op_name.split("/")
     last = max((i for i, part in enumerate(parts) if part == REMAT_SCOPE), default=0)
     return sum(part == "checkpoint" for part in parts[:last])
+
+
+def _raw_tail(op_name: str) -> list[str]:
+    """A recompute's name inside its checkpoint, wrappers kept (`layer_norm/jit(_var)/div`)."""
+    return split_components(op_name.rpartition(REMAT_SCOPE)[2])
 
 
 def _same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
