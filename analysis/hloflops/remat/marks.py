@@ -174,3 +174,30 @@ def named_by_users(module: Module, ops: list[_Op], op_names: OpNames, sizes: Cou
             readers = users.get((where, site.name), [])
         if readers and all(REMAT_SCOPE in op_names.of(where, reader) for reader in readers):
             op.named = op.marked = op.inherited = True
+
+
+def casts_in_checkpoint_transpose(module: Module, ops: list[_Op], op_names: OpNames, sizes: Counter) -> None:
+    """An unnamed convert that casts again a value the program casts elsewhere from something
+    else than the checkpoint's transpose, reading only what that transpose rule emitted (op_name
+    `.../transpose(...)/remat2`: the checkpoint's inputs as its backward re-reads them), is work
+    only the program with remat runs. Seed 20 (bf16 weights, `scan(unroll=True)`): the forward's
+    dot reads `bitcast(convert(w))`, the backward's `convert(bitcast(w))` of the same weight slice,
+    which the checkpoint's transpose sliced again; without remat the backward reads the forward's
+    cast. Where every copy reads that rule's output (a whole-model checkpoint's saved activations,
+    seed 145), nothing tells which copy the other program runs: left alone. A program without remat
+    has no `remat2` frame, so this marks nothing there."""
+    by_value: dict[object, list[tuple[_Op, bool]]] = {}
+    for op in ops:
+        if op.op_name or op.named or op.inst.opcode != "convert" or sizes[op.exact] < 2:
+            continue
+        comp = module.by_name[op.key[0]]
+        names = [name for o in op.inst.operands if o in comp.by_name
+                 for name in _passed_on_names(module, comp.name, comp.by_name[o], op_names, {})]
+        again = bool(names) and all(name.rsplit("/", 1)[-1] == "remat2" and phase(name) != "forward"
+                                    for name in names)
+        by_value.setdefault(op.exact, []).append((op, again))
+    for copies in by_value.values():
+        if not all(again for _, again in copies):
+            for op, again in copies:
+                if again:
+                    op.named = op.marked = op.inherited = True

@@ -12,7 +12,7 @@ from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
 )
 from hloflops.remat.inputs import FrameInputs
-from hloflops.remat.marks import folded_without_barrier, inherit_names, named_by_users
+from hloflops.remat.marks import casts_in_checkpoint_transpose, folded_without_barrier, inherit_names, named_by_users
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
@@ -112,6 +112,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     sizes = Counter([op.exact for op in ops])  # how many ops compute each value
     if remat_named:
         named_by_users(module, ops, op_names, sizes)
+        if module.is_scheduled:
+            casts_in_checkpoint_transpose(module, ops, op_names, sizes)
     first_of_class: set[SiteKey] = set()
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}

@@ -24,10 +24,11 @@ with `prevent_cse=True`, which is the only remat marker a module without op_name
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Union
 
-from hloflops.remat.views import VIEW_OPCODES, Concat, View, apply as apply_view, whole, within_part
+from hloflops.remat.views import VIEW_OPCODES, Concat, View, row_major, apply as apply_view, whole, within_part
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
 
 Val = Union[int, tuple]  # an array's number, or a tuple of Vals for a tuple-shaped value
@@ -236,6 +237,21 @@ class _Numbering:
         self.views.setdefault(number, found)
         return number
 
+    def converted(self, inst: Instruction, operand: Val, operand_shape: Shape) -> int:
+        """The exact number of a convert: its element type and which elements of which value it
+        casts, in row-major order, whatever their shape or layout. `convert(bitcast(w))` and
+        `bitcast(convert(w))` cast one block of one value: after optimization XLA casts a bf16
+        weight to f32 once for the forward's dot (`convert_bitcast_fusion`) and once more, in the
+        other order and another shape, for the recompute's (`bitcast_convert_fusion`, seed 20)."""
+        if isinstance(operand, tuple) or inst.shape.is_tuple:
+            return self.intern(("convert", inst.shape.element_type, operand))
+        view = self.views.get(operand)
+        if view is None:  # all of a value
+            return self.intern(("convert", inst.shape.element_type, operand, 0, math.prod(operand_shape.dims)))
+        if view.strides == row_major(view.dims):  # one contiguous block of the source
+            return self.intern(("convert", inst.shape.element_type, view.source, view.base, math.prod(view.dims)))
+        return self.intern(("convert", inst.shape.element_type, operand))
+
     def shape_key(self, shape: Shape) -> tuple:
         hit = self.shape_keys.get(id(shape))
         if hit is None:
@@ -398,6 +414,8 @@ class _Numbering:
                             seen = self.view(inst, exact_key[1], comp.by_name[operands[0]].shape)
                             if seen is not None:
                                 exact = seen
+                        elif opcode == "convert" and arity == 1:
+                            exact = self.converted(inst, exact_key[1], comp.by_name[operands[0]].shape)
                         elif opcode == "concatenate":
                             self.concat(inst, exact, exact_key[1:], [comp.by_name[o].shape for o in operands])
                         exact_of[name] = exact

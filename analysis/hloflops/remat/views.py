@@ -35,10 +35,10 @@ class View:
 
     @property
     def is_whole_source(self) -> bool:
-        return self.base == 0 and self.dims == self.source_dims and self.strides == _row_major(self.dims)
+        return self.base == 0 and self.dims == self.source_dims and self.strides == row_major(self.dims)
 
 
-def _row_major(dims: tuple[int, ...]) -> tuple[int, ...]:
+def row_major(dims: tuple[int, ...]) -> tuple[int, ...]:
     strides, step = [], 1
     for size in reversed(dims):
         strides.append(step if size != 1 else 0)
@@ -48,7 +48,7 @@ def _row_major(dims: tuple[int, ...]) -> tuple[int, ...]:
 
 def whole(source: int, dims: tuple[int, ...]) -> View:
     """The view of all of a value, in its own shape."""
-    return View(source, dims, 0, dims, _row_major(dims))
+    return View(source, dims, 0, dims, row_major(dims))
 
 
 def _minor_to_major(shape: Shape) -> tuple[int, ...] | None:
@@ -166,7 +166,7 @@ def within_part(view: View, concat: Concat) -> View | None:
     it reads lies in that one operand and each of its dimensions steps along one dimension of the
     concatenate; else None."""
     dims = concat.dims
-    row_major = _row_major(dims)
+    unit = row_major(dims)
     at = _coordinates(view.base, dims)
     reach = [0] * len(dims)  # how far each dimension of the concatenate is stepped from `at`
     steps: list[tuple[int, int] | None] = []  # per view dimension: (dimension of the concatenate, step)
@@ -174,11 +174,11 @@ def within_part(view: View, concat: Concat) -> View | None:
         if size == 1:
             steps.append(None)
             continue
-        j = next((j for j in range(len(dims)) if dims[j] > 1 and row_major[j] <= stride
-                  and stride % row_major[j] == 0), None)
+        j = next((j for j in range(len(dims)) if dims[j] > 1 and unit[j] <= stride
+                  and stride % unit[j] == 0), None)
         if j is None:
             return None
-        step = stride // row_major[j]
+        step = stride // unit[j]
         reach[j] += step * (size - 1)
         steps.append((j, step))
     if any(at[j] + reach[j] >= dims[j] for j in range(len(dims))):
