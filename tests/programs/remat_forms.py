@@ -226,7 +226,8 @@ def _grad_accumulation(f: Form, remat: bool) -> Program:
 
 # ---- nnx ---------------------------------------------------------------------------------------
 
-def _nnx_program(f: Form, remat: bool) -> Program:
+def _nnx_layer(f: Form):
+    """The residual MLP layer both nnx forms stack (a class per form: its sizes are the draw's)."""
     from flax import nnx
 
     class Layer(nnx.Module):
@@ -236,6 +237,14 @@ def _nnx_program(f: Form, remat: bool) -> Program:
 
         def __call__(self, x):
             return x + self.down(ACTIVATIONS[f.act](self.up(x)))
+
+    return Layer
+
+
+def _nnx_program(f: Form, remat: bool) -> Program:
+    from flax import nnx
+
+    Layer = _nnx_layer(f)
 
     class Stack(nnx.Module):
         def __init__(self, rngs):
@@ -263,13 +272,7 @@ def _nnx_scan_program(f: Form, remat: bool) -> Program:
     by `nnx.scan`, `nnx.remat` around the scanned step; the twin scans the same step unwrapped."""
     from flax import nnx
 
-    class Layer(nnx.Module):
-        def __init__(self, rngs):
-            self.up = nnx.Linear(f.width, f.hidden, rngs=rngs)
-            self.down = nnx.Linear(f.hidden, f.width, rngs=rngs)
-
-        def __call__(self, x):
-            return x + self.down(ACTIVATIONS[f.act](self.up(x)))
+    Layer = _nnx_layer(f)
 
     class Stack(nnx.Module):
         def __init__(self, rngs):

@@ -1,4 +1,4 @@
-"""The signature a remat-named matmul pairs by (analysis/hloflops/remat/pairing.py `_signature`):
+"""The signature a remat-named matmul pairs by (analysis/hloflops/remat/signature.py `signature`):
 which attributes of a convolution say what it computes. On TPU a recompute's attention einsum
 compiled as `window={size=2x8 stride=1x7 lhs_dilate=2x8}, dim_labels=1f0b_10oi->10bf` where its
 forward is `window={size=8x2 stride=7x1 lhs_dilate=8x2}, dim_labels=0f1b_01oi->01bf` (the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import hloparse
-from hloflops.remat.pairing import _signature, _spatial_order_free
+from hloflops.remat.signature import signature as _signature, spatial_order_free as _spatial_order_free
 from hloflops.remat.values import shape_key
 
 

@@ -4,7 +4,7 @@ computes the same value (see analysis/remat/__init__.py for the rules and why)."
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain, compress, count, permutations
+from itertools import chain, compress, count
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -14,8 +14,9 @@ from hloflops.remat.names import (
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.marks import casts_in_checkpoint_transpose, folded_without_barrier, inherit_names, named_by_users
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
-from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, result_attributes, shape_key
+from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, shape_key
 from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -373,7 +374,7 @@ class _NamedForward:
         operands = op.inst.operands
         kinds = tuple("input" if kind in ("parameter", "get-tuple-element", "opt-barrier") else kind
                       for kind in (self.opcodes.get((op.key[0], name)) for name in operands))
-        return _signature(op, self.shapes), kinds, tuple(operands.index(name) for name in operands)
+        return signature(op, self.shapes), kinds, tuple(operands.index(name) for name in operands)
 
     def count(self, members: list[_Op]) -> int:
         frames = {m.frame for m in members}
@@ -409,72 +410,16 @@ class _ForwardTwins:
             if not op.marked:
                 self.copies[op.exact] += 1
                 if op.op_name and phase(op.op_name) != "backward":
-                    self.pool.setdefault(_signature(op, self.shapes), []).append(op)
+                    self.pool.setdefault(signature(op, self.shapes), []).append(op)
 
     def count(self, members: list[_Op]) -> int:
         op = min(members, key=lambda m: m.order)
         tail = inner_tail(op.op_name)
         if not tail or not op.op_name:
             return 0
-        values = {twin.exact for twin in self.pool.get(_signature(op, self.shapes), ())
+        values = {twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
                   if ends_with(twin.op_name, tail) and (twin.frame != op.frame or _same_inputs(self.inputs, op, twin))}
         return sum(self.copies[value] for value in values)  # each value with all its copies
-
-
-def _signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
-    """What an op computes, seen from the op alone: opcode, result and operand shapes, and the
-    attributes that change the result (dimension numbers, windows, ...)."""
-    inst = op.inst
-    attributes = result_attributes(inst)
-    operands = tuple(shapes.get(o) for o in inst.operands)
-    result = shape_key(inst.shape)
-    if inst.opcode in ("convolution", "dot"):
-        # The element types are left out, the operands' and the result's: XLA may feed one copy
-        # of a matmul an f32 operand and the other a bf16 one (a convert fused on either side;
-        # TPU's default precision multiplies in bf16 either way), and on TPU it may fold the
-        # rounding of a matmul's output to bf16 into one copy and not the other (TPU draws 6,
-        # 10, 49: the forward's attention einsum yields bf16, its recompute f32). The FLOPs
-        # are the same.
-        operands = tuple(_untyped(s) for s in operands)
-        result = _untyped(result)
-    if inst.opcode == "convolution":
-        attributes = _spatial_order_free(attributes)
-    return (inst.opcode, result, operands, attributes)
-
-
-def _untyped(key: object) -> object:
-    """An array's `shape_key` without its element type (a tuple's is kept whole)."""
-    return key[1:] if isinstance(key, tuple) and key and key[0] != "tuple" else key
-
-
-def _spatial_order_free(attributes: tuple) -> tuple:
-    """A convolution's attributes with its spatial dimensions renumbered in one canonical order.
-    Which spatial dimension XLA calls 0 is a naming: on TPU the recompute's attention einsum can
-    come out as `window={size=2x8 ...}, dim_labels=1f0b_10oi->10bf` where its forward is
-    `window={size=8x2 ...}, dim_labels=0f1b_01oi->01bf`, the same operands, shapes and
-    arithmetic. The canonical order is the least (dim_labels, window) over all renumberings."""
-    kept = dict(attributes)
-    labels, window = kept.get("dim_labels"), kept.get("window")
-    if not isinstance(labels, str) or not isinstance(window, str):
-        return attributes
-    digits = sorted({c for c in labels if c.isdigit()})
-    fields = [f.split("=", 1) for f in window.strip("{}").split()]
-    if len(digits) < 2 or any(len(f) != 2 or len(f[1].split("x")) != len(digits) for f in fields):
-        return attributes
-    best = None
-    for order in permutations(range(len(digits))):  # old spatial dimension d is called order[d]
-        renamed = "".join(str(order[int(c)]) if c.isdigit() else c for c in labels)
-        values = []
-        for key, value in fields:
-            parts = value.split("x")
-            new = [""] * len(parts)
-            for d, part in enumerate(parts):
-                new[order[d]] = part
-            values.append(f"{key}={'x'.join(new)}")
-        candidate = (renamed, "{" + " ".join(values) + "}")
-        best = candidate if best is None or candidate < best else best
-    kept["dim_labels"], kept["window"] = best
-    return tuple(sorted(kept.items()))
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
@@ -504,7 +449,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     pool: dict[tuple, list[_Op]] = {}
     for op in ops:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
-            pool.setdefault(_signature(op, shapes), []).append(op)
+            pool.setdefault(signature(op, shapes), []).append(op)
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
     # (`fusion_copies`), and must not take the twin of the op it copies.
     outputs = fused_outputs(module)
@@ -523,7 +468,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
         # without a name, named by its inputs (`inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         level = (depth, _enclosing_checkpoints(op.op_name))
-        for twin in pool.get(_signature(op, shapes), ()):
+        for twin in pool.get(signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, level) in used:
                 continue
             if twin.op_name and not ends_with(twin.op_name, tail):

@@ -1,0 +1,70 @@
+"""What a remat-named op computes, seen from the op alone: the signature by which a recompute pairs
+with its forward where value numbering cannot see (a forward loop body against a backward one
+reading saved stacks). Equal signatures mean equal FLOPs, not equal values; hloflops.remat.pairing
+adds the name and input tests."""
+
+from __future__ import annotations
+
+from itertools import permutations
+from typing import TYPE_CHECKING, Mapping
+
+from hloflops.remat.values import result_attributes, shape_key
+
+if TYPE_CHECKING:
+    from hloflops.remat.pairing import _Op
+
+
+def signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
+    """What an op computes, seen from the op alone: opcode, result and operand shapes, and the
+    attributes that change the result (dimension numbers, windows, ...)."""
+    inst = op.inst
+    attributes = result_attributes(inst)
+    operands = tuple(shapes.get(o) for o in inst.operands)
+    result = shape_key(inst.shape)
+    if inst.opcode in ("convolution", "dot"):
+        # The element types are left out, the operands' and the result's: XLA may feed one copy
+        # of a matmul an f32 operand and the other a bf16 one (a convert fused on either side;
+        # TPU's default precision multiplies in bf16 either way), and on TPU it may fold the
+        # rounding of a matmul's output to bf16 into one copy and not the other (TPU draws 6,
+        # 10, 49: the forward's attention einsum yields bf16, its recompute f32). The FLOPs
+        # are the same.
+        operands = tuple(untyped(s) for s in operands)
+        result = untyped(result)
+    if inst.opcode == "convolution":
+        attributes = spatial_order_free(attributes)
+    return (inst.opcode, result, operands, attributes)
+
+
+def untyped(key: object) -> object:
+    """An array's `shape_key` without its element type (a tuple's is kept whole)."""
+    return key[1:] if isinstance(key, tuple) and key and key[0] != "tuple" else key
+
+
+def spatial_order_free(attributes: tuple) -> tuple:
+    """A convolution's attributes with its spatial dimensions renumbered in one canonical order.
+    Which spatial dimension XLA calls 0 is a naming: on TPU the recompute's attention einsum can
+    come out as `window={size=2x8 ...}, dim_labels=1f0b_10oi->10bf` where its forward is
+    `window={size=8x2 ...}, dim_labels=0f1b_01oi->01bf`, the same operands, shapes and
+    arithmetic. The canonical order is the least (dim_labels, window) over all renumberings."""
+    kept = dict(attributes)
+    labels, window = kept.get("dim_labels"), kept.get("window")
+    if not isinstance(labels, str) or not isinstance(window, str):
+        return attributes
+    digits = sorted({c for c in labels if c.isdigit()})
+    fields = [f.split("=", 1) for f in window.strip("{}").split()]
+    if len(digits) < 2 or any(len(f) != 2 or len(f[1].split("x")) != len(digits) for f in fields):
+        return attributes
+    best = None
+    for order in permutations(range(len(digits))):  # old spatial dimension d is called order[d]
+        renamed = "".join(str(order[int(c)]) if c.isdigit() else c for c in labels)
+        values = []
+        for key, value in fields:
+            parts = value.split("x")
+            new = [""] * len(parts)
+            for d, part in enumerate(parts):
+                new[order[d]] = part
+            values.append(f"{key}={'x'.join(new)}")
+        candidate = (renamed, "{" + " ".join(values) + "}")
+        best = candidate if best is None or candidate < best else best
+    kept["dim_labels"], kept["window"] = best
+    return tuple(sorted(kept.items()))
