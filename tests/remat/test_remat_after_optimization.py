@@ -141,3 +141,46 @@ def test_saved_bfloat16_residual_marker_widened_to_f32_is_remat(form):
     outcome = check(form)
     assert outcome.all_ok("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+# relu in a loop form (scan, fori_loop) under a policy that does not save relu's output: the
+# backward loop recomputes `max(h, 0)` from the saved `h`, where the program without remat saves
+# `max(h, 0)` into its stack by a fusion that copies the maximum (it has the forward's next dot to
+# feed too). Both programs compute relu twice: nothing is recompute (`remat/saved_copies.py`).
+SAVED_BY_THE_TWIN = {
+    "fori_loop relu seed 32, maximum +256": Form(
+        form='fori_loop', arch='mlp', policy='dots_with_no_batch_dims_saveable', prevent_cse=True, batch=2, width=32,
+        hidden=32, heads=2, tokens=16, layers=4, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+        head=False),
+    "scan relu seed 37, maximum +3,072": Form(
+        form='scan', arch='mlp', policy='dots_with_no_batch_dims_saveable', prevent_cse=True, batch=2, width=16,
+        hidden=256, heads=4, tokens=64, layers=6, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+        head=False),
+    "fori_loop relu seed 72, maximum +12,288": Form(
+        form='fori_loop', arch='mlp', policy='dots_saveable', prevent_cse=True, batch=32, width=64, hidden=64,
+        heads=4, tokens=16, layers=6, micro=2, unroll=1, adam=False, dtype='float32', act='relu', head=False),
+    "scan_unrolled relu seed 118, maximum +6,144": Form(
+        form='scan_unrolled', arch='mlp', policy='dots_saveable', prevent_cse=True, batch=8, width=64, hidden=128,
+        heads=1, tokens=4, layers=6, micro=4, unroll=2, adam=False, dtype='float32', act='relu', head=False),
+    # The conv net's `relu(conv + b)` under `nn.scan`, read by the next convolution's kernel
+    # gradient: the bias add and the maximum are copied together into the saving fusion.
+    "more linen_scan conv seed 124, add +262,144 maximum +262,144": Form(
+        form='linen_scan', arch='conv', policy='nothing_saveable', prevent_cse=False, batch=4, width=64,
+        hidden=128, heads=1, tokens=16, layers=2, micro=4, unroll=1, adam=False, dtype='float32', act='tanh',
+        head=False),
+    "more linen_scan conv seed 34, add +131,072 maximum +131,072": Form(
+        form='linen_scan', arch='conv', policy='offload_dot_with_no_batch_dims', prevent_cse=True, batch=8,
+        width=16, hidden=128, heads=2, tokens=8, layers=2, micro=4, unroll=1, adam=False, dtype='float32',
+        act='tanh', head=False),
+    "more nnx_scan relu seed 5, add +768 maximum +768": Form(
+        form='nnx_scan', arch='mlp', policy='offload_dot_with_no_batch_dims', prevent_cse=True, batch=4, width=128,
+        hidden=32, heads=1, tokens=4, layers=6, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(SAVED_BY_THE_TWIN.values()), ids=list(SAVED_BY_THE_TWIN))
+def test_cheap_recompute_of_a_value_the_twin_saves_is_model_work(form):
+    outcome = check(form)
+    assert outcome.all_ok("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()

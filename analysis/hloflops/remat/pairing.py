@@ -14,6 +14,7 @@ from hloflops.remat.names import (
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.marks import casts_in_checkpoint_transpose, folded_without_barrier, inherit_names, named_by_users
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, shape_key
@@ -146,6 +147,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
     remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
+    if remat_named:
+        remat, saved = saved_by_the_twin(module, ops, remat, op_names)
+        certain |= saved
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     if remat_named:
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))

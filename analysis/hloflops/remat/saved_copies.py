@@ -1,0 +1,144 @@
+"""Cheap recomputes that stand in for a copy the program without remat makes when it saves a
+residual (hloflops.remat.pairing calls `saved_by_the_twin` after `fusion_copies`).
+
+In a loop form (a scan or fori_loop over layers) the forward loop saves each residual the backward
+reads by a dynamic-update-slice into a stack, and XLA fuses a cheap elementwise producer into that
+saving fusion, copying it (it has other readers in the forward too). Under a remat policy that
+does not save the value, the program with remat has no such save: its backward loop recomputes
+the value instead, from what it did save. So where the backward loop materializes a cheap
+recompute that a backward op reads, the program without remat computed it once more in its
+forward (seed 32, relu under `dots_with_no_batch_dims_saveable`: `max(h, 0)` in the forward and
+its recompute in the backward, against `max(h, 0)` in the forward and a copy of it in the fusion
+that stores it into the saved stack). Nothing there runs because of remat."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hloflops.remat.fusion_copies import DUPLICATED, EXPENSIVE, fused_outputs
+from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
+from hloparse.ir import CallRole, Instruction, Module
+
+if TYPE_CHECKING:
+    from hloflops.remat.pairing import _Op
+
+SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+
+# What a saving fusion copies: cheap elementwise ops. An op that computes more (a transcendental,
+# a divide, a dot, a reduction) is never duplicated by XLA's fusion: the program without remat
+# stores its forward fusion's output, and a recompute containing one is a recompute.
+# A convert is left out: a recomputed cast (of a weight, of a bf16 activation) is no value the
+# program without remat saves for a matmul (the BiLSTM of seed 97 casts its weights again).
+CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
+# Ops that compute nothing: a saving fusion's chain may hold them.
+_MOVES = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "transpose", "copy", "slice",
+                    "dynamic-slice", "iota", "tuple", "get-tuple-element", "concatenate", "pad"})
+# Readers that only hand a fusion's result on: its real readers are theirs.
+_HANDS_ON = frozenset({"bitcast", "get-tuple-element", "reshape", "copy"})
+
+
+def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_names: OpNames
+                      ) -> tuple[set[SiteKey], set[SiteKey]]:
+    """The recompute less the cheap recomputes that replace a saving fusion's copy: a fusion in a
+    loop body (not ENTRY) that computes only cheap elementwise ops, every output a remat-named
+    recompute, whose result a backward op (not remat-named) reads, and whose outputs' forward
+    runs in another loop body (an unmarked op of the same opcode and name inside the checkpoint).
+    Returns the recompute and the ops decided (model FLOPs)."""
+    if not module.is_scheduled:
+        return remat, set()
+    entry = module.entry.name
+    fused = fused_outputs(module)
+    sites: dict[str, tuple[str, Instruction] | None] = {}
+    readers: dict[tuple[str, str], list[Instruction]] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                sites[callee] = None if callee in sites else (comp.name, inst)
+    by_fusion: dict[tuple[str, int], list[_Op]] = {}
+    for op in ops:
+        if op.key[0] in fused:
+            by_fusion.setdefault((op.key[0], op.key[2]), []).append(op)
+    forward: dict[str, list[_Op]] = {}  # unmarked cheap ops of a loop body, by opcode
+    for op in ops:
+        if not op.marked and op.op_name and op.frame != entry and op.inst.opcode in CHEAP:
+            forward.setdefault(op.inst.opcode, []).append(op)
+    decided: set[SiteKey] = set()
+    for (comp_name, _site), members in by_fusion.items():
+        site = sites.get(comp_name)
+        if site is None or members[0].frame == entry:
+            continue
+        comp = module.by_name[comp_name]
+        if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
+            continue
+        outputs = [op for op in members if op.inst.name in fused[comp_name]]
+        if not outputs or not all(op.named and op.key in remat and op.inst.opcode in CHEAP for op in outputs):
+            continue
+        if not _read_by_backward_matmul(module, site, readers, op_names) or _reads_elementwise_fusion(module, site):
+            continue
+        if not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
+            continue
+        decided |= {op.key for op in members if op.key in remat}
+    return remat - decided, decided
+
+
+def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
+                             readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames) -> bool:
+    """Does a matmul outside the recompute (named, not remat-named: a weight's gradient) read the
+    fusion's result as it is? The program without remat must then save that very value. A value
+    the backward reads only through other elementwise or reduce fusions (a residual sum feeding
+    a layer norm's backward, seeds 131 and 135) is saved as something else (`x - mean`), which
+    XLA builds from the forward's sum without copying the add: nothing offsets its recompute."""
+    comp_name, inst = site
+    pending, seen = [inst], set()
+    while pending:
+        current = pending.pop()
+        for reader in readers.get((comp_name, current.name), ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode in _HANDS_ON:
+                pending.append(reader)
+                continue
+            name = op_names.of(comp_name, reader)
+            if name and REMAT_SCOPE not in name and _is_matmul(module, reader):
+                return True
+    return False
+
+
+def _is_matmul(module: Module, inst: Instruction) -> bool:
+    """A dot or convolution, or a fusion around one (CPU's library fusions)."""
+    if inst.opcode in ("dot", "convolution"):
+        return True
+    if inst.opcode != "fusion":
+        return False
+    return any(i.opcode in ("dot", "convolution") for callee in inst.called(CallRole.FUSION)
+               if callee in module.by_name for i in module.by_name[callee].instructions)
+
+
+def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction]) -> bool:
+    """Does the fusion read another elementwise fusion's result (a loop fusion, through views)?
+    Then the program without remat stores its forward fusion's result, copying nothing: seed 44,
+    gelu's product `(h + b) * 0.5 * (1 + t)` reads the fusion of its tanh `t`, and the saving
+    fusion of the program without remat reads the forward's product. Only a chain read off what
+    the forward saved or a matmul computed (seed 32: `max(h, 0)` of a saved `h`) is copied."""
+    comp = module.by_name[site[0]]
+    pending = list(site[1].operands)
+    while pending:
+        inst = comp.by_name.get(pending.pop())
+        if inst is None:
+            continue
+        if inst.opcode in _HANDS_ON and inst.opcode != "get-tuple-element":
+            pending += inst.operands
+        elif inst.opcode in CHEAP or inst.opcode in EXPENSIVE or \
+                (inst.opcode == "fusion" and inst.attributes.get("kind") in ("kLoop", "kInput")):
+            return True
+    return False
+
+
+def _forward_elsewhere(op: _Op, candidates) -> bool:
+    """An unmarked op of another loop body with the recompute's opcode and inner name: the
+    forward the program without remat saves from."""
+    tail = inner_tail(op.op_name)
+    return any(twin.frame != op.frame and ends_with(twin.op_name, tail) for twin in candidates)
