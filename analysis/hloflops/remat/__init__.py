@@ -46,6 +46,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    has it too, also where the forward's own copy is in sight). A forward op XLA copied into a
    fusion that computes a recompute (an embedding lookup) runs there only because of remat. The
    fusion's outputs and unfused ops keep the answer of rules 1-3.
+5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
+   that a weight's gradient reads as it is stands in for the copy the program without remat
+   makes of those ops in the fusion saving the value into its stack: model FLOPs
+   (hloflops.remat.saved_copies).
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold
