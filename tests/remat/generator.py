@@ -157,6 +157,9 @@ class Outcome:
     def all_ok(self, stage: str) -> bool:
         return self._at(stage).ok
 
+    def in_bounds(self, stage: str) -> bool:
+        return self._at(stage).in_bounds
+
     def _at(self, stage: str) -> Verdict:
         return next(v for v in self.verdicts if v.stage == stage)
 

@@ -65,6 +65,24 @@ class Verdict:
             counters += abs(miss)
         return counters <= LOOP_TOLERANCE * max(self.loops, 0)
 
+    @property
+    def in_bounds(self) -> bool:
+        """Whether the report is honest where it is not exact: the truth's total lies within the
+        reported `remat_flops_bounds` (a loop counter's tolerance either side), or the split is
+        exact. A draw that is not `ok` but `in_bounds` is one the report says it is unsure of."""
+        if self.ok:
+            return True
+        if self.twin_remat or self.bounds is None:
+            return False
+        slack = LOOP_TOLERANCE * max(self.loops, 0)
+        low, high = self.bounds
+        return low - slack <= sum(self.truth.values()) <= high + slack
+
+    @property
+    def width(self) -> int:
+        """How unsure the report says it is: the width of its remat bounds (0 where it is sure)."""
+        return self.bounds[1] - self.bounds[0] if self.bounds else 0
+
     def describe(self) -> str:
         return (f"{self.name} [{self.stage}]: remat reported {sum(self.reported.values()):,}, truth "
                 f"{sum(self.truth.values()):,}; per opcode reported-truth {self.misses}; twin remat "
