@@ -31,6 +31,7 @@ def _remat(f, module: Callable) -> Callable:
 
 def model(f, remat: bool) -> tuple[nn.Module, tuple]:
     """The linen model of `f` (its remat wrapper on where `remat`) and its input shapes."""
+    from tests.programs.remat_forms import ACTIVATIONS
     d, heads, hidden = f.width, f.heads, f.hidden
     dtype = jnp.dtype(f.dtype)
 
@@ -45,11 +46,15 @@ def model(f, remat: bool) -> tuple[nn.Module, tuple]:
             o = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(x.shape)
             return nn.Dense(d, dtype=dtype, name="out")(o)
 
+    # The MLP stack draws its activation (`f.act`), as the other forms' MLPs do; a transformer's MLP
+    # keeps gelu.
+    act = ACTIVATIONS[f.act] if f.arch == "mlp" else jax.nn.gelu
+
     class Mlp(nn.Module):
         @nn.compact
         def __call__(self, x):
             h = checkpoint_name(nn.Dense(hidden, dtype=dtype)(x), "hidden")
-            return nn.Dense(d, dtype=dtype)(jax.nn.gelu(h))
+            return nn.Dense(d, dtype=dtype)(act(h))
 
     class Block(nn.Module):
         @nn.compact
