@@ -30,6 +30,7 @@ SiteKey = tuple[str, str, int]  # (computation, instruction, call site): an op a
 PASS_THROUGH = frozenset({"parameter", "fusion", "call", "tuple", "get-tuple-element", "copy",
                           "opt-barrier", "while", "conditional", "constant", "bitcast",
                           "async-start", "async-update", "async-done"})
+MATMUL_OPCODES = frozenset({"dot", "convolution"})
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class RematIndex:
     remat_named: int  # instructions carrying a remat name (some may be merged by CSE)
     merged: tuple[Key, ...]  # remat-named but left without a twin: counted as model FLOPs
     # Where the split is not established (`Report.remat_flops_bounds`): remat on a weaker pairing
-    # than an equal value (signature and name, or the same computation in another loop body),
+    # than an equal value (a signature in the recompute's own frame whose inputs could not be
+    # compared; after optimization a cheap op the fusion rules decided),
     # and unpaired remat-named ops that no rule showed to be model FLOPs (a fusion's copy of a
     # gradient, CSE's merge of a recompute into its forward).
     weak: frozenset[Key] = frozenset()
@@ -145,6 +147,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
     remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
+    paired_by_value = set(remat)  # equal values, signatures, the same computation in another loop
     remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     if remat_named:
@@ -159,12 +162,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
     index = _per_instruction(ops, named_ops, listed, remat, clone_keys)
+    # After optimization, what the fusion rules (copies, saved copies, roundings) decide for a cheap
+    # op rests on how XLA fused the two programs, not on an equal value: the range covers it.
+    loose = {op.key for op in ops if op.inst.opcode not in MATMUL_OPCODES} & (remat - paired_by_value) \
+        if module.is_scheduled else set()
     # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         if module.is_scheduled else set()
     return RematIndex(index.remat, index.remat_named, index.merged,
-                      frozenset(key[:2] for key in weak - copies if key in remat) & index.remat,
+                      frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       frozenset(unsure) - index.remat)
 
 
