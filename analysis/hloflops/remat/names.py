@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import re
 from itertools import chain
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from hloflops.scopes import WRAPPER, is_absolute, model_components, split_components
 from hloparse.ir import Computation, Instruction, Module
+
+if TYPE_CHECKING:
+    from hloflops.remat.values import Chain
 
 REMAT_SCOPE = "rematted_computation"
 XLA_REMAT_SUFFIX = re.compile(r"\.remat\d*$")
@@ -160,6 +163,39 @@ class OpNames:
             self.first[raw] = inst
         prefix = self.prefix.get(computation)
         return self.join(prefix, op_name) if prefix else op_name
+
+
+def site_names(module: Module, op_names: OpNames, comp: Computation, chain: Chain,
+                prefixes: dict[int, str]) -> list[str]:
+    """The whole op_name of each instruction of `comp` at one call site, reached by `chain`.
+    Before optimization jax lowers a function once and `call`s it wherever it runs: a nested
+    remat conv net's block (`jit(relu)`) is one computation for the outer checkpoint's
+    recompute and for the inner checkpoint's recompute of each layer, and its ops are named
+    relative to it. `OpNames` joins them with the first site's calls only, so every site's ops
+    would carry the first site's name (one layer's, one checkpoint's): pairing by name would
+    count them as copies of one op. Here each site's calls name its ops (`OpNames.call_prefix`
+    along the chain; `prefixes` keeps each chain node's prefix by its id, so it must not
+    outlive the numbering that holds the chains)."""
+    return [OpNames.join(chain_prefix(module, chain, prefixes), name)
+            for name in map(op_names.by_metadata.__getitem__, op_names.metadata_in(comp))]
+
+
+def chain_prefix(module: Module, chain: Chain, prefixes: dict[int, str]) -> str:
+    """The name a computation reached by `chain` continues: its callers' `call` names joined,
+    as `OpNames` joins them along the first site's calls (a fusion, loop or branch adds none)."""
+    pending = []  # the nodes whose prefix is not known yet, innermost first
+    node = chain
+    while node is not None and id(node) not in prefixes:
+        pending.append(node)
+        node = node[0]
+    prefix = prefixes.get(id(node), "") if node is not None else ""
+    for node in reversed(pending):
+        _, caller, name = node
+        inst = module.by_name[caller].by_name[name]
+        if inst.opcode == "call":
+            prefix = OpNames.call_prefix(prefix, inst.op_name)
+        prefixes[id(node)] = prefix
+    return prefix
 
 
 def is_remat_named(inst: Instruction, op_name: str | None = None) -> bool:

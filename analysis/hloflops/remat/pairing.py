@@ -10,6 +10,7 @@ from typing import Iterable, Mapping
 
 from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
+    site_names,
 )
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.marks import casts_in_checkpoint_transpose, folded_without_barrier, inherit_names, named_by_users
@@ -94,16 +95,19 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         return _by_value_only(comps, numbers, op_names)
     ops: list[_Op] = []
     order = count()
+    prefixes: dict[int, str] = {}
     for comp in comps:
         comp_name = comp.name
         # One op per instruction and call site: a callee called from several sites (one per
-        # layer) computes a value of its own at each.
+        # layer) computes a value of its own at each, under that site's name.
+        shared = comp_name in numbers.shared
         for site, (frame, comp_numbers) in enumerate(numbers.numbers_per_site(comp)):
             moved = _whole_views(comp, [n[0] for n in comp_numbers])
+            names = site_names(module, op_names, comp, numbers.chains[comp_name][site], prefixes) if shared \
+                else op_names.names_in(comp)
             ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
                         abstract, frame)
-                    for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, op_names.names_in(comp),
-                                                                        comp_numbers)
+                    for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, names, comp_numbers)
                     if inst.opcode not in PASS_THROUGH and inst.name not in moved
                     for named in (_is_named(inst, op_name, old),)]
 
@@ -196,8 +200,10 @@ def _per_instruction(ops: list[_Op], named_ops: list[_Op], listed: list[_Op], re
         sites_of.setdefault(op.key[:2], []).append(op.key in remat)
     found = {key for key, flags in sites_of.items() if all(flags)} | clone_keys
     named = list(dict.fromkeys(op.key[:2] for op in named_ops))
-    # `listed`: the named ops but older jax's backward work
-    unpaired = dict.fromkeys(op.key[:2] for op in listed if op.key[:2] not in found)
+    # `listed`: the named ops but older jax's backward work. One left without a twin at its own
+    # site: a callee's recompute site that paired is no unpaired op where another site of the
+    # callee (the forward's, reading the same jitted function) is model FLOPs.
+    unpaired = dict.fromkeys(op.key[:2] for op in listed if op.key not in remat and op.key[:2] not in found)
     return RematIndex(frozenset(found), len(named), tuple(unpaired))
 
 

@@ -108,6 +108,11 @@ class ValueNumbers:
 
 
 Number = tuple[Val, Val, bool]  # an instruction's (exact, abstract, tainted)
+# The calls that reach a computation, innermost last, as a linked list: None at ENTRY, else
+# (the caller's chain, the calling computation, the calling instruction: a `call`, `fusion`,
+# `while` or `conditional`). Linked, not a flat tuple, so a chain of thousands of nested calls
+# (issue 12) costs one node per call, not one tuple per depth.
+Chain = Union[tuple, None]
 
 
 def _in_order(comp: Computation, exact: Mapping[str, Val], abstract: Mapping[str, Val],
@@ -131,6 +136,11 @@ class Numbered:
     # tainted) per site. An unrolled scan's step or a checkpointed block lowered once and called
     # once per layer computes a different value at each site (it reads another layer's inputs).
     sites: dict[str, list[tuple[str, dict[str, Val], dict[str, Val], set[str]]]] = field(default_factory=dict)
+    # The call chain that reaches each computation at each of its sites, in `numbers_per_site`'s
+    # order: a `Chain`. A callee's ops are named by the calls that reach it (`OpNames`), and a
+    # callee shared by the forward and the recompute, or by two layers, is named at each site
+    # by that site's calls (hloflops.remat.names' `site_names`).
+    chains: dict[str, list[Chain]] = field(default_factory=dict)
 
     def numbers(self, comp: Computation) -> list[Number] | None:
         """Each instruction's `Number`, in instruction order; None where `comp` is not numbered."""
@@ -342,6 +352,7 @@ class _Numbering:
         exact_of: dict[str, Val] = {}
         abstract_of: dict[str, Val] = {} if self.with_abstract else exact_of
         tainted: set[str] = set()
+        out.chains.setdefault(comp_name, []).append(self._chain)
         if comp_name not in out.exact:
             out.frame[comp_name] = self._frame_name
             out.exact[comp_name], out.abstract[comp_name], out.tainted[comp_name] = exact_of, abstract_of, tainted
@@ -470,20 +481,28 @@ class _Numbering:
     def _calling(self, comp: Computation, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, Number]:
         taint = _taint(ops, inst.opcode)
         inlined = [s for s in inst.calls if s.role in INLINED]
+        caller = self._chain
         if inlined and inst.opcode != "conditional":
             callee = self.module.by_name.get(inlined[0].computation)
             if callee is not None:
+                # The callee's generator runs right after this yield and reads the chain first.
+                self._chain = (caller, comp.name, inst.name)
                 exact, abstract, inner_taint = yield self._frame(callee, ops)
+                self._chain = caller
                 return exact, abstract, taint or inner_taint
         if inst.opcode == "conditional":
             for site in inlined:
                 callee = self.module.by_name.get(site.computation)
                 if callee is not None and site.index + 1 < len(ops):
+                    self._chain = (caller, comp.name, inst.name)
                     yield self._frame(callee, [ops[site.index + 1]])
+                    self._chain = caller
             tag = ("conditional", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         if inst.opcode == "while":
+            self._chain = (caller, comp.name, inst.name)
             yield from self._while(inst, ops)
+            self._chain = caller
             tag = ("while", comp.name, inst.name, ops[0][0] if ops else None)  # per initial state, as its body
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         return self._plain(comp, inst, ops)
@@ -549,6 +568,7 @@ class _Numbering:
         self._frame_name = saved
 
     _frame_name: str = ""
+    _chain: Chain = None  # the calls that reach the computation being numbered
 
 
 def _kept_attributes(attributes: Mapping[str, str]) -> tuple:
