@@ -55,7 +55,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold
-(hloflops.remat.views); an identity reduce-precision (a policy's saved residual; after XLA's float
+(hloflops.remat.views); a custom-call that moves a value between memories (an offload policy's
+`annotate_device_placement`, `MoveToHost`, `MoveToDevice`) is the value it moves, and never
+pairs itself (it computes nothing again); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round
 trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
 constants alone (jax folds it without remat).

@@ -18,7 +18,7 @@ from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
-from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered, shape_key
+from hloflops.remat.values import Numbered, Val, ValueNumbers, is_memory_placement, numbered, shape_key
 from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -27,7 +27,9 @@ Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site): an op as the pairing sees it
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
-# they never pair, so a fusion and its root, or a copy and its operand, are not twins.
+# they never pair, so a fusion and its root, or a copy and its operand, are not twins. Nor does
+# a custom-call that moves a value between memories (`is_memory_placement`): the recompute's
+# move back to the device computes nothing again.
 PASS_THROUGH = frozenset({"parameter", "fusion", "call", "tuple", "get-tuple-element", "copy",
                           "opt-barrier", "while", "conditional", "constant", "bitcast",
                           "async-start", "async-update", "async-done"})
@@ -109,6 +111,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                         abstract, frame)
                     for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, names, comp_numbers)
                     if inst.opcode not in PASS_THROUGH and inst.name not in moved
+                    and (inst.opcode != "custom-call" or not is_memory_placement(inst))
                     for named in (_is_named(inst, op_name, old),)]
 
     if remat_named:
@@ -235,7 +238,8 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
         numbers_in_order = exact.values() if len(exact) == len(comp.instructions) \
             else [exact[i.name] for i in comp.instructions]
         moved = _whole_views(comp, list(numbers_in_order))
-        can_pair = [inst.opcode not in PASS_THROUGH and inst.name not in moved for inst in comp.instructions]
+        can_pair = [inst.opcode not in PASS_THROUGH and inst.name not in moved
+                    and (inst.opcode != "custom-call" or not is_memory_placement(inst)) for inst in comp.instructions]
         ops = list(compress(comp.instructions, can_pair))
         kept.append((comp, ops, list(compress(numbers_in_order, can_pair))))
     sizes = Counter(chain.from_iterable(exacts for _, _, exacts in kept))

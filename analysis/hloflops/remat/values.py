@@ -80,6 +80,17 @@ UNIQUE = frozenset({
 })
 # Instructions that pass a value through unchanged (layouts are not part of a value).
 IDENTITY = frozenset({"copy", "opt-barrier"})
+# Custom-calls that move a value between memories and compute nothing (an offload policy's saved
+# residual, to the host in the forward and back in the recompute): the value is the one moved,
+# though jax marks the placement a side effect, which would make it a value of its own.
+MEMORY_PLACEMENT = frozenset({"annotate_device_placement", "MoveToHost", "MoveToDevice"})
+
+
+def is_memory_placement(inst: Instruction) -> bool:
+    """Is the op a custom-call that moves its one operand to another memory (`MEMORY_PLACEMENT`)?"""
+    return inst.opcode == "custom-call" and len(inst.operands) == 1 and inst.custom_call_target in MEMORY_PLACEMENT
+
+
 # Not numbered by `_frame`'s fast path.
 NOT_PLAIN = UNIQUE | IDENTITY | {"parameter", "tuple", "get-tuple-element", "custom-call", "conditional"}
 # Reading (part of) an input: the abstract number of such a value is its shape.
@@ -108,10 +119,9 @@ class ValueNumbers:
 
 
 Number = tuple[Val, Val, bool]  # an instruction's (exact, abstract, tainted)
-# The calls that reach a computation, innermost last, as a linked list: None at ENTRY, else
-# (the caller's chain, the calling computation, the calling instruction: a `call`, `fusion`,
-# `while` or `conditional`). Linked, not a flat tuple, so a chain of thousands of nested calls
-# (issue 12) costs one node per call, not one tuple per depth.
+# The calls that reach a computation: None at ENTRY, else (the caller's chain, the calling
+# computation, the calling instruction). Linked, so a chain of thousands of nested calls (issue
+# 12) costs one node per call, not one tuple per depth.
 Chain = Union[tuple, None]
 
 
@@ -136,10 +146,8 @@ class Numbered:
     # tainted) per site. An unrolled scan's step or a checkpointed block lowered once and called
     # once per layer computes a different value at each site (it reads another layer's inputs).
     sites: dict[str, list[tuple[str, dict[str, Val], dict[str, Val], set[str]]]] = field(default_factory=dict)
-    # The call chain that reaches each computation at each of its sites, in `numbers_per_site`'s
-    # order: a `Chain`. A callee's ops are named by the calls that reach it (`OpNames`), and a
-    # callee shared by the forward and the recompute, or by two layers, is named at each site
-    # by that site's calls (hloflops.remat.names' `site_names`).
+    # The `Chain` that reaches each computation at each of its sites, in `numbers_per_site`'s
+    # order: a callee's ops are named at each site by that site's calls (remat.names' `site_names`).
     chains: dict[str, list[Chain]] = field(default_factory=dict)
 
     def numbers(self, comp: Computation) -> list[Number] | None:
@@ -519,7 +527,7 @@ class _Numbering:
             return exacts, abstracts, taint
         if opcode == "get-tuple-element":
             return self._element(inst, (exacts[0], abstracts[0], taint))
-        if opcode in IDENTITY and len(ops) == 1:
+        if (opcode in IDENTITY or opcode == "custom-call" and is_memory_placement(inst)) and len(ops) == 1:
             return exacts[0], abstracts[0], taint
         if opcode in UNIQUE or (opcode == "custom-call" and inst.attr("custom_call_has_side_effect") == "true"):
             tag = ("unique", comp.name, inst.name)
