@@ -81,6 +81,20 @@ def test_layer_norm_variance_copies_of_a_whole_model_checkpoint():
     assert not {op for op in after.misses if op in ("maximum", "subtract")}, outcome.describe()
 
 
+def test_recompute_classes_of_one_name_share_their_forward_values():
+    """Seed 40: nn.remat around a whole encoder-decoder. Layer norm's `sum(x) / n` and
+    `sum(x * x) / n` are multiplies of one signature and one name (`LayerNorm_0/div`); the
+    recompute reads recomputed activations, so neither class of its copies has the forward's
+    value number, and each found both forward values by signature and name and counted the
+    copies of both as recompute (multiply +6,912). Each forward value serves one class."""
+    outcome = check(Form(
+        form='linen_whole', arch='encdec', policy='nothing_saveable', prevent_cse=True, batch=8, width=16,
+        hidden=128, heads=1, tokens=32, layers=2, micro=2, unroll=1, adam=False, dtype='float32', act='relu',
+        head=False))
+    assert outcome.all_ok("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
+
+
 # A forward op (not remat-named) that XLA copies into a fusion computing the recompute runs
 # there only because the recompute does: the bias add that save_only_these_names' saved dot
 # output feeds (CSE left the forward's name on it), an LM's embedding lookup (its bounds

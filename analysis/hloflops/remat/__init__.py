@@ -26,12 +26,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    copies are the linearization's own (jvp's `x * x` for the derivative of `x ** 3`), model
    FLOPs. If every op of the value is marked, either the forward computes it elsewhere under
    another number (ops of its signature and name reading the same inputs: as many copies are
-   recompute) or CSE merged the forward away and one of them is model FLOPs. A callee that
-   several `call` sites run (before optimization an unrolled scan's step, or a checkpointed
-   block lowered once for every layer) is numbered at each site and named there by that
-   site's calls (one `jit(relu)` for a nested remat's outer and inner recomputes: each site
-   its own checkpoint's name), and its ops pair per site: an instruction is remat where it is
-   recomputation at every site.
+   recompute; classes that find the same forward values share them, one value each: layer
+   norm's mean and mean square) or CSE merged the forward away and one of them is model FLOPs.
+   A callee that several `call` sites run (before optimization an unrolled scan's step, or a
+   checkpointed block lowered once for every layer) is numbered at each site and named there
+   by that site's calls (one `jit(relu)` for a nested remat's outer and inner recomputes: each
+   site its own checkpoint's name), and its ops pair per site: an instruction is remat where
+   it is recomputation at every site.
 2. A recompute inside a loop body whose forward runs in another loop's body (a scan's backward
    loop against its forward loop) reads its inputs from a different loop state, so its value
    is matched by computation instead: an op in another frame applying the same computation to

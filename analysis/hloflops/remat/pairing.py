@@ -131,11 +131,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
     elsewhere = _forward_copies(ops) if not module.is_scheduled else None
     named_forward = _NamedForward(module, ops) if elsewhere is not None and remat_named else None
-    classes = _classes([op for op in ops if sizes[op.exact] > 1], exact=True).values()
-    twins = _ForwardTwins(module, ops) if module.is_scheduled and remat_named and \
-        any(all(m.marked for m in members) for members in classes) else None
+    classes = list(_classes([op for op in ops if sizes[op.exact] > 1], exact=True).values())
+    all_marked = [members for members in classes if all(m.marked for m in members)]
+    forward_of = _ForwardTwins(module, ops).counts(all_marked) if module.is_scheduled and remat_named and \
+        all_marked else {}
     for members in classes:
-        forward = twins.count(members) if twins is not None and all(m.marked for m in members) else 0
+        forward = forward_of.get(id(members), 0)
         remat |= _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
         if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
@@ -427,20 +428,49 @@ class _ForwardTwins:
         self.inputs = FrameInputs(module)
         self.pool: dict[tuple, list[_Op]] = {}
         self.copies = Counter()  # how many unmarked ops compute each value
+        self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
         for op in ops:
             if not op.marked:
                 self.copies[op.exact] += 1
+                self.first.setdefault(op.exact, op.order)
                 if op.op_name and phase(op.op_name) != "backward":
                     self.pool.setdefault(signature(op, self.shapes), []).append(op)
 
-    def count(self, members: list[_Op]) -> int:
+    def values(self, members: list[_Op]) -> frozenset[Val]:
+        """The forward's values of the class's signature and name (each with all its copies)."""
         op = min(members, key=lambda m: m.order)
         tail = inner_tail(op.op_name)
         if not tail or not op.op_name:
-            return 0
-        values = {twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
-                  if ends_with(twin.op_name, tail) and (twin.frame != op.frame or _same_inputs(self.inputs, op, twin))}
-        return sum(self.copies[value] for value in values)  # each value with all its copies
+            return frozenset()
+        return frozenset(twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
+                         if ends_with(twin.op_name, tail)
+                         and (twin.frame != op.frame or _same_inputs(self.inputs, op, twin)))
+
+    def counts(self, classes: list[list[_Op]]) -> dict[int, int]:
+        """How many forward copies each class (by `id`) counts. Classes that find the same
+        forward values share them, a value to one class: a layer norm's `sum(x) / n` and
+        `sum(x * x) / n` are multiplies of one signature and one name (`LayerNorm_0/div`), and
+        each recomputed value has its own forward value (seed 2: the forward copies the mean
+        twice and the mean square once, the recompute four and three times; counting both
+        forward values for each class made 3 + 3 copies recompute, not 2 + 1). Which value is
+        which is not in the numbers (the recompute reads other inputs): XLA copies a value into
+        as many fusions as read it, in the recompute as in the forward, so the class with more
+        copies takes the value with more. A class left without a value has no forward in sight."""
+        groups: dict[frozenset[Val], list[list[_Op]]] = {}
+        for members in classes:
+            groups.setdefault(self.values(members), []).append(members)
+        out: dict[int, int] = {}
+        for values, members_of in groups.items():
+            if not values:
+                continue
+            copies = [self.copies[v] for v in sorted(values, key=lambda v: (-self.copies[v], self.first[v]))]
+            members_of.sort(key=lambda c: (-len(c), min(m.order for m in c)))
+            for members, n in zip(members_of, copies):
+                out[id(members)] = n
+            # Values beyond one per class are more copies of a class's value that the forward
+            # numbered apart (one class: every value it found is its own): the largest class's.
+            out[id(members_of[0])] += sum(copies[len(members_of):])
+        return out
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
