@@ -87,10 +87,23 @@ def test_the_catalogue_covers_the_brief():
         assert needed in BY_NAME
 
 
+def _of_constants(module, row) -> bool:
+    """Is the row's op computed from constants alone (through broadcasts)?"""
+    comp = module.by_name[row.computation]
+    inst = comp.by_name[row.name]
+
+    def constant(name: str) -> bool:
+        op = comp.by_name[name]
+        while op.opcode == "broadcast":
+            op = comp.by_name[op.operands[0]]
+        return op.opcode == "constant"
+    return bool(inst.operands) and all(constant(o) for o in inst.operands)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_model_dot_flops_rolled_equal_unrolled(name):
     r_module, rolled, _, _ = analysed(name, "rolled")
-    _, unrolled, _, _ = analysed(name, "unrolled")
+    u_module, unrolled, _, _ = analysed(name, "unrolled")
     assert rolled.loops and not unrolled.loops  # the rolled program loops, the unrolled one does not
     assert dots(rolled, remat=False) == dots(unrolled, remat=False)
     if name in DOT_FREE:
@@ -99,10 +112,14 @@ def test_model_dot_flops_rolled_equal_unrolled(name):
         assert dots(rolled) > 0
     # The unrolled programs recompute no dot: they have no remat, or (jax.checkpoint in
     # straight-line code) XLA's CSE merged every recomputed dot with its forward. Their remat
-    # FLOPs, if any, are the no-op reduce-precision a saving policy adds: work only the program
-    # with remat runs (remat is the difference to the program without it, tests/remat/judge.py).
+    # FLOPs, if any, are the no-op reduce-precision a saving policy adds, and the products of
+    # constants the checkpoint's transpose re-emits (the cotangent `1` times `_layer`'s 0.1: the
+    # same loop without jax.checkpoint runs 320 multiply FLOPs fewer, 256 of them these): work
+    # only the program with remat runs (remat is the difference to the program without it,
+    # tests/remat/judge.py).
     assert dots(unrolled, remat=True) == 0
-    assert {r.opcode for r in unrolled.rows if r.remat and r.total.flops} <= {"reduce-precision"}
+    assert {r.opcode for r in unrolled.rows if r.remat and r.total.flops and not _of_constants(u_module, r)} \
+        <= {"reduce-precision"}
     # Hardware dots differ by exactly what the rolled program recomputes.
     assert dots(rolled) - dots(unrolled) == dots(rolled, remat=True) == expected_remat_dots(name)
 

@@ -61,7 +61,8 @@ dot duplicating a value, by what reads it; views are numbered by the elements th
 pairs itself (it computes nothing again); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round
 trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
-constants alone (jax folds it without remat).
+constants alone (jax folds it without remat), and after it an op of constants alone named in a
+checkpoint's transpose (the program without remat computes none).
 Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
 (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on

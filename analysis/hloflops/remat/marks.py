@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES
 from hloflops.remat.names import REMAT_SCOPE, OpNames
-from hloflops.scopes import phase
+from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 if TYPE_CHECKING:
@@ -76,6 +76,41 @@ def folded_without_barrier(module: Module, ops: list[_Op]) -> set[SiteKey]:
         if all(constant((op.key[0], o)) for o in op.inst.operands):
             found.add(op.key)
     return found
+
+
+def constants_in_checkpoint_transpose(module: Module, ops: list[_Op]) -> set[SiteKey]:
+    """After optimization, an arithmetic op of constants alone named in a checkpoint's transpose
+    (`transpose(jvp(...))/checkpoint/mul`, outside its `rematted_computation`) runs only with
+    remat: the transpose rule re-emits the scale the backward applies (the mean loss's `1 / n`
+    times the cotangent seed `1`, a constant named `transpose(...)/remat2`), and XLA copies the
+    product into each fusion that reads it; the program without remat folds it into the
+    backward's constants (seed 2, a whole-model checkpoint of an LM: three copies, multiply +3).
+    The after-optimization side of `folded_without_barrier`. The program without remat has no
+    checkpoint scope: this marks nothing there."""
+    found: set[SiteKey] = set()
+    for op in ops:
+        if op.named or op.inst.opcode not in ELEMENTWISE_FLOP_OPCODES or not op.inst.operands or \
+                not _in_checkpoint_transpose(op.op_name):
+            continue
+        comp = module.by_name[op.key[0]]
+        if all(_constant_here(comp, name) for name in op.inst.operands):
+            found.add(op.key)
+    return found
+
+
+def _in_checkpoint_transpose(op_name: str) -> bool:
+    """Is the name inside a checkpoint's scope within a transpose (the backward pass)?"""
+    parts = split_components(op_name)
+    first = next((i for i, part in enumerate(parts) if part.startswith("transpose(")), None)
+    return first is not None and "checkpoint" in parts[first + 1:]
+
+
+def _constant_here(comp: Computation, name: str) -> bool:
+    """Is the operand a constant of its own computation, through ops that only move or cast it?"""
+    inst = comp.by_name.get(name)
+    while inst is not None and inst.opcode in CONSTANT_THROUGH and len(inst.operands) == 1:
+        inst = comp.by_name.get(inst.operands[0])
+    return inst is not None and inst.opcode == "constant"
 
 
 def inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:

@@ -13,7 +13,10 @@ from hloflops.remat.names import (
     site_names,
 )
 from hloflops.remat.inputs import FrameInputs
-from hloflops.remat.marks import casts_in_checkpoint_transpose, folded_without_barrier, inherit_names, named_by_users
+from hloflops.remat.marks import (
+    casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
+    named_by_users,
+)
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
@@ -166,6 +169,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
     if not module.is_scheduled:
         remat |= folded_without_barrier(module, ops)
+    elif remat_named:
+        remat |= constants_in_checkpoint_transpose(module, ops)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
