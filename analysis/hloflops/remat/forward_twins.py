@@ -1,0 +1,128 @@
+"""The forward's copies of a value whose recompute copies are all remat-marked, found by
+signature and name where the value numbers cannot meet (hloflops.remat.pairing's `_same_value`
+asks how many there are): before optimization in another frame (`NamedForward`), after
+optimization anywhere the recompute reads other inputs than the forward (`ForwardTwins`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from hloflops.remat.inputs import FrameInputs
+from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.signature import signature
+from hloflops.remat.values import Val, shape_key
+from hloflops.scopes import phase
+from hloparse.ir import Module
+
+if TYPE_CHECKING:
+    from hloflops.remat.pairing import _Op
+
+
+class NamedForward:
+    """Before optimization, how often another frame's forward computes, under the recompute's
+    name, a value whose copies are all remat-marked and whose abstract number no forward op has:
+    the recompute's inputs are built differently from the forward's upstream (hk_layer_stack's
+    LayerNorm: the forward's `jit(_var)` reads its divisor and `where` fill from the loop's
+    inputs, which jax hoisted out as known values, while the recompute's `jit(_var)` computes
+    them in place), so every number below differs. The forward's copies are then the unmarked
+    ops of another frame, not the backward's, of the same signature whose op_name ends with a
+    copy's name inside its checkpoint (`pairing._by_signature`'s test) and that reads operands of the
+    same kinds in the same pattern: gelu's `x ** 3` is `(x * x) * x` under one name, and only
+    `x * x` is a twin of a copy of `x * x` (the backward's second copy is jvp's own, for the
+    derivative `3 * x ** 2`). Each name counts its own."""
+
+    def __init__(self, module: Module, ops: list[_Op]):
+        self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+        self.opcodes = {(comp.name, inst.name): inst.opcode for comp in module.computations
+                        for inst in comp.instructions}
+        self.pool: dict[tuple, list[_Op]] = {}
+        for op in ops:
+            if not op.marked and op.op_name and phase(op.op_name) != "backward":
+                self.pool.setdefault(self._key(op), []).append(op)
+
+    def _key(self, op: _Op) -> tuple:
+        operands = op.inst.operands
+        kinds = tuple("input" if kind in ("parameter", "get-tuple-element", "opt-barrier") else kind
+                      for kind in (self.opcodes.get((op.key[0], name)) for name in operands))
+        return signature(op, self.shapes), kinds, tuple(operands.index(name) for name in operands)
+
+    def count(self, members: list[_Op]) -> int:
+        frames = {m.frame for m in members}
+        best = 0
+        for m in members:
+            tail = inner_tail(m.op_name) if m.named and m.op_name else ()
+            if tail:
+                best = max(best, sum(twin.frame not in frames and ends_with(twin.op_name, tail)
+                                     for twin in self.pool.get(self._key(m), ())))
+        return best
+
+
+class ForwardTwins:
+    """How often the forward computes, elsewhere, the value of a class of remat-marked copies
+    (after optimization). Where every copy of a value is remat-named, either CSE merged the
+    forward into the recompute (one copy is the model's), or the recompute reads its inputs from
+    other ops than the forward (a whole-model checkpoint's recompute reads recomputed
+    activations that XLA fused differently from the forward's; a layer's recompute reads a
+    saved stack's slice): its value numbers then differ from the forward's, and the forward's
+    copies are ops of the same signature and name (`pairing._by_signature`'s test) that are not
+    remat-marked, not the backward's, and read the same frame inputs. XLA copies a cheap op into
+    as many fusions as read it, in the recompute as in the program without remat (seed 128: a
+    layer norm's variance, copied into three fusions of the recompute and three of the twin's
+    forward, one of the program's forward): the recompute counts as many copies as the forward
+    has, the rest are the twin's too."""
+
+    def __init__(self, module: Module, ops: list[_Op]):
+        self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+        self.inputs = FrameInputs(module)
+        self.pool: dict[tuple, list[_Op]] = {}
+        self.copies = Counter()  # how many unmarked ops compute each value
+        self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
+        for op in ops:
+            if not op.marked:
+                self.copies[op.exact] += 1
+                self.first.setdefault(op.exact, op.order)
+                if op.op_name and phase(op.op_name) != "backward":
+                    self.pool.setdefault(signature(op, self.shapes), []).append(op)
+
+    def values(self, members: list[_Op]) -> frozenset[Val]:
+        """The forward's values of the class's signature and name (each with all its copies)."""
+        op = min(members, key=lambda m: m.order)
+        tail = inner_tail(op.op_name)
+        if not tail or not op.op_name:
+            return frozenset()
+        return frozenset(twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
+                         if ends_with(twin.op_name, tail)
+                         and (twin.frame != op.frame or same_inputs(self.inputs, op, twin)))
+
+    def counts(self, classes: list[list[_Op]]) -> dict[int, int]:
+        """How many forward copies each class (by `id`) counts. Classes that find the same
+        forward values share them, a value to one class: a layer norm's `sum(x) / n` and
+        `sum(x * x) / n` are multiplies of one signature and one name (`LayerNorm_0/div`), and
+        each recomputed value has its own forward value (seed 2: the forward copies the mean
+        twice and the mean square once, the recompute four and three times; counting both
+        forward values for each class made 3 + 3 copies recompute, not 2 + 1). Which value is
+        which is not in the numbers (the recompute reads other inputs): XLA copies a value into
+        as many fusions as read it, in the recompute as in the forward, so the class with more
+        copies takes the value with more. A class left without a value has no forward in sight."""
+        groups: dict[frozenset[Val], list[list[_Op]]] = {}
+        for members in classes:
+            groups.setdefault(self.values(members), []).append(members)
+        out: dict[int, int] = {}
+        for values, members_of in groups.items():
+            if not values:
+                continue
+            copies = [self.copies[v] for v in sorted(values, key=lambda v: (-self.copies[v], self.first[v]))]
+            members_of.sort(key=lambda c: (-len(c), min(m.order for m in c)))
+            for members, n in zip(members_of, copies):
+                out[id(members)] = n
+            # Values beyond one per class are more copies of a class's value that the forward
+            # numbered apart (one class: every value it found is its own): the largest class's.
+            out[id(members_of[0])] += sum(copies[len(members_of):])
+        return out
+
+
+def same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
+    """Do two ops of one frame read the same inputs of it (`FrameInputs`)? Unknown counts as yes."""
+    mine, theirs = inputs.of(*op.key[:2]), inputs.of(*twin.key[:2])
+    return mine is None or theirs is None or mine == theirs
