@@ -102,7 +102,8 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
     catalogue (jax 0.10.2): every program within 27,520 flops of its difference (the worst:
     lm_scan_block, of 375,168, and lm_scan_block_dots_no_batch, of 113,024, both short: copies
     of the softmax's cheap ops and of gelu's multiplies in the backward loop that the pairing
-    leaves unpaired); over the catalogue about 80,000 flops of excess and deficit together, where
+    leaves unpaired); over the catalogue 79,764 flops of excess and deficit together (asserted: at
+    most 90,000, was 130,000 before the sixth round), where
     counting every remat-named copy gave 904,860. Sharing forward values among recompute classes
     of one name (issue 28, sixth round) made eight LM programs exact (layer norm's `1/n`
     scalings were +192 / +336) and lm_scan_block's layer norms too, and took one 4,096-flop gelu
@@ -116,7 +117,7 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
         misses[pair.name] = (all_flops(remat, remat=True) - difference, difference)
     too_far = {name: m for name, m in misses.items() if abs(m[0]) > 28_672}
     assert not too_far
-    assert sum(abs(m[0]) for m in misses.values()) <= 130_000
+    assert sum(abs(m[0]) for m in misses.values()) <= 90_000
 
 
 def test_seed_programs_split_every_opcode_exactly_after_optimization():
