@@ -218,3 +218,25 @@ def test_cheap_recompute_of_a_value_the_twin_saves_is_model_work(form):
     outcome = check(form)
     assert outcome.all_ok("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+# A conv net under `nn.remat` in a Python loop or nested (no scan, no stack): the next conv's
+# kernel gradient reads `relu(conv + b)` batch-minor, and XLA builds that operand by a transposing
+# fusion that copies the bias add and the maximum, of the recompute in the program with remat and
+# of the forward in the one without: both compute them as many times (`remat/saved_copies.py`,
+# `_hands_out_relayout`).
+RELAID_BY_THE_TWIN = {
+    "more linen_loop conv seed 105, add +32,768 maximum +32,768": Form(
+        form='linen_loop', arch='conv', policy='none', prevent_cse=True, batch=4, width=32, hidden=64, heads=2,
+        tokens=8, layers=2, micro=4, unroll=1, adam=False, dtype='float32', act='relu', head=False),
+    "more linen_nested conv seed 45, add +65,536 maximum +65,536": Form(
+        form='linen_nested', arch='conv', policy='none', prevent_cse=True, batch=2, width=16, hidden=128, heads=1,
+        tokens=16, layers=1, micro=4, unroll=1, adam=False, dtype='float32', act='tanh', head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(RELAID_BY_THE_TWIN.values()), ids=list(RELAID_BY_THE_TWIN))
+def test_cheap_recompute_the_twin_relays_out_for_a_kernel_gradient_is_model_work(form):
+    outcome = check(form)
+    assert outcome.all_ok("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()

@@ -52,7 +52,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
-   (hloflops.remat.saved_copies).
+   (hloflops.remat.saved_copies). So, in any frame, is such a fusion that hands its cheap
+   recomputes out only through a transpose of XLA's (no op_name) for a backward matmul: the
+   program without remat relays out its forward's value for that matmul in a fusion of its
+   own, copying the same cheap ops (a conv net's `relu(conv + b)` for a kernel's gradient).
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold

@@ -9,7 +9,13 @@ the value instead, from what it did save. So where the backward loop materialize
 recompute that a backward op reads, the program without remat computed it once more in its
 forward (seed 32, relu under `dots_with_no_batch_dims_saveable`: `max(h, 0)` in the forward and
 its recompute in the backward, against `max(h, 0)` in the forward and a copy of it in the fusion
-that stores it into the saved stack). Nothing there runs because of remat."""
+that stores it into the saved stack). Nothing there runs because of remat.
+
+The same stand-in shows, in any frame, where a backward matmul needs the value in another layout
+(a conv kernel's gradient reads `relu(conv + b)` batch-minor): the program without remat relays
+out its forward's value by a transposing fusion that copies the cheap producers, as the program
+with remat does its recompute's (`_hands_out_relayout`; seed 105 of the `more` family, a conv
+net under `nn.remat` in a Python loop)."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from hloflops.remat.fusion_copies import DUPLICATED, EXPENSIVE, fused_outputs
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
-from hloparse.ir import CallRole, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 if TYPE_CHECKING:
     from hloflops.remat.pairing import _Op
@@ -42,8 +48,10 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
     """The recompute less the cheap recomputes that replace a saving fusion's copy: a fusion in a
     loop body (not ENTRY) that computes only cheap elementwise ops, every output a remat-named
     recompute, whose result a backward op (not remat-named) reads, and whose outputs' forward
-    runs in another loop body (an unmarked op of the same opcode and name inside the checkpoint).
-    Returns the recompute and the ops decided (model FLOPs)."""
+    runs in another loop body (an unmarked op of the same opcode and name inside the checkpoint),
+    or, in any frame, whose outputs leave only through a transpose of XLA's that no other fusion
+    makes of an equal value (`_hands_out_relayout`). Returns the recompute and the ops decided
+    (model FLOPs)."""
     if not module.is_scheduled:
         return remat, set()
     entry = module.entry.name
@@ -64,20 +72,33 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
     for op in ops:
         if not op.marked and op.op_name and op.frame != entry and op.inst.opcode in CHEAP:
             forward.setdefault(op.inst.opcode, []).append(op)
+    relaid: dict[object, set[str]] = {}  # the computations transposing each value (by exact value number)
+    for op in ops:
+        if op.inst.opcode == "transpose":
+            relaid.setdefault(op.exact, set()).add(op.key[0])
     decided: set[SiteKey] = set()
     for (comp_name, _site), members in by_fusion.items():
         site = sites.get(comp_name)
-        if site is None or members[0].frame == entry:
+        if site is None:
             continue
         comp = module.by_name[comp_name]
+        # A relayout the program also makes of the forward's value (a key transposed for the
+        # forward's scores) is one the program without remat makes once, for both passes: the
+        # recompute's copy of it, and of the cheap ops under it, is extra work.
+        relayout = _hands_out_relayout(comp) and all(
+            relaid[op.exact] == {comp_name} for op in members if op.inst.opcode == "transpose")
+        if members[0].frame == entry and not relayout:
+            continue
         if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
             continue
-        outputs = [op for op in members if op.inst.name in fused[comp_name]]
+        # A relayout's transpose computes nothing: the values it hands out are the cheap ops under it.
+        outputs = [op for op in members if op.inst.name in fused[comp_name]
+                   and not (relayout and op.inst.opcode in _MOVES)]
         if not outputs or not all(op.named and op.key in remat and op.inst.opcode in CHEAP for op in outputs):
             continue
         if not _read_by_backward_matmul(module, site, readers, op_names) or _reads_elementwise_fusion(module, site):
             continue
-        if not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
+        if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
         decided |= {op.key for op in members if op.key in remat}
     return remat - decided, decided
@@ -101,10 +122,26 @@ def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
             if reader.opcode in _HANDS_ON:
                 pending.append(reader)
                 continue
-            name = op_names.of(comp_name, reader)
+            name = op_names.of(comp_name, reader) or _name_handed_on(comp_name, reader, readers, op_names)
             if name and REMAT_SCOPE not in name and _is_matmul(module, reader):
                 return True
     return False
+
+
+def _name_handed_on(comp_name: str, inst: Instruction, readers: dict[tuple[str, str], list[Instruction]],
+                    op_names: OpNames) -> str:
+    """The name of an op without metadata, from the ops that only hand its result on (a kernel
+    gradient's library fusion carries none; the bitcast of its result carries the conv's name)."""
+    pending, seen = [inst], set()
+    while pending:
+        for reader in readers.get((comp_name, pending.pop().name), ()):
+            if reader.opcode in _HANDS_ON and reader.name not in seen:
+                seen.add(reader.name)
+                name = op_names.of(comp_name, reader)
+                if name:
+                    return name
+                pending.append(reader)
+    return ""
 
 
 def _is_matmul(module: Module, inst: Instruction) -> bool:
@@ -135,6 +172,24 @@ def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction]) -> 
                 (inst.opcode == "fusion" and inst.attributes.get("kind") in ("kLoop", "kInput")):
             return True
     return False
+
+
+def _hands_out_relayout(comp: Computation) -> bool:
+    """Does the fusion hand its value out only in another layout (its root a transpose, or a copy
+    of one)? Then it is the operand a matmul of the backward needs laid out its own way (a
+    kernel's gradient reads the activation batch-minor), which the program without remat needs
+    too, of the forward's value: XLA builds it there in a fusion of its own, copying the cheap
+    producers into it as into every consumer (seed 105 of the `more` family: `relu(conv + b)`
+    transposed for the next conv's kernel gradient, the add and max computed again in both
+    programs). Only the cheap ops under the transpose are copies; where the fusion reads another
+    elementwise fusion's result the twin reads the forward's (`_reads_elementwise_fusion`)."""
+    root = comp.root
+    if root.opcode == "copy" and root.operands and root.operands[0] in comp.by_name:
+        root = comp.by_name[root.operands[0]]
+    # XLA's own transpose (layout assignment's, no op_name), not the program's: a recompute's
+    # `transpose` of its query to heads-major is part of the recompute (seed 3 of `base`).
+    return root.opcode == "transpose" and not root.op_name and \
+        (comp.root is root or not comp.root.op_name)
 
 
 def _forward_elsewhere(op: _Op, candidates) -> bool:
