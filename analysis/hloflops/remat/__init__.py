@@ -53,6 +53,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
    (hloflops.remat.saved_copies).
+6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
+   one fusion per transposition; a remat-marked such fusion writing a layout the forward does
+   not, beside the forward's fusion of the same value writing another, stands in for the copy
+   the program without remat makes for its backward: model FLOPs, unsure
+   (hloflops.remat.view_copies).
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold

@@ -19,6 +19,7 @@ from hloflops.remat.marks import (
     named_by_users,
 )
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
@@ -162,6 +163,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     paired_by_value = set(remat)  # equal values, signatures, the same computation in another loop
     remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
+    remat, laid_out = view_copies(module, ops, remat)
+    certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
     if remat_named:
         remat, saved = saved_by_the_twin(module, ops, remat, op_names)
         certain |= saved
