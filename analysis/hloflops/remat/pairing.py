@@ -25,7 +25,7 @@ from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, is_memory_placement, numbered, shape_key
 from hloflops.remat.views import VIEW_OPCODES
-from hloflops.scopes import phase, split_components
+from hloflops.scopes import model_components, phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -407,6 +407,12 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     for op in ops:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(signature(op, shapes), []).append(op)
+    # The twin of the shortest name first: the recompute's name inside its checkpoint names the op
+    # as exactly as it can, and a longer name that ends the same way is another op's (a residual
+    # add, `rematted_computation/add`, took the forward's `multi_head_attention_1/linear/add`
+    # from the projection's bias add when both twins were in sight: more seeds 53, 54).
+    for twins in pool.values():
+        twins.sort(key=lambda twin: len(model_components(twin.op_name)))
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
     # (`fusion_copies`), and must not take the twin of the op it copies.
     outputs = fused_outputs(module)
