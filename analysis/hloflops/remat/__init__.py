@@ -69,9 +69,10 @@ normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits,
 trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
 constants alone (jax folds it without remat), and after it an op of constants alone named in a
 checkpoint's transpose (the program without remat computes none).
-Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
-(`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
-(`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
+Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`: a signature pairing
+in the recompute's own frame that reads a marked op left without a twin, a rule 6 copy) the report
+gives a range (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are
+copies, are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata,
 but for the listed known gaps); elementwise and reduce ops come within a few percent of it

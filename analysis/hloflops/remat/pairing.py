@@ -425,6 +425,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
+    beside: list[_Op] = []  # paired in their own frame after optimization
     for op in candidates:
         if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
             continue  # reads the linearization's own copy: the linearization's work too
@@ -459,7 +460,18 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             found.add(op.key)
             if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
                 weak.add(op.key)  # the inputs could not be compared
+            elif same_frame and module.is_scheduled:
+                beside.append(op)
             break
+    # A recompute computes what the forward does, from what the forward computes: one that reads a
+    # marked op paired with nothing, in its own frame, may be the linearization's own work instead
+    # (softmax's `1 / (s * s)`, named in the recompute, took the forward's `1 / s` where CSE merged
+    # that recompute away: more seed 119). Its pairing is weak.
+    marked = {op.key: op for op in ops if op.marked}
+    for op in beside:
+        if any(key in marked and key not in found and key not in settled
+               for key in ((op.key[0], name, op.key[2]) for name in op.inst.operands)):
+            weak.add(op.key)
     return found, weak
 
 
