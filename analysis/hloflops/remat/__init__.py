@@ -40,7 +40,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    recompute's name ends inside its checkpoint (`Dense_0/dot_general`); a remat-named op whose
    value matched nothing exactly may pair the same way with an op of its signature, never the
    backward's own work, and in its own frame only after optimization and only with an op that
-   reads the same inputs (hloflops.remat.inputs: never another layer's op).
+   reads the same inputs (hloflops.remat.inputs: never another layer's op); of the twins in
+   sight, the one of the shortest name first (a residual `add` is not `linear/add`).
 3. An XLA `.remat` clone pairs with its original (the same name without the suffix).
 4. Fusion copies (after optimization): XLA copies a cheap elementwise op into every fusion that
    consumes it, with remat as without, so a marked copy inside a fusion is recompute exactly
@@ -56,6 +57,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    recomputes out only through a transpose of XLA's (no op_name) for a backward matmul: the
    program without remat relays out its forward's value for that matmul in a fusion of its
    own, copying the same cheap ops (a conv net's `relu(conv + b)` for a kernel's gradient).
+6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
+   one fusion per transposition; a remat-marked such fusion writing a layout the forward does
+   not, beside the forward's fusion of the same value writing another, stands in for the copy
+   the program without remat makes for its backward: model FLOPs, unsure
+   (hloflops.remat.view_copies).
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold
@@ -66,9 +72,10 @@ normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits,
 trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
 constants alone (jax folds it without remat), and after it an op of constants alone named in a
 checkpoint's transpose (the program without remat computes none).
-Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`) the report gives a range
-(`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
-(`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
+Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`: a signature pairing
+in the recompute's own frame that reads a marked op left without a twin, a rule 6 copy) the report
+gives a range (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are
+copies, are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata,
 but for the listed known gaps); elementwise and reduce ops come within a few percent of it

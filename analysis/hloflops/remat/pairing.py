@@ -19,12 +19,13 @@ from hloflops.remat.marks import (
     named_by_users,
 )
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.values import Numbered, Val, ValueNumbers, is_memory_placement, numbered, shape_key
 from hloflops.remat.views import VIEW_OPCODES
-from hloflops.scopes import phase, split_components
+from hloflops.scopes import model_components, phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -162,6 +163,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     paired_by_value = set(remat)  # equal values, signatures, the same computation in another loop
     remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
+    remat, laid_out = view_copies(module, ops, remat)
+    certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
     if remat_named:
         remat, saved = saved_by_the_twin(module, ops, remat, op_names)
         certain |= saved
@@ -404,6 +407,12 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     for op in ops:
         if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
             pool.setdefault(signature(op, shapes), []).append(op)
+    # The twin of the shortest name first: the recompute's name inside its checkpoint names the op
+    # as exactly as it can, and a longer name that ends the same way is another op's (a residual
+    # add, `rematted_computation/add`, took the forward's `multi_head_attention_1/linear/add`
+    # from the projection's bias add when both twins were in sight: more seeds 53, 54).
+    for twins in pool.values():
+        twins.sort(key=lambda twin: len(model_components(twin.op_name)))
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
     # (`fusion_copies`), and must not take the twin of the op it copies.
     outputs = fused_outputs(module)
@@ -416,6 +425,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
+    beside: list[_Op] = []  # paired in their own frame after optimization
     for op in candidates:
         if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
             continue  # reads the linearization's own copy: the linearization's work too
@@ -450,7 +460,18 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             found.add(op.key)
             if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
                 weak.add(op.key)  # the inputs could not be compared
+            elif same_frame and module.is_scheduled:
+                beside.append(op)
             break
+    # A recompute computes what the forward does, from what the forward computes: one that reads a
+    # marked op paired with nothing, in its own frame, may be the linearization's own work instead
+    # (softmax's `1 / (s * s)`, named in the recompute, took the forward's `1 / s` where CSE merged
+    # that recompute away: more seed 119). Its pairing is weak.
+    marked = {op.key: op for op in ops if op.marked}
+    for op in beside:
+        if any(key in marked and key not in found and key not in settled
+               for key in ((op.key[0], name, op.key[2]) for name in op.inst.operands)):
+            weak.add(op.key)
     return found, weak
 
 
