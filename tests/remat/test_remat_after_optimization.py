@@ -15,6 +15,15 @@ pytest.importorskip("equinox")
 from tests.programs.remat_forms import Form  # noqa: E402
 from tests.remat.generator import check  # noqa: E402
 
+
+def exact_at_both_stages(form):
+    """Judges `form` against its twin and asserts every opcode exact after and before optimization."""
+    outcome = check(form)
+    for stage in ("after", "before"):
+        assert outcome.all_ok(stage), outcome.describe()
+    return outcome
+
+
 # relu's mask in the backward: XLA copies the forward's bias add into the mask's gradient fusion
 # in both programs; in the program with remat the copy carries the recompute's name (and was
 # counted as recompute where the forward's own copy was in sight).
@@ -34,9 +43,7 @@ GRADIENT_FUSION_COPIES = {
 
 @pytest.mark.parametrize("form", list(GRADIENT_FUSION_COPIES.values()), ids=list(GRADIENT_FUSION_COPIES))
 def test_copies_in_a_gradient_fusion_are_model_work(form):
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 # Every copy of a recomputed value is remat-named, and the forward computes the same value
@@ -109,9 +116,7 @@ def test_product_of_constants_in_the_checkpoint_transpose_is_remat(form):
     the `1` named `transpose(...)/remat2`) and XLA copies the product into three fusions; the
     program without remat folds it: multiply -3. Before both rules multiply was +4,605 and
     +3,453: the layer norms' `1/n` scalings (+4,608, +3,456: the rule above) and this -3."""
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 # A forward op (not remat-named) that XLA copies into a fusion computing the recompute runs
@@ -134,9 +139,7 @@ FORWARD_COPIES_IN_THE_RECOMPUTE = {
 @pytest.mark.parametrize("form", list(FORWARD_COPIES_IN_THE_RECOMPUTE.values()),
                          ids=list(FORWARD_COPIES_IN_THE_RECOMPUTE))
 def test_forward_ops_copied_into_a_recompute_fusion_are_remat(form):
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 @pytest.mark.parametrize("form", [
@@ -172,9 +175,7 @@ WIDENED_ROUNDINGS = {
 
 @pytest.mark.parametrize("form", list(WIDENED_ROUNDINGS.values()), ids=list(WIDENED_ROUNDINGS))
 def test_saved_bfloat16_residual_marker_widened_to_f32_is_remat(form):
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 # relu in a loop form (scan, fori_loop) under a policy that does not save relu's output: the
@@ -215,9 +216,7 @@ SAVED_BY_THE_TWIN = {
 
 @pytest.mark.parametrize("form", list(SAVED_BY_THE_TWIN.values()), ids=list(SAVED_BY_THE_TWIN))
 def test_cheap_recompute_of_a_value_the_twin_saves_is_model_work(form):
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 # A conv net under `nn.remat` in a Python loop or nested (no scan, no stack): the next conv's
@@ -237,9 +236,7 @@ RELAID_BY_THE_TWIN = {
 
 @pytest.mark.parametrize("form", list(RELAID_BY_THE_TWIN.values()), ids=list(RELAID_BY_THE_TWIN))
 def test_cheap_recompute_the_twin_relays_out_for_a_kernel_gradient_is_model_work(form):
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 # hk.MultiHeadAttention's key `x @ w + b` is read transposed one way by the scores and another way
@@ -265,9 +262,7 @@ LAYOUT_COPIES = {
 def test_recompute_writing_the_backwards_layout_is_model_work(form):
     """The rule rests on how XLA fused the program without remat: the copies are left unsure, so
     the reported range still reaches the count with them as recompute."""
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    outcome = exact_at_both_stages(form)
     after = outcome._at("after")
     assert after.bounds is not None and after.bounds[1] >= sum(after.reported.values()) + 2048, outcome.describe()
 
@@ -285,9 +280,7 @@ SHORTEST_NAME_FIRST = {
 
 @pytest.mark.parametrize("form", list(SHORTEST_NAME_FIRST.values()), ids=list(SHORTEST_NAME_FIRST))
 def test_signature_twin_of_the_shortest_name_first(form):
-    outcome = check(form)
-    assert outcome.all_ok("after"), outcome.describe()
-    assert outcome.all_ok("before"), outcome.describe()
+    exact_at_both_stages(form)
 
 
 def test_signature_pairing_that_reads_an_unpaired_recompute_is_weak():

@@ -34,6 +34,16 @@ SEEDS = (0, 2, 5, 6, 8, 10, 12, 13, 15, 16, 17, 19, 22, 24, 27, 49)
 KNOWN: dict[int, str] = {}  # seed: what it misses (reported - truth), for draws known to fail
 
 
+def _checked(seed: int, monkeypatch):
+    """The TPU draw `seed` judged against its twin."""
+    # Other processes (a TPU catalogue job) may hold libtpu's lockfile: no chip is used here.
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    form = draw(seed, "tpu")
+    if form.form.startswith("hk_"):
+        pytest.importorskip("haiku")
+    return check(form)
+
+
 def _case(seed: int):
     marks = [pytest.mark.xfail(strict=True, reason=KNOWN[seed])] if seed in KNOWN else []
     return pytest.param(seed, marks=marks)
@@ -41,12 +51,7 @@ def _case(seed: int):
 
 @pytest.mark.parametrize("seed", [_case(s) for s in SEEDS])
 def test_drawn_tpu_remat_program_splits_its_matmuls_as_its_twin_says(seed, monkeypatch):
-    # Other processes (a TPU catalogue job) may hold libtpu's lockfile: no chip is used here.
-    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    form = draw(seed, "tpu")
-    if form.form.startswith("hk_"):
-        pytest.importorskip("haiku")
-    outcome = check(form)
+    outcome = _checked(seed, monkeypatch)
     for stage in STAGES:
         assert outcome.matmul_ok(stage), outcome.describe()
 
@@ -58,9 +63,5 @@ def test_drawn_tpu_remat_program_splits_its_matmuls_as_its_twin_says(seed, monke
 # optimization.
 @pytest.mark.parametrize("seed", [4, 55])
 def test_offloaded_residual_read_back_by_the_recompute_before_optimization(seed, monkeypatch):
-    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    form = draw(seed, "tpu")
-    if form.form.startswith("hk_"):
-        pytest.importorskip("haiku")
-    outcome = check(form)
+    outcome = _checked(seed, monkeypatch)
     assert outcome.all_ok("before"), outcome.describe()
