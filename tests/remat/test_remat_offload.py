@@ -1,5 +1,5 @@
 """Host offload: a custom-call that moves a value between memories is that value
-(analysis/hloflops/remat/values.py `is_memory_placement`). The offload policies
+(analysis/hloflops/remat/op_kinds.py `is_memory_placement`). The offload policies
 (`save_and_offload_only_these_names`, `offload_dot_with_no_batch_dims`) put the saved residual on
 the host in the forward (`annotate_device_placement` to `pinned_host`) and bring it back in the
 recompute (`annotate_device_placement` to `device`; `MoveToHost` / `MoveToDevice` elsewhere).

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import hloparse
 from hloflops.remat.signature import signature as _signature, spatial_order_free as _spatial_order_free
-from hloflops.remat.values import shape_key
+from hloflops.remat.op_kinds import shape_key
 
 
 def _attrs(labels: str, window: str) -> tuple:

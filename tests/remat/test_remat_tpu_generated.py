@@ -59,7 +59,7 @@ def test_drawn_tpu_remat_program_splits_its_matmuls_as_its_twin_says(seed, monke
 # Offload draws whose recompute reads the saved residual back from the host through an
 # `annotate_device_placement` custom-call, missed before optimization (seed 4, `nnx_loop offload`:
 # add -512; seed 55, `hk_loop attn offload` under FSDP): jax marks the placement a side effect, so it
-# was numbered as a value of its own (remat/values.py `is_memory_placement`). Every opcode before
+# was numbered as a value of its own (remat/op_kinds.py `is_memory_placement`). Every opcode before
 # optimization.
 @pytest.mark.parametrize("seed", [4, 55])
 def test_offloaded_residual_read_back_by_the_recompute_before_optimization(seed, monkeypatch):

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.signature import signature
-from hloflops.remat.values import Val, shape_key
+from hloflops.remat.op_kinds import shape_key
+from hloflops.remat.values import Val
 from hloflops.scopes import phase
 from hloparse.ir import Module
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import permutations
 from typing import TYPE_CHECKING, Mapping
 
-from hloflops.remat.values import result_attributes, shape_key
+from hloflops.remat.op_kinds import result_attributes, shape_key
 
 if TYPE_CHECKING:
     from hloflops.remat.pairing import _Op

@@ -28,40 +28,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Union
 
+from hloflops.remat.op_kinds import (
+    IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_memory_placement,
+    kept_attributes, result_attributes, shape_key,
+)
 from hloflops.remat.views import VIEW_OPCODES, Concat, View, row_major, apply as apply_view, whole, within_part
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
 
 Val = Union[int, tuple]  # an array's number, or a tuple of Vals for a tuple-shaped value
-
-# Attributes that do not change what an instruction computes (or that name a computation, which
-# is compared by its contents instead).
-IGNORED_ATTRIBUTES = frozenset({
-    "metadata", "backend_config", "frontend_attributes", "sharding", "statistics", "origin",
-    "control-predecessors", "calls", "to_apply", "body", "condition", "branch_computations",
-    "true_computation", "false_computation", "select", "scatter", "called_computations", "comparator",
-    "async_execution_thread", "schedule", "parameter_replication", "output_to_operand_aliasing",
-    "custom_call_has_side_effect", "channel_id",
-})
-
-
-# Ignored attributes whose text is most often its op's own.
-PER_OP_ATTRIBUTES = frozenset({"metadata", "channel_id"})
-
-
-def result_attributes(inst: Instruction) -> tuple:
-    """The attributes that change what an instruction computes. A custom-call's backend_config
-    is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
-    there."""
-    attributes = inst.attributes
-    if inst.opcode == "custom-call":
-        kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES or k == "backend_config"]
-    elif not attributes or attributes.keys() <= IGNORED_ATTRIBUTES:  # most ops: none, or metadata only
-        return ()
-    else:
-        kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES]
-    if len(kept) > 1:
-        kept.sort()
-    return tuple(kept)
 
 
 def _taint(ops: list[tuple[Val, Val, bool]], opcode: str) -> bool:
@@ -72,37 +46,7 @@ def _taint(ops: list[tuple[Val, Val, bool]], opcode: str) -> bool:
     return opcode == "opt-barrier"
 
 
-# Instructions whose result is not a function of their operands: each is a value of its own.
-UNIQUE = frozenset({
-    "rng", "rng-get-and-update-state", "infeed", "outfeed", "recv", "recv-done", "send", "send-done",
-    "after-all", "while", "all-reduce-start", "all-gather-start", "collective-permute-start",
-    "copy-start", "async-start", "async-update", "async-done", "domain", "add-dependency",
-})
-# Instructions that pass a value through unchanged (layouts are not part of a value).
-IDENTITY = frozenset({"copy", "opt-barrier"})
-# Custom-calls that move a value between memories and compute nothing (an offload policy's saved
-# residual, to the host in the forward and back in the recompute): the value is the one moved,
-# though jax marks the placement a side effect, which would make it a value of its own.
-MEMORY_PLACEMENT = frozenset({"annotate_device_placement", "MoveToHost", "MoveToDevice"})
-
-
-def is_memory_placement(inst: Instruction) -> bool:
-    """Is the op a custom-call that moves its one operand to another memory (`MEMORY_PLACEMENT`)?"""
-    return inst.opcode == "custom-call" and len(inst.operands) == 1 and inst.custom_call_target in MEMORY_PLACEMENT
-
-
-# Not numbered by `_frame`'s fast path.
-NOT_PLAIN = UNIQUE | IDENTITY | {"parameter", "tuple", "get-tuple-element", "custom-call", "conditional"}
-# Reading (part of) an input: the abstract number of such a value is its shape.
-INPUT_VIEWS = frozenset({"dynamic-slice", "slice", "bitcast", "reshape", "copy", "get-tuple-element",
-                         "opt-barrier", "bitcast-convert"})
 INLINED = (CallRole.FUSION, CallRole.CALL, CallRole.BRANCH)
-
-
-def shape_key(shape: Shape) -> tuple:
-    if shape.is_tuple:
-        return ("tuple",) + tuple(shape_key(s) for s in shape.tuple_shapes)
-    return (shape.element_type, shape.dims)
 
 
 @dataclass
@@ -308,7 +252,7 @@ class _Numbering:
             else:
                 position = {i.name: n for n, i in enumerate(comp.instructions)}
                 key = tuple([(i.opcode, self.shape_key(i.shape), tuple([position.get(o, o) for o in i.operands]),
-                              _kept_attributes(i.attributes)) for i in comp.instructions])
+                              kept_attributes(i.attributes)) for i in comp.instructions])
             self.applier_keys[name] = key
         return key
 
@@ -577,15 +521,6 @@ class _Numbering:
 
     _frame_name: str = ""
     _chain: Chain = None  # the calls that reach the computation being numbered
-
-
-def _kept_attributes(attributes: Mapping[str, str]) -> tuple:
-    if not attributes or attributes.keys() <= IGNORED_ATTRIBUTES:
-        return ()
-    kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES]
-    if len(kept) > 1:
-        kept.sort()
-    return tuple(kept)
 
 
 def numbered(module: Module, with_abstract: bool = True) -> Numbered:

@@ -1,0 +1,79 @@
+"""What an instruction is to value numbering (hloflops.remat.values) and to the signatures that
+pair a recompute with its forward (hloflops.remat.signature): which attributes change the value
+it computes, which opcodes are a value of their own or pass one through, and the key of a shape.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hloparse.ir import Instruction, Shape
+
+# Attributes that do not change what an instruction computes (or that name a computation, which
+# is compared by its contents instead).
+IGNORED_ATTRIBUTES = frozenset({
+    "metadata", "backend_config", "frontend_attributes", "sharding", "statistics", "origin",
+    "control-predecessors", "calls", "to_apply", "body", "condition", "branch_computations",
+    "true_computation", "false_computation", "select", "scatter", "called_computations", "comparator",
+    "async_execution_thread", "schedule", "parameter_replication", "output_to_operand_aliasing",
+    "custom_call_has_side_effect", "channel_id",
+})
+
+
+# Ignored attributes whose text is most often its op's own.
+PER_OP_ATTRIBUTES = frozenset({"metadata", "channel_id"})
+
+
+def result_attributes(inst: Instruction) -> tuple:
+    """The attributes that change what an instruction computes. A custom-call's backend_config
+    is one of them: a library gemm (`__cublas$gemm`, oneDNN matmul) keeps its dimension numbers
+    there."""
+    if inst.opcode != "custom-call":
+        return kept_attributes(inst.attributes)
+    kept = [(k, v) for k, v in inst.attributes.items() if k not in IGNORED_ATTRIBUTES or k == "backend_config"]
+    if len(kept) > 1:
+        kept.sort()
+    return tuple(kept)
+
+
+def kept_attributes(attributes: Mapping[str, str]) -> tuple:
+    """The attributes that change what an instruction computes, sorted (custom-calls aside: see
+    `result_attributes`)."""
+    if not attributes or attributes.keys() <= IGNORED_ATTRIBUTES:
+        return ()
+    kept = [(k, v) for k, v in attributes.items() if k not in IGNORED_ATTRIBUTES]
+    if len(kept) > 1:
+        kept.sort()
+    return tuple(kept)
+
+
+# Instructions whose result is not a function of their operands: each is a value of its own.
+UNIQUE = frozenset({
+    "rng", "rng-get-and-update-state", "infeed", "outfeed", "recv", "recv-done", "send", "send-done",
+    "after-all", "while", "all-reduce-start", "all-gather-start", "collective-permute-start",
+    "copy-start", "async-start", "async-update", "async-done", "domain", "add-dependency",
+})
+# Instructions that pass a value through unchanged (layouts are not part of a value).
+IDENTITY = frozenset({"copy", "opt-barrier"})
+# Custom-calls that move a value between memories and compute nothing (an offload policy's saved
+# residual, to the host in the forward and back in the recompute): the value is the one moved,
+# though jax marks the placement a side effect, which would make it a value of its own.
+MEMORY_PLACEMENT = frozenset({"annotate_device_placement", "MoveToHost", "MoveToDevice"})
+
+
+def is_memory_placement(inst: Instruction) -> bool:
+    """Is the op a custom-call that moves its one operand to another memory (`MEMORY_PLACEMENT`)?"""
+    return inst.opcode == "custom-call" and len(inst.operands) == 1 and inst.custom_call_target in MEMORY_PLACEMENT
+
+
+# Not numbered by `_frame`'s fast path.
+NOT_PLAIN = UNIQUE | IDENTITY | {"parameter", "tuple", "get-tuple-element", "custom-call", "conditional"}
+# Reading (part of) an input: the abstract number of such a value is its shape.
+INPUT_VIEWS = frozenset({"dynamic-slice", "slice", "bitcast", "reshape", "copy", "get-tuple-element",
+                         "opt-barrier", "bitcast-convert"})
+
+
+def shape_key(shape: Shape) -> tuple:
+    if shape.is_tuple:
+        return ("tuple",) + tuple(shape_key(s) for s in shape.tuple_shapes)
+    return (shape.element_type, shape.dims)
