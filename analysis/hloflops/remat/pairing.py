@@ -23,7 +23,8 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
-from hloflops.remat.values import Numbered, Val, ValueNumbers, is_memory_placement, numbered, shape_key
+from hloflops.remat.op_kinds import is_memory_placement, shape_key
+from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import model_components, phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -115,8 +116,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
                         abstract, frame)
                     for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, names, comp_numbers)
-                    if inst.opcode not in PASS_THROUGH and inst.name not in moved
-                    and (inst.opcode != "custom-call" or not is_memory_placement(inst))
+                    if _can_pair(inst, moved)
                     for named in (_is_named(inst, op_name, old),)]
 
     if remat_named:
@@ -192,6 +192,14 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       frozenset(unsure) - index.remat)
 
 
+
+def _can_pair(inst: Instruction, moved: set[str]) -> bool:
+    """Does the instruction compute a value of its own that can pair (not one it hands on:
+    `PASS_THROUGH`, a whole view in `moved`, a move between memories)?"""
+    return inst.opcode not in PASS_THROUGH and inst.name not in moved and \
+        (inst.opcode != "custom-call" or not is_memory_placement(inst))
+
+
 def _whole_views(comp: Computation, exacts: list[Val]) -> set[str]:
     """The views (reshape, transpose, slice) that hold all of their operand in its own order: the
     value numbering gives them their operand's number (hloflops.remat.views). They compute
@@ -248,8 +256,7 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
         numbers_in_order = exact.values() if len(exact) == len(comp.instructions) \
             else [exact[i.name] for i in comp.instructions]
         moved = _whole_views(comp, list(numbers_in_order))
-        can_pair = [inst.opcode not in PASS_THROUGH and inst.name not in moved
-                    and (inst.opcode != "custom-call" or not is_memory_placement(inst)) for inst in comp.instructions]
+        can_pair = [_can_pair(inst, moved) for inst in comp.instructions]
         ops = list(compress(comp.instructions, can_pair))
         kept.append((comp, ops, list(compress(numbers_in_order, can_pair))))
     sizes = Counter(chain.from_iterable(exacts for _, _, exacts in kept))

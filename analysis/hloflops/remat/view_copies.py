@@ -65,6 +65,10 @@ def view_copies(module: Module, ops: list[_Op], remat: set[SiteKey]) -> tuple[se
         return remat, set()
     unmarked_views = {op.abstract for op in ops if not op.marked and op.inst.opcode == "transpose"}
     forward = [value for value, view in laid_out.values() if not value.marked and not view.marked]
+    cheap_marked: dict[str, list[_Op]] = {}  # a layout fusion's marked cheap ops
+    for op in ops:
+        if op.key[0] in laid_out and op.marked and op.inst.opcode in CHEAP:
+            cheap_marked.setdefault(op.key[0], []).append(op)
     decided: set[SiteKey] = set()
     for name, (value, view) in laid_out.items():
         if not (value.marked and view.abstract not in unmarked_views):
@@ -72,7 +76,7 @@ def view_copies(module: Module, ops: list[_Op], remat: set[SiteKey]) -> tuple[se
         if not any(_same_value(value, twin) and twin_view.abstract != view.abstract
                    for twin in forward for twin_view in (laid_out[twin.key[0]][1],)):
             continue
-        marked = [op for op in ops if op.key[0] == name and op.marked and op.inst.opcode in CHEAP]
+        marked = cheap_marked.get(name, [])
         if all(op.key in remat for op in marked):
             decided |= {op.key for op in marked}
     return remat - decided, decided
