@@ -62,6 +62,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    not, beside the forward's fusion of the same value writing another, stands in for the copy
    the program without remat makes for its backward: model FLOPs, unsure
    (hloflops.remat.view_copies).
+7. Collectives of recomputes (sharded programs): a remat-marked all-reduce, all-gather or
+   reduce-scatter whose every operand is computed by a recompute (the all-reduce completing a
+   recomputed matmul's partial sums) is recompute, as sure as its operands: its own value often
+   matches nothing, XLA's combiner having merged the forward's into a variadic all-reduce with
+   backward ones. A variadic one only partly of recomputes is unsure
+   (hloflops.remat.collectives).
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it; views are numbered by the elements they hold
@@ -73,12 +79,12 @@ trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barri
 constants alone (jax folds it without remat), and after it an op of constants alone named in a
 checkpoint's transpose (the program without remat computes none).
 Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`: a signature pairing
-in the recompute's own frame that reads a marked op left without a twin, a rule 6 copy) the report
-gives a range (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are
-copies, are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
-tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
-program without remat exactly (after optimization, before with and without op_name metadata,
-but for the listed known gaps); elementwise and reduce ops come within a few percent of it
+in the recompute's own frame that reads a marked op left without a twin, a rule 6 copy, a rule 7
+variadic collective) the report gives a range (`remat_flops_bounds`). Remat-named ops that pair with
+nothing, or that rule 4 finds are copies, are listed (`RematIndex.merged`, `Report.remat_unpaired`)
+and counted as model FLOPs. Checked on tests/programs/remat_programs*.py: dot and convolution remat
+FLOPs equal the difference to the program without remat exactly (after optimization, before with
+and without op_name metadata, but for the listed known gaps); elementwise and reduce ops come within a few percent of it
 after optimization (XLA fuses the two programs differently).
 """
 

@@ -18,6 +18,7 @@ from hloflops.remat.marks import (
     casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
     named_by_users,
 )
+from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
@@ -175,6 +176,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         remat |= folded_without_barrier(module, ops)
     elif remat_named:
         remat |= constants_in_checkpoint_transpose(module, ops)
+    # A sharded recompute's collectives (its partial sums' all-reduce): recompute where what they
+    # reduce is (hloflops.remat.collectives), as sure as that; a variadic one only partly: unsure.
+    collectives, sure_collectives, partly = collectives_of_recomputes(
+        module, ((op.key, op.inst, op.marked) for op in ops), remat, paired_by_value - weak)
+    remat |= collectives
+    paired_by_value |= sure_collectives
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
@@ -189,7 +196,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled else set()
     return RematIndex(index.remat, index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure) - index.remat)
+                      frozenset(unsure | partly) - index.remat)
 
 
 
