@@ -62,8 +62,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    not, beside the forward's fusion of the same value writing another, stands in for the copy
    the program without remat makes for its backward: model FLOPs, unsure
    (hloflops.remat.view_copies).
-7. Collectives of recomputes (sharded programs): a remat-marked all-reduce, all-gather or
-   reduce-scatter whose every operand is computed by a recompute (the all-reduce completing a
+7. Collectives of recomputes (sharded programs): a remat-marked all-reduce or reduce-scatter
+   whose every operand is computed by a recompute (the all-reduce completing a
    recomputed matmul's partial sums) is recompute, as sure as its operands: its own value often
    matches nothing, XLA's combiner having merged the forward's into a variadic all-reduce with
    backward ones. A variadic one only partly of recomputes is unsure

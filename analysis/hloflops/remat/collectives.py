@@ -9,8 +9,8 @@ all-reduces into one variadic instruction with other (backward) ones, whose valu
 the recompute's single all-reduce (TPU seeds 2 and 24: the attention scores' and the layer norms'
 all-reduces), or the forward computed the value under another sharding (all-to-all of the weight,
 no partial sums). What the collective reduces is the recompute's value, and the program without
-remat has no second copy of it to reduce: a remat-marked collective whose every operand is
-recompute is recompute, as sure as its operands (`weak` where one of them is).
+remat has no second copy of it to reduce: a remat-marked all-reduce or reduce-scatter whose every
+operand is recompute is recompute, as sure as its operands (`weak` where one of them is).
 
 A variadic collective only some of whose operands are recompute (the combiner put a recompute's
 all-reduce with the forward's or the backward's) runs partly because of remat: one row cannot say
@@ -23,12 +23,16 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from hloflops.remat.inputs import ELEMENTWISE_COLLECTIVES
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
+# Collectives that compute: a reduction of their operands across devices (an async all-reduce's
+# start holds its reduction). An all-gather or all-to-all computes nothing, and what it moves says
+# less: a backward op reading a recompute gathers it where the program without remat gathers the
+# forward's value.
+REDUCING = frozenset({"all-reduce", "all-reduce-start", "reduce-scatter"})
 # Ops that hand their operand's value on unchanged (a layout, a shape).
 _PASSING = frozenset({"bitcast", "copy", "reshape"})
 
@@ -49,7 +53,7 @@ def collectives_of_recomputes(module: Module, ops: Iterable[tuple[SiteKey, Instr
     certain: set[SiteKey] = set()
     partly: set[Key] = set()
     for key, inst, marked in ops:
-        if inst.opcode not in ELEMENTWISE_COLLECTIVES or key in remat or not inst.operands:
+        if inst.opcode not in REDUCING or key in remat or not inst.operands:
             continue
         sources = [_source(module, module.by_name[key[0]], name) for name in inst.operands]
         recomputed = [s in recompute for s in sources]
