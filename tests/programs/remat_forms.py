@@ -77,7 +77,7 @@ DEFAULT = Form("python_loop")
 
 # ---- layers as plain functions of (x, params) --------------------------------------------------
 
-ACTIVATIONS = {"tanh": jnp.tanh, "gelu": jax.nn.gelu, "relu": jax.nn.relu}
+ACTIVATIONS = {"tanh": jnp.tanh, "gelu": jax.nn.gelu, "relu": jax.nn.relu, "silu": jax.nn.silu}
 
 
 def _layer_norm(x):

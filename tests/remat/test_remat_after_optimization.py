@@ -296,3 +296,18 @@ def test_signature_pairing_that_reads_an_unpaired_recompute_is_weak():
     assert after.misses == {"divide": 256}, outcome.describe()  # what is left: no rule tells it apart
     assert outcome.in_bounds("after"), outcome.describe()
     assert after.bounds[0] < sum(after.reported.values()), outcome.describe()
+
+
+# Seed 000's program drawn by the generator (nn.remat_scan of silu MLPs, B8, D10, F40, 24 layers)
+# and its scan forms: silu's `h * sigmoid(h)` recomputed for the next layer's weight gradient reads
+# the fusion of its sigmoid (a divide, never copied): the program without remat saves the forward's
+# product as it is, so the recompute is recompute, and the split is sure (no range: issue 28).
+SEED_000_FORMS = [Form(form=form, arch='mlp', act='silu', batch=8, width=10, hidden=40, layers=24)
+                  for form in ("linen_remat_scan", "linen_scan")]
+
+
+@pytest.mark.parametrize("form", SEED_000_FORMS, ids=[f.form for f in SEED_000_FORMS])
+def test_seed_000_program_splits_exactly_and_surely(form):
+    outcome = exact_at_both_stages(form)
+    after = next(v for v in outcome.verdicts if v.stage == "after")
+    assert after.width == 0, outcome.describe()

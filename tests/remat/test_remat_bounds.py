@@ -20,16 +20,26 @@ from tests.remat.judge import judge  # noqa: E402
 
 # seed: what the split missed on the rule before (reported - truth) and the bounds it printed
 OVER_COUNTED = {
-    3: "linen_loop LM, save_only_these_names: multiply +192, bounds (2,667,648, 2,668,928), truth 2,667,456",
-    8: "linen_loop encoder-decoder: add +4,096, multiply +192, bounds (11,018,272, 11,018,976), truth 11,013,984",
-    23: "whole_model attention, dots_saveable: multiply +6,144, divide -256, bounds from 1,441,280, truth 1,435,392",
+    ("base", 3): "linen_loop LM, save_only_these_names: multiply +192, bounds (2,667,648, 2,668,928), "
+                 "truth 2,667,456",
+    ("base", 8): "linen_loop encoder-decoder: add +4,096, multiply +192, bounds (11,018,272, 11,018,976), "
+                 "truth 11,013,984",
+    ("base", 23): "whole_model attention, dots_saveable: multiply +6,144, divide -256, bounds from 1,441,280, "
+                  "truth 1,435,392",
+    # hk.layer_stack of Haiku attention blocks: the layer norms' outputs recomputed for the
+    # projections' weight gradients were counted as recompute; the program without remat copies
+    # them into the fusion saving them (hloflops.remat.saved_copies, the per-row statistics case)
+    ("more", 98): "hk_layer_stack attention: add +73,728, multiply +81,344, bounds (833,664, 932,224), "
+                  "truth 809,584",
 }
 
 
-@pytest.mark.parametrize("seed", sorted(OVER_COUNTED), ids=[f"seed {s}" for s in sorted(OVER_COUNTED)])
-def test_the_truth_lies_inside_the_reported_remat_bounds_after_optimization(seed):
-    verdict = judge(build(draw(seed)), "after")
-    assert verdict.in_bounds, f"{OVER_COUNTED[seed]}\n{verdict.describe()}"
+@pytest.mark.parametrize("family,seed", sorted(OVER_COUNTED), ids=[f"{f} {s}" for f, s in sorted(OVER_COUNTED)])
+def test_the_truth_lies_inside_the_reported_remat_bounds_after_optimization(family, seed):
+    if family == "more":
+        pytest.importorskip("haiku")
+    verdict = judge(build(draw(seed, family)), "after")
+    assert verdict.in_bounds, f"{OVER_COUNTED[family, seed]}\n{verdict.describe()}"
     # the matmuls' split is established (exact on every draw): the range spans the cheap ops only
     matmuls = sum(verdict.reported.get(op, 0) for op in ("dot", "convolution"))
     assert verdict.bounds[0] >= matmuls, verdict.describe()

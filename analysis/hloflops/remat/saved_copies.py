@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hloflops.cost.shapes import elements
 from hloflops.remat.fusion_copies import DUPLICATED, EXPENSIVE, fused_outputs
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -96,7 +97,9 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
                    and not (relayout and op.inst.opcode in _MOVES)]
         if not outputs or not all(op.named and op.key in remat and op.inst.opcode in CHEAP for op in outputs):
             continue
-        if not _read_by_backward_matmul(module, site, readers, op_names) or _reads_elementwise_fusion(module, site):
+        if not _read_by_backward_matmul(module, site, readers, op_names):
+            continue
+        if _reads_elementwise_fusion(module, site, _copied_for_weight_gradients(comp, site, readers, op_names, module)):
             continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
@@ -105,12 +108,14 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
 
 
 def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
-                             readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames) -> bool:
+                             readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
+                             recompute: bool = False) -> bool:
     """Does a matmul outside the recompute (named, not remat-named: a weight's gradient) read the
     fusion's result as it is? The program without remat must then save that very value. A value
     the backward reads only through other elementwise or reduce fusions (a residual sum feeding
     a layer norm's backward, seeds 131 and 135) is saved as something else (`x - mean`), which
-    XLA builds from the forward's sum without copying the add: nothing offsets its recompute."""
+    XLA builds from the forward's sum without copying the add: nothing offsets its recompute.
+    With `recompute`: does a recomputed matmul (remat-named) read it instead?"""
     comp_name, inst = site
     pending, seen = [inst], set()
     while pending:
@@ -123,7 +128,7 @@ def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
                 pending.append(reader)
                 continue
             name = op_names.of(comp_name, reader) or _name_handed_on(comp_name, reader, readers, op_names)
-            if name and REMAT_SCOPE not in name and _is_matmul(module, reader):
+            if name and (REMAT_SCOPE in name) == recompute and _is_matmul(module, reader):
                 return True
     return False
 
@@ -154,13 +159,16 @@ def _is_matmul(module: Module, inst: Instruction) -> bool:
                if callee in module.by_name for i in module.by_name[callee].instructions)
 
 
-def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction]) -> bool:
-    """Does the fusion read another elementwise fusion's result (a loop fusion, through views)?
-    Then the program without remat stores its forward fusion's result, copying nothing: seed 44,
-    gelu's product `(h + b) * 0.5 * (1 + t)` reads the fusion of its tanh `t`, and the saving
-    fusion of the program without remat reads the forward's product. Only a chain read off what
-    the forward saved or a matmul computed (seed 32: `max(h, 0)` of a saved `h`) is copied."""
+def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction], statistics: bool = False) -> bool:
+    """Does the fusion read another elementwise fusion's result (a loop fusion, through views) of
+    its own size? Then the program without remat stores its forward fusion's result, copying
+    nothing: seed 44, gelu's product `(h + b) * 0.5 * (1 + t)` reads the fusion of its tanh `t`,
+    and the saving fusion of the program without remat reads the forward's product. Only a chain
+    read off what the forward saved or a matmul computed (seed 32: `max(h, 0)` of a saved `h`) is
+    copied; with `statistics` (`_copied_for_weight_gradients`), so is a chain that reads an
+    elementwise fusion's result smaller than its own, a statistic it broadcasts."""
     comp = module.by_name[site[0]]
+    size = _largest(site[1].shape)
     pending = list(site[1].operands)
     while pending:
         inst = comp.by_name.get(pending.pop())
@@ -170,8 +178,30 @@ def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction]) -> 
             pending += inst.operands
         elif inst.opcode in CHEAP or inst.opcode in EXPENSIVE or \
                 (inst.opcode == "fusion" and inst.attributes.get("kind") in ("kLoop", "kInput")):
-            return True
+            if not statistics or _largest(inst.shape) >= size:
+                return True
     return False
+
+
+def _copied_for_weight_gradients(comp: Computation, site: tuple[str, Instruction],
+                                 readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
+                                 module: Module) -> bool:
+    """Does the fusion hand out its value reshaped (its root a bitcast or reshape: a layer norm's
+    `[batch, tokens, width]` output as the `[batch * tokens, width]` operand of the projections'
+    weight gradients) to backward matmuls alone, no recomputed one? The program without remat
+    saves the forward's value by a fusion that copies the cheap chain, with the per-row statistics
+    it broadcasts (seed 98 of the `more` family, a Haiku layer norm's `(x - mean) * rsqrt(var +
+    eps) * scale + offset` of a saved `x` under `dots_with_no_batch_dims_saveable`: the
+    projections are saved, not recomputed, and only their weight gradients read it). Where a
+    recomputed matmul reads it too (base seed 135 under `nothing_saveable`), the recompute needs
+    the value itself."""
+    return comp.root.opcode in ("bitcast", "reshape") and \
+        not _read_by_backward_matmul(module, site, readers, op_names, recompute=True)
+
+
+def _largest(shape) -> int:
+    """The elements of a shape's largest array (of a multi-output fusion's, its largest output)."""
+    return max((elements(leaf) for leaf in shape.leaves() if leaf.is_array), default=0)
 
 
 def _hands_out_relayout(comp: Computation) -> bool:
