@@ -30,8 +30,9 @@ from tests.remat.generator import check, draw, label  # noqa: E402
 from tests.remat.judge import STAGES  # noqa: E402
 
 # matmul: dot and convolution remat FLOPs exact; all: every opcode exact (loop counters aside);
-# bounds: every opcode exact, or the truth's total within the reported remat_flops_bounds
-KINDS = ("matmul", "all", "bounds")
+# bounds: every opcode exact, or the truth's total within the reported remat_flops_bounds;
+# attainable: no opcode runs less with remat than without (else no split, remat >= 0, can be exact)
+KINDS = ("matmul", "all", "bounds", "attainable")
 
 
 def main() -> None:
@@ -60,7 +61,7 @@ def main() -> None:
             continue
         for stage in STAGES:
             for kind, ok in (("matmul", outcome.matmul_ok(stage)), ("all", outcome.all_ok(stage)),
-                             ("bounds", outcome.in_bounds(stage))):
+                             ("bounds", outcome.in_bounds(stage)), ("attainable", outcome.attainable(stage))):
                 cell = tally[row][f"{kind} {stage}"]
                 cell[0] += ok
                 cell[1] += 1
@@ -69,7 +70,8 @@ def main() -> None:
                 records.write(json.dumps({
                     "seed": seed, "family": args.family, "row": row, "stage": v.stage, "ok": v.ok,
                     "in_bounds": v.in_bounds, "truth": sum(v.truth.values()),
-                    "reported": sum(v.reported.values()), "bounds": v.bounds, "misses": v.misses}) + "\n")
+                    "reported": sum(v.reported.values()), "bounds": v.bounds, "misses": v.misses,
+                    "attainable": v.attainable, "truth_by_opcode": v.truth}) + "\n")
             records.flush()
         if not all(outcome.all_ok(s) for s in STAGES):
             failures.append(f"seed {seed}: " + outcome.describe())

@@ -160,6 +160,9 @@ class Outcome:
     def in_bounds(self, stage: str) -> bool:
         return self._at(stage).in_bounds
 
+    def attainable(self, stage: str) -> bool:
+        return self._at(stage).attainable
+
     def _at(self, stage: str) -> Verdict:
         return next(v for v in self.verdicts if v.stage == stage)
 

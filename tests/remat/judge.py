@@ -79,6 +79,15 @@ class Verdict:
         return low - slack <= sum(self.truth.values()) <= high + slack
 
     @property
+    def attainable(self) -> bool:
+        """Could a split match the truth on every opcode? Not where the program with remat runs
+        fewer FLOPs of an opcode than its twin (beyond a loop counter's tolerance): XLA fused the
+        two programs differently (the twin converts a bf16 value to save it, the program with remat
+        does not), and remat FLOPs are never negative."""
+        slack = LOOP_TOLERANCE * max(self.loops, 0)
+        return all(v >= -slack for v in self.truth.values())
+
+    @property
     def width(self) -> int:
         """How unsure the report says it is: the width of its remat bounds (0 where it is sure)."""
         return self.bounds[1] - self.bounds[0] if self.bounds else 0

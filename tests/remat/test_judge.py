@@ -38,3 +38,12 @@ def test_the_bounds_take_a_loop_counters_tolerance_either_side():
 def test_remat_found_in_the_twin_is_never_in_bounds():
     v = _verdict({"dot": 100}, {"dot": 100}, (0, 200), twin_remat=4)
     assert not v.ok and not v.in_bounds
+
+
+def test_a_draw_whose_program_runs_fewer_converts_than_its_twin_is_not_attainable():
+    # the twin converts a bf16 value to save it and the program with remat does not: no split
+    # (remat FLOPs are never negative) matches every opcode
+    fewer = _verdict({"dot": 4096, "convert": -512}, {"dot": 4096}, None, loops=2)
+    assert not fewer.ok and not fewer.attainable
+    counter = _verdict({"dot": 4096, "add": -64}, {"dot": 4096}, None, loops=2)  # a loop counter's tolerance
+    assert counter.ok and counter.attainable
