@@ -87,7 +87,60 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
-    return out, decided_copies
+    nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
+    return out - nested, decided_copies | nested
+
+
+def _nested_in_gradient_matmuls(module: Module, ops: list[_Op], fused: Mapping[str, frozenset[str]],
+                                by_key: Mapping[SiteKey, _Op], remat: set[SiteKey], model: set[SiteKey],
+                                feeds_expensive: set[Key]) -> set[SiteKey]:
+    """Cheap recomputes that TPU nested, as a loop fusion, inside the output fusion of a matmul of
+    the backward (a gelu recomputed inside the fusion of a weight's gradient), where the forward
+    too computes the value only nested inside its matmuls' fusions, never materialized: the
+    program without remat cannot read a forward value there, and builds it inside its gradient's
+    fusion the same way. Model FLOPs (TPU seed 0: a whole-model checkpoint)."""
+    homes = outermost_fusions(module)
+    if not homes:
+        return set()
+    forward_nested: dict[object, bool] = {}  # value -> computed by the forward only inside nested fusions
+    for op in ops:
+        if not op.marked:
+            forward_nested[op.exact] = forward_nested.get(op.exact, True) and op.key[0] in homes
+    gradient: dict[tuple[str, int], bool] = {}
+    found: set[SiteKey] = set()
+    for op in ops:
+        home = homes.get(op.key[0])
+        if home is None or op.key not in remat or op.inst.opcode not in DUPLICATED or \
+                op.inst.opcode in EXPENSIVE or op.key[:2] in feeds_expensive or not forward_nested.get(op.exact):
+            continue
+        site = (home, op.key[2])
+        if site not in gradient:
+            keys = [key for key in ((home, name, op.key[2]) for name in fused.get(home, ())) if key in by_key]
+            gradient[site] = bool(keys) and not any(key in remat for key in keys) and \
+                all(not by_key[key].marked or key in model for key in keys) and \
+                any(by_key[key].inst.opcode in ("dot", "convolution") for key in keys)
+        if gradient[site]:
+            found.add(op.key)
+    return found
+
+
+def outermost_fusions(module: Module) -> dict[str, str]:
+    """Fused computations called from inside another fused computation, each with the outermost
+    one around it (TPU nests a matmul's elementwise producers inside the matmul's fusion)."""
+    caller: dict[str, str] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                caller[callee] = comp.name
+    homes: dict[str, str] = {}
+    for name in caller:
+        home, seen = name, {name}
+        while caller[home] in caller and caller[home] not in seen:  # called from a fused computation
+            home = caller[home]
+            seen.add(home)
+        if home != name:
+            homes[name] = home
+    return homes
 
 
 def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
