@@ -47,7 +47,7 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
     if not fused:
         return remat, set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
-    feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
+    feeds_expensive = feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
     out = set(remat)
     decided_copies: set[SiteKey] = set()
@@ -156,7 +156,7 @@ def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_ke
     return False
 
 
-def _feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
+def feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
     """The ops of fused computations that a remat-marked expensive op of the same fusion reads,
     directly or through other ops: a chain XLA's fusion would not have duplicated by itself."""
     found: set[Key] = set()

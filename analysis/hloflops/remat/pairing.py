@@ -12,6 +12,7 @@ from hloflops.remat.names import (
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
     site_names,
 )
+from hloflops.remat.across_loops import resting_on_fusion
 from hloflops.remat.forward_twins import ForwardTwins, NamedForward, same_inputs
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.marks import (
@@ -19,7 +20,7 @@ from hloflops.remat.marks import (
     named_by_users,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.fusion_copies import DUPLICATED, fused_outputs, fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
@@ -149,6 +150,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
+    across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
         # the linearization's own (`_same_value`), and so is what reads them (seed 55: jvp's
@@ -158,10 +160,14 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         own = {op.key for op in named_ops if sizes[op.exact] > 1 and op.key not in remat
                and op.key not in first_of_class and op.inst.opcode != "broadcast"} \
             if not module.is_scheduled else set()
-        paired, weak = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
+        paired, weak, across = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
-    remat |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
-    paired_by_value = set(remat)  # equal values, signatures, the same computation in another loop
+    across |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
+    remat |= across
+    # Equal values, signatures, the same computation in another loop; but after optimization a
+    # cheap copy paired with its forward in another loop body may stand for a copy the program
+    # without remat makes to save the value (hloflops.remat.across_loops): it rests on fusion.
+    paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED)
     remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
@@ -394,7 +400,8 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
 
 
 def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
-                  module: Module, own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey]]:
+                  module: Module, own: set[SiteKey] = frozenset()
+                  ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
     forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
     equal values do not always get equal numbers after optimization, and a recompute in a
@@ -409,12 +416,13 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
     weights), so that ops of different layers never pair. Returns the recomputes found, and
     those of them paired in their own frame without their inputs compared (a callee of several
-    call sites): the pairing is weak (`RematIndex.weak`). Elsewhere (the same inputs in one
-    frame; a scan's backward loop body against its forward loop body) it is the rule, checked
-    on the generated programs (tests/remat/test_remat_generated.py)."""
+    call sites): the pairing is weak (`RematIndex.weak`), and those paired with an op of another
+    frame (a scan's backward loop body against its forward loop body). Both ways (the same
+    inputs in one frame; another frame) it is the rule, checked on the generated programs
+    (tests/remat/test_remat_generated.py)."""
     candidates = [op for op in named_ops if op.key not in settled and sizes[op.exact] == 1]
     if not candidates:
-        return set(), set()
+        return set(), set(), set()
     opcodes = {op.inst.opcode for op in candidates}
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
     pool: dict[tuple, list[_Op]] = {}
@@ -439,6 +447,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     used: set[tuple[SiteKey, int]] = set()
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
+    across: set[SiteKey] = set()  # paired with an op of another frame
     beside: list[_Op] = []  # paired in their own frame after optimization
     for op in candidates:
         if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
@@ -476,6 +485,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
                 weak.add(op.key)  # the inputs could not be compared
             elif same_frame and module.is_scheduled:
                 beside.append(op)
+            elif not same_frame:
+                across.add(op.key)
             break
     # A recompute computes what the forward does, from what the forward computes: one that reads a
     # marked op paired with nothing, in its own frame, may be the linearization's own work instead
@@ -486,7 +497,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
         if any(key in marked and key not in found and key not in settled
                for key in ((op.key[0], name, op.key[2]) for name in op.inst.operands)):
             weak.add(op.key)
-    return found, weak
+    return found, weak, across
 
 
 def _enclosing_checkpoints(op_name: str) -> int:

@@ -1,0 +1,97 @@
+"""Which of the cheap recomputes paired with their forward in another loop body rest on how XLA
+fused the two programs (hloflops.remat.pairing: such ops are hinges of `remat_flops_bounds`).
+
+After optimization XLA copies a cheap elementwise value into every fusion that reads it: the
+forward loop into its consumers, the backward loop's recompute into its own, and the program
+without remat into its forward consumers and the fusions that save the value for the backward
+(seed 98 of the `more` family, a layer norm's output: one forward copy and one recompute with
+remat, two forward copies without). How many of the recompute's copies run because of remat
+then depends on the program without remat's fusion. A copy is sure where the program without
+remat can have no counterpart of it: an expensive op (never duplicated by fusion), what feeds a
+recomputed expensive op, a value read only by the recompute itself (the input of the next
+layer's recomputed matmul: the program without remat reads the forward's), and a chain that
+reads two values as large as its own (silu's `h * sigmoid(h)` in seed 000: XLA stores such a
+result rather than copy the chain into the fusion saving it, so the program without remat reads
+its forward's value; the recompute's copy is one of its own)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hloflops.cost.shapes import elements
+from hloflops.remat.fusion_copies import EXPENSIVE, feeding_marked_expensive, fused_outputs
+from hloparse.ir import CallRole, Module
+
+if TYPE_CHECKING:
+    from hloflops.remat.pairing import _Op
+
+Key = tuple[str, str]  # (computation, instruction)
+SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+
+# Readers that only hand a value on: their own readers are the value's.
+_HANDS_ON = frozenset({"bitcast", "get-tuple-element", "reshape", "copy", "transpose", "tuple"})
+
+
+def _largest(shape) -> int:
+    return max((elements(leaf) for leaf in shape.leaves() if leaf.is_array), default=0)
+
+
+def _reads_two_whole_values(module: Module, site: Key) -> bool:
+    """Does the instruction read two values as large as its own (a gelu product of `h` and its
+    tanh's fusion, silu's `h * sigmoid(h)`)? XLA does not copy such a chain into the fusion that
+    saves its value (it would read two values to store one): the program without remat stores the
+    forward's result, and the recompute's copy is one of its own."""
+    comp = module.by_name[site[0]]
+    inst = comp.by_name[site[1]]
+    size = _largest(inst.shape)
+    return sum(1 for name in inst.operands if name in comp.by_name and _largest(comp.by_name[name].shape) >= size) >= 2
+
+
+def resting_on_fusion(module: Module, ops: list[_Op], across: set[SiteKey], remat: set[SiteKey],
+                      cheap: frozenset[str]) -> set[SiteKey]:
+    """The ops of `across` (recomputes paired with an op of another frame) of a `cheap` opcode that
+    are not sure (see the module docstring)."""
+    candidates = [op for op in ops if op.key in across and op.key in remat and op.inst.opcode in cheap
+                  and op.inst.opcode not in EXPENSIVE]
+    if not candidates or not module.is_scheduled:
+        return set()
+    fused = fused_outputs(module)
+    feeds_expensive = feeding_marked_expensive(module, fused, {op.key[:2] for op in ops if op.marked})
+    recompute = {key[:2] for key in remat}
+    recomputing = {name for name in fused if any((name, inst.name) in recompute
+                                                 for inst in module.by_name[name].instructions)}
+    sites: dict[str, Key] = {}
+    readers: dict[Key, list] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                sites[callee] = (comp.name, inst.name)
+
+    def read_only_by_recompute(key: Key) -> bool:
+        comp_name = key[0]
+        pending, seen, found = [key[1]], set(), False
+        while pending:
+            for reader in readers.get((comp_name, pending.pop()), ()):
+                if reader.name in seen:
+                    continue
+                seen.add(reader.name)
+                if reader.opcode in _HANDS_ON:
+                    pending.append(reader.name)
+                elif (comp_name, reader.name) in recompute or \
+                        any(callee in recomputing for callee in reader.called(CallRole.FUSION)):
+                    found = True
+                else:
+                    return False
+        return found
+
+    out: set[SiteKey] = set()
+    for op in candidates:
+        if op.key[:2] in feeds_expensive:
+            continue
+        site = sites.get(op.key[0]) if op.key[0] in fused else op.key[:2]
+        if site is not None and (read_only_by_recompute(site) or _reads_two_whole_values(module, site)):
+            continue
+        out.add(op.key)
+    return out
