@@ -239,6 +239,24 @@ def test_cheap_recompute_the_twin_relays_out_for_a_kernel_gradient_is_model_work
     exact_at_both_stages(form)
 
 
+# A nested remat (`nn.remat` blocks in an `nn.remat`'d stack): the outer recompute of a block's
+# output `x + conv(relu(h)) + b` is transposed for the next conv's kernel gradient in a fusion of its
+# own. The residual add reads two full-size values, so XLA never copies it into a consumer that
+# another (the next conv) cannot share: the program without remat relays out the stored forward
+# sum, and the recompute's relayout, adds and the stem's bias add copied under them, is recompute.
+RELAID_FROM_THE_STORED_SUM = {
+    "more linen_nested conv seed 47, add -6,144": Form(
+        form='linen_nested', arch='conv', policy='save_only_these_names', prevent_cse=True, batch=2, width=16,
+        hidden=32, heads=2, tokens=8, layers=2, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(RELAID_FROM_THE_STORED_SUM.values()), ids=list(RELAID_FROM_THE_STORED_SUM))
+def test_relayout_of_a_recomputed_residual_sum_is_recompute(form):
+    exact_at_both_stages(form)
+
+
 # hk.MultiHeadAttention's key `x @ w + b` is read transposed one way by the scores and another way
 # by the query's gradient: XLA copies the bias add into one fusion per layout, in both programs.
 # With remat the backward's layout is written by the recompute's fusion (from the forward's saved

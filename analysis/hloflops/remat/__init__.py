@@ -57,6 +57,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    recomputes out only through a transpose of XLA's (no op_name) for a backward matmul: the
    program without remat relays out its forward's value for that matmul in a fusion of its
    own, copying the same cheap ops (a conv net's `relu(conv + b)` for a kernel's gradient).
+   Only the ops XLA copies there: those reading at most one full-size value, from the transpose
+   down to the first that reads two (a residual sum, which the program without remat stores
+   once and relays out stored: its recompute's relayout is recompute).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy
