@@ -257,6 +257,24 @@ def test_relayout_of_a_recomputed_residual_sum_is_recompute(form):
     exact_at_both_stages(form)
 
 
+# The same net three blocks deep: the outer recompute of block_1's output (relaid out for block_2's
+# kernel gradient) computes block_0's output again inside its fusion, where the forward's fusion of
+# block_1's output reads block_0's stored output. That copy is one more than the forward computes,
+# and it runs because of remat all the same (`fusion_copies._stored_by_the_forward`).
+COPIED_WHERE_THE_FORWARD_READS_IT_STORED = {
+    "more linen_nested conv seed 109 smaller, add -4,096 with the rule above": Form(
+        form='linen_nested', arch='conv', policy='save_only_these_names', prevent_cse=True, batch=2, width=16,
+        hidden=32, heads=4, tokens=8, layers=3, micro=4, unroll=1, adam=False, dtype='float32', act='tanh',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(COPIED_WHERE_THE_FORWARD_READS_IT_STORED.values()),
+                         ids=list(COPIED_WHERE_THE_FORWARD_READS_IT_STORED))
+def test_recompute_copied_where_the_forward_reads_it_stored_is_recompute(form):
+    exact_at_both_stages(form)
+
+
 # hk.MultiHeadAttention's key `x @ w + b` is read transposed one way by the scores and another way
 # by the query's gradient: XLA copies the bias add into one fusion per layout, in both programs.
 # With remat the backward's layout is written by the recompute's fusion (from the forward's saved

@@ -49,7 +49,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too, also where the forward's own copy is in sight). A forward op XLA copied into a
    fusion that computes a recompute (an embedding lookup) runs there only because of remat. The
-   fusion's outputs and unfused ops keep the answer of rules 1-3.
+   fusion's outputs and unfused ops keep the answer of rules 1-3, and so do marked copies counted
+   against the forward's copies (rule 1's cap), except where no fusion of the forward twins of the
+   fusion's outputs computes the copied value (the forward reads it stored: a nested remat's outer
+   recompute of one block's output inside the next one's).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

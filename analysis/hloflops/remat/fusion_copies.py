@@ -42,13 +42,16 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
     the fusion's outputs themselves and unfused ops. A forward op (not marked) that XLA copied
     into a fusion computing a recompute runs there because of remat too (an embedding lookup
     fused into the recompute of the first layer norm), where the program computes its value
-    elsewhere as well. Returns the recompute, and the copies this rule decided (either way)."""
+    elsewhere as well. A marked copy `_same_value` counted against its forward's copies keeps that
+    answer, but in a fusion computing a recompute where the forward reads the value stored
+    (`_stored_by_the_forward`). Returns the recompute, and the copies this rule decided (either way)."""
     fused = fused_outputs(module)
     if not fused:
         return remat, set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     feeds_expensive = _feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
+    stored = _stored_by_the_forward(ops, fused, by_key)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     for op in ops:
@@ -67,7 +70,8 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
         runs = decided[(comp_name, site)]
         if runs is None:
             continue
-        if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)):
+        if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)) and \
+                not (runs and op.marked and op.exact in stored.get((comp_name, site), ())):
             continue  # decided against its forward's copies (`_same_value`)
         if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
@@ -88,6 +92,36 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
     return out, decided_copies
+
+
+def _stored_by_the_forward(ops: list[_Op], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, _Op]
+                           ) -> dict[tuple[str, int], frozenset]:
+    """For each fusion whose outputs have forward twins (unmarked ops of an equal value), the values
+    it computes inside that no fusion of those twins computes: the forward reads them stored, so
+    the program without remat copies none of them there, and a recompute's copy of one is no
+    stand-in for a forward copy (`_same_value` counts a value's recompute copies against its
+    forward's). Seed 109 of the `more` family, a nested remat: the outer recompute of block_1's
+    output computes block_0's output again inside it, where the forward's fusion of block_1's
+    output reads block_0's stored output."""
+    unmarked: dict[object, list[_Op]] = {}
+    for op in ops:
+        if not op.marked:
+            unmarked.setdefault(op.exact, []).append(op)
+    values: dict[tuple[str, int], set] = {}
+    for op in ops:
+        values.setdefault((op.key[0], op.key[2]), set()).add(op.exact)
+    out: dict[tuple[str, int], frozenset] = {}
+    for (comp_name, site), inside in values.items():
+        outputs = fused.get(comp_name)
+        if not outputs:
+            continue
+        keys = [(comp_name, name, site) for name in outputs if (comp_name, name, site) in by_key]
+        twins = [twin for key in keys if by_key[key].marked for twin in unmarked.get(by_key[key].exact, ())]
+        if not twins or not all(twin.key[0] in fused for twin in twins):
+            continue
+        computed = set().union(*(values.get((twin.key[0], twin.key[2]), set()) for twin in twins))
+        out[(comp_name, site)] = frozenset(inside - computed)
+    return out
 
 
 def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
