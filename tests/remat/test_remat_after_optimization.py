@@ -275,6 +275,28 @@ def test_recompute_copied_where_the_forward_reads_it_stored_is_recompute(form):
     exact_at_both_stages(form)
 
 
+# Nested remat under `nothing_saveable`: nothing of the stack's forward is read again, so XLA (CPU)
+# builds one library fusion around it, reading the stem's output stored. The outer recompute of
+# block_0's output copies the stem's bias add into its fusion, as the program without remat does
+# into its forward's fusion of that output: the copy stands in for the twin's (left unsure).
+COPIED_FOR_A_FORWARD_IN_A_LIBRARY_FUSION = {
+    "more linen_nested conv seed 83, add +4,096": Form(
+        form='linen_nested', arch='conv', policy='nothing_saveable', prevent_cse=True, batch=2, width=32,
+        hidden=128, heads=1, tokens=8, layers=3, micro=4, unroll=1, adam=False, dtype='float32', act='tanh',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(COPIED_FOR_A_FORWARD_IN_A_LIBRARY_FUSION.values()),
+                         ids=list(COPIED_FOR_A_FORWARD_IN_A_LIBRARY_FUSION))
+def test_forward_copy_in_the_recompute_of_a_library_fused_forward_is_model_work(form):
+    """The rule rests on how XLA fused the program without remat: the range still reaches the count
+    with the copy as recompute."""
+    outcome = exact_at_both_stages(form)
+    after = outcome._at("after")
+    assert after.bounds is not None and after.bounds[1] >= sum(after.reported.values()) + 4096, outcome.describe()
+
+
 # hk.MultiHeadAttention's key `x @ w + b` is read transposed one way by the scores and another way
 # by the query's gradient: XLA copies the bias add into one fusion per layout, in both programs.
 # With remat the backward's layout is written by the recompute's fusion (from the forward's saved

@@ -52,7 +52,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    fusion's outputs and unfused ops keep the answer of rules 1-3, and so do marked copies counted
    against the forward's copies (rule 1's cap), except where no fusion of the forward twins of the
    fusion's outputs computes the copied value (the forward reads it stored: a nested remat's outer
-   recompute of one block's output inside the next one's).
+   recompute of one block's output inside the next one's). A forward op copied into a recompute
+   whose forward runs inside a library fusion (CPU's `__ynn_fusion`: it reads that op stored,
+   where the program without remat copies it into a loop fusion) is model FLOPs, unsure.
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
