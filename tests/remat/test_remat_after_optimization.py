@@ -297,6 +297,18 @@ def test_forward_copy_in_the_recompute_of_a_library_fused_forward_is_model_work(
     assert after.bounds is not None and after.bounds[1] >= sum(after.reported.values()) + 4096, outcome.describe()
 
 
+def test_forward_copy_of_a_saved_residual_in_the_recompute_is_recompute():
+    """Base seed 0: the forward's tail (gelu, the second Dense, the loss) is one library fusion
+    reading the pre-activation `x @ w + b` stored, as the policy saves it; the program without remat
+    stores it nowhere and copies the bias add into its forward's gelu fusion instead. The store is
+    the extra copy, so the recompute's copy of the bias add counts in its place (add -32,768 with
+    the library rule alone)."""
+    exact_at_both_stages(Form(
+        form='whole_model_checkpoint', arch='encdec', policy='save_only_these_names', prevent_cse=True, batch=8,
+        width=128, hidden=256, heads=1, tokens=16, layers=2, micro=2, unroll=1, adam=False, dtype='float32',
+        act='gelu', head=False))
+
+
 # hk.MultiHeadAttention's key `x @ w + b` is read transposed one way by the scores and another way
 # by the query's gradient: XLA copies the bias add into one fusion per layout, in both programs.
 # With remat the backward's layout is written by the recompute's fusion (from the forward's saved

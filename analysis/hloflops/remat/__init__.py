@@ -54,7 +54,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    fusion's outputs computes the copied value (the forward reads it stored: a nested remat's outer
    recompute of one block's output inside the next one's). A forward op copied into a recompute
    whose forward runs inside a library fusion (CPU's `__ynn_fusion`: it reads that op stored,
-   where the program without remat copies it into a loop fusion) is model FLOPs, unsure.
+   where the program without remat copies it into a loop fusion) is model FLOPs, unsure, but
+   for a residual the policy saves (the program with remat stores it: that is the extra copy).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloflops.remat.rounding import is_identity_rounding
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
 
@@ -57,6 +58,7 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
     twins = _forward_twins(ops, fused, by_key)
     stored = _stored_by_the_forward(ops, twins)
     in_library = _forward_in_library(module, twins)
+    saved = _saved_residuals(ops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     stand_ins: set[SiteKey] = set()
@@ -92,7 +94,7 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
             continue  # the only op computing its value: no copy, the linearization's own, as paired
         elif runs and not op.marked:
             if op.op_name and phase(op.op_name) == "forward" and sizes is not None and sizes[op.exact] > 1:
-                if (comp_name, site) in in_library:
+                if (comp_name, site) in in_library and op.exact not in saved:
                     stand_ins.add(op.key)  # the copy the program without remat makes in its forward
                 else:
                     out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
@@ -147,6 +149,17 @@ def _forward_in_library(module: Module, twins: Mapping[tuple[str, int], list[_Op
     library = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
                and inst.attributes.get("kind") == "kCustom" for callee in inst.called(CallRole.FUSION)}
     return {key for key, found in twins.items() if all(twin.key[0] in library for twin in found)}
+
+
+def _saved_residuals(ops: list[_Op]) -> set:
+    """The values a remat policy saves (read by an identity rounding, jax's marker on a saved
+    residual). The program with remat stores such a value for its backward where the program
+    without remat copies it into its forward's fusions: that store is the extra computation, and
+    the recompute's copy of the value counts in its place (seed 0 of `base`: an MLP's saved
+    pre-activation `x @ w + b`, stored beside a library fusion of the forward's tail)."""
+    exact = {op.key: op.exact for op in ops}
+    return {exact.get((op.key[0], op.inst.operands[0], op.key[2])) for op in ops
+            if op.inst.operands and is_identity_rounding(op.inst)} - {None}
 
 
 def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
