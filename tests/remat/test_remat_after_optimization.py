@@ -239,6 +239,76 @@ def test_cheap_recompute_the_twin_relays_out_for_a_kernel_gradient_is_model_work
     exact_at_both_stages(form)
 
 
+# A nested remat (`nn.remat` blocks in an `nn.remat`'d stack): the outer recompute of a block's
+# output `x + conv(relu(h)) + b` is transposed for the next conv's kernel gradient in a fusion of its
+# own. The residual add reads two full-size values, so XLA never copies it into a consumer that
+# another (the next conv) cannot share: the program without remat relays out the stored forward
+# sum, and the recompute's relayout, adds and the stem's bias add copied under them, is recompute.
+RELAID_FROM_THE_STORED_SUM = {
+    "more linen_nested conv seed 47, add -6,144": Form(
+        form='linen_nested', arch='conv', policy='save_only_these_names', prevent_cse=True, batch=2, width=16,
+        hidden=32, heads=2, tokens=8, layers=2, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(RELAID_FROM_THE_STORED_SUM.values()), ids=list(RELAID_FROM_THE_STORED_SUM))
+def test_relayout_of_a_recomputed_residual_sum_is_recompute(form):
+    exact_at_both_stages(form)
+
+
+# The same net three blocks deep: the outer recompute of block_1's output (relaid out for block_2's
+# kernel gradient) computes block_0's output again inside its fusion, where the forward's fusion of
+# block_1's output reads block_0's stored output. That copy is one more than the forward computes,
+# and it runs because of remat all the same (`fusion_copies._stored_by_the_forward`).
+COPIED_WHERE_THE_FORWARD_READS_IT_STORED = {
+    "more linen_nested conv seed 109 smaller, add -4,096 with the rule above": Form(
+        form='linen_nested', arch='conv', policy='save_only_these_names', prevent_cse=True, batch=2, width=16,
+        hidden=32, heads=4, tokens=8, layers=3, micro=4, unroll=1, adam=False, dtype='float32', act='tanh',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(COPIED_WHERE_THE_FORWARD_READS_IT_STORED.values()),
+                         ids=list(COPIED_WHERE_THE_FORWARD_READS_IT_STORED))
+def test_recompute_copied_where_the_forward_reads_it_stored_is_recompute(form):
+    exact_at_both_stages(form)
+
+
+# Nested remat under `nothing_saveable`: nothing of the stack's forward is read again, so XLA (CPU)
+# builds one library fusion around it, reading the stem's output stored. The outer recompute of
+# block_0's output copies the stem's bias add into its fusion, as the program without remat does
+# into its forward's fusion of that output: the copy stands in for the twin's (left unsure).
+COPIED_FOR_A_FORWARD_IN_A_LIBRARY_FUSION = {
+    "more linen_nested conv seed 83, add +4,096": Form(
+        form='linen_nested', arch='conv', policy='nothing_saveable', prevent_cse=True, batch=2, width=32,
+        hidden=128, heads=1, tokens=8, layers=3, micro=4, unroll=1, adam=False, dtype='float32', act='tanh',
+        head=False),
+}
+
+
+@pytest.mark.parametrize("form", list(COPIED_FOR_A_FORWARD_IN_A_LIBRARY_FUSION.values()),
+                         ids=list(COPIED_FOR_A_FORWARD_IN_A_LIBRARY_FUSION))
+def test_forward_copy_in_the_recompute_of_a_library_fused_forward_is_model_work(form):
+    """The rule rests on how XLA fused the program without remat: the range still reaches the count
+    with the copy as recompute."""
+    outcome = exact_at_both_stages(form)
+    after = outcome._at("after")
+    assert after.bounds is not None and after.bounds[1] >= sum(after.reported.values()) + 4096, outcome.describe()
+
+
+def test_forward_copy_of_a_saved_residual_in_the_recompute_is_recompute():
+    """Base seed 0: the forward's tail (gelu, the second Dense, the loss) is one library fusion
+    reading the pre-activation `x @ w + b` stored, as the policy saves it; the program without remat
+    stores it nowhere and copies the bias add into its forward's gelu fusion instead. The store is
+    the extra copy, so the recompute's copy of the bias add counts in its place (add -32,768 with
+    the library rule alone)."""
+    exact_at_both_stages(Form(
+        form='whole_model_checkpoint', arch='encdec', policy='save_only_these_names', prevent_cse=True, batch=8,
+        width=128, hidden=256, heads=1, tokens=16, layers=2, micro=2, unroll=1, adam=False, dtype='float32',
+        act='gelu', head=False))
+
+
 # hk.MultiHeadAttention's key `x @ w + b` is read transposed one way by the scores and another way
 # by the query's gradient: XLA copies the bias add into one fusion per layout, in both programs.
 # With remat the backward's layout is written by the recompute's fusion (from the forward's saved

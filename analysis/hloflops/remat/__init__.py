@@ -49,9 +49,16 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too, also where the forward's own copy is in sight). A forward op XLA copied into a
    fusion that computes a recompute (an embedding lookup) runs there only because of remat. The
-   fusion's outputs and unfused ops keep the answer of rules 1-3. A recompute TPU nested inside
-   the fusion of a backward matmul is model FLOPs where the forward computes its value only
-   nested in its own matmuls' fusions (the program without remat builds it there too).
+   fusion's outputs and unfused ops keep the answer of rules 1-3, and so do marked copies counted
+   against the forward's copies (rule 1's cap), except where no fusion of the forward twins of the
+   fusion's outputs computes the copied value (the forward reads it stored: a nested remat's outer
+   recompute of one block's output inside the next one's). A forward op copied into a recompute
+   whose forward runs inside a library fusion (CPU's `__ynn_fusion`: it reads that op stored,
+   where the program without remat copies it into a loop fusion) is model FLOPs, unsure, but
+   for a residual the policy saves (the program with remat stores it: that is the extra copy).
+   A recompute TPU nested inside the fusion of a backward matmul is model FLOPs where the forward
+   computes its value only nested in its own matmuls' fusions (the program without remat builds
+   it there too).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
@@ -59,6 +66,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    recomputes out only through a transpose of XLA's (no op_name) for a backward matmul: the
    program without remat relays out its forward's value for that matmul in a fusion of its
    own, copying the same cheap ops (a conv net's `relu(conv + b)` for a kernel's gradient).
+   Only the ops XLA copies there: those reading at most one full-size value, from the transpose
+   down to the first that reads two (a residual sum, which the program without remat stores
+   once and relays out stored: its recompute's relayout is recompute).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy

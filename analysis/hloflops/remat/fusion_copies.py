@@ -9,6 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloflops.remat.rounding import is_identity_rounding
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
 
@@ -30,7 +31,7 @@ EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 
 def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
-                   ) -> tuple[set[SiteKey], set[SiteKey]]:
+                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -42,15 +43,25 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
     the fusion's outputs themselves and unfused ops. A forward op (not marked) that XLA copied
     into a fusion computing a recompute runs there because of remat too (an embedding lookup
     fused into the recompute of the first layer norm), where the program computes its value
-    elsewhere as well. Returns the recompute, and the copies this rule decided (either way)."""
+    elsewhere as well. A marked copy `_same_value` counted against its forward's copies keeps that
+    answer, but in a fusion computing a recompute where the forward reads the value stored
+    (`_stored_by_the_forward`). A forward op copied into the recompute of a value the forward
+    computes inside a library fusion stands in for the copy the program without remat makes
+    (`_forward_in_library`): model FLOPs, unsure. Returns the recompute, the copies this rule
+    decided (either way), and those of them it decided on how XLA fused the program without remat."""
     fused = fused_outputs(module)
     if not fused:
-        return remat, set()
+        return remat, set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     feeds_expensive = feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
+    twins = _forward_twins(ops, fused, by_key)
+    stored = _stored_by_the_forward(ops, twins)
+    in_library = _forward_in_library(module, twins)
+    saved = _saved_residuals(ops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
+    stand_ins: set[SiteKey] = set()
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
         outputs = fused.get(comp_name)
@@ -67,7 +78,8 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
         runs = decided[(comp_name, site)]
         if runs is None:
             continue
-        if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)):
+        if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)) and \
+                not (runs and op.marked and op.exact in stored.get((comp_name, site), ())):
             continue  # decided against its forward's copies (`_same_value`)
         if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
@@ -82,13 +94,73 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
             continue  # the only op computing its value: no copy, the linearization's own, as paired
         elif runs and not op.marked:
             if op.op_name and phase(op.op_name) == "forward" and sizes is not None and sizes[op.exact] > 1:
-                out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
+                if (comp_name, site) in in_library and op.exact not in saved:
+                    stand_ins.add(op.key)  # the copy the program without remat makes in its forward
+                else:
+                    out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
                 decided_copies.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
-    return out - nested, decided_copies | nested
+    return out - nested, decided_copies | nested, stand_ins
+
+
+def _forward_twins(ops: list[_Op], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, _Op]
+                   ) -> dict[tuple[str, int], list[_Op]]:
+    """For each fusion with marked outputs, the forward twins of those outputs (unmarked ops of an
+    equal value), where there are some and all of them are fused."""
+    unmarked: dict[object, list[_Op]] = {}
+    for op in ops:
+        if not op.marked:
+            unmarked.setdefault(op.exact, []).append(op)
+    out: dict[tuple[str, int], list[_Op]] = {}
+    for op in by_key.values():
+        if op.marked and op.inst.name in fused[op.key[0]]:
+            out.setdefault((op.key[0], op.key[2]), []).extend(unmarked.get(op.exact, ()))
+    return {key: twins for key, twins in out.items() if twins and all(twin.key[0] in fused for twin in twins)}
+
+
+def _stored_by_the_forward(ops: list[_Op], twins: Mapping[tuple[str, int], list[_Op]]
+                           ) -> dict[tuple[str, int], frozenset]:
+    """For each fusion whose outputs have forward twins (`_forward_twins`), the values it computes
+    inside that no fusion of those twins computes: the forward reads them stored, so the program
+    without remat copies none of them there, and a recompute's copy of one is no stand-in for a
+    forward copy (`_same_value` counts a value's recompute copies against its forward's). Seed
+    109 of the `more` family, a nested remat: the outer recompute of block_1's output computes
+    block_0's output again inside it, where the forward's fusion of block_1's output reads
+    block_0's stored output."""
+    values: dict[tuple[str, int], set] = {}
+    for op in ops:
+        values.setdefault((op.key[0], op.key[2]), set()).add(op.exact)
+    return {key: frozenset(values[key] - set().union(*(values[(t.key[0], t.key[2])] for t in found)))
+            for key, found in twins.items()}
+
+
+def _forward_in_library(module: Module, twins: Mapping[tuple[str, int], list[_Op]]) -> set[tuple[str, int]]:
+    """The fusions whose outputs' forward twins all run inside a library fusion (a CPU `__ynn_fusion`
+    or other custom fusion, not XLA's loop fusion). A library fusion reads its cheap producers
+    stored instead of copying them, and XLA builds one around a run of forward layers only where
+    nothing else reads the values inside: under remat, whose backward recomputes them. The program
+    without remat reads them in its backward, computes them in loop fusions of their own, and
+    copies a cheap forward producer into those as the recompute's fusion does (seeds 39 and 83 of
+    the `more` family, a nested remat of `nothing_saveable`: the stem's bias add, copied into the
+    outer recompute of block_0's output, is copied into the forward's block_0 output without
+    remat). That rests on how XLA fused the program without remat: unsure."""
+    library = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+               and inst.attributes.get("kind") == "kCustom" for callee in inst.called(CallRole.FUSION)}
+    return {key for key, found in twins.items() if all(twin.key[0] in library for twin in found)}
+
+
+def _saved_residuals(ops: list[_Op]) -> set:
+    """The values a remat policy saves (read by an identity rounding, jax's marker on a saved
+    residual). The program with remat stores such a value for its backward where the program
+    without remat copies it into its forward's fusions: that store is the extra computation, and
+    the recompute's copy of the value counts in its place (seed 0 of `base`: an MLP's saved
+    pre-activation `x @ w + b`, stored beside a library fusion of the forward's tail)."""
+    exact = {op.key: op.exact for op in ops}
+    return {exact.get((op.key[0], op.inst.operands[0], op.key[2])) for op in ops
+            if op.inst.operands and is_identity_rounding(op.inst)} - {None}
 
 
 def _nested_in_gradient_matmuls(module: Module, ops: list[_Op], fused: Mapping[str, frozenset[str]],

@@ -168,13 +168,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # cheap copy paired with its forward in another loop body may stand for a copy the program
     # without remat makes to save the value (hloflops.remat.across_loops): it rests on fusion.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED)
-    remat, copies = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
     if remat_named:
         remat, saved = saved_by_the_twin(module, ops, remat, op_names)
         certain |= saved
+        # A forward copy in a fusion that stands in for the twin's saving or relayout copy is settled.
+        settled = {(key[0], key[2]) for key in saved}
+        stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     if remat_named:
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
@@ -199,7 +202,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
-        if module.is_scheduled else set()
+        | {key[:2] for key in stand_ins} if module.is_scheduled else set()
     return RematIndex(index.remat, index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       frozenset(unsure | partly) - index.remat)

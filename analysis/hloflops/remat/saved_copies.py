@@ -15,7 +15,9 @@ The same stand-in shows, in any frame, where a backward matmul needs the value i
 (a conv kernel's gradient reads `relu(conv + b)` batch-minor): the program without remat relays
 out its forward's value by a transposing fusion that copies the cheap producers, as the program
 with remat does its recompute's (`_hands_out_relayout`; seed 105 of the `more` family, a conv
-net under `nn.remat` in a Python loop)."""
+net under `nn.remat` in a Python loop). Only the ops XLA copies into a consumer shared with one it
+cannot fuse (the next conv) stand in so (`_copied_into_relayout`): a residual sum reads two
+full-size values, and the program without remat relays out its stored forward sum (seed 47)."""
 
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
         # recompute's copy of it, and of the cheap ops under it, is extra work.
         relayout = _hands_out_relayout(comp) and all(
             relaid[op.exact] == {comp_name} for op in members if op.inst.opcode == "transpose")
+        copied = _copied_into_relayout(comp) if relayout else frozenset()
         if members[0].frame == entry and not relayout:
             continue
         if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
@@ -97,13 +100,15 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
                    and not (relayout and op.inst.opcode in _MOVES)]
         if not outputs or not all(op.named and op.key in remat and op.inst.opcode in CHEAP for op in outputs):
             continue
+        if relayout and not all(op.inst.name in copied for op in outputs):
+            continue  # the twin relays out the forward's stored value: it copies nothing
         if not _read_by_backward_matmul(module, site, readers, op_names):
             continue
         if _reads_elementwise_fusion(module, site, _copied_for_weight_gradients(comp, site, readers, op_names, module)):
             continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
-        decided |= {op.key for op in members if op.key in remat}
+        decided |= {op.key for op in members if op.key in remat and (not relayout or op.inst.name in copied)}
     return remat - decided, decided
 
 
@@ -220,6 +225,49 @@ def _hands_out_relayout(comp: Computation) -> bool:
     # `transpose` of its query to heads-major is part of the recompute (seed 3 of `base`).
     return root.opcode == "transpose" and not root.op_name and \
         (comp.root is root or not comp.root.op_name)
+
+
+def _copied_into_relayout(comp: Computation) -> frozenset[str]:
+    """The ops of a relayout fusion that XLA copies into the twin's relayout of the forward's value:
+    from the root down through moves and cheap ops that read at most one full-size value (XLA's
+    `EffectivelyAtMostUnary`: a bias add, relu's max), stopping at a parameter or at an op that
+    reads two (a residual add `x + conv(h) + b`). XLA duplicates a producer into a consumer only
+    where it is effectively unary (`InstructionFusion::ComputeGloballyUnfusible`), or where it
+    fuses into every consumer, which a forward value the next layer's matmul reads does not: the
+    twin stores a residual sum once and relays out the stored value, so the program with remat
+    recomputes that sum, and what is under it, only for the relayout (seed 47 of the `more`
+    family: a nested remat's outer recompute of block_0's output, transposed for block_1's
+    kernel gradient)."""
+    found: set[str] = set()
+    pending = [comp.root.name]
+    while pending:
+        inst = comp.by_name[pending.pop()]
+        if inst.name in found or inst.opcode == "parameter":
+            continue
+        if inst.opcode not in _MOVES and not (inst.opcode in CHEAP and _at_most_unary(comp, inst)):
+            continue
+        found.add(inst.name)
+        pending += [o for o in inst.operands if o in comp.by_name]
+    return frozenset(found)
+
+
+def _at_most_unary(comp: Computation, inst: Instruction) -> bool:
+    """Does `inst` read at most one value as large as its result (a broadcast, an iota or a scalar
+    constant is not one; XLA's test is the rank without unit dimensions)?"""
+    rank = _true_rank(inst.shape.dims)
+    large = 0
+    for name in inst.operands:
+        operand = comp.by_name.get(name)
+        if operand is None or operand.opcode in ("broadcast", "iota"):
+            continue
+        if operand.opcode == "constant" and operand.shape.num_elements == 1:
+            continue
+        large += _true_rank(operand.shape.dims) >= rank
+    return large <= 1
+
+
+def _true_rank(dims: tuple[int, ...]) -> int:
+    return sum(d != 1 for d in dims)
 
 
 def _forward_elsewhere(op: _Op, candidates) -> bool:
