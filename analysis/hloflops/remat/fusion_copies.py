@@ -96,6 +96,8 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
     # add, in the forward's one fusion, copied into the recompute's tanh fusion and into its
     # product's fusion, is recomputed once, in the product's; a layer norm's mean, in the forward's
     # rsqrt and normalizing fusions, twice).
+    if not mirrored:
+        return out, decided_copies
     counted = Counter(by_key[key].exact for key in out if key in by_key)
     in_forward = Counter(op.exact for op in by_key.values() if not op.marked and op.key not in out
                          and _computes_forward(op.key[0], op.key[2], fused[op.key[0]], by_key))
@@ -116,14 +118,6 @@ def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key
         if op is not None and op.op_name and not op.marked and phase(op.op_name) == "forward":
             return True
     return False
-
-
-def gradient_fusions(module: Module, ops: list[_Op]) -> frozenset[str]:
-    """The fused computations that hand out a value of the backward's own (`_computes_gradient`)."""
-    fused = fused_outputs(module)
-    by_key = {op.key: op for op in ops if op.key[0] in fused}
-    return frozenset(name for name, site in {(key[0], key[2]) for key in by_key}
-                     if _computes_gradient(name, site, fused[name], by_key))
 
 
 def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
@@ -149,11 +143,11 @@ def _reshaped_twins(module: Module, ops: list[_Op], remat: set[SiteKey]) -> dict
     12, 13, 74, 96). Only these ops are matched so, after the pairing: numbering every value
     without its unit dimensions moves classes the pairing splits by how many copies the forward
     computes (more draws 9 and 88)."""
-    by_key = {op.key: op for op in ops}
     wanted = [op for op in ops if op.marked and op.key not in remat and op.inst.opcode in EXPENSIVE
               and len(op.inst.operands) == 1]
     if not wanted:
         return {}
+    by_key = {op.key: op for op in ops}
     forward: dict[tuple, _Op] = {}  # (opcode, element type, the operand's value) -> an unmarked op
     for op in ops:
         if not op.marked and op.inst.opcode in EXPENSIVE and len(op.inst.operands) == 1:
