@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hloflops.cost.shapes import elements
-from hloflops.remat.fusion_copies import EXPENSIVE, feeding_marked_expensive, fused_outputs
+from hloflops.remat.fusion_copies import feeding_marked_expensive, fused_outputs
+from hloflops.remat.op_kinds import EXPENSIVE
 from hloparse.ir import CallRole, Module
 
 if TYPE_CHECKING:

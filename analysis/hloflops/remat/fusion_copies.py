@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Mapping
 
-from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloflops.remat.rounding import is_identity_rounding
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
@@ -20,13 +21,6 @@ Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 
-# Elementwise ops inside fusions: the ops whose remat-named copies `fusion_copies` looks at.
-DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
-# XLA's instruction fusion duplicates only cheap ops into each consumer, never an expensive one
-# (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`): a remat-named expensive
-# op inside a fusion is a recompute of its own, and so are the cheap copies it reads there (seed
-# 004: the recomputed bias add under a recomputed tanh, in the fusion of the input gradient).
-EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 
 
 def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
@@ -54,6 +48,9 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
         return remat, set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     feeds_expensive = feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
+    reshaped = reshaped_twins(module, ops, remat)
+    remat = remat | set(reshaped)
+    mirrored = mirrored_chains(module, by_key, remat, reshaped)
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
     twins = _forward_twins(ops, fused, by_key)
     stored = _stored_by_the_forward(ops, twins)
@@ -85,7 +82,7 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
             if runs and op.marked:
                 out.add(op.key)
                 decided_copies.add(op.key)
-        elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired
+        elif op.key[:2] in feeds_expensive:  # read by an expensive recompute: as paired (but `mirrored`, below)
             continue
         elif runs and op.marked and (sizes is None or sizes[op.exact] > 1 or op.key in remat):
             out.add(op.key)  # a copy of a recompute (its value is computed elsewhere too)
@@ -102,6 +99,22 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
+    # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
+    # twin too, is the recompute's copy of it, as long as the recompute's copies of its value
+    # number fewer than the forward fusions' (each forward copy is recomputed once: gelu's bias
+    # add, in the forward's one fusion, copied into the recompute's tanh fusion and into its
+    # product's fusion, is recomputed once, in the product's; a layer norm's mean, in the forward's
+    # rsqrt and normalizing fusions, twice).
+    if mirrored:
+        counted = Counter(by_key[key].exact for key in out if key in by_key)
+        in_forward = Counter(op.exact for op in by_key.values() if not op.marked and op.key not in out
+                             and _computes_forward(op.key[0], op.key[2], fused[op.key[0]], by_key))
+        for key in sorted(mirrored):
+            value = by_key[key].exact
+            if counted[value] < in_forward[value]:
+                counted[value] += 1
+                out.add(key)
+                decided_copies.add(key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
     return out - nested, decided_copies | nested, stand_ins
 
@@ -213,6 +226,16 @@ def outermost_fusions(module: Module) -> dict[str, str]:
         if home != name:
             homes[name] = home
     return homes
+
+
+def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
+    """Does the fusion hand out a value of the forward's own (an output named in the forward
+    pass, not remat-named)?"""
+    for name in outputs:
+        op = by_key.get((comp_name, name, site))
+        if op is not None and op.op_name and not op.marked and phase(op.op_name) == "forward":
+            return True
+    return False
 
 
 def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:

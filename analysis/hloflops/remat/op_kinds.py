@@ -1,13 +1,23 @@
 """What an instruction is to value numbering (hloflops.remat.values) and to the signatures that
 pair a recompute with its forward (hloflops.remat.signature): which attributes change the value
-it computes, which opcodes are a value of their own or pass one through, and the key of a shape.
+it computes, which opcodes are a value of their own or pass one through, the key of a shape, and
+which elementwise ops XLA's fusion copies into each reader (the fusion rules).
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
+from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 from hloparse.ir import Instruction, Shape
+
+# Elementwise ops inside fusions: the ops whose remat-named copies `fusion_copies` looks at.
+DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
+# XLA's instruction fusion duplicates only cheap ops into each consumer, never an expensive one
+# (transcendentals, divide, remainder: `InstructionFusion::IsExpensive`): a remat-named expensive
+# op inside a fusion is a recompute of its own, and so are the cheap copies it reads there (seed
+# 004: the recomputed bias add under a recomputed tanh, in the fusion of the input gradient).
+EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 
 # Attributes that do not change what an instruction computes (or that name a computation, which
 # is compared by its contents instead).

@@ -20,12 +20,12 @@ from hloflops.remat.marks import (
     named_by_users,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import DUPLICATED, fused_outputs, fusion_copies
+from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
-from hloflops.remat.op_kinds import is_memory_placement, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, is_memory_placement, shape_key
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import model_components, phase, split_components

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hloflops.cost.shapes import elements
-from hloflops.remat.fusion_copies import DUPLICATED, EXPENSIVE, fused_outputs
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hloflops.remat.fusion_copies import DUPLICATED, EXPENSIVE
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloparse.ir import CallRole, Computation, Module
 
 if TYPE_CHECKING:
