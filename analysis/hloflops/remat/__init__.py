@@ -41,7 +41,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    value matched nothing exactly may pair the same way with an op of its signature, never the
    backward's own work, and in its own frame only after optimization and only with an op that
    reads the same inputs (hloflops.remat.inputs: never another layer's op); of the twins in
-   sight, the one of the shortest name first (a residual `add` is not `linear/add`).
+   sight, the one of the shortest name first (a residual `add` is not `linear/add`). A twin
+   serves one recompute per level (remat depth, checkpoints around the recompute: nested remat
+   recomputes a layer at two levels), also where another level's recompute matched its value
+   exactly (rule 1) and this one's was numbered apart.
 3. An XLA `.remat` clone pairs with its original (the same name without the suffix).
 4. Fusion copies (after optimization): XLA copies a cheap elementwise op into every fusion that
    consumes it, with remat as without, so a marked copy inside a fusion is recompute exactly

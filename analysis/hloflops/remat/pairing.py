@@ -412,8 +412,9 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
     with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
     and that nothing else recomputes yet; each twin serves one recompute per remat depth and number
-    of checkpoints around it (`_enclosing_checkpoints`). A recompute CSE merged into its forward
-    has no such twin left and stays unpaired.
+    of checkpoints around it (`_enclosing_checkpoints`), a forward whose value one level's
+    recompute matched exactly (`_same_value`) the other levels still (`_levels_by_value`). A
+    recompute CSE merged into its forward has no such twin left and stays unpaired.
 
     The twin must not be the backward's own work (an unnamed op of the backward pass), and in
     the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
@@ -428,16 +429,23 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
         return set(), set(), set()
     opcodes = {op.inst.opcode for op in candidates}
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+    # A forward op whose value a recompute matched exactly has served that recompute's level only:
+    # nested remat recomputes a layer at two levels, and the inner level's copy may read its
+    # inputs from other ops (its value numbered apart: base seeds 208, 249, an encoder-decoder's
+    # decoder block recomputed by the stack's checkpoint and by its own). The forward is the twin
+    # of that copy too, at the other level (`_enclosing_checkpoints`).
+    served = _levels_by_value(ops, sizes, settled)
     pool: dict[tuple, list[_Op]] = {}
     for op in ops:
-        if op.inst.opcode in opcodes and op.key not in settled and sizes[op.exact] == 1:
+        if op.inst.opcode in opcodes and op.key not in settled and (sizes[op.exact] == 1 or op.exact in served):
             pool.setdefault(signature(op, shapes), []).append(op)
     # The twin of the shortest name first: the recompute's name inside its checkpoint names the op
     # as exactly as it can, and a longer name that ends the same way is another op's (a residual
     # add, `rematted_computation/add`, took the forward's `multi_head_attention_1/linear/add`
-    # from the projection's bias add when both twins were in sight: more seeds 53, 54).
+    # from the projection's bias add when both twins were in sight: more seeds 53, 54). A twin
+    # that no recompute matched by value before one that serves a level already.
     for twins in pool.values():
-        twins.sort(key=lambda twin: len(model_components(twin.op_name)))
+        twins.sort(key=lambda twin: (sizes[twin.exact] > 1, len(model_components(twin.op_name))))
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
     # (`fusion_copies`), and must not take the twin of the op it copies.
     outputs = fused_outputs(module)
@@ -447,7 +455,8 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
                                     -len(inner_tail(op.op_name)), -len(_raw_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)
     entry = module.entry_name
-    used: set[tuple[SiteKey, int]] = set()
+    used: set[tuple[SiteKey, tuple[int, int]]] = {
+        (op.key, level) for op in ops if op.exact in served for level in served[op.exact]}
     found: set[SiteKey] = set()
     weak: set[SiteKey] = set()
     across: set[SiteKey] = set()  # paired with an op of another frame
@@ -457,7 +466,7 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
             continue  # reads the linearization's own copy: the linearization's work too
         # without a name, named by its inputs (`inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
-        level = (depth, _enclosing_checkpoints(op.op_name))
+        level = _level(op)
         for twin in pool.get(signature(op, shapes), ()):
             if remat_depth(twin.op_name) >= depth or (twin.key, level) in used:
                 continue
@@ -501,6 +510,31 @@ def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled:
                for key in ((op.key[0], name, op.key[2]) for name in op.inst.operands)):
             weak.add(op.key)
     return found, weak, across
+
+
+def _level(op: _Op) -> tuple[int, int]:
+    """A recompute's level (`_by_signature`): its remat depth (one for an op named by its inputs,
+    `inherit_names`) and the checkpoints around its innermost `rematted_computation`."""
+    return (1 if op.inherited else remat_depth(op.op_name), _enclosing_checkpoints(op.op_name))
+
+
+def _levels_by_value(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> dict[Val, set[tuple[int, int]]]:
+    """The values an unmarked op computes whose remat-named copies all paired by value
+    (`_same_value`), with the levels those copies recompute at: the unmarked op, the forward, can
+    still be the twin of a recompute at another level whose value was numbered apart."""
+    unmarked: set[Val] = set()
+    levels: dict[Val, set[tuple[int, int]]] = {}
+    loose: set[Val] = set()  # a marked copy left unpaired: the class is not settled by value
+    for op in ops:
+        if sizes[op.exact] < 2 or isinstance(op.exact, tuple):
+            continue
+        if not op.marked:
+            unmarked.add(op.exact)
+        elif op.named and op.key in settled:
+            levels.setdefault(op.exact, set()).add(_level(op))
+        else:
+            loose.add(op.exact)
+    return {number: found for number, found in levels.items() if number in unmarked and number not in loose}
 
 
 def _enclosing_checkpoints(op_name: str) -> int:
