@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hloflops.cost.shapes import elements
 from hloflops.remat.fusion_copies import feeding_marked_expensive, fused_outputs
-from hloflops.remat.op_kinds import EXPENSIVE
+from hloflops.remat.op_kinds import EXPENSIVE, largest_array
 from hloparse.ir import CallRole, Module
 
 if TYPE_CHECKING:
@@ -33,10 +32,6 @@ SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 _HANDS_ON = frozenset({"bitcast", "get-tuple-element", "reshape", "copy", "transpose", "tuple"})
 
 
-def _largest(shape) -> int:
-    return max((elements(leaf) for leaf in shape.leaves() if leaf.is_array), default=0)
-
-
 def _reads_two_whole_values(module: Module, site: Key) -> bool:
     """Does the instruction read two values as large as its own (a gelu product of `h` and its
     tanh's fusion, silu's `h * sigmoid(h)`)? XLA does not copy such a chain into the fusion that
@@ -44,8 +39,9 @@ def _reads_two_whole_values(module: Module, site: Key) -> bool:
     forward's result, and the recompute's copy is one of its own."""
     comp = module.by_name[site[0]]
     inst = comp.by_name[site[1]]
-    size = _largest(inst.shape)
-    return sum(1 for name in inst.operands if name in comp.by_name and _largest(comp.by_name[name].shape) >= size) >= 2
+    size = largest_array(inst.shape)
+    whole = [name for name in inst.operands if name in comp.by_name and largest_array(comp.by_name[name].shape) >= size]
+    return len(whole) >= 2
 
 
 def resting_on_fusion(module: Module, ops: list[_Op], across: set[SiteKey], remat: set[SiteKey],

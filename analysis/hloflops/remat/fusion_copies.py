@@ -21,8 +21,6 @@ Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 
-
-
 def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
                    ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:

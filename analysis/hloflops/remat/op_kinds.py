@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
+from hloflops.cost.shapes import elements
 from hloparse.ir import Instruction, Shape
 
 # Elementwise ops inside fusions: the ops whose remat-named copies `fusion_copies` looks at.
@@ -81,6 +82,11 @@ NOT_PLAIN = UNIQUE | IDENTITY | {"parameter", "tuple", "get-tuple-element", "cus
 # Reading (part of) an input: the abstract number of such a value is its shape.
 INPUT_VIEWS = frozenset({"dynamic-slice", "slice", "bitcast", "reshape", "copy", "get-tuple-element",
                          "opt-barrier", "bitcast-convert"})
+
+
+def largest_array(shape: Shape) -> int:
+    """The elements of a shape's largest array (of a multi-output fusion's, its largest output)."""
+    return max((elements(leaf) for leaf in shape.leaves() if leaf.is_array), default=0)
 
 
 def shape_key(shape: Shape) -> tuple:

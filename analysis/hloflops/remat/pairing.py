@@ -208,7 +208,6 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       frozenset(unsure | partly) - index.remat)
 
 
-
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:
     """Does the instruction compute a value of its own that can pair (not one it hands on:
     `PASS_THROUGH`, a whole view in `moved`, a move between memories)?"""

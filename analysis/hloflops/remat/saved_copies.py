@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hloflops.cost.shapes import elements
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -174,7 +173,7 @@ def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction], sta
     copied; with `statistics` (`_copied_for_weight_gradients`), so is a chain that reads an
     elementwise fusion's result smaller than its own, a statistic it broadcasts."""
     comp = module.by_name[site[0]]
-    size = _largest(site[1].shape)
+    size = largest_array(site[1].shape)
     pending = list(site[1].operands)
     while pending:
         inst = comp.by_name.get(pending.pop())
@@ -184,7 +183,7 @@ def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction], sta
             pending += inst.operands
         elif inst.opcode in CHEAP or inst.opcode in EXPENSIVE or \
                 (inst.opcode == "fusion" and inst.attributes.get("kind") in ("kLoop", "kInput")):
-            if not statistics or _largest(inst.shape) >= size:
+            if not statistics or largest_array(inst.shape) >= size:
                 return True
     return False
 
@@ -203,11 +202,6 @@ def _copied_for_weight_gradients(comp: Computation, site: tuple[str, Instruction
     the value itself."""
     return comp.root.opcode in ("bitcast", "reshape") and \
         not _read_by_backward_matmul(module, site, readers, op_names, recompute=True)
-
-
-def _largest(shape) -> int:
-    """The elements of a shape's largest array (of a multi-output fusion's, its largest output)."""
-    return max((elements(leaf) for leaf in shape.leaves() if leaf.is_array), default=0)
 
 
 def _hands_out_relayout(comp: Computation) -> bool:
