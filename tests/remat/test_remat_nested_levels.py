@@ -1,5 +1,5 @@
 """Nested remat: one forward matmul is the twin of two recomputes one remat deep each
-(analysis/hloflops/remat/pairing.py `_enclosing_checkpoints`). The names are TPU draw 16's
+(analysis/hloflops/remat/by_signature.py `_enclosing_checkpoints`). The names are TPU draw 16's
 (`benchmarks/remat_sweep.py --family tpu`: nested `nn.remat` conv net, FSDP), whose inner
 recomputes of block_0 and block_1 were left without a twin (convolution -13,565,952 after
 optimization): the outer checkpoint's recompute had taken the forward at depth 1.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from hloflops.remat.names import remat_depth
-from hloflops.remat.pairing import _enclosing_checkpoints
+from hloflops.remat.by_signature import _enclosing_checkpoints
 
 OUTER = ("jit(loss)/transpose(jvp(ConvNet))/jvp(ConvNet)/checkpoint/rematted_computation/stack/block_0/Conv_0/"
          "conv_general_dilated")

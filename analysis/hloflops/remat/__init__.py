@@ -44,7 +44,7 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    sight, the one of the shortest name first (a residual `add` is not `linear/add`). A twin
    serves one recompute per level (remat depth, checkpoints around the recompute: nested remat
    recomputes a layer at two levels), also where another level's recompute matched its value
-   exactly (rule 1) and this one's was numbered apart.
+   exactly (rule 1) and this one's was numbered apart (hloflops.remat.by_signature).
 3. An XLA `.remat` clone pairs with its original (the same name without the suffix).
 4. Fusion copies (after optimization): XLA copies a cheap elementwise op into every fusion that
    consumes it, with remat as without, so a marked copy inside a fusion is recompute exactly

@@ -16,17 +16,12 @@ its forward's value; the recompute's copy is one of its own)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from hloflops.remat.fusion_copies import feeding_marked_expensive, fused_outputs
 from hloflops.remat.op_kinds import EXPENSIVE, largest_array
 from hloparse.ir import CallRole, Module
+from hloflops.remat.sites import Key, SiteKey, SiteOp
 
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
-
-Key = tuple[str, str]  # (computation, instruction)
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 # Readers that only hand a value on: their own readers are the value's.
 _HANDS_ON = frozenset({"bitcast", "get-tuple-element", "reshape", "copy", "transpose", "tuple"})
@@ -44,7 +39,7 @@ def _reads_two_whole_values(module: Module, site: Key) -> bool:
     return len(whole) >= 2
 
 
-def resting_on_fusion(module: Module, ops: list[_Op], across: set[SiteKey], remat: set[SiteKey],
+def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], remat: set[SiteKey],
                       cheap: frozenset[str]) -> set[SiteKey]:
     """The ops of `across` (recomputes paired with an op of another frame) of a `cheap` opcode that
     are not sure (see the module docstring)."""

@@ -24,9 +24,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloflops.remat.sites import Key, SiteKey
 
-Key = tuple[str, str]  # (computation, instruction)
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 # Collectives that compute: a reduction of their operands across devices (an async all-reduce's
 # start holds its reduction). An all-gather or all-to-all computes nothing, and what it moves says

@@ -5,19 +5,15 @@ the forward's name, the pairing needs to look through what the numbering keeps a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from hloflops.remat.op_kinds import EXPENSIVE
 from hloflops.scopes import phase
 from hloparse.ir import Module
-
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
-
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+from hloflops.remat.sites import SiteKey, SiteOp
 
 
-def reshaped_twins(module: Module, ops: list[_Op], remat: set[SiteKey]) -> dict[SiteKey, _Op]:
+def reshaped_twins(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> dict[SiteKey, SiteOp]:
     """Remat-marked expensive elementwise ops of one operand, left unpaired, that apply their
     opcode to a value an unmarked op applies it to, read through bitcasts, reshapes and copies
     that only add or drop unit dimensions: each such op and its forward twin. A layer norm keeps
@@ -32,13 +28,13 @@ def reshaped_twins(module: Module, ops: list[_Op], remat: set[SiteKey]) -> dict[
     if not wanted:
         return {}
     by_key = {op.key: op for op in ops}
-    forward: dict[tuple, _Op] = {}  # (opcode, element type, the operand's value) -> an unmarked op
+    forward: dict[tuple, SiteOp] = {}  # (opcode, element type, the operand's value) -> an unmarked op
     for op in ops:
         if not op.marked and op.inst.opcode in EXPENSIVE and len(op.inst.operands) == 1:
             read = _through_unit_views(module, op, by_key)
             if read is not None:
                 forward.setdefault((op.inst.opcode, op.inst.shape.element_type, read.exact), op)
-    out: dict[SiteKey, _Op] = {}
+    out: dict[SiteKey, SiteOp] = {}
     for op in wanted:
         read = _through_unit_views(module, op, by_key)
         twin = forward.get((op.inst.opcode, op.inst.shape.element_type, read.exact)) if read is not None else None
@@ -47,7 +43,7 @@ def reshaped_twins(module: Module, ops: list[_Op], remat: set[SiteKey]) -> dict[
     return out
 
 
-def _through_unit_views(module: Module, op: _Op, by_key: Mapping[SiteKey, _Op]) -> _Op | None:
+def _through_unit_views(module: Module, op: SiteOp, by_key: Mapping[SiteKey, SiteOp]) -> SiteOp | None:
     """The op whose value `op` reads as its one operand, through copies and through bitcasts and
     reshapes that only add or drop unit dimensions (None where the chain does more)."""
     comp = module.by_name[op.key[0]]
@@ -76,8 +72,8 @@ def _unit_free(shape) -> tuple | None:
     return (shape.element_type, tuple(shape.dims[d] for d in kept), tuple(rank[d] for d in order if d in rank))
 
 
-def mirrored_chains(module: Module, by_key: Mapping[SiteKey, _Op], remat: set[SiteKey],
-                     twins: Mapping[SiteKey, _Op]) -> set[SiteKey]:
+def mirrored_chains(module: Module, by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey],
+                     twins: Mapping[SiteKey, SiteOp]) -> set[SiteKey]:
     """The unmarked ops an expensive recompute reads inside its fusion whose values its forward
     twin (an unmarked expensive op of the same value) also reads inside its own fusion. XLA never
     copies the expensive op, so each of the two fusions computes the cheap chain under it for

@@ -6,7 +6,6 @@ optimization anywhere the recompute reads other inputs than the forward (`Forwar
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import ends_with, inner_tail
@@ -15,9 +14,7 @@ from hloflops.remat.op_kinds import shape_key
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
 from hloparse.ir import Module
-
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
+from hloflops.remat.sites import SiteOp
 
 
 class NamedForward:
@@ -28,27 +25,27 @@ class NamedForward:
     inputs, which jax hoisted out as known values, while the recompute's `jit(_var)` computes
     them in place), so every number below differs. The forward's copies are then the unmarked
     ops of another frame, not the backward's, of the same signature whose op_name ends with a
-    copy's name inside its checkpoint (`pairing._by_signature`'s test) and that reads operands of the
+    copy's name inside its checkpoint (`by_signature.by_signature`'s test) and that reads operands of the
     same kinds in the same pattern: gelu's `x ** 3` is `(x * x) * x` under one name, and only
     `x * x` is a twin of a copy of `x * x` (the backward's second copy is jvp's own, for the
     derivative `3 * x ** 2`). Each name counts its own."""
 
-    def __init__(self, module: Module, ops: list[_Op]):
+    def __init__(self, module: Module, ops: list[SiteOp]):
         self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
         self.opcodes = {(comp.name, inst.name): inst.opcode for comp in module.computations
                         for inst in comp.instructions}
-        self.pool: dict[tuple, list[_Op]] = {}
+        self.pool: dict[tuple, list[SiteOp]] = {}
         for op in ops:
             if not op.marked and op.op_name and phase(op.op_name) != "backward":
                 self.pool.setdefault(self._key(op), []).append(op)
 
-    def _key(self, op: _Op) -> tuple:
+    def _key(self, op: SiteOp) -> tuple:
         operands = op.inst.operands
         kinds = tuple("input" if kind in ("parameter", "get-tuple-element", "opt-barrier") else kind
                       for kind in (self.opcodes.get((op.key[0], name)) for name in operands))
         return signature(op, self.shapes), kinds, tuple(operands.index(name) for name in operands)
 
-    def count(self, members: list[_Op]) -> int:
+    def count(self, members: list[SiteOp]) -> int:
         frames = {m.frame for m in members}
         best = 0
         for m in members:
@@ -66,17 +63,17 @@ class ForwardTwins:
     other ops than the forward (a whole-model checkpoint's recompute reads recomputed
     activations that XLA fused differently from the forward's; a layer's recompute reads a
     saved stack's slice): its value numbers then differ from the forward's, and the forward's
-    copies are ops of the same signature and name (`pairing._by_signature`'s test) that are not
+    copies are ops of the same signature and name (`by_signature.by_signature`'s test) that are not
     remat-marked, not the backward's, and read the same frame inputs. XLA copies a cheap op into
     as many fusions as read it, in the recompute as in the program without remat (seed 128: a
     layer norm's variance, copied into three fusions of the recompute and three of the twin's
     forward, one of the program's forward): the recompute counts as many copies as the forward
     has, the rest are the twin's too."""
 
-    def __init__(self, module: Module, ops: list[_Op]):
+    def __init__(self, module: Module, ops: list[SiteOp]):
         self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
         self.inputs = FrameInputs(module)
-        self.pool: dict[tuple, list[_Op]] = {}
+        self.pool: dict[tuple, list[SiteOp]] = {}
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
         for op in ops:
@@ -86,7 +83,7 @@ class ForwardTwins:
                 if op.op_name and phase(op.op_name) != "backward":
                     self.pool.setdefault(signature(op, self.shapes), []).append(op)
 
-    def values(self, members: list[_Op]) -> frozenset[Val]:
+    def values(self, members: list[SiteOp]) -> frozenset[Val]:
         """The forward's values of the class's signature and name (each with all its copies)."""
         op = min(members, key=lambda m: m.order)
         tail = inner_tail(op.op_name)
@@ -96,7 +93,7 @@ class ForwardTwins:
                          if ends_with(twin.op_name, tail)
                          and (twin.frame != op.frame or same_inputs(self.inputs, op, twin)))
 
-    def counts(self, classes: list[list[_Op]]) -> dict[int, int]:
+    def counts(self, classes: list[list[SiteOp]]) -> dict[int, int]:
         """How many forward copies each class (by `id`) counts. Classes that find the same
         forward values share them, a value to one class: a layer norm's `sum(x) / n` and
         `sum(x * x) / n` are multiplies of one signature and one name (`LayerNorm_0/div`), and
@@ -106,7 +103,7 @@ class ForwardTwins:
         which is not in the numbers (the recompute reads other inputs): XLA copies a value into
         as many fusions as read it, in the recompute as in the forward, so the class with more
         copies takes the value with more. A class left without a value has no forward in sight."""
-        groups: dict[frozenset[Val], list[list[_Op]]] = {}
+        groups: dict[frozenset[Val], list[list[SiteOp]]] = {}
         for members in classes:
             groups.setdefault(self.values(members), []).append(members)
         out: dict[int, int] = {}
@@ -123,7 +120,7 @@ class ForwardTwins:
         return out
 
 
-def same_inputs(inputs: FrameInputs, op: _Op, twin: _Op) -> bool:
+def same_inputs(inputs: FrameInputs, op: SiteOp, twin: SiteOp) -> bool:
     """Do two ops of one frame read the same inputs of it (`FrameInputs`)? Unknown counts as yes."""
     mine, theirs = inputs.of(*op.key[:2]), inputs.of(*twin.key[:2])
     return mine is None or theirs is None or mine == theirs

@@ -6,22 +6,17 @@ fusion is recompute only where that fusion's output is (hloflops.remat.pairing c
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloflops.remat.rounding import is_identity_rounding
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
-
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
-
-Key = tuple[str, str]  # (computation, instruction)
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
-def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: set[SiteKey],
+def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
                    ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
@@ -117,22 +112,22 @@ def fusion_copies(module: Module, ops: list[_Op], remat: set[SiteKey], model: se
     return out - nested, decided_copies | nested, stand_ins
 
 
-def _forward_twins(ops: list[_Op], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, _Op]
-                   ) -> dict[tuple[str, int], list[_Op]]:
+def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
+                   ) -> dict[tuple[str, int], list[SiteOp]]:
     """For each fusion with marked outputs, the forward twins of those outputs (unmarked ops of an
     equal value), where there are some and all of them are fused."""
-    unmarked: dict[object, list[_Op]] = {}
+    unmarked: dict[object, list[SiteOp]] = {}
     for op in ops:
         if not op.marked:
             unmarked.setdefault(op.exact, []).append(op)
-    out: dict[tuple[str, int], list[_Op]] = {}
+    out: dict[tuple[str, int], list[SiteOp]] = {}
     for op in by_key.values():
         if op.marked and op.inst.name in fused[op.key[0]]:
             out.setdefault((op.key[0], op.key[2]), []).extend(unmarked.get(op.exact, ()))
     return {key: twins for key, twins in out.items() if twins and all(twin.key[0] in fused for twin in twins)}
 
 
-def _stored_by_the_forward(ops: list[_Op], twins: Mapping[tuple[str, int], list[_Op]]
+def _stored_by_the_forward(ops: list[SiteOp], twins: Mapping[tuple[str, int], list[SiteOp]]
                            ) -> dict[tuple[str, int], frozenset]:
     """For each fusion whose outputs have forward twins (`_forward_twins`), the values it computes
     inside that no fusion of those twins computes: the forward reads them stored, so the program
@@ -148,7 +143,7 @@ def _stored_by_the_forward(ops: list[_Op], twins: Mapping[tuple[str, int], list[
             for key, found in twins.items()}
 
 
-def _forward_in_library(module: Module, twins: Mapping[tuple[str, int], list[_Op]]) -> set[tuple[str, int]]:
+def _forward_in_library(module: Module, twins: Mapping[tuple[str, int], list[SiteOp]]) -> set[tuple[str, int]]:
     """The fusions whose outputs' forward twins all run inside a library fusion (a CPU `__ynn_fusion`
     or other custom fusion, not XLA's loop fusion). A library fusion reads its cheap producers
     stored instead of copying them, and XLA builds one around a run of forward layers only where
@@ -163,7 +158,7 @@ def _forward_in_library(module: Module, twins: Mapping[tuple[str, int], list[_Op
     return {key for key, found in twins.items() if all(twin.key[0] in library for twin in found)}
 
 
-def _saved_residuals(ops: list[_Op]) -> set:
+def _saved_residuals(ops: list[SiteOp]) -> set:
     """The values a remat policy saves (read by an identity rounding, jax's marker on a saved
     residual). The program with remat stores such a value for its backward where the program
     without remat copies it into its forward's fusions: that store is the extra computation, and
@@ -174,8 +169,8 @@ def _saved_residuals(ops: list[_Op]) -> set:
             if op.inst.operands and is_identity_rounding(op.inst)} - {None}
 
 
-def _nested_in_gradient_matmuls(module: Module, ops: list[_Op], fused: Mapping[str, frozenset[str]],
-                                by_key: Mapping[SiteKey, _Op], remat: set[SiteKey], model: set[SiteKey],
+def _nested_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                                by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], model: set[SiteKey],
                                 feeds_expensive: set[Key]) -> set[SiteKey]:
     """Cheap recomputes that TPU nested, as a loop fusion, inside the output fusion of a matmul of
     the backward (a gelu recomputed inside the fusion of a weight's gradient), where the forward
@@ -226,7 +221,7 @@ def outermost_fusions(module: Module) -> dict[str, str]:
     return homes
 
 
-def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
+def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, SiteOp]) -> bool:
     """Does the fusion hand out a value of the forward's own (an output named in the forward
     pass, not remat-named)?"""
     for name in outputs:
@@ -236,7 +231,7 @@ def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key
     return False
 
 
-def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, _Op]) -> bool:
+def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, SiteOp]) -> bool:
     """Does the fusion hand out a value of the backward's own (an output named in the backward
     pass, not remat-named)? Its cheap copies of a forward value run in the program without remat
     too: there the same gradient fusion copies the forward's op (seed 31: the bias add under

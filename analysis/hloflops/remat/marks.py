@@ -6,18 +6,13 @@ constants alone that only a checkpoint's barrier keeps jax from folding. The pai
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES
 from hloflops.remat.names import REMAT_SCOPE, OpNames
 from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
-
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
-
-Key = tuple[str, str]  # (computation, instruction)
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
+from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
 # What a value computed from constants alone passes through: an optimization barrier, a tuple and
@@ -26,7 +21,7 @@ CONSTANT_THROUGH = frozenset({"opt-barrier", "tuple", "get-tuple-element", "broa
                               "convert", "copy", "transpose"})
 
 
-def folded_without_barrier(module: Module, ops: list[_Op]) -> set[SiteKey]:
+def folded_without_barrier(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     """Before optimization, an arithmetic op marked by an optimization barrier (not remat-named)
     whose operands are constants alone, through the barrier: without the checkpoint jax computes
     that value while tracing (the gradient's seed `1.0` divided by a mean's count is a Python
@@ -78,7 +73,7 @@ def folded_without_barrier(module: Module, ops: list[_Op]) -> set[SiteKey]:
     return found
 
 
-def constants_in_checkpoint_transpose(module: Module, ops: list[_Op]) -> set[SiteKey]:
+def constants_in_checkpoint_transpose(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     """After optimization, an arithmetic op of constants alone named in a checkpoint's transpose
     (`transpose(jvp(...))/checkpoint/mul`, outside its `rematted_computation`) runs only with
     remat: the transpose rule re-emits the scale the backward applies (the mean loss's `1 / n`
@@ -113,7 +108,7 @@ def _constant_here(comp: Computation, name: str) -> bool:
     return inst is not None and inst.opcode == "constant"
 
 
-def inherit_names(module: Module, ops: list[_Op], op_names: OpNames) -> None:
+def inherit_names(module: Module, ops: list[SiteOp], op_names: OpNames) -> None:
     """Ops that XLA left without metadata (the dots of a CPU library fusion: the fusion and its
     dot carry no op_name) are named as what they read: an op without a name that reads a
     remat-named value and otherwise (constants aside) only remat-named or forward values is part
@@ -180,7 +175,7 @@ def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names
     return found or [name]
 
 
-def named_by_users(module: Module, ops: list[_Op], op_names: OpNames, sizes: Counter) -> None:
+def named_by_users(module: Module, ops: list[SiteOp], op_names: OpNames, sizes: Counter) -> None:
     """An op without metadata (a CPU library fusion's dot) that computes a value the program also
     computes elsewhere, and whose every user is remat-named, is that value's recompute: only the
     recompute reads it (seed 100: under `dots_with_no_batch_dims_saveable` the recompute's
@@ -211,7 +206,7 @@ def named_by_users(module: Module, ops: list[_Op], op_names: OpNames, sizes: Cou
             op.named = op.marked = op.inherited = True
 
 
-def casts_in_checkpoint_transpose(module: Module, ops: list[_Op], op_names: OpNames, sizes: Counter) -> None:
+def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: OpNames, sizes: Counter) -> None:
     """An unnamed convert that casts again a value the program casts elsewhere from something
     else than the checkpoint's transpose, reading only what that transpose rule emitted (op_name
     `.../transpose(...)/remat2`: the checkpoint's inputs as its backward re-reads them), is work
@@ -221,7 +216,7 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[_Op], op_names: OpNa
     cast. Where every copy reads that rule's output (a whole-model checkpoint's saved activations,
     seed 145), nothing tells which copy the other program runs: left alone. A program without remat
     has no `remat2` frame, so this marks nothing there."""
-    by_value: dict[object, list[tuple[_Op, bool]]] = {}
+    by_value: dict[object, list[tuple[SiteOp, bool]]] = {}
     for op in ops:
         if op.op_name or op.named or op.inst.opcode != "convert" or sizes[op.exact] < 2:
             continue

@@ -9,30 +9,28 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from hloflops.remat.names import (
-    REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, ends_with, inner_tail, old_remat_frames, remat_depth,
+    REMAT_SCOPE, XLA_REMAT_SUFFIX, OldRematFrames, OpNames, old_remat_frames, remat_depth,
     site_names,
 )
 from hloflops.remat.across_loops import resting_on_fusion
-from hloflops.remat.forward_twins import ForwardTwins, NamedForward, same_inputs
-from hloflops.remat.inputs import FrameInputs
+from hloflops.remat.forward_twins import ForwardTwins, NamedForward
 from hloflops.remat.marks import (
     casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
     named_by_users,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.fusion_copies import fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
-from hloflops.remat.signature import signature
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
-from hloflops.remat.op_kinds import DUPLICATED, is_memory_placement, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
-from hloflops.scopes import model_components, phase, split_components
+from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloflops.remat.sites import Key, SiteKey, SiteOp, by_number
+from hloflops.remat.by_signature import across_frames, by_signature
 
-Key = tuple[str, str]  # (computation, instruction)
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site): an op as the pairing sees it
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
 # they never pair, so a fusion and its root, or a copy and its operand, are not twins. Nor does
@@ -67,20 +65,6 @@ class RematIndex:
         return self.merged
 
 
-@dataclass(slots=True, eq=False)
-class _Op:
-    key: SiteKey
-    inst: Instruction
-    op_name: str
-    named: bool  # carries a remat name
-    marked: bool  # named, or computed from an optimization barrier's output
-    order: int
-    exact: Val
-    abstract: Val
-    frame: str
-    inherited: bool = False  # named by its inputs (`inherit_names`), not by its own op_name
-
-
 def find_remat(module: Module, computations: Iterable[Computation] | None = None,
                op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
@@ -97,13 +81,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # numbering, the costliest part of the pass, is not needed.
         if not (remat_named or clones or "opt-barrier" in opcodes):
             return RematIndex(frozenset(), 0, ())  # what the pairing below finds when nothing is marked
-        # Abstract numbers are read only across frames (`_across_frames`): not needed without loops.
+        # Abstract numbers are read only across frames (`across_frames`): not needed without loops.
         numbers = numbered(module, "while" in opcodes)
     else:
         numbers = Numbered.of(module, values)
     if old is None and _one_frame_unnamed(comps, numbers, op_names, clones, remat_named):
         return _by_value_only(comps, numbers, op_names)
-    ops: list[_Op] = []
+    ops: list[SiteOp] = []
     order = count()
     prefixes: dict[int, str] = {}
     for comp in comps:
@@ -115,7 +99,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             moved = _whole_views(comp, [n[0] for n in comp_numbers])
             names = site_names(module, op_names, comp, numbers.chains[comp_name][site], prefixes) if shared \
                 else op_names.names_in(comp)
-            ops += [_Op((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
+            ops += [SiteOp((comp_name, inst.name, site), inst, op_name, named, named or taint, next(order), exact,
                         abstract, frame)
                     for inst, op_name, (exact, abstract, taint) in zip(comp.instructions, names, comp_numbers)
                     if _can_pair(inst, moved)
@@ -138,7 +122,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     by_value: set[SiteKey] = set()  # marked copies of a value whose forward computation is in sight
     elsewhere = _forward_copies(ops) if not module.is_scheduled else None
     named_forward = NamedForward(module, ops) if elsewhere is not None and remat_named else None
-    classes = list(_classes([op for op in ops if sizes[op.exact] > 1], exact=True).values())
+    classes = list(by_number([op for op in ops if sizes[op.exact] > 1], exact=True).values())
     all_marked = [members for members in classes if all(m.marked for m in members)]
     forward_of = ForwardTwins(module, ops).counts(all_marked) if module.is_scheduled and remat_named and \
         all_marked else {}
@@ -160,9 +144,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         own = {op.key for op in named_ops if sizes[op.exact] > 1 and op.key not in remat
                and op.key not in first_of_class and op.inst.opcode != "broadcast"} \
             if not module.is_scheduled else set()
-        paired, weak, across = _by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
+        paired, weak, across = by_signature(ops, named_ops, sizes, remat | first_of_class, module, own)
         remat |= paired
-    across |= _across_frames(ops, sizes, remat | first_of_class, remat_named)
+    across |= across_frames(ops, sizes, remat | first_of_class, remat_named)
     remat |= across
     # Equal values, signatures, the same computation in another loop; but after optimization a
     # cheap copy paired with its forward in another loop body may stand for a copy the program
@@ -226,7 +210,7 @@ def _whole_views(comp: Computation, exacts: list[Val]) -> set[str]:
             and number.get(inst.operands[0]) == number.get(inst.name)}
 
 
-def _per_instruction(ops: list[_Op], named_ops: list[_Op], listed: list[_Op], remat: set[SiteKey],
+def _per_instruction(ops: list[SiteOp], named_ops: list[SiteOp], listed: list[SiteOp], remat: set[SiteKey],
                      clone_keys: set[Key]) -> RematIndex:
     """The index by instruction: an instruction of a callee called from several sites is one
     row of the accounting, so it is remat where it is recomputation at every site (before
@@ -257,7 +241,7 @@ def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: Op
 
 
 def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpNames) -> RematIndex:
-    """`find_remat` for `_one_frame_unnamed` modules, without an `_Op` per instruction (building
+    """`find_remat` for `_one_frame_unnamed` modules, without an `SiteOp` per instruction (building
     them was a third of mixtral's remat pass): the same-value classes' marked ops, as
     `_same_value` picks them; no clones, no names, no other frame to pair with. Only the ops of
     classes with more than one member (a seventh of mixtral's) are looked at one by one."""
@@ -308,7 +292,6 @@ def _has_clones(comps: list[Computation]) -> bool:
     return ".remat" in "\n".join([inst.name for comp in comps for inst in comp.instructions])
 
 
-
 def _clones(comps: list[Computation]) -> set[Key]:
     """XLA's clones (fusions too): the original of the same name is the twin."""
     clones = [(comp.name, inst.name) for comp in comps for inst in comp.instructions if ".remat" in inst.name]
@@ -329,16 +312,7 @@ def _opcodes(module: Module) -> set[str]:
     return {inst.opcode for comp in module.computations for inst in comp.instructions}
 
 
-def _classes(ops: list[_Op], exact: bool) -> dict[object, list[_Op]]:
-    classes: dict[object, list[_Op]] = {}
-    for op in ops:
-        number = op.exact if exact else op.abstract
-        if not isinstance(number, tuple):
-            classes.setdefault(number, []).append(op)
-    return classes
-
-
-def _forward_copies(ops: list[_Op]) -> dict[Val, Counter]:
+def _forward_copies(ops: list[SiteOp]) -> dict[Val, Counter]:
     """How many unmarked ops of each frame compute each abstract number (`_same_value`)."""
     out: dict[Val, Counter] = {}
     for op in ops:
@@ -347,7 +321,7 @@ def _forward_copies(ops: list[_Op]) -> dict[Val, Counter]:
     return out
 
 
-def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
+def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[str] = frozenset(),
                 forward: int = 0, elsewhere: Mapping[Val, Counter] | None = None,
                 named_forward: NamedForward | None = None) -> set[SiteKey]:
     """Ops that compute one value. The value is computed once by the program; every marked op
@@ -392,195 +366,12 @@ def _same_value(members: list[_Op], first_of_class: set[SiteKey], fused: set[str
     # the recompute as in the program without remat (whose forward holds the linearization's
     # fusions): the recompute adds as many copies as the forward has.
     found = {m.key for m in marked if not m.op_name or (m.key[0] in fused and not forward_seen)}
-    by_name: dict[str, list[_Op]] = {}
+    by_name: dict[str, list[SiteOp]] = {}
     for m in marked:
         if m.key not in found:
             by_name.setdefault(m.op_name, []).append(m)
     for copies in by_name.values():
         found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
-    return found
-
-
-def _by_signature(ops: list[_Op], named_ops: list[_Op], sizes: Counter, settled: set[SiteKey],
-                  module: Module, own: set[SiteKey] = frozenset()
-                  ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
-    """Remat-named ops whose value matched nothing exactly. XLA simplifies a recompute and its
-    forward independently (a reshape moved across an rsqrt, a fusion boundary elsewhere), so
-    equal values do not always get equal numbers after optimization, and a recompute in a
-    backward loop reads its inputs from another loop state than its forward. Such an op pairs
-    with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
-    the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
-    and that nothing else recomputes yet; each twin serves one recompute per remat depth and number
-    of checkpoints around it (`_enclosing_checkpoints`), a forward whose value one level's
-    recompute matched exactly (`_same_value`) the other levels still (`_levels_by_value`). A
-    recompute CSE merged into its forward has no such twin left and stays unpaired.
-
-    The twin must not be the backward's own work (an unnamed op of the backward pass), and in
-    the recompute's own frame it must read the same inputs (`FrameInputs`: the same layer's
-    weights), so that ops of different layers never pair. Returns the recomputes found, and
-    those of them paired in their own frame without their inputs compared (a callee of several
-    call sites): the pairing is weak (`RematIndex.weak`), and those paired with an op of another
-    frame (a scan's backward loop body against its forward loop body). Both ways (the same
-    inputs in one frame; another frame) it is the rule, checked on the generated programs
-    (tests/remat/test_remat_generated.py)."""
-    candidates = [op for op in named_ops if op.key not in settled and sizes[op.exact] == 1]
-    if not candidates:
-        return set(), set(), set()
-    opcodes = {op.inst.opcode for op in candidates}
-    shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
-    # A forward op whose value a recompute matched exactly has served that recompute's level only:
-    # nested remat recomputes a layer at two levels, and the inner level's copy may read its
-    # inputs from other ops (its value numbered apart: base seeds 208, 249, an encoder-decoder's
-    # decoder block recomputed by the stack's checkpoint and by its own). The forward is the twin
-    # of that copy too, at the other level (`_enclosing_checkpoints`).
-    served = _levels_by_value(ops, sizes, settled)
-    pool: dict[tuple, list[_Op]] = {}
-    for op in ops:
-        if op.inst.opcode in opcodes and op.key not in settled and (sizes[op.exact] == 1 or op.exact in served):
-            pool.setdefault(signature(op, shapes), []).append(op)
-    # The twin of the shortest name first: the recompute's name inside its checkpoint names the op
-    # as exactly as it can, and a longer name that ends the same way is another op's (a residual
-    # add, `rematted_computation/add`, took the forward's `multi_head_attention_1/linear/add`
-    # from the projection's bias add when both twins were in sight: more seeds 53, 54). A twin
-    # that no recompute matched by value before one that serves a level already.
-    for twins in pool.values():
-        twins.sort(key=lambda twin: (sizes[twin.exact] > 1, len(model_components(twin.op_name))))
-    # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
-    # (`fusion_copies`), and must not take the twin of the op it copies.
-    outputs = fused_outputs(module)
-    # A longer name first, counting the wrappers (`jit(_var)`) that `ends_with` skips: layer norm's
-    # `jit(_var)/div` would otherwise lose its twin to a shorter `layer_norm/div` of jvp's own.
-    candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
-                                    -len(inner_tail(op.op_name)), -len(_raw_tail(op.op_name)), op.order))
-    inputs = FrameInputs(module)
-    entry = module.entry_name
-    used: set[tuple[SiteKey, tuple[int, int]]] = {
-        (op.key, level) for op in ops if op.exact in served for level in served[op.exact]}
-    found: set[SiteKey] = set()
-    weak: set[SiteKey] = set()
-    across: set[SiteKey] = set()  # paired with an op of another frame
-    beside: list[_Op] = []  # paired in their own frame after optimization
-    for op in candidates:
-        if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
-            continue  # reads the linearization's own copy: the linearization's work too
-        # without a name, named by its inputs (`inherit_names`): one checkpoint deep
-        tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
-        level = _level(op)
-        for twin in pool.get(signature(op, shapes), ()):
-            if remat_depth(twin.op_name) >= depth or (twin.key, level) in used:
-                continue
-            if twin.op_name and not ends_with(twin.op_name, tail):
-                continue
-            if not twin.named and phase(twin.op_name) == "backward":  # the backward's own work is no forward twin
-                continue
-            same_frame = twin.frame == op.frame
-            if not same_frame and twin.frame == entry and op.frame != entry and len(tail) < 2:
-                # A loop body's recompute pairs with an op outside every loop (a weight's cast
-                # hoisted out of the forward scan) only where its name inside the checkpoint names
-                # a part of the model: a bare `mul` would take the loss's multiply (seeds 27, 55:
-                # jvp's own multiplies of gelu and layer norm in the backward loop).
-                continue
-            if same_frame and not module.is_scheduled and op.abstract != twin.abstract and \
-                    op.inst.opcode not in ("dot", "convolution"):
-                # Before optimization nothing rewrote either copy: in one frame an elementwise twin
-                # computes the same from inputs of the same shapes (equal abstract numbers); else
-                # it is the linearization's own work (a derivative's coefficient), which reads the
-                # same inputs as the forward's ops. A recompute's dot is always the primal's (the
-                # recompute may read a saved stack's slice where the forward read its carry).
-                continue
-            if same_frame and not same_inputs(inputs, op, twin):  # another layer's op
-                continue
-            used.add((twin.key, level))
-            found.add(op.key)
-            if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
-                weak.add(op.key)  # the inputs could not be compared
-            elif same_frame and module.is_scheduled:
-                beside.append(op)
-            elif not same_frame:
-                across.add(op.key)
-            break
-    # A recompute computes what the forward does, from what the forward computes: one that reads a
-    # marked op paired with nothing, in its own frame, may be the linearization's own work instead
-    # (softmax's `1 / (s * s)`, named in the recompute, took the forward's `1 / s` where CSE merged
-    # that recompute away: more seed 119). Its pairing is weak.
-    marked = {op.key: op for op in ops if op.marked}
-    for op in beside:
-        if any(key in marked and key not in found and key not in settled
-               for key in ((op.key[0], name, op.key[2]) for name in op.inst.operands)):
-            weak.add(op.key)
-    return found, weak, across
-
-
-def _level(op: _Op) -> tuple[int, int]:
-    """A recompute's level (`_by_signature`): its remat depth (one for an op named by its inputs,
-    `inherit_names`) and the checkpoints around its innermost `rematted_computation`."""
-    return (1 if op.inherited else remat_depth(op.op_name), _enclosing_checkpoints(op.op_name))
-
-
-def _levels_by_value(ops: list[_Op], sizes: Counter, settled: set[SiteKey]) -> dict[Val, set[tuple[int, int]]]:
-    """The values an unmarked op computes whose remat-named copies all paired by value
-    (`_same_value`), with the levels those copies recompute at: the unmarked op, the forward, can
-    still be the twin of a recompute at another level whose value was numbered apart."""
-    unmarked: set[Val] = set()
-    levels: dict[Val, set[tuple[int, int]]] = {}
-    loose: set[Val] = set()  # a marked copy left unpaired: the class is not settled by value
-    for op in ops:
-        if sizes[op.exact] < 2 or isinstance(op.exact, tuple):
-            continue
-        if not op.marked:
-            unmarked.add(op.exact)
-        elif op.named and op.key in settled:
-            levels.setdefault(op.exact, set()).add(_level(op))
-        else:
-            loose.add(op.exact)
-    return {number: found for number, found in levels.items() if number in unmarked and number not in loose}
-
-
-def _enclosing_checkpoints(op_name: str) -> int:
-    """How many checkpoints enclose a recompute's innermost `rematted_computation`. Nested remat
-    recomputes an inner layer twice, and jax names only one of the two recomputes a
-    `rematted_computation` each: the outer checkpoint's recompute of the layer
-    (`.../checkpoint/rematted_computation/stack/block_0/Conv_0/...`) and the inner checkpoint's
-    recompute inside the outer one's backward (`.../checkpoint/stack/checkpoint/
-    rematted_computation/block_0/Conv_0/...`, TPU draw 16). Both are one remat deep, and both
-    run: the forward twin serves each."""
-    parts = op_name.split("/")
-    last = max((i for i, part in enumerate(parts) if part == REMAT_SCOPE), default=0)
-    return sum(part == "checkpoint" for part in parts[:last])
-
-
-def _raw_tail(op_name: str) -> list[str]:
-    """A recompute's name inside its checkpoint, wrappers kept (`layer_norm/jit(_var)/div`)."""
-    return split_components(op_name.rpartition(REMAT_SCOPE)[2])
-
-
-def _across_frames(ops: list[_Op], sizes: Counter, settled: set[SiteKey], remat_named: bool) -> set[SiteKey]:
-    """Ops marked only by an optimization barrier (modules without names: jax's lowered text)
-    left without a same-value twin in their own frame: a recompute in a loop body pairs with an
-    unmarked op of another frame (the forward loop's body) that applies the same computation to
-    inputs of the same shapes (equal abstract number). Before optimization nothing has
-    rewritten either of them, so the structure is the same. Where jax named the recompute, an op
-    it named otherwise is not one, barrier or not: the gradient of a checkpointed block reads the
-    cotangent through the same barrier (a conv's bias gradient under `nn.scan(nn.remat)` paired
-    with the stem's bias gradient, whose reduce has the same shapes)."""
-    if len({op.frame for op in ops}) < 2:  # a twin must lie in another frame than its recompute
-        return set()
-    if not any(op.marked and not op.named and op.key not in settled for op in ops):
-        return set()
-    # The frames each abstract number of an unmarked op is computed in.
-    frames_of: dict[object, set[str]] = {}
-    for number, members in _classes([op for op in ops if not op.marked], exact=False).items():
-        frames_of[number] = {t.frame for t in members}
-    found: set[SiteKey] = set()
-    for op in ops:
-        if op.named or not op.marked or op.key in settled or sizes[op.exact] > 1 or (remat_named and op.op_name):
-            continue
-        number = op.abstract
-        if isinstance(number, tuple):
-            continue
-        frames = frames_of.get(number)
-        if frames and (len(frames) > 1 or op.frame not in frames):
-            found.add(op.key)
     return found
 
 

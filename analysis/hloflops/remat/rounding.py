@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from hloparse.ir import Instruction, Module
+from hloflops.remat.sites import SiteKey
 
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site), as hloflops.remat.pairing keys ops
 
 # The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
 # rounds nothing.

@@ -21,17 +21,13 @@ full-size values, and the program without remat relays out its stored forward su
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloflops.remat.sites import SiteKey, SiteOp
 
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
-
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 # What a saving fusion copies: cheap elementwise ops. An op that computes more (a transcendental,
 # a divide, a dot, a reduction) is never duplicated by XLA's fusion: the program without remat
@@ -46,7 +42,7 @@ _MOVES = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", 
 _HANDS_ON = frozenset({"bitcast", "get-tuple-element", "reshape", "copy"})
 
 
-def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_names: OpNames
+def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op_names: OpNames
                       ) -> tuple[set[SiteKey], set[SiteKey]]:
     """The recompute less the cheap recomputes that replace a saving fusion's copy: a fusion in a
     loop body (not ENTRY) that computes only cheap elementwise ops, every output a remat-named
@@ -67,11 +63,11 @@ def saved_by_the_twin(module: Module, ops: list[_Op], remat: set[SiteKey], op_na
         if inst.opcode == "fusion":
             for callee in inst.called(CallRole.FUSION):
                 sites[callee] = None if callee in sites else (comp.name, inst)
-    by_fusion: dict[tuple[str, int], list[_Op]] = {}
+    by_fusion: dict[tuple[str, int], list[SiteOp]] = {}
     for op in ops:
         if op.key[0] in fused:
             by_fusion.setdefault((op.key[0], op.key[2]), []).append(op)
-    forward: dict[str, list[_Op]] = {}  # unmarked cheap ops of a loop body, by opcode
+    forward: dict[str, list[SiteOp]] = {}  # unmarked cheap ops of a loop body, by opcode
     for op in ops:
         if not op.marked and op.op_name and op.frame != entry and op.inst.opcode in CHEAP:
             forward.setdefault(op.inst.opcode, []).append(op)
@@ -265,7 +261,7 @@ def _true_rank(dims: tuple[int, ...]) -> int:
     return sum(d != 1 for d in dims)
 
 
-def _forward_elsewhere(op: _Op, candidates) -> bool:
+def _forward_elsewhere(op: SiteOp, candidates) -> bool:
     """An unmarked op of another loop body with the recompute's opcode and inner name: the
     forward the program without remat saves from."""
     tail = inner_tail(op.op_name)

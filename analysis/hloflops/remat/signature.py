@@ -6,15 +6,13 @@ adds the name and input tests."""
 from __future__ import annotations
 
 from itertools import permutations
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from hloflops.remat.op_kinds import result_attributes, shape_key
-
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
+from hloflops.remat.sites import SiteOp
 
 
-def signature(op: _Op, shapes: Mapping[str, object]) -> tuple:
+def signature(op: SiteOp, shapes: Mapping[str, object]) -> tuple:
     """What an op computes, seen from the op alone: opcode, result and operand shapes, and the
     attributes that change the result (dimension numbers, windows, ...)."""
     inst = op.inst

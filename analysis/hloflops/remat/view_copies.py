@@ -19,15 +19,11 @@ model FLOPs, left unsure (`RematIndex.unsure`: the range covers them as recomput
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloparse.ir import CallRole, Computation, Module
+from hloflops.remat.sites import SiteKey, SiteOp
 
-if TYPE_CHECKING:
-    from hloflops.remat.pairing import _Op
-
-SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
 
 # A convert is left out, as by `saved_by_the_twin`: a recomputed cast (a bf16 activation laid out
 # for a matmul) is no copy the program without remat makes for its backward (the generator's bf16
@@ -40,7 +36,7 @@ _MOVES = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", 
 _VIEWS = frozenset({"bitcast", "reshape", "transpose", "copy"})
 
 
-def view_copies(module: Module, ops: list[_Op], remat: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
+def view_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
     """The recompute less the cheap ops of a remat-marked layout fusion (one that computes only
     cheap elementwise ops and hands out a transposition of its last one, `_laid_out`) where:
     no unmarked op writes that transposition, and an unmarked op computes the same value (equal
@@ -55,7 +51,7 @@ def view_copies(module: Module, ops: list[_Op], remat: set[SiteKey]) -> tuple[se
             for callee in inst.called(CallRole.FUSION):
                 callers[callee] = callers.get(callee, 0) + 1
     by_key = {op.key: op for op in ops if callers.get(op.key[0]) == 1}
-    laid_out: dict[str, tuple[_Op, _Op]] = {}  # fused computation -> (its value, the view it writes)
+    laid_out: dict[str, tuple[SiteOp, SiteOp]] = {}  # fused computation -> (its value, the view it writes)
     for name in callers:
         comp = module.by_name.get(name)
         found = _laid_out(comp, by_key) if comp is not None and callers[name] == 1 else None
@@ -65,7 +61,7 @@ def view_copies(module: Module, ops: list[_Op], remat: set[SiteKey]) -> tuple[se
         return remat, set()
     unmarked_views = {op.abstract for op in ops if not op.marked and op.inst.opcode == "transpose"}
     forward = [value for value, view in laid_out.values() if not value.marked and not view.marked]
-    cheap_marked: dict[str, list[_Op]] = {}  # a layout fusion's marked cheap ops
+    cheap_marked: dict[str, list[SiteOp]] = {}  # a layout fusion's marked cheap ops
     for op in ops:
         if op.key[0] in laid_out and op.marked and op.inst.opcode in CHEAP:
             cheap_marked.setdefault(op.key[0], []).append(op)
@@ -82,15 +78,15 @@ def view_copies(module: Module, ops: list[_Op], remat: set[SiteKey]) -> tuple[se
     return remat - decided, decided
 
 
-def _same_value(op: _Op, twin: _Op) -> bool:
+def _same_value(op: SiteOp, twin: SiteOp) -> bool:
     if op.exact == twin.exact:
         return True
     return twin.frame != op.frame and op.abstract == twin.abstract and not isinstance(op.abstract, tuple)
 
 
-def _laid_out(comp: Computation, by_key: dict[SiteKey, _Op]) -> tuple[_Op, _Op] | None:
+def _laid_out(comp: Computation, by_key: dict[SiteKey, SiteOp]) -> tuple[SiteOp, SiteOp] | None:
     """A fusion that computes only cheap elementwise ops and whose root is a transposition of the
-    last of them (through bitcasts and copies): that op and the transpose (their `_Op`s), else
+    last of them (through bitcasts and copies): that op and the transpose (their `SiteOp`s), else
     None."""
     if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
         return None
