@@ -30,7 +30,34 @@ def signature(op: SiteOp, shapes: Mapping[str, object]) -> tuple:
         result = untyped(result)
     if inst.opcode == "convolution":
         attributes = spatial_order_free(attributes)
+    if inst.opcode == "reduce":
+        operands, attributes = unit_dimension_free(operands, attributes)
     return (inst.opcode, result, operands, attributes)
+
+
+def unit_dimension_free(operands: tuple, attributes: tuple) -> tuple[tuple, tuple]:
+    """A reduce's operand shapes and reduced dimensions with the unit dimensions left out. XLA may
+    move a reshape that adds a unit dimension into one copy of a reduce and not the other: the
+    forward's layer-norm sum reads `f32[1,2,32,64]` over dimensions {0,3} where its recompute reads
+    `f32[2,32,64]` over {2} (base draws 79, 82, 100, 102: gradient accumulation, unrolled), the
+    same sum. Reducing over a unit dimension adds nothing."""
+    kept = dict(attributes)
+    dims = kept.get("dimensions")
+    half = len(operands) // 2  # the arrays reduced; their initial values (scalars) follow
+    arrays = [s for s in operands[:half] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], tuple)]
+    if not isinstance(dims, str) or len(arrays) != half or any(s[1] != arrays[0][1] for s in arrays):
+        return operands, attributes
+    extents = arrays[0][1]
+    if 1 not in extents:
+        return operands, attributes
+    reduced = {int(d) for d in dims.strip("{}").split(",") if d.strip()}
+    new_index = {}
+    for d, extent in enumerate(extents):
+        if extent != 1:
+            new_index[d] = len(new_index)
+    squeezed = tuple((s[0], tuple(e for e in s[1] if e != 1)) if s in arrays else s for s in operands)
+    kept["dimensions"] = "{" + ",".join(str(new_index[d]) for d in sorted(reduced) if d in new_index) + "}"
+    return squeezed, tuple(sorted(kept.items()))
 
 
 def untyped(key: object) -> object:
