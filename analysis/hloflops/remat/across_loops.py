@@ -40,11 +40,14 @@ def _reads_two_whole_values(module: Module, site: Key) -> bool:
 
 
 def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], remat: set[SiteKey],
-                      cheap: frozenset[str]) -> set[SiteKey]:
-    """The ops of `across` (recomputes paired with an op of another frame) of a `cheap` opcode that
-    are not sure (see the module docstring)."""
-    candidates = [op for op in ops if op.key in across and op.key in remat and op.inst.opcode in cheap
-                  and op.inst.opcode not in EXPENSIVE]
+                      cheap: frozenset[str], counted: set[SiteKey] = frozenset()) -> set[SiteKey]:
+    """The ops of `across` (recomputes paired with an op of another frame) and of `counted` (copies
+    of a class counted against its forward's copies in another frame, `ForwardTwins`) of a `cheap`
+    opcode that are not sure (see the module docstring). A counted copy is the class's by number,
+    not by the fusion it sits in: one inside a fusion reading two whole values (a gelu product's)
+    may stand for a copy elsewhere, and that exemption is not its own."""
+    candidates = [op for op in ops if (op.key in across or op.key in counted) and op.key in remat
+                  and op.inst.opcode in cheap and op.inst.opcode not in EXPENSIVE]
     if not candidates or not module.is_scheduled:
         return set()
     fused = fused_outputs(module)
@@ -83,7 +86,8 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
         if op.key[:2] in feeds_expensive:
             continue
         site = sites.get(op.key[0]) if op.key[0] in fused else op.key[:2]
-        if site is not None and (read_only_by_recompute(site) or _reads_two_whole_values(module, site)):
+        if site is not None and (read_only_by_recompute(site) or
+                                 (op.key in across and _reads_two_whole_values(module, site))):
             continue
         out.add(op.key)
     return out
