@@ -12,7 +12,18 @@ recomputed expensive op, a value read only by the recompute itself (the input of
 layer's recomputed matmul: the program without remat reads the forward's), and a chain that
 reads two values as large as its own (silu's `h * sigmoid(h)` in seed 000: XLA stores such a
 result rather than copy the chain into the fusion saving it, so the program without remat reads
-its forward's value; the recompute's copy is one of its own)."""
+its forward's value; the recompute's copy is one of its own).
+
+The same holds for the copies of a value whose every copy is remat-marked, counted against the
+forward's copies found by signature and name in another loop body (`ForwardTwins`): the program
+without remat's forward loop is fused otherwise than this one's (it saves residuals this program
+recomputes, materializes what they are computed from, and copies cheap producers into each of
+those fusions), so how many copies run because of remat rests on fusion too. Such a copy is
+counted by the class's number, not by the fusion it sits in, so the last exemption above is not
+its own: more seeds 33, 37, 69, 148 (gelu MLPs in `nnx.scan` and `hk.layer_stack`, two of them
+under offload policies) copy the bias add and `1 + tanh` into the recompute's gelu product fusion
+and count them sure, where the program without remat copies the bias add into four fusions of
+its forward and this program into one: add +3,072 to +98,304, now inside the range."""
 
 from __future__ import annotations
 
@@ -40,11 +51,14 @@ def _reads_two_whole_values(module: Module, site: Key) -> bool:
 
 
 def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], remat: set[SiteKey],
-                      cheap: frozenset[str]) -> set[SiteKey]:
-    """The ops of `across` (recomputes paired with an op of another frame) of a `cheap` opcode that
-    are not sure (see the module docstring)."""
-    candidates = [op for op in ops if op.key in across and op.key in remat and op.inst.opcode in cheap
-                  and op.inst.opcode not in EXPENSIVE]
+                      cheap: frozenset[str], counted: set[SiteKey] = frozenset()) -> set[SiteKey]:
+    """The ops of `across` (recomputes paired with an op of another frame) and of `counted` (copies
+    of a class counted against its forward's copies in another frame, `ForwardTwins`) of a `cheap`
+    opcode that are not sure (see the module docstring). A counted copy is the class's by number,
+    not by the fusion it sits in: one inside a fusion reading two whole values (a gelu product's)
+    may stand for a copy elsewhere, and that exemption is not its own."""
+    candidates = [op for op in ops if (op.key in across or op.key in counted) and op.key in remat
+                  and op.inst.opcode in cheap and op.inst.opcode not in EXPENSIVE]
     if not candidates or not module.is_scheduled:
         return set()
     fused = fused_outputs(module)
@@ -83,7 +97,8 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
         if op.key[:2] in feeds_expensive:
             continue
         site = sites.get(op.key[0]) if op.key[0] in fused else op.key[:2]
-        if site is not None and (read_only_by_recompute(site) or _reads_two_whole_values(module, site)):
+        if site is not None and (read_only_by_recompute(site) or
+                                 (op.key in across and _reads_two_whole_values(module, site))):
             continue
         out.add(op.key)
     return out

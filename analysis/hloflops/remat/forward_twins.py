@@ -76,10 +76,12 @@ class ForwardTwins:
         self.pool: dict[tuple, list[SiteOp]] = {}
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
+        self.frames: dict[Val, set[str]] = {}  # the frames each value's unmarked ops run in
         for op in ops:
             if not op.marked:
                 self.copies[op.exact] += 1
                 self.first.setdefault(op.exact, op.order)
+                self.frames.setdefault(op.exact, set()).add(op.frame)
                 if op.op_name and phase(op.op_name) != "backward":
                     self.pool.setdefault(signature(op, self.shapes), []).append(op)
 
@@ -118,6 +120,15 @@ class ForwardTwins:
             # numbered apart (one class: every value it found is its own): the largest class's.
             out[id(members_of[0])] += sum(copies[len(members_of):])
         return out
+
+
+def in_other_frames(twins: ForwardTwins, members: list[SiteOp]) -> bool:
+    """Does the forward that `ForwardTwins` found for a class run only in frames other than the
+    class's copies (a scan's forward loop body, the recompute in the backward's)? Such copies are
+    paired with their forward in another loop body, as `by_signature`'s are across frames."""
+    values = twins.values(members)
+    frames = {m.frame for m in members}
+    return bool(values) and all(twins.frames.get(value, set()).isdisjoint(frames) for value in values)
 
 
 def same_inputs(inputs: FrameInputs, op: SiteOp, twin: SiteOp) -> bool:

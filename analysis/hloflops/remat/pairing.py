@@ -13,7 +13,7 @@ from hloflops.remat.names import (
     site_names,
 )
 from hloflops.remat.across_loops import resting_on_fusion
-from hloflops.remat.forward_twins import ForwardTwins, NamedForward
+from hloflops.remat.forward_twins import ForwardTwins, NamedForward, in_other_frames
 from hloflops.remat.marks import (
     casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
     named_by_users,
@@ -124,13 +124,17 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_forward = NamedForward(module, ops) if elsewhere is not None and remat_named else None
     classes = list(by_number([op for op in ops if sizes[op.exact] > 1], exact=True).values())
     all_marked = [members for members in classes if all(m.marked for m in members)]
-    forward_of = ForwardTwins(module, ops).counts(all_marked) if module.is_scheduled and remat_named and \
-        all_marked else {}
+    twins = ForwardTwins(module, ops) if module.is_scheduled and remat_named and all_marked else None
+    forward_of = twins.counts(all_marked) if twins is not None else {}
+    counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
     for members in classes:
         forward = forward_of.get(id(members), 0)
-        remat |= _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
+        found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
+        remat |= found
         if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
+        if forward and twins is not None and in_other_frames(twins, members):
+            counted_across |= found
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
@@ -151,7 +155,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # Equal values, signatures, the same computation in another loop; but after optimization a
     # cheap copy paired with its forward in another loop body may stand for a copy the program
     # without remat makes to save the value (hloflops.remat.across_loops): it rests on fusion.
-    paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED)
+    # So may the copies of a class counted against forward copies in another loop body
+    # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
+    paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
