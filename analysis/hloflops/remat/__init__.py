@@ -44,7 +44,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    sight, the one of the shortest name first (a residual `add` is not `linear/add`). A twin
    serves one recompute per level (remat depth, checkpoints around the recompute: nested remat
    recomputes a layer at two levels), also where another level's recompute matched its value
-   exactly (rule 1) and this one's was numbered apart (hloflops.remat.by_signature).
+   exactly (rule 1) and this one's was numbered apart (hloflops.remat.by_signature). Sharded,
+   the partitioner may split a recompute's matmul another way than its forward (a shard of the
+   features contracted and all-reduced, against the weight gathered): other local shapes, the
+   same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
+   name and per-device FLOPs reading the same known inputs (hloflops.remat.partitioned). A
+   forward's name may carry the module's name inside `jvp(...)`, brackets and all (equinox's
+   `jvp(vmap(eqx.nn.Linear))/dot_general` ends as its recompute's `vmap(eqx.nn.Linear)/dot_general`).
 3. An XLA `.remat` clone pairs with its original (the same name without the suffix).
 4. Fusion copies (after optimization): XLA copies a cheap elementwise op into every fusion that
    consumes it, with remat as without, so a marked copy inside a fusion is recompute exactly

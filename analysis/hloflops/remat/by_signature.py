@@ -12,6 +12,7 @@ from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth
 from hloflops.remat.op_kinds import shape_key
+from hloflops.remat.partitioned import is_partitioned, partitioned_key
 from hloflops.remat.signature import signature
 from hloflops.remat.sites import SiteKey, SiteOp, by_number
 from hloflops.remat.values import Val
@@ -63,6 +64,15 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # that no recompute matched by value before one that serves a level already.
     for twins in pool.values():
         twins.sort(key=lambda twin: (sizes[twin.exact] > 1, len(model_components(twin.op_name))))
+    # Sharded, a recompute's matmul may be partitioned another way than its forward (other local
+    # shapes, the same FLOPs on each device: hloflops.remat.partitioned). Its twins of another
+    # signature come after those of its own, and only in its frame, reading the same known inputs.
+    arrays = {inst.name: inst.shape for _, inst in module.instructions()} if is_partitioned(module) else {}
+    by_flops: dict[tuple[str, int], list[tuple[tuple, SiteOp]]] = {}
+    for key, twins in pool.items():
+        for twin in twins:
+            if arrays and (flops := partitioned_key(twin.inst, arrays)) is not None:
+                by_flops.setdefault(flops, []).append((key, twin))
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
     # (`fusion_copies`), and must not take the twin of the op it copies.
     outputs = fused_outputs(module)
@@ -84,7 +94,13 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
         # without a name, named by its inputs (`inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         level = _level(op)
-        for twin in pool.get(signature(op, shapes), ()):
+        own_signature = signature(op, shapes)
+        twins = pool.get(own_signature, [])
+        if arrays and (flops := partitioned_key(op.inst, arrays)) is not None:
+            twins = [*twins, *(twin for key, twin in by_flops.get(flops, ())
+                               if key != own_signature and twin.frame == op.frame
+                               and _known_same_inputs(inputs, op, twin))]
+        for twin in twins:
             if remat_depth(twin.op_name) >= depth or (twin.key, level) in used:
                 continue
             if twin.op_name and not ends_with(twin.op_name, tail):
@@ -127,6 +143,13 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
                for key in ((op.key[0], name, op.key[2]) for name in op.inst.operands)):
             weak.add(op.key)
     return found, weak, across
+
+
+def _known_same_inputs(inputs: FrameInputs, op: SiteOp, twin: SiteOp) -> bool:
+    """Do two ops of one frame read the same inputs of it, both known? A matmul partitioned
+    another way pairs on its inputs alone (its shapes differ), so unknown inputs are no."""
+    mine = inputs.of(*op.key[:2])
+    return mine is not None and mine == inputs.of(*twin.key[:2])
 
 
 def _level(op: SiteOp) -> tuple[int, int]:

@@ -315,12 +315,15 @@ _JVP = re.compile(r"^jvp\((.+)\)$")
 def _named_components(op_name: str) -> list[str]:
     """Model components, plus the module name jax writes inside `jvp(...)`: a forward op of a
     model remat'd as a whole is named `jvp(LM)/decoder/...`, its recompute
-    `.../rematted_computation/LM/decoder/...`."""
+    `.../rematted_computation/LM/decoder/...`. The name inside may carry brackets of its own:
+    equinox names a layer applied over a batch `vmap(eqx.nn.Linear)`, its forward op
+    `jvp(vmap(eqx.nn.Linear))/dot_general`, its recompute `.../rematted_computation/
+    vmap(eqx.nn.Linear)/dot_general` (TPU draw 42); a wrapper inside (`jvp(jvp())`) names nothing."""
     out: list[str] = []
     for part in split_components(op_name):
         named = _JVP.match(part)
-        if named and "(" not in named.group(1):
-            out.extend(p for p in named.group(1).split("/") if p)
+        if named:
+            out.extend(p for p in split_components(named.group(1)) if not WRAPPER.match(p))
         elif part and not WRAPPER.match(part):
             out.append(part)
     return out

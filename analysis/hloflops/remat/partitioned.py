@@ -1,0 +1,47 @@
+"""A sharded matmul's recompute partitioned another way than its forward (`partitioned_key`).
+
+Under SPMD (tensor parallelism, FSDP) XLA's partitioner decides how each matmul is split across
+the devices, and it decides for the recompute apart from the forward: the same einsum can come
+out contracting the whole feature dimension on each device (its weight gathered by an
+all-to-all) in the forward, and contracting a shard of it with partial sums all-reduced after in
+the recompute (TPU draw 42, eqx_list under tensor parallelism: the first layer's up projection,
+`bf16[16,32] x bf16[16,32] -> [16,16]` in the forward, `bf16[16,16] x f32[32,16] -> [16,32]`
+plus an all-reduce in the recompute). The two have other local shapes, so neither their value
+numbers nor their signatures meet, yet each device runs the same number of FLOPs: the global
+matmul split over the same devices. hloflops.remat.by_signature pairs such a recompute with a
+forward matmul of its opcode, its name and its per-device FLOPs that reads the same frame inputs
+(both known): the same weights and activations, so the same layer's einsum."""
+
+from __future__ import annotations
+
+from hloflops.cost.rules import dot_flops
+from hloflops.cost.windows import convolution_flops
+from hloparse.ir import Instruction, Module, Shape
+
+MATMULS = frozenset({"dot", "convolution"})
+
+
+def is_partitioned(module: Module) -> bool:
+    """After optimization, split over several partitions (the header's `num_partitions`): only
+    there did a partitioner choose each matmul's local shapes."""
+    try:
+        partitions = int(module.attributes.get("num_partitions", "1"))
+    except ValueError:
+        return False
+    return module.is_scheduled and partitions > 1
+
+
+def partitioned_key(inst: Instruction, shapes: dict[str, Shape]) -> tuple[str, int] | None:
+    """A matmul's opcode and per-device FLOPs, or None for another op (or one whose operands are
+    out of sight)."""
+    if inst.opcode not in MATMULS or len(inst.operands) < 2:
+        return None
+    lhs, rhs = shapes.get(inst.operands[0]), shapes.get(inst.operands[1])
+    if lhs is None or rhs is None or lhs.is_tuple or rhs.is_tuple or inst.shape.is_tuple:
+        return None
+    if inst.opcode == "dot":
+        numbers = inst.dot_dimension_numbers
+        return "dot", dot_flops(lhs, inst.shape, numbers.lhs_contracting if numbers else ())
+    if inst.conv_dim_labels is None:
+        return None
+    return "convolution", convolution_flops(inst, lhs, rhs, inst.shape)
