@@ -381,3 +381,19 @@ def test_seed_000_program_splits_exactly_and_surely(form):
     outcome = exact_at_both_stages(form)
     after = next(v for v in outcome.verdicts if v.stage == "after")
     assert after.width == 0, outcome.describe()
+
+
+def test_split_reduction_of_a_recompute_is_recompute():
+    """More seed 129 (base 16, 76 and 135 alike): XLA splits a layer norm's `sum(x)` over 64
+    elements into a reduce-window of 32, left without an op_name, and a reduce of the two partial
+    sums. The recompute's `sum(x)` reads the saved stack's slice, which no forward op reads, so
+    its reduce-window was named by nothing and counted as model FLOPs: reduce-window -3,968. It
+    is the first half of its remat-named reduce, and pairs with the forward's."""
+    form = Form(form='linen_scan', arch='lm', policy='none', prevent_cse=False, batch=4, width=64, hidden=32,
+                heads=1, tokens=8, layers=2, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+                head=False)
+    outcome = check(form)
+    after = outcome._at("after")
+    assert after.truth.get("reduce-window"), outcome.describe()  # the split reduction is recomputed
+    assert "reduce-window" not in after.misses, outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
