@@ -397,3 +397,28 @@ def test_split_reduction_of_a_recompute_is_recompute():
     assert after.truth.get("reduce-window"), outcome.describe()  # the split reduction is recomputed
     assert "reduce-window" not in after.misses, outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+def test_forward_copies_in_another_loop_body_rest_on_fusion():
+    """More seed 126 (`nn.scan(nn.remat)` LM, gelu, nothing saved): the backward loop recomputes
+    each layer norm's `(x - mean) * rsqrt(var + eps)` in a fusion every copy of which is
+    remat-named, and counts as many copies as the forward loop's fusions hold (`ForwardTwins`).
+    The program without remat also copies that chain into the fusions saving its residuals, so
+    how many of the recompute's copies run because of remat rests on how XLA fused both
+    programs, as for a signature twin in another loop body: the subtracts were counted sure
+    (add +40,960, multiply +34,816 over the truth, outside the range); now they are hinges and
+    the range's low end drops by 16,384."""
+    import hloparse
+    from hloflops.accounting import account
+    from tests.programs.remat_forms import build
+    from tests.remat.judge import module_text
+
+    form = Form(form='linen_scan', arch='lm', policy='nothing_saveable', prevent_cse=True, batch=16, width=32,
+                hidden=64, heads=4, tokens=4, layers=2, micro=4, unroll=1, adam=False, dtype='float32',
+                act='gelu', head=False)
+    acc = account(hloparse.parse(module_text(build(form).remat, "after")), xla={"flops": 0.0})
+    hinges = {(h.computation, h.name) for h in acc.remat_hinges}
+    normalized = [r for r in acc.rows if r.remat and r.opcode == "subtract" and "LayerNorm" in r.scope
+                  and r.total.flops == 4096]
+    assert len(normalized) == 2, normalized  # `x - mean` of both layer norms' recompute, full size
+    assert all((r.computation, r.name) in hinges for r in normalized), normalized

@@ -68,7 +68,9 @@ class ForwardTwins:
     as many fusions as read it, in the recompute as in the program without remat (seed 128: a
     layer norm's variance, copied into three fusions of the recompute and three of the twin's
     forward, one of the program's forward): the recompute counts as many copies as the forward
-    has, the rest are the twin's too."""
+    has, the rest are the twin's too. Where those forward copies lie in another loop body (a
+    scan's forward loop, the class in its backward loop: `across`), the count rests on how XLA
+    fused both programs (hloflops.remat.across_loops), as a signature twin's there does."""
 
     def __init__(self, module: Module, ops: list[SiteOp]):
         self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
@@ -76,10 +78,15 @@ class ForwardTwins:
         self.pool: dict[tuple, list[SiteOp]] = {}
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
+        self.frames: dict[Val, set[str]] = {}  # the frames each value's unmarked ops lie in
+        # The classes (by `id`) whose forward copies all lie in another frame than the class's
+        # own (a scan's forward loop body against the backward's): `counts` fills it.
+        self.across: set[int] = set()
         for op in ops:
             if not op.marked:
                 self.copies[op.exact] += 1
                 self.first.setdefault(op.exact, op.order)
+                self.frames.setdefault(op.exact, set()).add(op.frame)
                 if op.op_name and phase(op.op_name) != "backward":
                     self.pool.setdefault(signature(op, self.shapes), []).append(op)
 
@@ -114,6 +121,9 @@ class ForwardTwins:
             members_of.sort(key=lambda c: (-len(c), min(m.order for m in c)))
             for members, n in zip(members_of, copies):
                 out[id(members)] = n
+            for members in members_of:
+                if not {m.frame for m in members} & set().union(*(self.frames[v] for v in values)):
+                    self.across.add(id(members))
             # Values beyond one per class are more copies of a class's value that the forward
             # numbered apart (one class: every value it found is its own): the largest class's.
             out[id(members_of[0])] += sum(copies[len(members_of):])

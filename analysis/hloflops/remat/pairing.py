@@ -124,8 +124,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_forward = NamedForward(module, ops) if elsewhere is not None and remat_named else None
     classes = list(by_number([op for op in ops if sizes[op.exact] > 1], exact=True).values())
     all_marked = [members for members in classes if all(m.marked for m in members)]
-    forward_of = ForwardTwins(module, ops).counts(all_marked) if module.is_scheduled and remat_named and \
-        all_marked else {}
+    twins = ForwardTwins(module, ops) if module.is_scheduled and remat_named and all_marked else None
+    forward_of = twins.counts(all_marked) if twins is not None else {}
     for members in classes:
         forward = forward_of.get(id(members), 0)
         remat |= _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
@@ -148,6 +148,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         remat |= paired
     across |= across_frames(ops, sizes, remat | first_of_class, remat_named)
     remat |= across
+    if twins is not None:
+        # A class of marked copies counted against forward copies in another loop body (the
+        # forward's fusions there, `ForwardTwins`) is paired across loops too: how many of its
+        # copies run because of remat rests on fusion as a signature twin's does.
+        across |= {m.key for members in all_marked if id(members) in twins.across
+                   for m in members if m.key in remat}
     # Equal values, signatures, the same computation in another loop; but after optimization a
     # cheap copy paired with its forward in another loop body may stand for a copy the program
     # without remat makes to save the value (hloflops.remat.across_loops): it rests on fusion.
