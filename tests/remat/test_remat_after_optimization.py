@@ -422,3 +422,21 @@ def test_forward_copies_in_another_loop_body_rest_on_fusion():
                   and r.total.flops == 4096]
     assert len(normalized) == 2, normalized  # `x - mean` of both layer norms' recompute, full size
     assert all((r.computation, r.name) in hinges for r in normalized), normalized
+
+
+def test_chain_handed_out_reshaped_rests_on_fusion():
+    """More seed 107 (`nn.scan(nn.remat)` LM): the backward loop's recompute of the MLP's
+    product `(0.5 * h) * (1 + t)` (with the bias add `h` under it), a chain reading two whole
+    values, hands it to the next matmul's weight gradient flattened, `[batch, tokens, features]`
+    as `[batch * tokens, features]`, through a bitcast at its fusion's root. Reading two whole
+    values kept it sure (XLA stores such a result rather than copy it into the fusion saving it),
+    but the forward's value reaches its matmul through a reshape too, every consumer of the chain
+    is fusible, and the program without remat copies the chain into its saving fusion (more seed
+    126 shows gelu's product there). Now its ops are hinges: the truth (the number over it by
+    add 110,592 and multiply 83,968) is inside the range."""
+    form = Form(form='linen_scan', arch='lm', policy='dots_with_no_batch_dims_saveable', prevent_cse=True,
+                batch=2, width=64, hidden=512, heads=2, tokens=16, layers=2, micro=4, unroll=1, adam=False,
+                dtype='float32', act='tanh', head=False)
+    outcome = check(form)
+    assert outcome.in_bounds("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
