@@ -407,3 +407,62 @@ def test_copies_counted_against_another_loops_forward_rest_on_fusion(form, left)
     assert after.misses.get("add") == left, outcome.describe()  # what is left: no rule counts it
     assert outcome.in_bounds("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+def test_split_reduction_of_a_recompute_is_recompute():
+    """More seed 129 (base 16, 76 and 135 alike): XLA splits a layer norm's `sum(x)` over 64
+    elements into a reduce-window of 32, left without an op_name, and a reduce of the two partial
+    sums. The recompute's `sum(x)` reads the saved stack's slice, which no forward op reads, so
+    its reduce-window was named by nothing and counted as model FLOPs: reduce-window -3,968. It
+    is the first half of its remat-named reduce, and pairs with the forward's."""
+    form = Form(form='linen_scan', arch='lm', policy='none', prevent_cse=False, batch=4, width=64, hidden=32,
+                heads=1, tokens=8, layers=2, micro=4, unroll=1, adam=False, dtype='float32', act='relu',
+                head=False)
+    outcome = check(form)
+    after = outcome._at("after")
+    assert after.truth.get("reduce-window"), outcome.describe()  # the split reduction is recomputed
+    assert "reduce-window" not in after.misses, outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
+
+
+def test_forward_copies_in_another_loop_body_rest_on_fusion():
+    """More seed 126 (`nn.scan(nn.remat)` LM, gelu, nothing saved): the backward loop recomputes
+    each layer norm's `(x - mean) * rsqrt(var + eps)` in a fusion every copy of which is
+    remat-named, and counts as many copies as the forward loop's fusions hold (`ForwardTwins`).
+    The program without remat also copies that chain into the fusions saving its residuals, so
+    how many of the recompute's copies run because of remat rests on how XLA fused both
+    programs, as for a signature twin in another loop body: the subtracts were counted sure
+    (add +40,960, multiply +34,816 over the truth, outside the range); now they are hinges and
+    the range's low end drops by 16,384."""
+    import hloparse
+    from hloflops.accounting import account
+    from tests.programs.remat_forms import build
+    from tests.remat.judge import module_text
+
+    form = Form(form='linen_scan', arch='lm', policy='nothing_saveable', prevent_cse=True, batch=16, width=32,
+                hidden=64, heads=4, tokens=4, layers=2, micro=4, unroll=1, adam=False, dtype='float32',
+                act='gelu', head=False)
+    acc = account(hloparse.parse(module_text(build(form).remat, "after")), xla={"flops": 0.0})
+    hinges = {(h.computation, h.name) for h in acc.remat_hinges}
+    normalized = [r for r in acc.rows if r.remat and r.opcode == "subtract" and "LayerNorm" in r.scope
+                  and r.total.flops == 4096]
+    assert len(normalized) == 2, normalized  # `x - mean` of both layer norms' recompute, full size
+    assert all((r.computation, r.name) in hinges for r in normalized), normalized
+
+
+def test_chain_handed_out_reshaped_rests_on_fusion():
+    """More seed 107 (`nn.scan(nn.remat)` LM): the backward loop's recompute of the MLP's
+    product `(0.5 * h) * (1 + t)` (with the bias add `h` under it), a chain reading two whole
+    values, hands it to the next matmul's weight gradient flattened, `[batch, tokens, features]`
+    as `[batch * tokens, features]`, through a bitcast at its fusion's root. Reading two whole
+    values kept it sure (XLA stores such a result rather than copy it into the fusion saving it),
+    but the forward's value reaches its matmul through a reshape too, every consumer of the chain
+    is fusible, and the program without remat copies the chain into its saving fusion (more seed
+    126 shows gelu's product there). Now its ops are hinges: the truth (the number over it by
+    add 110,592 and multiply 83,968) is inside the range."""
+    form = Form(form='linen_scan', arch='lm', policy='dots_with_no_batch_dims_saveable', prevent_cse=True,
+                batch=2, width=64, hidden=512, heads=2, tokens=16, layers=2, micro=4, unroll=1, adam=False,
+                dtype='float32', act='tanh', head=False)
+    outcome = check(form)
+    assert outcome.in_bounds("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()

@@ -97,7 +97,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (hloflops.remat.collectives).
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
-dot duplicating a value, by what reads it; views are numbered by the elements they hold
+dot duplicating a value, by what reads it, and so is the unnamed reduce-window XLA splits off a
+long reduce (its partial sums) where every reader is a remat-named reduce; views are numbered by the elements they hold
 (hloflops.remat.views); a custom-call that moves a value between memories (an offload policy's
 `annotate_device_placement`, `MoveToHost`, `MoveToDevice`) is the value it moves, and never
 pairs itself (it computes nothing again); an identity reduce-precision (a policy's saved residual; after XLA's float

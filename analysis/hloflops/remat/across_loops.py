@@ -12,7 +12,8 @@ recomputed expensive op, a value read only by the recompute itself (the input of
 layer's recomputed matmul: the program without remat reads the forward's), and a chain that
 reads two values as large as its own (silu's `h * sigmoid(h)` in seed 000: XLA stores such a
 result rather than copy the chain into the fusion saving it, so the program without remat reads
-its forward's value; the recompute's copy is one of its own).
+its forward's value; the recompute's copy is one of its own), unless its fusion hands it out
+reshaped (`_hands_out_reshaped`: XLA copies it into the saving fusion after all).
 
 The same holds for the copies of a value whose every copy is remat-marked, counted against the
 forward's copies found by signature and name in another loop body (`ForwardTwins`): the program
@@ -48,6 +49,24 @@ def _reads_two_whole_values(module: Module, site: Key) -> bool:
     size = largest_array(inst.shape)
     whole = [name for name in inst.operands if name in comp.by_name and largest_array(comp.by_name[name].shape) >= size]
     return len(whole) >= 2
+
+
+def _hands_out_reshaped(module: Module, site: Key) -> bool:
+    """Is the instruction a fusion whose root is a bitcast or reshape (a `[batch, tokens, features]`
+    value handed out flattened, as a matmul's operand)? Then the forward's value, too, reaches its
+    matmul through a reshape, and XLA's fusion sees only fusible consumers (the reshape, the fusion
+    saving the value): it copies the chain into both, two whole operands or not (more seed 126,
+    gelu's `(0.5 * h) * (1 + t)`: the program without remat computes it in the fusion flattening
+    it for the next matmul and again in the fusion saving it). Where the matmul reads the value
+    as it is (silu's `h * sigmoid(h)` of seed 000, two-dimensional), the matmul cannot fuse it
+    and XLA stores it once."""
+    comp = module.by_name[site[0]]
+    inst = comp.by_name[site[1]]
+    if inst.opcode != "fusion":
+        return False
+    callees = inst.called(CallRole.FUSION)
+    return len(callees) == 1 and callees[0] in module.by_name and \
+        module.by_name[callees[0]].root.opcode in ("bitcast", "reshape")
 
 
 def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], remat: set[SiteKey],
@@ -98,7 +117,8 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
             continue
         site = sites.get(op.key[0]) if op.key[0] in fused else op.key[:2]
         if site is not None and (read_only_by_recompute(site) or
-                                 (op.key in across and _reads_two_whole_values(module, site))):
+                                 (op.key in across and _reads_two_whole_values(module, site)
+                                  and not _hands_out_reshaped(module, site))):
             continue
         out.add(op.key)
     return out

@@ -68,7 +68,9 @@ class ForwardTwins:
     as many fusions as read it, in the recompute as in the program without remat (seed 128: a
     layer norm's variance, copied into three fusions of the recompute and three of the twin's
     forward, one of the program's forward): the recompute counts as many copies as the forward
-    has, the rest are the twin's too."""
+    has, the rest are the twin's too. Where those forward copies lie in another loop body (a
+    scan's forward loop, the class in its backward loop: `in_other_frames`), the count rests on
+    how XLA fused both programs (hloflops.remat.across_loops), as a signature twin's there does."""
 
     def __init__(self, module: Module, ops: list[SiteOp]):
         self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}

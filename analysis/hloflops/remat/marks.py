@@ -186,7 +186,15 @@ def named_by_users(module: Module, ops: list[SiteOp], op_names: OpNames, sizes: 
     # copy of the forward's (`fusion_copies` decides those).
     candidates = [op for op in ops if not op.op_name and not op.named and sizes[op.exact] > 1
                   and op.inst.opcode in ("dot", "convolution")]
-    if not candidates:
+    # XLA splits a long reduction into a windowed partial reduction and a reduce of the partial
+    # results (`TreeReductionRewriter`: a layer norm's `sum(x)` over 128 elements as a
+    # reduce-window of 32 and a reduce of 4), and leaves the reduce-window without an op_name.
+    # It is the first half of its reduce, whatever its value: where every reader is a remat-named
+    # reduce it is that recompute's, also where it reads what no forward op reads (a recompute's
+    # `sum(x)` of the saved stack's slice, which `inherit_names` cannot name: base seeds 16, 76,
+    # reduce-window -3,968).
+    split = [op for op in ops if not op.op_name and not op.named and op.inst.opcode == "reduce-window"]
+    if not candidates and not split:
         return
     users: dict[Key, list[Instruction]] = {}
     callers: dict[str, tuple[str, Instruction] | None] = {}
@@ -197,13 +205,34 @@ def named_by_users(module: Module, ops: list[SiteOp], op_names: OpNames, sizes: 
             for callee in inst.called(CallRole.FUSION):
                 callers[callee] = None if callee in callers else (comp.name, inst)
     for op in candidates:
-        where, name = op.key[:2]
-        readers = users.get((where, name), [])
-        if not readers and module.by_name[where].root.name == name and callers.get(where):
-            where, site = callers[where]
-            readers = users.get((where, site.name), [])
+        where, readers = _readers(module, op.key[:2], users, callers)
         if readers and all(REMAT_SCOPE in op_names.of(where, reader) for reader in readers):
             op.named = op.marked = op.inherited = True
+    for op in split:
+        where, readers = _readers(module, op.key[:2], users, callers)
+        if readers and all(REMAT_SCOPE in op_names.of(where, reader) and _is_reduce(module, reader)
+                           for reader in readers):
+            op.named = op.marked = op.inherited = True
+
+
+def _readers(module: Module, key: Key, users: Mapping[Key, list[Instruction]],
+             callers: Mapping[str, tuple[str, Instruction] | None]) -> tuple[str, list[Instruction]]:
+    """The instructions reading an op's value, and their computation: a fused computation's
+    root is read by its fusion's users."""
+    where, name = key
+    readers = users.get((where, name), [])
+    if not readers and module.by_name[where].root.name == name and callers.get(where):
+        where, site = callers[where]
+        readers = users.get((where, site.name), [])
+    return where, readers
+
+
+def _is_reduce(module: Module, inst: Instruction) -> bool:
+    """A reduce, or a fusion whose root is one (CPU wraps a lone reduce in a fusion)."""
+    if inst.opcode == "reduce":
+        return True
+    callees = inst.called(CallRole.FUSION) if inst.opcode == "fusion" else ()
+    return len(callees) == 1 and callees[0] in module.by_name and module.by_name[callees[0]].root.opcode == "reduce"
 
 
 def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: OpNames, sizes: Counter) -> None:
