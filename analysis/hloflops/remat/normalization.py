@@ -6,15 +6,16 @@ fusions, not the values: a forward whose chain XLA fused into one fusion widens 
 the same chain split into three fusions (as the recompute is, or the program without remat's
 forward, whose backward reads the intermediates) widens it three times.
 
-So inside a fusion that computes a recompute, a normalization convert that no rule counted (it
-widens a forward value the fusion reads, or rounds a copy of a forward op) may still run because
-of remat: the program without remat widens that value in as many fusions as its own forward
-splits the chain into, which this program does not show (base draw 20, a gelu MLP recomputed
-under `dots_saveable`: the forward fused gelu into one fusion widening the saved pre-activation
-once, the recompute's three fusions widen it three times, the program without remat's forward
-three times as well: one widen per layer runs because of remat, though no op of the recompute
-computes anything new). Those converts are model FLOPs, unsure: the range's high end holds them
-(`RematIndex.unsure`)."""
+A narrowing convert rounds one op's result, once per copy of the op, and follows that op's answer.
+A widening one runs once per value and per fusion reading it. So inside a fusion that computes a
+recompute, a widen that no rule counted (of a forward value the fusion reads) may still run
+because of remat: the program without remat widens that value in as many fusions as its own
+forward splits the chain into, which this program does not show (base draw 20, a gelu MLP
+recomputed under `dots_saveable`: the forward fused gelu into one fusion widening the saved
+pre-activation once, the recompute's three fusions widen it three times, the program without
+remat's forward three times as well: one widen per layer runs because of remat, though no op of
+the recompute computes anything new). Those widens are model FLOPs, unsure: the range's high end
+holds them (`RematIndex.unsure`)."""
 
 from __future__ import annotations
 
@@ -28,18 +29,17 @@ from hloparse.ir import Instruction, Module
 NARROW_FLOATS = frozenset({"bf16", "f16"})
 
 
-def is_normalization_convert(inst: Instruction, operand: Instruction | None) -> bool:
-    """A convert without an op_name between f32 and bfloat16 or f16 (either way)."""
-    if inst.opcode != "convert" or operand is None or inst.op_name:
-        return False
-    types = {inst.shape.element_type, operand.shape.element_type}
-    return "f32" in types and bool(types & NARROW_FLOATS)
+def is_normalization_widen(inst: Instruction, operand: Instruction | None) -> bool:
+    """A convert without an op_name from bfloat16 or f16 to f32. (The narrowing convert after an op
+    rounds that op's result, one per copy of the op: it follows the op's own answer.)"""
+    return inst.opcode == "convert" and operand is not None and not inst.op_name and \
+        inst.shape.element_type == "f32" and operand.shape.element_type in NARROW_FLOATS
 
 
-def unsure_normalization_converts(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
-    """The normalization converts (`is_normalization_convert`) not counted as remat inside a
+def unsure_normalization_widens(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+    """The normalization widens (`is_normalization_widen`) not counted as remat inside a
     fusion one of whose outputs is (at that call site): model FLOPs on how XLA fused the program
-    without remat's forward, which may widen or round the same value in more fusions or fewer."""
+    without remat's forward, which may widen the same value in more fusions or fewer."""
     fused = fused_outputs(module)
     if not fused:
         return set()
@@ -51,6 +51,7 @@ def unsure_normalization_converts(module: Module, ops: Iterable[SiteOp], remat: 
         if op.key in remat or (op.key[0], op.key[2]) not in computes_recompute or not op.inst.operands:
             continue
         operand = module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
-        if is_normalization_convert(op.inst, operand):
+        if is_normalization_widen(op.inst, operand):
             found.add(op.key)
     return found
+
