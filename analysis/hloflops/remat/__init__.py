@@ -110,7 +110,9 @@ Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`:
 in the recompute's own frame that reads a marked op left without a twin, a rule 6 copy, a rule 7
 variadic collective; after optimization a cheap copy paired with its forward in another loop body
 whose count rests on fusion, and the copies of a class counted against forward copies in another
-loop body, hloflops.remat.across_loops) the report gives a range
+loop body, hloflops.remat.across_loops; an uncounted float normalization widen (bf16 to f32)
+inside a recompute's fusion, whose count follows how XLA fused the program without remat's
+forward, hloflops.remat.normalization) the report gives a range
 (`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

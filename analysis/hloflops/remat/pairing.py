@@ -23,6 +23,7 @@ from hloflops.remat.fusion_copies import fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
+from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.remat.op_kinds import DUPLICATED, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -191,8 +192,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled else set()
     # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
+    # And a float normalization's widen inside a recompute's fusion that no rule counted: how many
+    # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
-        | {key[:2] for key in stand_ins} if module.is_scheduled else set()
+        | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
+        if module.is_scheduled else set()
     return RematIndex(index.remat, index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       frozenset(unsure | partly) - index.remat)

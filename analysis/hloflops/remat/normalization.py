@@ -1,0 +1,57 @@
+"""The converts XLA's float normalization adds around a bfloat16 op that the backend computes in f32
+(CPU): each operand widened to f32 once per fusion that reads it (`convert(p)` of a fusion
+parameter), each result narrowed back to bfloat16 (`convert(convert(y, bf16), f32)` between two
+ops of one fusion). They carry no op_name of their own, and how many there are follows the
+fusions, not the values: a forward whose chain XLA fused into one fusion widens its input once,
+the same chain split into three fusions (as the recompute is, or the program without remat's
+forward, whose backward reads the intermediates) widens it three times.
+
+A narrowing convert rounds one op's result, once per copy of the op, and follows that op's answer.
+A widening one runs once per value and per fusion reading it. So inside a fusion that computes a
+recompute, a widen that no rule counted (of a forward value the fusion reads) may still run
+because of remat: the program without remat widens that value in as many fusions as its own
+forward splits the chain into, which this program does not show (base draw 20, a gelu MLP
+recomputed under `dots_saveable`: the forward fused gelu into one fusion widening the saved
+pre-activation once, the recompute's three fusions widen it three times, the program without
+remat's forward three times as well: one widen per layer runs because of remat, though no op of
+the recompute computes anything new). Those widens are model FLOPs, unsure: the range's high end
+holds them (`RematIndex.unsure`)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.sites import SiteKey, SiteOp
+from hloparse.ir import Instruction, Module
+
+# The float types float normalization widens to f32 for an op computed in f32.
+NARROW_FLOATS = frozenset({"bf16", "f16"})
+
+
+def is_normalization_widen(inst: Instruction, operand: Instruction | None) -> bool:
+    """A convert without an op_name from bfloat16 or f16 to f32. (The narrowing convert after an op
+    rounds that op's result, one per copy of the op: it follows the op's own answer.)"""
+    return inst.opcode == "convert" and operand is not None and not inst.op_name and \
+        inst.shape.element_type == "f32" and operand.shape.element_type in NARROW_FLOATS
+
+
+def unsure_normalization_widens(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+    """The normalization widens (`is_normalization_widen`) not counted as remat inside a
+    fusion one of whose outputs is (at that call site): model FLOPs on how XLA fused the program
+    without remat's forward, which may widen the same value in more fusions or fewer."""
+    fused = fused_outputs(module)
+    if not fused:
+        return set()
+    ops = [op for op in ops if op.key[0] in fused]
+    computes_recompute = {(op.key[0], op.key[2]) for op in ops
+                          if op.key in remat and op.inst.name in fused[op.key[0]]}
+    found: set[SiteKey] = set()
+    for op in ops:
+        if op.key in remat or (op.key[0], op.key[2]) not in computes_recompute or not op.inst.operands:
+            continue
+        operand = module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
+        if is_normalization_widen(op.inst, operand):
+            found.add(op.key)
+    return found
+
