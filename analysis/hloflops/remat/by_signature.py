@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hloflops.remat.expensive_chains import unit_free
 from hloflops.remat.forward_twins import same_inputs
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
@@ -88,9 +89,19 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     weak: set[SiteKey] = set()
     across: set[SiteKey] = set()  # paired with an op of another frame
     beside: list[SiteOp] = []  # paired in their own frame after optimization
+    # After optimization, the linearization's own ops that jax named in the recompute: what the
+    # forward computes nowhere, and what the recompute computes from it (`_linearization_only`).
+    jvp_own = _linearization_only(ops, settled) if module.is_scheduled else set()
     for op in candidates:
         if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
             continue  # reads the linearization's own copy: the linearization's work too
+        if op.key in jvp_own:
+            # A recompute computes what the forward does from what the forward computes: one
+            # reading a value the forward computes nowhere is the linearization's own work
+            # (softmax's `1 / (s * s)`, the derivative of `1 / s`, named in the recompute, took
+            # the forward's `1 / s` where CSE merged that recompute away: base seeds 78, 111,
+            # more 119). Its twin stays free for the real recompute of `1 / s`.
+            continue
         # without a name, named by its inputs (`inherit_names`): one checkpoint deep
         tail, depth = inner_tail(op.op_name), 1 if op.inherited else remat_depth(op.op_name)
         level = _level(op)
@@ -150,6 +161,40 @@ def _known_same_inputs(inputs: FrameInputs, op: SiteOp, twin: SiteOp) -> bool:
     another way pairs on its inputs alone (its shapes differ), so unknown inputs are no."""
     mine = inputs.of(*op.key[:2])
     return mine is not None and mine == inputs.of(*twin.key[:2])
+
+
+def _linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey]:
+    """After optimization, remat-named ops left without a twin by value (not in `settled`) whose
+    opcode, result (its unit dimensions aside) and name inside the checkpoint no op outside the
+    backward pass has: the forward computes nothing like them, so they are not its recompute
+    but the linearization's own work that jax named inside the recompute (softmax's `s * s`
+    for the derivative of `1 / s`; the program without remat computes it in its forward). An
+    unnamed op outside the backward (XLA's) may be any op's copy and counts as a possible twin.
+    A layer norm's `rsqrt` read with a unit dimension more (`expensive_chains`) is no such op."""
+    forward: dict[tuple, list[str]] = {}
+    for op in ops:
+        if not op.marked and phase(op.op_name) != "backward":
+            forward.setdefault((op.inst.opcode, unit_free(op.inst.shape)), []).append(op.op_name)
+    out: set[SiteKey] = set()
+    for op in ops:
+        if not op.named or op.inherited or not op.op_name or op.key in settled or op.inst.shape.is_tuple:
+            continue
+        tail = inner_tail(op.op_name)
+        names = forward.get((op.inst.opcode, unit_free(op.inst.shape)), ())
+        if tail and not any(not name or ends_with(name, tail) for name in names):
+            out.add(op.key)
+    # What the recompute computes from them is the linearization's too (`1 / (s * s)`), and so is
+    # the bf16 round trip XLA's float normalization puts between them (`convert(convert(s * s))`,
+    # named by its inputs: base seed 77).
+    readers = [op for op in ops if op.named and op.key not in settled and op.key not in out]
+    grown = bool(out)
+    while grown:
+        grown = False
+        for op in readers:
+            if op.key not in out and any((op.key[0], name, op.key[2]) in out for name in op.inst.operands):
+                out.add(op.key)
+                grown = True
+    return out
 
 
 def _level(op: SiteOp) -> tuple[int, int]:

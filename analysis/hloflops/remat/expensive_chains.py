@@ -50,13 +50,13 @@ def _through_unit_views(module: Module, op: SiteOp, by_key: Mapping[SiteKey, Sit
     inst = comp.by_name.get(op.inst.operands[0])
     while inst is not None and inst.opcode in ("copy", "bitcast", "reshape") and len(inst.operands) == 1:
         source = comp.by_name.get(inst.operands[0])
-        if source is None or _unit_free(source.shape) != _unit_free(inst.shape):
+        if source is None or unit_free(source.shape) != unit_free(inst.shape):
             return None
         inst = source
     return by_key.get((op.key[0], inst.name, op.key[2])) if inst is not None else None
 
 
-def _unit_free(shape) -> tuple | None:
+def unit_free(shape) -> tuple | None:
     """The shape's element type, its dimensions but the unit ones, and their order in memory
     (minor to major, by rank among those dimensions): equal for two shapes that hold the same
     elements in the same places. None for a tiled layout."""
