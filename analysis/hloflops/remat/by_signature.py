@@ -170,14 +170,18 @@ def _linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey
     but the linearization's own work that jax named inside the recompute (softmax's `s * s`
     for the derivative of `1 / s`; the program without remat computes it in its forward). An
     unnamed op outside the backward (XLA's) may be any op's copy and counts as a possible twin.
-    A layer norm's `rsqrt` read with a unit dimension more (`expensive_chains`) is no such op."""
+    A layer norm's `rsqrt` read with a unit dimension more (`expensive_chains`) is no such op, nor
+    is a matmul: sharded, the partitioner may give the recompute's another result shape than the
+    forward's (hloflops.remat.partitioned), and a matmul named in the recompute is the primal's
+    (its tangent's matmuls are transposed into the backward)."""
     forward: dict[tuple, list[str]] = {}
     for op in ops:
         if not op.marked and phase(op.op_name) != "backward":
             forward.setdefault((op.inst.opcode, unit_free(op.inst.shape)), []).append(op.op_name)
     out: set[SiteKey] = set()
     for op in ops:
-        if not op.named or op.inherited or not op.op_name or op.key in settled or op.inst.shape.is_tuple:
+        if not op.named or op.inherited or not op.op_name or op.key in settled or op.inst.shape.is_tuple \
+                or op.inst.opcode in ("dot", "convolution"):
             continue
         tail = inner_tail(op.op_name)
         names = forward.get((op.inst.opcode, unit_free(op.inst.shape)), ())
