@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.programs.remat_forms import Form, build
 from tests.remat.judge import STAGES, Verdict, judge
@@ -170,6 +171,13 @@ class Outcome:
         return "\n".join([f"replay: check({self.form!r})"] + [v.describe() for v in self.verdicts])
 
 
-def check(form: Form) -> Outcome:
+def check(form: Form, cache: Path | None = None) -> Outcome:
+    """Compile `form` and its twin and judge both stages; with `cache`, the compiled texts are
+    kept in (and read back from) that directory (tests/remat/text_cache.py)."""
     pair = build(form)
-    return Outcome(form, tuple(judge(pair, stage) for stage in STAGES))
+    if cache is None:
+        return Outcome(form, tuple(judge(pair, stage) for stage in STAGES))
+    from tests.remat.text_cache import cached_texts
+
+    text = cached_texts(cache, form, pair)
+    return Outcome(form, tuple(judge(pair, stage, text) for stage in STAGES))

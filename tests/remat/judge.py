@@ -11,6 +11,7 @@ and `select` (what a counter and its bound check compute), and nowhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import hloparse
 from hloflops.accounting import account
@@ -98,10 +99,12 @@ class Verdict:
                 f"{self.twin_remat:,}; loops {self.loops}; bounds {self.bounds}")
 
 
-def judge(pair, stage: str) -> Verdict:
+def judge(pair, stage: str, text: Callable[[object, str], str] = module_text) -> Verdict:
+    """`text` gives a program's module text at a stage: compiled (`module_text`), or read back
+    from where a sweep kept it (tests/remat/text_cache.py)."""
     accs = {}
     for which, program in (("remat", pair.remat), ("plain", pair.plain)):
-        module = hloparse.parse(module_text(program, stage))
+        module = hloparse.parse(text(program, stage))
         accs[which] = (account(module, xla={"flops": 0.0}), module)
     (remat, module), (plain, _) = accs["remat"], accs["plain"]
     total, twin = by_opcode(remat), by_opcode(plain)
