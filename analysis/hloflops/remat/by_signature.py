@@ -12,7 +12,7 @@ from hloflops.remat.forward_twins import same_inputs
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth
-from hloflops.remat.op_kinds import shape_key
+from hloflops.remat.op_kinds import MATMUL_OPCODES, shape_key
 from hloflops.remat.partitioned import is_partitioned, partitioned_key
 from hloflops.remat.signature import signature
 from hloflops.remat.sites import SiteKey, SiteOp, by_number
@@ -126,7 +126,7 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
                 # jvp's own multiplies of gelu and layer norm in the backward loop).
                 continue
             if same_frame and not module.is_scheduled and op.abstract != twin.abstract and \
-                    op.inst.opcode not in ("dot", "convolution"):
+                    op.inst.opcode not in MATMUL_OPCODES:
                 # Before optimization nothing rewrote either copy: in one frame an elementwise twin
                 # computes the same from inputs of the same shapes (equal abstract numbers); else
                 # it is the linearization's own work (a derivative's coefficient), which reads the
@@ -181,7 +181,7 @@ def _linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey
     out: set[SiteKey] = set()
     for op in ops:
         if not op.named or op.inherited or not op.op_name or op.key in settled or op.inst.shape.is_tuple \
-                or op.inst.opcode in ("dot", "convolution"):
+                or op.inst.opcode in MATMUL_OPCODES:
             continue
         tail = inner_tail(op.op_name)
         names = forward.get((op.inst.opcode, unit_free(op.inst.shape)), ())

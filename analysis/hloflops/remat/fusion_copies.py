@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
 from hloflops.remat.rounding import is_identity_rounding
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
@@ -196,7 +196,7 @@ def _nested_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mappin
             keys = [key for key in ((home, name, op.key[2]) for name in fused.get(home, ())) if key in by_key]
             gradient[site] = bool(keys) and not any(key in remat for key in keys) and \
                 all(not by_key[key].marked or key in model for key in keys) and \
-                any(by_key[key].inst.opcode in ("dot", "convolution") for key in keys)
+                any(by_key[key].inst.opcode in MATMUL_OPCODES for key in keys)
         if gradient[site]:
             found.add(op.key)
     return found

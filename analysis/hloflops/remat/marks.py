@@ -13,6 +13,7 @@ from hloflops.remat.names import REMAT_SCOPE, OpNames
 from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp
+from hloflops.remat.op_kinds import MATMUL_OPCODES
 
 
 # What a value computed from constants alone passes through: an optimization barrier, a tuple and
@@ -185,7 +186,7 @@ def named_by_users(module: Module, ops: list[SiteOp], op_names: OpNames, sizes: 
     # Dots and convolutions only: an unnamed cheap op read only by the recompute may be a fusion's
     # copy of the forward's (`fusion_copies` decides those).
     candidates = [op for op in ops if not op.op_name and not op.named and sizes[op.exact] > 1
-                  and op.inst.opcode in ("dot", "convolution")]
+                  and op.inst.opcode in MATMUL_OPCODES]
     # XLA splits a long reduction into a windowed partial reduction and a reduce of the partial
     # results (`TreeReductionRewriter`: a layer norm's `sum(x)` over 128 elements as a
     # reduce-window of 32 and a reduce of 4), and leaves the reduce-window without an op_name.

@@ -19,6 +19,8 @@ DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
 # op inside a fusion is a recompute of its own, and so are the cheap copies it reads there (seed
 # 004: the recomputed bias add under a recomputed tanh, in the fusion of the input gradient).
 EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
+# The matmuls: what the split pairs by value or signature only, never by how XLA fused a program.
+MATMUL_OPCODES = frozenset({"dot", "convolution"})
 
 # Attributes that do not change what an instruction computes (or that name a computation, which
 # is compared by its contents instead).

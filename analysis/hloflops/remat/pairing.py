@@ -24,7 +24,7 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
-from hloflops.remat.op_kinds import DUPLICATED, is_memory_placement
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase
@@ -40,7 +40,6 @@ from hloflops.remat.by_signature import across_frames, by_signature
 PASS_THROUGH = frozenset({"parameter", "fusion", "call", "tuple", "get-tuple-element", "copy",
                           "opt-barrier", "while", "conditional", "constant", "bitcast",
                           "async-start", "async-update", "async-done"})
-MATMUL_OPCODES = frozenset({"dot", "convolution"})
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from hloflops.cost.rules import dot_flops
 from hloflops.cost.windows import convolution_flops
+from hloflops.remat.op_kinds import MATMUL_OPCODES
 from hloparse.ir import Instruction, Module, Shape
-
-MATMULS = frozenset({"dot", "convolution"})
 
 
 def is_partitioned(module: Module) -> bool:
@@ -34,7 +33,7 @@ def is_partitioned(module: Module) -> bool:
 def partitioned_key(inst: Instruction, shapes: dict[str, Shape]) -> tuple[str, int] | None:
     """A matmul's opcode and per-device FLOPs, or None for another op (or one whose operands are
     out of sight)."""
-    if inst.opcode not in MATMULS or len(inst.operands) < 2:
+    if inst.opcode not in MATMUL_OPCODES or len(inst.operands) < 2:
         return None
     lhs, rhs = shapes.get(inst.operands[0]), shapes.get(inst.operands[1])
     if lhs is None or rhs is None or lhs.is_tuple or rhs.is_tuple or inst.shape.is_tuple:

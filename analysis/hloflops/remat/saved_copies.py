@@ -23,7 +23,7 @@ from __future__ import annotations
 
 
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, largest_array
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import SiteKey, SiteOp
@@ -152,11 +152,11 @@ def _name_handed_on(comp_name: str, inst: Instruction, readers: dict[tuple[str, 
 
 def _is_matmul(module: Module, inst: Instruction) -> bool:
     """A dot or convolution, or a fusion around one (CPU's library fusions)."""
-    if inst.opcode in ("dot", "convolution"):
+    if inst.opcode in MATMUL_OPCODES:
         return True
     if inst.opcode != "fusion":
         return False
-    return any(i.opcode in ("dot", "convolution") for callee in inst.called(CallRole.FUSION)
+    return any(i.opcode in MATMUL_OPCODES for callee in inst.called(CallRole.FUSION)
                if callee in module.by_name for i in module.by_name[callee].instructions)
 
 
