@@ -42,8 +42,8 @@ def test_drawn_remat_program_splits_as_its_twin_says(seed):
 # Draws of the long sweep whose recompute dots were missed before optimization (reported 0): a
 # gradient-accumulation scan, unrolled, calls the layers' forward and backward loops once per
 # microbatch, and those loops' states were numbered alike at every call site, so each
-# microbatch's recompute looked like one value computed four times. Every opcode is not asserted
-# (seed 79 still misses elementwise ops before optimization: multiply -81,920).
+# microbatch's recompute looked like one value computed four times. Every opcode before
+# optimization: tests/remat/test_remat_saved_residual_inputs.py.
 @pytest.mark.parametrize("seed", [18, 79])
 def test_gradient_accumulation_recompute_dots_before_optimization(seed):
     outcome = check(draw(seed))

@@ -36,8 +36,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
 2. A recompute inside a loop body whose forward runs in another loop's body (a scan's backward
    loop against its forward loop) reads its inputs from a different loop state, so its value
    is matched by computation instead: an op in another frame applying the same computation to
-   inputs of the same shapes (equal abstract value number) whose op_name ends the way the
-   recompute's name ends inside its checkpoint (`Dense_0/dot_general`); a remat-named op whose
+   inputs of the same shapes (equal abstract value number; a policy's saved residual, an
+   identity rounding in the forward, counts as an input there: the recompute reads it back from
+   the saved stack) whose op_name ends the way the recompute's name ends inside its checkpoint
+   (`Dense_0/dot_general`). Before optimization such structural twins pair first: jvp's own
+   coefficients named in the recompute (silu's `s * (1 - s)`) match only by signature and take
+   what is left. A callee called at several sites (an unrolled gradient accumulation's
+   microbatches) computes a forward value once per site, and its copies count per site; a remat-named op whose
    value matched nothing exactly may pair the same way with an op of its signature, never the
    backward's own work, and in its own frame only after optimization and only with an op that
    reads the same inputs (hloflops.remat.inputs: never another layer's op); of the twins in

@@ -79,7 +79,17 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     outputs = fused_outputs(module)
     # A longer name first, counting the wrappers (`jit(_var)`) that `ends_with` skips: layer norm's
     # `jit(_var)/div` would otherwise lose its twin to a shorter `layer_norm/div` of jvp's own.
+    # Before optimization nothing rewrote either copy, so a recompute that applies its twin's very
+    # computation to inputs of the same shapes (equal abstract numbers) is surely one: those pair
+    # first, each with such a twin first. A remat-named op that matches no twin so is either the
+    # primal reading a saved residual (its forward computed that value) or the linearization's own
+    # work (a derivative's coefficient of the same shape and name, base seed 79): it takes a twin
+    # only where one is left (an unrolled gradient accumulation's microbatches all draw from the
+    # pool of one callee's forward).
+    structural = {twin.abstract for twins in pool.values() for twin in twins if not twin.marked} \
+        if not module.is_scheduled else set()
     candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
+                                    bool(structural) and op.abstract not in structural,
                                     -len(inner_tail(op.op_name)), -len(_raw_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)
     entry = module.entry_name
@@ -111,6 +121,8 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
             twins = [*twins, *(twin for key, twin in by_flops.get(flops, ())
                                if key != own_signature and twin.frame == op.frame
                                and _known_same_inputs(inputs, op, twin))]
+        if structural and op.abstract in structural:
+            twins = sorted(twins, key=lambda twin: twin.abstract != op.abstract)
         for twin in twins:
             if remat_depth(twin.op_name) >= depth or (twin.key, level) in used:
                 continue

@@ -10,7 +10,7 @@ from collections import Counter
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.signature import signature
-from hloflops.remat.op_kinds import shape_key
+from hloflops.remat.op_kinds import is_identity_rounding, shape_key
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
 from hloparse.ir import Module
@@ -32,8 +32,10 @@ class NamedForward:
 
     def __init__(self, module: Module, ops: list[SiteOp]):
         self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
-        self.opcodes = {(comp.name, inst.name): inst.opcode for comp in module.computations
-                        for inst in comp.instructions}
+        # A policy's saved residual is an identity rounding in the forward and an input of the
+        # recompute (read back from the saved stack): both are where the saved value comes from.
+        self.opcodes = {(comp.name, inst.name): "input" if is_identity_rounding(inst) else inst.opcode
+                        for comp in module.computations for inst in comp.instructions}
         self.pool: dict[tuple, list[SiteOp]] = {}
         for op in ops:
             if not op.marked and op.op_name and phase(op.op_name) != "backward":
@@ -46,13 +48,17 @@ class NamedForward:
         return signature(op, self.shapes), kinds, tuple(operands.index(name) for name in operands)
 
     def count(self, members: list[SiteOp]) -> int:
+        """The most copies one execution of the forward computes: a forward callee called at
+        several sites (an unrolled gradient accumulation's microbatches) computes the value once
+        at each, and the class is one site's recompute."""
         frames = {m.frame for m in members}
         best = 0
         for m in members:
             tail = inner_tail(m.op_name) if m.named and m.op_name else ()
             if tail:
-                best = max(best, sum(twin.frame not in frames and ends_with(twin.op_name, tail)
-                                     for twin in self.pool.get(self._key(m), ())))
+                per_site = Counter((twin.frame, twin.key[2]) for twin in self.pool.get(self._key(m), ())
+                                   if twin.frame not in frames and ends_with(twin.op_name, tail))
+                best = max(best, max(per_site.values(), default=0))
         return best
 
 

@@ -9,8 +9,7 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
-from hloflops.remat.rounding import is_identity_rounding
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp

@@ -95,3 +95,17 @@ def shape_key(shape: Shape) -> tuple:
     if shape.is_tuple:
         return ("tuple",) + tuple(shape_key(s) for s in shape.tuple_shapes)
     return (shape.element_type, shape.dims)
+
+
+# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
+# rounds nothing.
+OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
+
+
+def rounding_bits(inst: Instruction) -> tuple[str | None, str | None]:
+    return inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits")
+
+
+def is_identity_rounding(inst: Instruction) -> bool:
+    """A reduce-precision to its own type's bits."""
+    return inst.opcode == "reduce-precision" and OWN_BITS.get(inst.shape.element_type) == rounding_bits(inst)

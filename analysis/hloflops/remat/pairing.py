@@ -22,7 +22,8 @@ from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
-from hloflops.remat.rounding import is_identity_rounding, widened_roundings
+from hloflops.remat.op_kinds import is_identity_rounding
+from hloflops.remat.rounding import widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -322,11 +323,13 @@ def _opcodes(module: Module) -> set[str]:
 
 
 def _forward_copies(ops: list[SiteOp]) -> dict[Val, Counter]:
-    """How many unmarked ops of each frame compute each abstract number (`_same_value`)."""
+    """How many unmarked ops of each frame compute each abstract number (`_same_value`), per call
+    site: a callee called at several sites (an unrolled gradient accumulation's microbatches)
+    computes the value once at each, and a class of equal values is one site's."""
     out: dict[Val, Counter] = {}
     for op in ops:
         if not op.marked and not isinstance(op.abstract, tuple):
-            out.setdefault(op.abstract, Counter())[op.frame] += 1
+            out.setdefault(op.abstract, Counter())[op.frame, op.key[2]] += 1
     return out
 
 
@@ -353,7 +356,7 @@ def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[
         # the value as often as the recompute may (seed 27: layer norm's `x - mean` twice;
         # seed 55: gelu's `x * x` once, the second copy in the backward being jvp's own).
         frames = {m.frame for m in members}
-        unmarked = max((n for frame, n in elsewhere.get(members[0].abstract, Counter()).items()
+        unmarked = max((n for (frame, _), n in elsewhere.get(members[0].abstract, Counter()).items()
                         if frame not in frames), default=0)
         if not unmarked and named_forward is not None:
             unmarked = named_forward.count(members)

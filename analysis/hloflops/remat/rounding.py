@@ -10,21 +10,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from hloparse.ir import Instruction, Module
+from hloflops.remat.op_kinds import OWN_BITS, rounding_bits
 from hloflops.remat.sites import SiteKey
-
-
-# The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
-# rounds nothing.
-OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}
-
-
-def _bits(inst: Instruction) -> tuple[str | None, str | None]:
-    return inst.attributes.get("exponent_bits"), inst.attributes.get("mantissa_bits")
-
-
-def is_identity_rounding(inst: Instruction) -> bool:
-    """A reduce-precision to its own type's bits."""
-    return inst.opcode == "reduce-precision" and OWN_BITS.get(inst.shape.element_type) == _bits(inst)
 
 
 def widened_roundings(module: Module, ops: Iterable[tuple[SiteKey, Instruction]]) -> set[SiteKey]:
@@ -43,7 +30,7 @@ def widened_roundings(module: Module, ops: Iterable[tuple[SiteKey, Instruction]]
         if widen is None or widen.opcode != "convert" or not widen.operands:
             continue
         narrow = comp.by_name.get(widen.operands[0])
-        if narrow is None or OWN_BITS.get(narrow.shape.element_type) != _bits(inst):
+        if narrow is None or OWN_BITS.get(narrow.shape.element_type) != rounding_bits(inst):
             continue
         found |= {(comp_name, name, site), (comp_name, widen.name, site)}
         if narrow.opcode == "convert":

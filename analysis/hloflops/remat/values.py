@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Union
 
 from hloflops.remat.op_kinds import (
-    IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_memory_placement,
+    IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_identity_rounding,
+    is_memory_placement,
     kept_attributes, result_attributes, shape_key,
 )
 from hloflops.remat.views import VIEW_OPCODES, Concat, View, row_major, apply as apply_view, whole, within_part
@@ -47,6 +48,13 @@ def _taint(ops: list[tuple[Val, Val, bool]], opcode: str) -> bool:
 
 
 INLINED = (CallRole.FUSION, CallRole.CALL, CallRole.BRANCH)
+
+
+def _saved_residual(inst: Instruction) -> bool:
+    """A checkpoint policy's saved residual (an identity rounding, hloflops.remat.rounding): the
+    recompute reads it back from the saved values, as an input, so for the abstract number the
+    forward's ops that read it read an input of its shape too."""
+    return is_identity_rounding(inst)
 
 
 @dataclass
@@ -423,7 +431,7 @@ class _Numbering:
         and its operands' exact numbers, `exact` its exact number."""
         abstracts = tuple(map(abstract_of.__getitem__, inst.operands))
         if abstracts and inst.opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) \
-                and abstracts[0] in self.leaves:
+                and abstracts[0] in self.leaves or _saved_residual(inst):
             return self.leaf(inst.shape)
         if abstracts == exact_key[1:]:
             return exact
@@ -485,7 +493,8 @@ class _Numbering:
             exact = self.applied(exact, appliers)
         if not self.with_abstract:
             abstract = exact
-        elif ops and opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in self.leaves:
+        elif ops and opcode in INPUT_VIEWS and not isinstance(abstracts[0], tuple) and abstracts[0] in self.leaves \
+                or _saved_residual(inst):
             abstract = self.leaf(inst.shape)
         elif abstracts == exacts:
             abstract = exact
