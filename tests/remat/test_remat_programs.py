@@ -63,8 +63,10 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("mlp_remat_scan_2x2", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
     ("mlp_remat_scan_2x3", "before_unnamed"): NO_MARKER + "; nn.remat_scan uses prevent_cse=False",
     ("lstm_scan", "before_unnamed"): NO_LOOP_TWIN,
-    ("lm_scan_block_dots_no_batch", "before_unnamed"): NO_LOOP_TWIN,
 }
+# lm_scan_block_dots_no_batch before_unnamed was one too, until a policy's saved residual (an
+# identity rounding) counted as an input for the abstract number: the recompute reads the saved
+# dots back from the stack, the forward read the rounding (hloflops.remat.values).
 
 
 def _case(name: str, stage: int):

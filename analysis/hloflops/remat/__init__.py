@@ -56,7 +56,7 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    name and per-device FLOPs reading the same known inputs (hloflops.remat.partitioned). A
    forward's name may carry the module's name inside `jvp(...)`, brackets and all (equinox's
    `jvp(vmap(eqx.nn.Linear))/dot_general` ends as its recompute's `vmap(eqx.nn.Linear)/dot_general`).
-   After optimization a remat-named op the forward computes nothing like (no op outside the backward
+   A remat-named op the forward computes nothing like (no op outside the backward
    of its opcode, result and name: softmax's `s * s`), and what the recompute computes from it
    (`1 / (s * s)`, the derivative of `1 / s`), is the linearization's own work jax named in the
    recompute, and pairs with no twin (it took the forward's `1 / s` where CSE merged that
