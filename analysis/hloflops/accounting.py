@@ -254,6 +254,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
+    if remat_index.partial:
+        rows = _partial_rows(rows, remat_index.partial, remat_bodies)
     loops = _loops(module, ex, upper, op_names, callers)
     formula = None
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
@@ -291,6 +293,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     phases = [row.phase for row in rows]
     phase_flops = {p: sum(compress(flops, map(eq, phases, repeat(p)))) for p in PHASES}
     remat_flops = sum(compress(flops, [row.remat for row in rows]))
+    if remat_index.partial:  # rows of which only a share runs because of remat
+        remat_flops -= sum(row.total.flops - row.remat_flops for row in rows if row.remat_part is not None)
     executions_known = all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites)
     low, ranges = bounds(total, lower.exact[module.entry_name], resolutions, inclusive, module.entry_name,
                          bounded=executions_known and not uncounted)
@@ -355,6 +359,14 @@ _NONE = frozenset({None})
 # collective (bytes sent), and not one XLA's parser lets carry a custom_call_target.
 _PLAIN_OPCODES = frozenset(op for op, names in ALLOWED.items()
                            if op != "custom-call" and op not in SENDERS and "custom_call_target" not in names)
+
+
+def _partial_rows(rows: list[Row], partial: Mapping[tuple[str, str], tuple[int, int]],
+                  bodies: Mapping[str, bool]) -> list[Row]:
+    """The rows with their remat share set where only part of an op's FLOPs is remat
+    (`RematIndex.partial`), but in a remat clone's fused computation (all of it recomputes)."""
+    return [replace(row, remat_part=share) if row.remat and not bodies.get(row.computation)
+            and (share := partial.get((row.computation, row.name))) is not None else row for row in rows]
 
 
 def _remat_names(module: Module, index: remat_analysis.RematIndex, bodies: Mapping[str, bool]) -> dict[str, set[str]]:
@@ -538,7 +550,7 @@ def remat_by_loop(acc: Accounting) -> dict[str | None, tuple[int, int]]:
     result: dict[str | None, tuple[int, int]] = {}
     for row in acc.rows:
         flops, remat_flops = result.get(row.loop, (0, 0))
-        result[row.loop] = (flops + row.total.flops, remat_flops + (row.total.flops if row.remat else 0))
+        result[row.loop] = (flops + row.total.flops, remat_flops + row.remat_flops)
     return result
 
 
@@ -550,5 +562,5 @@ def remat_by_scope(acc: Accounting, depth: int | None = None) -> dict[str, tuple
         if depth is not None:
             key = "/".join(key.split("/")[:depth])
         flops, remat_flops = result.get(key, (0, 0))
-        result[key] = (flops + row.total.flops, remat_flops + (row.total.flops if row.remat else 0))
+        result[key] = (flops + row.total.flops, remat_flops + row.remat_flops)
     return result

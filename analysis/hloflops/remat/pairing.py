@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain, compress, count
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from hloflops.remat.names import (
@@ -24,6 +24,7 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -56,6 +57,10 @@ class RematIndex:
     # gradient, CSE's merge of a recompute into its forward).
     weak: frozenset[Key] = frozenset()
     unsure: frozenset[Key] = frozenset()
+    # Remat ops of which only a share of the FLOPs runs because of remat: key -> (numerator,
+    # denominator) of that share (an op left on the broadcast side of a checkpoint's barrier:
+    # hloflops.remat.unsunk_broadcasts). Each is in `remat` too.
+    partial: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -196,9 +201,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
         if module.is_scheduled else set()
-    return RematIndex(index.remat, index.remat_named, index.merged,
+    # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
+    # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
+    partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
+        if module.is_scheduled and remat_named else {}
+    return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure | partly) - index.remat)
+                      frozenset(unsure | partly) - index.remat - frozenset(partial), partial)
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:
