@@ -24,6 +24,7 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -186,6 +187,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         module, ((op.key, op.inst, op.marked) for op in ops), remat, paired_by_value - weak)
     remat |= collectives
     paired_by_value |= sure_collectives
+    if module.is_scheduled and remat_named:
+        # A recomputed reciprocal the backward's division by the same value shares (XLA's CSE kept
+        # one `1 / s` for both): model FLOPs, unsure (hloflops.remat.shared_reciprocals).
+        remat -= shared_reciprocals(module, ops, remat, op_names)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
