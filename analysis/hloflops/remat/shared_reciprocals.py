@@ -25,13 +25,17 @@ from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
+# jax's name of the division primitive, ending the name of every op jax emits for one (flax's
+# names end with the primitive; Haiku's end with the module, and say nothing of it).
+DIVISION = "div"
 # Ops that hand a value on unchanged or spread out (the reciprocal is broadcast to the dividend).
 _HANDS_ON = frozenset({"bitcast", "reshape", "copy", "broadcast", "transpose", "tuple", "get-tuple-element"})
 
 
-def shared_reciprocals(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
-    """The remat reciprocals (`divide(1, s)`) a backward op of the same division reads."""
-    candidates = [op for op in ops if op.key in remat and op.named and op.inst.opcode == "divide"
+def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
+    """The remat reciprocals (`divide(1, s)`) paired with a forward in another loop body (`across`)
+    that a backward op of the same division reads."""
+    candidates = [op for op in ops if op.key in across and op.named and op.inst.opcode == "divide"
                   and REMAT_SCOPE in op.op_name]
     if not candidates:
         return set()
@@ -42,6 +46,8 @@ def shared_reciprocals(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey
         if not _is_reciprocal(comp, op.inst):
             continue
         tail = inner_tail(op.op_name)
+        if not tail or tail[-1] != DIVISION:  # a name that does not say which primitive (Haiku's)
+            continue
         if any(REMAT_SCOPE not in name and ends_with(name, tail)
                for name in _reader_names(module, comp, op.inst, op_names, callers)):
             found.add(op.key)
