@@ -24,6 +24,7 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.rounding import is_identity_rounding, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
@@ -209,7 +210,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
-        if module.is_scheduled and remat_named else {}
+        if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       frozenset(unsure | partly) - index.remat - frozenset(partial), partial)

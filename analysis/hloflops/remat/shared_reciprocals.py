@@ -9,12 +9,17 @@ recompute's `1 / s` read the same recomputed `s` in one loop body: XLA's CSE kee
 recompute's name. Nothing runs because of remat: both programs compute `1 / s` twice (a softmax's
 sum under a scan, more draws 116, 122, 126: divide +512 per layer and step).
 
-So a remat-named divide of a constant one (a reciprocal) that a backward op of the checkpoint's
-transpose reads, named for the same division (outside the `rematted_computation` scope, its name
-ending as the recompute's does inside its checkpoint: `blocks/block/self_attn/div`), is model FLOPs.
-It rests on XLA's CSE: unsure, the range's high end holds it. Only reciprocals: other ops of one
-name (flax names every `*` of a gelu `mlp/mul`) are read by the backward's products of that name as
-operands of their own, not computed again.
+So a remat-named divide of a constant one (a reciprocal), paired with a forward in another loop
+body, that a backward op of the checkpoint's transpose reads, named for the same division (outside
+the `rematted_computation` scope, its name ending as the recompute's does inside its checkpoint,
+and that with the primitive's `div`: `blocks/block/self_attn/div`), is model FLOPs. It rests on
+XLA's CSE: unsure, the range's high end holds it. Where the forward runs in the same computation (a
+Python loop of remat'd blocks) the program without remat's backward shares the forward's `1 / s`
+instead: the recompute's runs because of remat (more draws 63, 89, 102: divide exact only so).
+Only reciprocals: other ops of one name (flax names every `*` of a gelu `mlp/mul`) are read by the
+backward's products of that name as operands of their own, not computed again; and only names that
+end with the division's primitive (flax and Haiku write it: `multi_head_attention/div`), which a
+reader of another primitive (`.../mul`) does not share.
 """
 
 from __future__ import annotations
@@ -25,8 +30,7 @@ from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
-# jax's name of the division primitive, ending the name of every op jax emits for one (flax's
-# names end with the primitive; Haiku's end with the module, and say nothing of it).
+# jax's name of the division primitive, which ends the name of every op jax emits for one.
 DIVISION = "div"
 # Ops that hand a value on unchanged or spread out (the reciprocal is broadcast to the dividend).
 _HANDS_ON = frozenset({"bitcast", "reshape", "copy", "broadcast", "transpose", "tuple", "get-tuple-element"})
@@ -46,7 +50,7 @@ def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKe
         if not _is_reciprocal(comp, op.inst):
             continue
         tail = inner_tail(op.op_name)
-        if not tail or tail[-1] != DIVISION:  # a name that does not say which primitive (Haiku's)
+        if not tail or tail[-1] != DIVISION:  # not named for a division
             continue
         if any(REMAT_SCOPE not in name and ends_with(name, tail)
                for name in _reader_names(module, comp, op.inst, op_names, callers)):

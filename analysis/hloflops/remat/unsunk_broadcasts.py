@@ -15,8 +15,11 @@ its row (`Row.remat_part`).
 
 Such an op is found only after optimization, in a module with remat names, on an elementwise op
 whose every operand is a broadcast of one non-scalar operand shape with the same dimensions, or a
-scalar (a constant, or a broadcast of one): what the simplifier would have sunk. No program
-without remat of the generated draws (base, more, TPU) holds one.
+scalar (a constant, or a broadcast of one): what the simplifier would have sunk. No CPU program
+without remat of the generated draws (base, more) holds one. Not on TPU: its compiler widens bf16
+after a broadcast in programs without remat too (a conv's bias add, `convert(broadcast(b))` in
+TPU draws 18, 32, 36), so the op says nothing of a barrier there (pairing.py asks
+`is_tpu_module`). GPU's pipeline is not checked.
 """
 
 from __future__ import annotations
