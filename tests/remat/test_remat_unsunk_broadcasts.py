@@ -100,3 +100,16 @@ def test_a_conv_net_checkpointed_whole_splits_exactly_after_optimization(seed):
 
     outcome = check(draw(seed, "more"))
     assert outcome.all_ok("after"), outcome.describe()
+
+
+def test_reports_split_a_partial_row():
+    from hloflops.report.folded import folded_stacks
+    from hloflops.report.report import Report
+
+    report = Report(account(hloparse.parse(_module()), xla={"flops": 0.0}))
+    lines = dict(line.rsplit(" ", 1) for line in folded_stacks(report).splitlines())
+    widen = [(stack, int(v)) for stack, v in lines.items() if ";convert" in stack]
+    assert sorted(v for _, v in widen) == [SMALL, WHOLE - SMALL]
+    assert any(stack.endswith("[remat]") and v == WHOLE - SMALL for stack, v in widen)
+    assert report.remat_flops == WHOLE + (WHOLE - SMALL)
+    assert {g.key: g.remat_flops for g in report.by_opcode()}["convert"] == WHOLE - SMALL
