@@ -22,8 +22,9 @@ Totals:
   are listed with 0 executions. `conditionals` reports every branch's cost, `total_lower_bound`
   takes their cheapest branch per metric instead and `bounds` gives the range of each metric
   (analysis.branch_totals).
-- remat: rows the remat analysis calls real recomputation (hloflops.remat); model FLOPs are
-  `total.flops - remat_flops`.
+- remat: rows the remat analysis calls real recomputation (hloflops.remat), all of a row's FLOPs
+  but for a row only a share of which runs because of remat (`Row.remat_part`, `Row.remat_flops`);
+  model FLOPs are `total.flops - remat_flops`.
 
 Reconciliation with XLA (`xla_estimate`, which counts every loop body and condition once):
 for a while `w` in computation C, executed m times, with trip count n, body B and
