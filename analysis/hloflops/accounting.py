@@ -22,8 +22,9 @@ Totals:
   are listed with 0 executions. `conditionals` reports every branch's cost, `total_lower_bound`
   takes their cheapest branch per metric instead and `bounds` gives the range of each metric
   (analysis.branch_totals).
-- remat: rows the remat analysis calls real recomputation (hloflops.remat); model FLOPs are
-  `total.flops - remat_flops`.
+- remat: rows the remat analysis calls real recomputation (hloflops.remat), all of a row's FLOPs
+  but for a row only a share of which runs because of remat (`Row.remat_part`, `Row.remat_flops`);
+  model FLOPs are `total.flops - remat_flops`.
 
 Reconciliation with XLA (`xla_estimate`, which counts every loop body and condition once):
 for a while `w` in computation C, executed m times, with trip count n, body B and
@@ -254,6 +255,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     remat_index = remat_analysis.find_remat(module, [module.by_name[n] for n in ex.order], op_names)
     remat_bodies = remat_analysis.remat_fusion_bodies(module, remat_index)
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
+    if remat_index.partial:
+        rows = _partial_rows(rows, remat_index.partial, remat_bodies)
     loops = _loops(module, ex, upper, op_names, callers)
     formula = None
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
@@ -291,6 +294,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     phases = [row.phase for row in rows]
     phase_flops = {p: sum(compress(flops, map(eq, phases, repeat(p)))) for p in PHASES}
     remat_flops = sum(compress(flops, [row.remat for row in rows]))
+    if remat_index.partial:  # rows of which only a share runs because of remat
+        remat_flops -= sum(row.total.flops - row.remat_flops for row in rows if row.remat_part is not None)
     executions_known = all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites)
     low, ranges = bounds(total, lower.exact[module.entry_name], resolutions, inclusive, module.entry_name,
                          bounded=executions_known and not uncounted)
@@ -355,6 +360,14 @@ _NONE = frozenset({None})
 # collective (bytes sent), and not one XLA's parser lets carry a custom_call_target.
 _PLAIN_OPCODES = frozenset(op for op, names in ALLOWED.items()
                            if op != "custom-call" and op not in SENDERS and "custom_call_target" not in names)
+
+
+def _partial_rows(rows: list[Row], partial: Mapping[tuple[str, str], tuple[int, int]],
+                  bodies: Mapping[str, bool]) -> list[Row]:
+    """The rows with their remat share set where only part of an op's FLOPs is remat
+    (`RematIndex.partial`), but in a remat clone's fused computation (all of it recomputes)."""
+    return [replace(row, remat_part=share) if row.remat and not bodies.get(row.computation)
+            and (share := partial.get((row.computation, row.name))) is not None else row for row in rows]
 
 
 def _remat_names(module: Module, index: remat_analysis.RematIndex, bodies: Mapping[str, bool]) -> dict[str, set[str]]:
@@ -538,7 +551,7 @@ def remat_by_loop(acc: Accounting) -> dict[str | None, tuple[int, int]]:
     result: dict[str | None, tuple[int, int]] = {}
     for row in acc.rows:
         flops, remat_flops = result.get(row.loop, (0, 0))
-        result[row.loop] = (flops + row.total.flops, remat_flops + (row.total.flops if row.remat else 0))
+        result[row.loop] = (flops + row.total.flops, remat_flops + row.remat_flops)
     return result
 
 
@@ -550,5 +563,5 @@ def remat_by_scope(acc: Accounting, depth: int | None = None) -> dict[str, tuple
         if depth is not None:
             key = "/".join(key.split("/")[:depth])
         flops, remat_flops = result.get(key, (0, 0))
-        result[key] = (flops + row.total.flops, remat_flops + (row.total.flops if row.remat else 0))
+        result[key] = (flops + row.total.flops, remat_flops + row.remat_flops)
     return result

@@ -38,10 +38,24 @@ class Row:
     note: str | None = None  # how a counted kernel was counted (attention convention, author's estimate)
     communication: int = 0  # bytes one execution sends per device (hloflops.cost.communication)
     communication_uncounted: str | None = None  # why a collective's bytes are unknown, if they are
+    # A remat row of which only a share of the FLOPs runs because of remat: (numerator,
+    # denominator) of that share (hloflops.remat.unsunk_broadcasts); None: all of them.
+    remat_part: tuple[int, int] | None = None
 
     @property
     def communication_total(self) -> int:
         return self.communication * self.executions
+
+    @property
+    def remat_flops(self) -> int:
+        """The FLOPs of this row that run because of remat (all of a remat row's, but for a
+        `remat_part`)."""
+        if not self.remat:
+            return 0
+        if self.remat_part is None:
+            return self.total.flops
+        numerator, denominator = self.remat_part
+        return self.total.flops * numerator // denominator
 
 
 Place = tuple[str, int, bool, "str | None", "str | None", "frozenset[str] | set[str]", "dict[int, Cost]"]
@@ -86,6 +100,7 @@ class RowBuilder:
         self.phase, self.scope, self.source = described
         self.uncounted = op_cost.uncounted
         self.target, self.note, self.communication, self.communication_uncounted = extra
+        self.remat_part = None
         self.__class__ = Row  # type: ignore[assignment]
 
 

@@ -34,7 +34,9 @@ def by_opcode(acc, remat: bool | None = None) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in acc.rows:
         if remat is None or r.remat == remat:
-            out[r.opcode] = out.get(r.opcode, 0) + r.total.flops
+            # Remat rows count what runs because of remat (all of a row's FLOPs, but for a
+            # `Row.remat_part`); the program's own totals count every FLOP.
+            out[r.opcode] = out.get(r.opcode, 0) + (r.remat_flops if remat else r.total.flops)
     return {k: v for k, v in out.items() if v}
 
 

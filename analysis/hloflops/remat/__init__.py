@@ -106,6 +106,19 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    backward ones. A variadic one only partly of recomputes is unsure
    (hloflops.remat.collectives).
 
+8. Ops XLA could not simplify across a checkpoint's barrier (after optimization, not TPU): its
+   simplifier moves a broadcast below an elementwise op whose operands are all broadcasts
+   (`convert(broadcast(g))` -> `broadcast(convert(g))`), unless jax's barrier on what the
+   checkpoint's backward reads stood between them (a bf16 cotangent widened to f32 in each fusion
+   of the backward). The FLOPs such an op runs beyond those on the broadcast's operand are remat:
+   a share of its row (`Row.remat_part`; hloflops.remat.unsunk_broadcasts).
+9. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
+   `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
+   recompute's name. Where the forward runs in another loop body (a scan), the program without
+   remat computes its backward's `1 / s` there too: model FLOPs, unsure
+   (hloflops.remat.shared_reciprocals). In one computation (a Python loop), the program without
+   remat shares the forward's instead, and the recompute's is remat.
+
 Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
 dot duplicating a value, by what reads it, and so is the unnamed reduce-window XLA splits off a
 long reduce (its partial sums) where every reader is a remat-named reduce; views are numbered by the elements they hold

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain, compress, count
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from hloflops.remat.names import (
@@ -25,6 +25,9 @@ from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.shared_reciprocals import shared_reciprocals
+from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -57,6 +60,10 @@ class RematIndex:
     # gradient, CSE's merge of a recompute into its forward).
     weak: frozenset[Key] = frozenset()
     unsure: frozenset[Key] = frozenset()
+    # Remat ops of which only a share of the FLOPs runs because of remat: key -> (numerator,
+    # denominator) of that share (an op left on the broadcast side of a checkpoint's barrier:
+    # hloflops.remat.unsunk_broadcasts). Each is in `remat` too.
+    partial: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -182,6 +189,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         module, ((op.key, op.inst, op.marked) for op in ops), remat, paired_by_value - weak)
     remat |= collectives
     paired_by_value |= sure_collectives
+    if module.is_scheduled and remat_named:
+        # A recomputed reciprocal the backward's division by the same value shares (XLA's CSE kept
+        # one `1 / s` for both): model FLOPs, unsure (hloflops.remat.shared_reciprocals).
+        remat -= shared_reciprocals(module, ops, remat & across, op_names)
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
@@ -197,9 +208,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
         if module.is_scheduled else set()
-    return RematIndex(index.remat, index.remat_named, index.merged,
+    # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
+    # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
+    partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
+        if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
+    return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure | partly) - index.remat)
+                      frozenset(unsure | partly) - index.remat - frozenset(partial), partial)
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:

@@ -42,7 +42,12 @@ def folded_stacks(report: Report, metric: str = "flops") -> str:
         value = getattr(row.total, metric)
         if value <= 0:
             continue
-        stack = stack_of(report.module_name or "module", row.scope, row.opcode, row.remat)
-        sums[stack] = sums.get(stack, 0) + value
+        # A row only part of whose FLOPs is remat (`Row.remat_part`) puts that part under `[remat]`.
+        parts = ((False, value - row.remat_flops), (True, row.remat_flops)) \
+            if metric == "flops" and row.remat_part is not None else ((row.remat, value),)
+        for remat, part in parts:
+            if part > 0:
+                stack = stack_of(report.module_name or "module", row.scope, row.opcode, remat)
+                sums[stack] = sums.get(stack, 0) + part
     lines = [f"{';'.join(stack)} {value}" for stack, value in sorted(sums.items())]
     return "\n".join(lines) + ("\n" if lines else "")

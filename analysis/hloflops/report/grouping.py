@@ -90,7 +90,7 @@ def grouped(rows: tuple[Row, ...], by: str, depth: int | None, keys: list[str] |
         flops = [t.flops for t in totals]
         groups.append(Group(key, Cost(sum(flops), sum([t.transcendentals for t in totals]),
                                       sum([t.bytes_accessed for t in totals])),
-                            sum([f for f, row in zip(flops, same) if row.remat]), len(same),
+                            sum([row.remat_flops for row in same if row.remat]), len(same),
                             sum([row.executions for row in same]),
                             sum([1 for row in same if row.uncounted])))
     groups.sort(key=lambda g: (-g.total.flops, -g.total.bytes_accessed, g.key))

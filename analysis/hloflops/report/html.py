@@ -34,7 +34,7 @@ def scope_tree(report: Report, depth: int | None = None) -> dict[str, Any]:
         frames = split_scope(row.scope) or (NO_SCOPE,)
         frames = (*frames[:depth], row.opcode) if depth else (*frames, row.opcode)
         values = (row.total.flops, row.total.transcendentals, row.total.bytes_accessed,
-                  row.total.flops if row.remat else 0)
+                  row.remat_flops)
         if not any(values):
             continue
         node = root

@@ -1,0 +1,102 @@
+"""A recomputed reciprocal the backward shares (after optimization): model FLOPs.
+
+XLA's simplifier turns a division by a broadcast value into a product with the broadcast
+reciprocal (`a / broadcast(s) -> a * broadcast(1 / s)`, the divide on the smaller shape). The
+transpose of `e / s` with respect to `e` is `ct / s`: the backward divides by the same `s`, so it
+computes `1 / s` too. In the program without remat the forward computes `1 / s` for `e / s` and the
+backward again, from the saved `s`, for `ct / s`. With remat the backward's own `1 / s` and the
+recompute's `1 / s` read the same recomputed `s` in one loop body: XLA's CSE keeps one, under the
+recompute's name. Nothing runs because of remat: both programs compute `1 / s` twice (a softmax's
+sum under a scan, more draws 116, 122, 126: divide +512 per layer and step).
+
+So a remat-named divide of a constant one (a reciprocal), paired with a forward in another loop
+body, that a backward op of the checkpoint's transpose reads, named for the same division (outside
+the `rematted_computation` scope, its name ending as the recompute's does inside its checkpoint,
+and that with the primitive's `div`: `blocks/block/self_attn/div`), is model FLOPs. It rests on
+XLA's CSE: unsure, the range's high end holds it. Where the forward runs in the same computation (a
+Python loop of remat'd blocks) the program without remat's backward shares the forward's `1 / s`
+instead: the recompute's runs because of remat (more draws 63, 89, 102: divide exact only so).
+Only reciprocals: other ops of one name (flax names every `*` of a gelu `mlp/mul`) are read by the
+backward's products of that name as operands of their own, not computed again; and only names that
+end with the division's primitive (flax and Haiku write it: `multi_head_attention/div`), which a
+reader of another primitive (`.../mul`) does not share.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
+from hloflops.remat.sites import SiteKey, SiteOp
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+# jax's name of the division primitive, which ends the name of every op jax emits for one.
+DIVISION = "div"
+# Ops that hand a value on unchanged or spread out (the reciprocal is broadcast to the dividend).
+_HANDS_ON = frozenset({"bitcast", "reshape", "copy", "broadcast", "transpose", "tuple", "get-tuple-element"})
+
+
+def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
+    """The remat reciprocals (`divide(1, s)`) paired with a forward in another loop body (`across`)
+    that a backward op of the same division reads."""
+    candidates = [op for op in ops if op.key in across and op.named and op.inst.opcode == "divide"
+                  and REMAT_SCOPE in op.op_name]
+    if not candidates:
+        return set()
+    callers = _fusion_callers(module)
+    found: set[SiteKey] = set()
+    for op in candidates:
+        comp = module.by_name[op.key[0]]
+        if not _is_reciprocal(comp, op.inst):
+            continue
+        tail = inner_tail(op.op_name)
+        if not tail or tail[-1] != DIVISION:  # not named for a division
+            continue
+        if any(REMAT_SCOPE not in name and ends_with(name, tail)
+               for name in _reader_names(module, comp, op.inst, op_names, callers)):
+            found.add(op.key)
+    return found
+
+
+def _is_reciprocal(comp: Computation, inst: Instruction) -> bool:
+    operand = comp.by_name.get(inst.operands[0]) if inst.operands else None
+    while operand is not None and operand.opcode == "broadcast" and operand.operands:
+        operand = comp.by_name.get(operand.operands[0])
+    return operand is not None and operand.opcode == "constant" and operand.shape.rank == 0 and \
+        operand.attributes.get("literal", "").strip() in ("1", "1.0")
+
+
+def _fusion_callers(module: Module) -> dict[str, list[tuple[Computation, Instruction]]]:
+    callers: dict[str, list[tuple[Computation, Instruction]]] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers.setdefault(callee, []).append((comp, inst))
+    return callers
+
+
+def _reader_names(module: Module, comp: Computation, inst: Instruction, op_names: OpNames,
+                  callers: Mapping[str, list[tuple[Computation, Instruction]]]) -> Iterable[str]:
+    """The names of the ops that compute with the value (through the ops that hand it on, into
+    the fusions that read it and out of the fusion that computes it)."""
+    pending, seen = [(comp, inst)], set()
+    while pending:
+        comp, current = pending.pop()
+        if (comp.name, current.name) in seen:
+            continue
+        seen.add((comp.name, current.name))
+        if current.is_root or current is comp.root:  # leaves its fusion: what reads the fusion
+            pending += callers.get(comp.name, ())
+        for reader in comp.users.get(current.name, ()):
+            if reader.opcode in _HANDS_ON:
+                pending.append((comp, reader))
+            elif reader.opcode == "fusion":
+                for callee in reader.called(CallRole.FUSION):
+                    body = module.by_name.get(callee)
+                    if body is None:
+                        continue
+                    params = body.parameters
+                    pending += [(body, params[k]) for k, name in enumerate(reader.operands)
+                                if name == current.name and k < len(params)]
+            else:
+                yield op_names.of(comp.name, reader)
