@@ -22,7 +22,7 @@ from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
-from hloflops.remat.rounding import is_identity_rounding, widened_roundings
+from hloflops.remat.rounding import copied_into_saves, is_identity_rounding, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -195,6 +195,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
+        | {key[:2] for key in copied_into_saves(module, ops, remat)} \
         if module.is_scheduled else set()
     return RematIndex(index.remat, index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
