@@ -3,17 +3,19 @@ fused the two programs (hloflops.remat.pairing: such ops are hinges of `remat_fl
 
 After optimization XLA copies a cheap elementwise value into every fusion that reads it: the
 forward loop into its consumers, the backward loop's recompute into its own, and the program
-without remat into its forward consumers and the fusions that save the value for the backward
-(seed 98 of the `more` family, a layer norm's output: one forward copy and one recompute with
-remat, two forward copies without). How many of the recompute's copies run because of remat
-then depends on the program without remat's fusion. A copy is sure where the program without
-remat can have no counterpart of it: an expensive op (never duplicated by fusion), what feeds a
-recomputed expensive op, a value read only by the recompute itself (the input of the next
-layer's recomputed matmul: the program without remat reads the forward's), and a chain that
-reads two values as large as its own (silu's `h * sigmoid(h)` in seed 000: XLA stores such a
-result rather than copy the chain into the fusion saving it, so the program without remat reads
-its forward's value; the recompute's copy is one of its own), unless its fusion hands it out
-reshaped (`_hands_out_reshaped`: XLA copies it into the saving fusion after all).
+without remat into its forward consumers and the fusions that save the value for the backward (seed
+98 of the `more` family, a layer norm's output: one forward copy and one recompute with remat, two
+forward copies without). How many of the recompute's copies run because of remat then depends on
+the program without remat's fusion. A copy is sure where the program without remat can have no
+counterpart of it: an expensive op (never duplicated by fusion), what feeds a recomputed expensive
+op (but a residual, a value the backward loop's gradient fusions copy too: the program without
+remat may copy it into more fusions saving residuals, `_saved_more_often`), a value read only by
+the recompute itself (the input of the next layer's recomputed matmul: the program without remat
+reads the forward's), and a chain that reads two values as large as its own (silu's `h *
+sigmoid(h)` in seed 000: XLA stores such a result rather than copy the chain into the fusion saving
+it, so the program without remat reads its forward's value; the recompute's copy is one of its
+own), unless its fusion hands it out reshaped (`_hands_out_reshaped`: XLA copies it into the saving
+fusion after all).
 
 The same holds for the copies of a value whose every copy is remat-marked, counted against the
 forward's copies found by signature and name in another loop body (`ForwardTwins`): the program
@@ -30,13 +32,14 @@ from __future__ import annotations
 
 
 from hloflops.remat.fusion_copies import feeding_marked_expensive, fused_outputs
-from hloflops.remat.op_kinds import EXPENSIVE, largest_array
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array
 from hloparse.ir import CallRole, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
 # Readers that only hand a value on: their own readers are the value's.
 _HANDS_ON = frozenset({"bitcast", "get-tuple-element", "reshape", "copy", "transpose", "tuple"})
+_MOVES = frozenset({"bitcast", "reshape", "copy", "transpose", "broadcast", "tuple"})
 
 
 def _reads_two_whole_values(module: Module, site: Key) -> bool:
@@ -111,8 +114,12 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
                     return False
         return found
 
+    residuals = _saved_more_often(module, ops, fused)
     out: set[SiteKey] = set()
     for op in candidates:
+        if op.exact in residuals:  # the program without remat may copy it into more saving fusions
+            out.add(op.key)
+            continue
         if op.key[:2] in feeds_expensive:
             continue
         site = sites.get(op.key[0]) if op.key[0] in fused else op.key[:2]
@@ -122,3 +129,92 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
             continue
         out.add(op.key)
     return out
+
+
+def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozenset[str]]) -> set:
+    """The values (exact numbers) of a backward loop whose recompute copies may stand for copies the
+    program without remat makes to save residuals. Per value, the program with remat computes it
+    in the backward loop's recompute fusions and in the gradient fusions that copy it (a remat-marked
+    op inside a fusion of a loop body none of whose outputs is remat-marked); the program without
+    remat reads every residual stored, computing the value once in the fusion saving each residual
+    whose cheap chain holds it. Counting a value's recompute copies and not its gradient copies is
+    right where it is saved as often as the gradient fusions copy it (seed 000: silu's `h = x @ w +
+    b`, copied into one gradient fusion, saved once: its recompute is recompute); where it is in
+    more residuals' chains, some recompute copies stand for saving copies. Such a value: copied into
+    a gradient fusion and also in the cheap chain (no expensive op between, `_cheap_chain`) of a
+    recompute fusion's output a backward op reads (base seeds 16 and 76, gelu's `h`: copied into
+    the gradient's fusion, and in the recomputed product `0.5 * h * (1 + t)` that Dense_1's weight
+    gradient reads; the program without remat copies it into three fusions saving gelu's residuals)."""
+    entry = module.entry.name
+    by_site: dict[tuple[str, int], list[SiteOp]] = {}
+    marked = {op.key[:2] for op in ops if op.marked}
+    for op in ops:
+        if op.key[0] in fused:
+            by_site.setdefault((op.key[0], op.key[2]), []).append(op)
+    readers: dict[Key, list] = {}
+    calls: dict[str, tuple[str, object]] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                calls[callee] = (comp.name, inst)
+    marked_fusions = {name for (name, _), members in by_site.items()
+                      if any(op.marked and op.inst.name in fused[name] for op in members)}
+
+    def read_by_backward(comp_name: str, name: str) -> bool:
+        pending, seen = [name], set()
+        while pending:
+            for reader in readers.get((comp_name, pending.pop()), ()):
+                if reader.name in seen:
+                    continue
+                seen.add(reader.name)
+                if reader.opcode in _HANDS_ON:
+                    pending.append(reader.name)
+                elif reader.opcode == "fusion":
+                    if not any(callee in marked_fusions for callee in reader.called(CallRole.FUSION)):
+                        return True
+                elif (comp_name, reader.name) not in marked:
+                    return True
+        return False
+
+    gradient: set = set()
+    in_residuals: set = set()
+    for (comp_name, site), members in by_site.items():
+        if members[0].frame == entry:
+            continue
+        if comp_name not in marked_fusions:
+            gradient |= {op.exact for op in members if op.marked}
+            continue
+        call = calls.get(comp_name)
+        if call is None or not read_by_backward(call[0], call[1].name):
+            continue
+        by_name = {op.inst.name: op for op in members}
+        in_residuals |= {by_name[name].exact for name in _cheap_chain(module.by_name[comp_name], fused[comp_name])
+                         if name in by_name and by_name[name].marked}
+    return gradient & in_residuals
+
+
+def _cheap_chain(comp, outputs: frozenset[str]) -> set[str]:
+    """The ops of a fused computation its outputs are computed from through cheap elementwise ops
+    and moves alone (an expensive op, a reduction or a parameter ends the chain): what XLA copies
+    into a fusion saving the output. An op reading two values as large as its own ends it too
+    (XLA stores such a result rather than copy its chain: silu's `h * sigmoid(h)` in seed 000),
+    unless the fusion hands its result out reshaped (XLA copies it after all: gelu's product in
+    base seed 16; see `_reads_two_whole_values`, `_hands_out_reshaped`)."""
+    reshaped = comp.root.opcode in ("bitcast", "reshape")
+    found: set[str] = set()
+    pending = list(outputs)
+    while pending:
+        inst = comp.by_name.get(pending.pop())
+        if inst is None or inst.name in found or inst.opcode in EXPENSIVE or inst.opcode == "parameter":
+            continue
+        if inst.opcode not in DUPLICATED and inst.opcode not in _MOVES:
+            continue
+        found.add(inst.name)
+        size = largest_array(inst.shape)
+        whole = [o for o in inst.operands if o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
+                 and largest_array(comp.by_name[o].shape) >= size]
+        if len(whole) < 2 or reshaped or inst.opcode in _MOVES:
+            pending += inst.operands
+    return found

@@ -10,6 +10,7 @@ from typing import Mapping
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
+from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp
@@ -29,7 +30,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     the fusion's outputs themselves and unfused ops. A forward op (not marked) that XLA copied
     into a fusion computing a recompute runs there because of remat too (an embedding lookup
     fused into the recompute of the first layer norm), where the program computes its value
-    elsewhere as well. A marked copy `_same_value` counted against its forward's copies keeps that
+    elsewhere as well. In a backward loop whose forward runs in another loop body, the program
+    without remat's gradient fusion reads the value stored instead (`_ReadStored`): such a copy
+    is unsure. A marked copy `_same_value` counted against its forward's copies keeps that
     answer, but in a fusion computing a recompute where the forward reads the value stored
     (`_stored_by_the_forward`). A forward op copied into the recompute of a value the forward
     computes inside a library fusion stands in for the copy the program without remat makes
@@ -48,6 +51,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     stored = _stored_by_the_forward(ops, twins)
     in_library = _forward_in_library(module, twins)
     saved = _saved_residuals(ops)
+    read_stored = _ReadStored(module, ops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     stand_ins: set[SiteKey] = set()
@@ -91,6 +95,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
+            if op.marked and read_stored(op):
+                read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
     # twin too, is the recompute's copy of it, as long as the recompute's copies of its value
     # number fewer than the forward fusions' (each forward copy is recomputed once: gelu's bias
@@ -108,7 +114,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 out.add(key)
                 decided_copies.add(key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
-    return out - nested, decided_copies | nested, stand_ins
+    return out - nested, decided_copies | nested, stand_ins | read_stored.copied_more_than_once()
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
@@ -284,3 +290,35 @@ def fused_outputs(module: Module) -> dict[str, frozenset[str]]:
                 pending += [o for o in inst.operands if o in comp.by_name and o not in found]
         out[name] = frozenset(found)
     return out
+
+
+class _ReadStored:
+    """Is a recompute's copy in a gradient fusion one the program without remat may not make? In a
+    backward loop whose forward runs in another loop body (a scan's), the program without remat's
+    backward reads each residual as its forward loop stored it: its gradient fusions copy none of
+    the forward's cheap ops, where the program with remat copies the recompute's into each gradient
+    fusion reading them (base seeds 131 and 135, a layer norm's `x - mean` copied into four gradient
+    fusions of the backward loop, against one fusion saving it without remat). How many such copies
+    the program without remat's saving fusions offset rests on its fusion: unsure, not counted."""
+
+    def __init__(self, module: Module, ops: list[SiteOp]) -> None:
+        self.entry = module.entry.name
+        self.copies: dict[tuple[str, object], list[SiteOp]] = {}  # (frame, value) -> its gradient copies
+        self.unmarked = {(op.frame, op.exact) for op in ops if not op.marked}
+        self.forward: dict[str, list[SiteOp]] = {}
+        for op in ops:
+            if not op.marked and op.op_name and op.frame != self.entry:
+                self.forward.setdefault(op.inst.opcode, []).append(op)
+
+    def __call__(self, op: SiteOp) -> bool:
+        if op.frame == self.entry or (op.frame, op.exact) in self.unmarked or not op.op_name:
+            return False
+        tail = inner_tail(op.op_name)
+        return any(twin.frame != op.frame and ends_with(twin.op_name, tail)
+                   for twin in self.forward.get(op.inst.opcode, ()))
+
+    def copied_more_than_once(self) -> set[SiteKey]:
+        """The copies of a value the gradient fusions copy more than once: once is what the
+        program without remat does too, in the fusion saving the residual (seed 000, silu's bias
+        add `h`, copied into one gradient fusion and saved once: the split is sure)."""
+        return {op.key for found in self.copies.values() if len(found) > 1 for op in found}

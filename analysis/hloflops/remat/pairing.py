@@ -23,7 +23,7 @@ from hloflops.remat.fusion_copies import fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.op_kinds import is_identity_rounding
-from hloflops.remat.rounding import widened_roundings
+from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
@@ -207,6 +207,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
+        | {key[:2] for key in copied_into_saves(module, ops, remat)} \
         if module.is_scheduled else set()
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
