@@ -48,6 +48,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     stored = _stored_by_the_forward(ops, twins)
     in_library = _forward_in_library(module, twins)
     saved = _saved_residuals(ops)
+    backward_loops = _backward_loop_bodies(module, ops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     stand_ins: set[SiteKey] = set()
@@ -88,6 +89,14 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 else:
                     out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
                 decided_copies.add(op.key)
+        elif op.marked and op.key in remat and op.frame in backward_loops:
+            # A recompute's copy in a gradient fusion of a backward loop body: the program without
+            # remat reads its forward's stored residuals there and copies no forward op into it;
+            # whether the copy is one more than that program's forward makes (a residual it saved
+            # downstream, gelu's `0.5 * (1 + tanh)`, whose `1 + tanh` only the recompute runs
+            # again) rests on how XLA fused its forward: unsure, the pairing's count left out.
+            out.discard(op.key)
+            stand_ins.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
@@ -109,6 +118,15 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 decided_copies.add(key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
     return out - nested, decided_copies | nested, stand_ins
+
+
+def _backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
+    """The loop bodies (frames other than ENTRY) that run no forward op: a scan's backward loop,
+    which reads what its forward loop saved and computes nothing of the forward but recomputes."""
+    entry = module.entry.name
+    frames = {op.frame for op in ops if op.frame != entry}
+    forward = {op.frame for op in ops if not op.marked and op.op_name and phase(op.op_name) == "forward"}
+    return frames - forward
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
