@@ -33,7 +33,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     answer, but in a fusion computing a recompute where the forward reads the value stored
     (`_stored_by_the_forward`). A forward op copied into the recompute of a value the forward
     computes inside a library fusion stands in for the copy the program without remat makes
-    (`_forward_in_library`): model FLOPs, unsure. Returns the recompute, the copies this rule
+    (`_forward_in_library`): model FLOPs, unsure. So is a recompute's copy in a gradient fusion of
+    a backward loop body (`_backward_loop_bodies`), whose twin reads stored residuals and copies
+    no forward op there. Returns the recompute, the copies this rule
     decided (either way), and those of them it decided on how XLA fused the program without remat."""
     fused = fused_outputs(module)
     if not fused:
