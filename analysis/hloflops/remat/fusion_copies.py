@@ -36,7 +36,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     answer, but in a fusion computing a recompute where the forward reads the value stored
     (`_stored_by_the_forward`). A forward op copied into the recompute of a value the forward
     computes inside a library fusion stands in for the copy the program without remat makes
-    (`_forward_in_library`): model FLOPs, unsure. Returns the recompute, the copies this rule
+    (`_forward_in_library`): model FLOPs, unsure. So is a recompute's copy in a gradient fusion of
+    a backward loop body (`_backward_loop_bodies`), whose twin reads stored residuals and copies
+    no forward op there. Returns the recompute, the copies this rule
     decided (either way), and those of them it decided on how XLA fused the program without remat."""
     fused = fused_outputs(module)
     if not fused:
@@ -52,6 +54,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     in_library = _forward_in_library(module, twins)
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
+    backward_loops = _backward_loop_bodies(module, ops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     stand_ins: set[SiteKey] = set()
@@ -92,6 +95,14 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 else:
                     out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
                 decided_copies.add(op.key)
+        elif op.marked and op.key in remat and op.frame in backward_loops:
+            # A recompute's copy in a gradient fusion of a backward loop body: the program without
+            # remat reads its forward's stored residuals there and copies no forward op into it;
+            # whether the copy is one more than that program's forward makes (a residual it saved
+            # downstream, gelu's `0.5 * (1 + tanh)`, whose `1 + tanh` only the recompute runs
+            # again) rests on how XLA fused its forward: unsure, the pairing's count left out.
+            out.discard(op.key)
+            stand_ins.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
             decided_copies.add(op.key)
@@ -115,6 +126,15 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 decided_copies.add(key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
     return out - nested, decided_copies | nested, stand_ins | read_stored.copied_more_than_once()
+
+
+def _backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
+    """The loop bodies (frames other than ENTRY) that run no forward op: a scan's backward loop,
+    which reads what its forward loop saved and computes nothing of the forward but recomputes."""
+    entry = module.entry.name
+    frames = {op.frame for op in ops if op.frame != entry}
+    forward = {op.frame for op in ops if not op.marked and op.op_name and phase(op.op_name) == "forward"}
+    return frames - forward
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
