@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hloflops.remat.inputs import FrameInputs
-from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.names import ends_with, inner_tail, remat_depth
 from hloflops.remat.signature import signature
 from hloflops.remat.op_kinds import is_identity_rounding, shape_key
 from hloflops.remat.values import Val
@@ -85,8 +85,13 @@ class ForwardTwins:
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
         self.frames: dict[Val, set[str]] = {}  # the frames each value's unmarked ops run in
+        # the remat depths at which a marked op computes each value: the levels whose recompute
+        # of it matched the forward's value exactly
+        self.recomputed: dict[Val, set[int]] = {}
         for op in ops:
-            if not op.marked:
+            if op.marked:
+                self.recomputed.setdefault(op.exact, set()).add(remat_depth(op.op_name) if op.op_name else -1)
+            else:
                 self.copies[op.exact] += 1
                 self.first.setdefault(op.exact, op.order)
                 self.frames.setdefault(op.exact, set()).add(op.frame)
@@ -99,8 +104,10 @@ class ForwardTwins:
         tail = inner_tail(op.op_name)
         if not tail or not op.op_name:
             return frozenset()
+        depth = remat_depth(op.op_name)
         return frozenset(twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
                          if ends_with(twin.op_name, tail)
+                         and depth not in self.recomputed.get(twin.exact, ())
                          and (twin.frame != op.frame or same_inputs(self.inputs, op, twin)))
 
     def counts(self, classes: list[list[SiteOp]]) -> dict[int, int]:
