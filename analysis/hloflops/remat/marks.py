@@ -115,14 +115,23 @@ def inherit_names(module: Module, ops: list[SiteOp], op_names: OpNames) -> None:
     remat-named value and otherwise (constants aside) only remat-named or forward values is part
     of the recompute (a recompute's cross-attention logits read the recomputed query and the
     forward's keys, where CSE merged the keys' recompute into the forward). One that reads a
-    gradient too is the backward's. Through a fusion's parameters to its call site's operands."""
+    gradient too is the backward's. Through a fusion's parameters to its call site's operands.
+
+    After optimization so is an op named in a checkpoint's transpose, outside its
+    `rematted_computation`, that reads no gradient that way: the backward's own ops are linear in
+    the cotangent, and one that reads none is one whose cotangent XLA folded to a constant
+    (softmax's `ct / s` with `ct = 1` is `1 / s`), which CSE then merged with the recompute's
+    op of the same value, keeping the backward's name (base draw 82: the recompute of `1 / s`
+    named `checkpoint/div`). In the program without remat the same op merges with the forward's."""
     callers: dict[str, tuple[str, Instruction] | None] = {}
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":
             for callee in inst.called(CallRole.FUSION):
                 callers[callee] = None if callee in callers else (comp.name, inst)
+    scheduled = module.is_scheduled
     for op in ops:
-        if op.op_name or op.named or not op.inst.operands:
+        if op.named or not op.inst.operands or \
+                (op.op_name and not (scheduled and _in_checkpoint_transpose(op.op_name))):
             continue
         comp = module.by_name[op.key[0]]
         sources: list[tuple[str, Instruction]] = []
