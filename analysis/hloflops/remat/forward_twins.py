@@ -70,7 +70,11 @@ class ForwardTwins:
     activations that XLA fused differently from the forward's; a layer's recompute reads a
     saved stack's slice): its value numbers then differ from the forward's, and the forward's
     copies are ops of the same signature and name (`by_signature.by_signature`'s test) that are not
-    remat-marked, not the backward's, and read the same frame inputs. XLA copies a cheap op into
+    remat-marked, not the backward's, and read the same frame inputs, and whose value no marked
+    op at the class's remat depth computes: that value's recompute matched it exactly, and it is
+    another layer's (the frame inputs do not tell layers apart where all read one stacked weight:
+    an unrolled scan's layer norms, base draws 68, 102, 166, took every layer's `var + eps` as
+    the forward copies of this one's). XLA copies a cheap op into
     as many fusions as read it, in the recompute as in the program without remat (seed 128: a
     layer norm's variance, copied into three fusions of the recompute and three of the twin's
     forward, one of the program's forward): the recompute counts as many copies as the forward
