@@ -67,7 +67,9 @@ ENTRY main {
   inv.r = f32[2,32] divide(ones, s.r), metadata={op_name="@B/div"}
   g = f32[2,32] multiply(ct, inv.r), metadata={op_name="@B/mul"}
   g2 = f32[2,32] divide(g, s.r), metadata={op_name="@B/div"}
-  ROOT out = (f32[2,32], f32[2,32]) tuple(inv, g2)
+  sq.r = f32[2,32] multiply(s.r, s.r), metadata={op_name="@R/mul"}
+  k = f32[2,32] divide(s.r, sq.r), metadata={op_name="@B/div"}
+  ROOT out = (f32[2,32], f32[2,32], f32[2,32]) tuple(inv, g2, k)
 }
 """
 
@@ -95,10 +97,11 @@ def test_a_forward_value_its_own_recompute_matched_is_no_other_class_forward():
 
 
 def test_a_checkpoint_transpose_op_reading_no_gradient_is_the_recompute():
-    """`inv.r`, named in the checkpoint's backward, divides a constant by the recompute's sum: no
-    gradient in it, the recompute of the forward's `inv`. `g` and `g2` read the cotangent: the
-    backward's own."""
+    """`inv.r`, named in the checkpoint's backward, divides a constant (where the cotangent was,
+    folded) by the recompute's sum: the recompute of the forward's `inv`. `g` and `g2` read the
+    cotangent: the backward's own. `k` reads recomputed values alone, no constant: a
+    coefficient of the linearization that jax evaluates in the transpose, the backward's too."""
     index = find_remat(_parsed(SOFTMAX))
     assert ("main", "inv.r") in index
-    assert ("main", "g") not in index and ("main", "g2") not in index
+    assert ("main", "g") not in index and ("main", "g2") not in index and ("main", "k") not in index
     assert ("main", "inv") not in index

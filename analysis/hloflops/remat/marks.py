@@ -129,13 +129,15 @@ STACKING = frozenset({"concatenate", "dynamic-update-slice"})
 
 
 def recomputes_named_in_transpose(module: Module, ops: list[SiteOp], op_names: OpNames) -> None:
-    """After optimization, an op named in a checkpoint's transpose (outside its
-    `rematted_computation`) that reads the recompute's values and otherwise only forward values
-    and constants, no gradient, is the recompute's, as `inherit_names` names an unnamed one. The
-    backward's own ops are linear in the cotangent; one that reads none had its cotangent folded
-    to a constant (softmax's `ct / s` with `ct = 1` is `1 / s`), and CSE merged it with the
-    recompute's op of the same value, which took the backward's name (base draw 82: the
-    recompute of `1 / s` named `checkpoint/div`, divide -128). In the program without remat the
+    """After optimization, an elementwise op named in a checkpoint's transpose (outside its
+    `rematted_computation`) that reads a constant and otherwise the recompute's values alone is
+    the recompute's: the constant stands where the cotangent was, folded (softmax's `ct / s` with
+    `ct = 1` is `1 / s`), and CSE merged the op with the recompute's op of the same value, which
+    took the backward's name (base draw 82: the recompute of `1 / s` named `checkpoint/div`,
+    divide -128). Not an op of recomputed values alone: jax evaluates some of the linearization's
+    coefficients in the transpose (softmax's `p / s` for the derivative of `1 / s`, TPU draw 54),
+    and the program without remat does too; nor its broadcasts and collectives of residuals (a
+    weight's all-gather again under FSDP), nor what reads a forward value too. In the program without remat the
     backward's op merges with the forward's where it reads the forward's own value: only where
     every forward op of its signature and name runs in its frame, and the forward stacks nothing
     there. A scan's backward reads its residuals from the stack its forward saves (another loop
@@ -146,7 +148,8 @@ def recomputes_named_in_transpose(module: Module, ops: list[SiteOp], op_names: O
         return
     callers = _fusion_callers(module)
     candidates = [op for op in ops if op.op_name and not op.named and op.inst.operands
-                  and _in_checkpoint_transpose(op.op_name) and _reads_the_recompute(module, op, op_names, callers)]
+                  and op.inst.opcode in ELEMENTWISE_FLOP_OPCODES and _in_checkpoint_transpose(op.op_name)
+                  and _reads_the_recompute(module, op, op_names, callers, only=True)]
     if not candidates:
         return
     shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
@@ -175,9 +178,10 @@ def _fusion_callers(module: Module) -> dict[str, tuple[str, Instruction] | None]
 
 
 def _reads_the_recompute(module: Module, op: SiteOp, op_names: OpNames,
-                         callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:
+                         callers: Mapping[str, tuple[str, Instruction] | None], only: bool = False) -> bool:
     """Does the op read a remat-named value and otherwise (constants aside) only remat-named or
-    forward values? Through a fusion's parameters to its call site's operands."""
+    forward values? `only`: a constant (broadcast or not) and remat-named values, nothing else.
+    Through a fusion's parameters to its call site's operands."""
     comp = module.by_name[op.key[0]]
     sources: list[tuple[str, Instruction]] = []
     for name in op.inst.operands:
@@ -190,10 +194,13 @@ def _reads_the_recompute(module: Module, op: SiteOp, op_names: OpNames,
             sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
         elif source is not None:
             sources.append((comp.name, source))
-    names = [name for c, i in sources if i.opcode != "constant"
+    constant = [i.opcode == "constant" or (only and _constant_here(module.by_name[c], i.name)) for c, i in sources]
+    if only and not any(constant):
+        return False
+    names = [name for (c, i), k in zip(sources, constant) if not k
              for name in _passed_on_names(module, c, i, op_names, callers)]
     remat = [REMAT_SCOPE in name for name in names]
-    return any(remat) and all(r or phase(name) == "forward" for r, name in zip(remat, names))
+    return any(remat) and all(r or (not only and phase(name) == "forward") for r, name in zip(remat, names))
 
 
 def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names: OpNames,
