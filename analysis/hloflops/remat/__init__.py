@@ -122,8 +122,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    remat shares the forward's instead, and the recompute's is remat.
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds; after
-optimization so is an op named in a checkpoint's transpose that reads no gradient: its cotangent
-folded to a constant, CSE merged it with the recompute's op of its value, softmax's `1 / s`) or, for a
+optimization so is an elementwise op named in a checkpoint's transpose that reads a constant, its
+cotangent folded, and otherwise the recompute's values alone: CSE merged it with the recompute's
+op of its value, softmax's `1 / s`; not in a frame where the forward stacks a scan's residuals,
+whose backward computes it again in both programs) or, for a
 dot duplicating a value, by what reads it, and so is the unnamed reduce-window XLA splits off a
 long reduce (its partial sums) where every reader is a remat-named reduce; views are numbered by the elements they hold
 (hloflops.remat.views); a custom-call that moves a value between memories (an offload policy's
