@@ -137,10 +137,10 @@ def recomputes_named_in_transpose(module: Module, ops: list[SiteOp], op_names: O
     divide -128). Not an op of recomputed values alone: jax evaluates some of the linearization's
     coefficients in the transpose (softmax's `p / s` for the derivative of `1 / s`, TPU draw 54),
     and the program without remat does too; nor its broadcasts and collectives of residuals (a
-    weight's all-gather again under FSDP), nor what reads a forward value too. In the program without remat the
-    backward's op merges with the forward's where it reads the forward's own value: only where
-    every forward op of its signature and name runs in its frame, and the forward stacks nothing
-    there. A scan's backward reads its residuals from the stack its forward saves (another loop
+    weight's all-gather again under FSDP), nor what reads a forward value too. In the program
+    without remat the backward's op merges with the forward's where it reads the forward's own
+    value: only where every forward op of its signature and name runs in its frame, and the
+    forward stacks nothing there. A scan's backward reads its residuals from the stack its forward saves (another loop
     body, or, unrolled, a concatenate in the same frame): the program without remat computes
     `1 / s` there again too, and nothing is marked (base draw 106, an unrolled scan: divide
     +256 where the op was marked)."""
