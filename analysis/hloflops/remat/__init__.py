@@ -25,9 +25,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    computes k times is recomputed at most k times under one checkpoint's name: further marked
    copies are the linearization's own (jvp's `x * x` for the derivative of `x ** 3`), model
    FLOPs. If every op of the value is marked, either the forward computes it elsewhere under
-   another number (ops of its signature and name reading the same inputs: as many copies are
-   recompute; classes that find the same forward values share them, one value each: layer
-   norm's mean and mean square) or CSE merged the forward away and one of them is model FLOPs.
+   another number (ops of its signature and name reading the same inputs, whose value no
+   recompute of the class's depth matched exactly: as many copies are recompute; classes that
+   find the same forward values share them, one value each: layer norm's mean and mean square)
+   or CSE merged the forward away and one of them is model FLOPs.
    A callee that several `call` sites run (before optimization an unrolled scan's step, or a
    checkpointed block lowered once for every layer) is numbered at each site and named there
    by that site's calls (one `jit(relu)` for a nested remat's outer and inner recomputes: each
@@ -120,7 +121,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (hloflops.remat.shared_reciprocals). In one computation (a Python loop), the program without
    remat shares the forward's instead, and the recompute's is remat.
 
-Ops without metadata are named by what they read (through the unnamed ops XLA adds) or, for a
+Ops without metadata are named by what they read (through the unnamed ops XLA adds; after
+optimization so is an elementwise op named in a checkpoint's transpose that reads a constant, its
+cotangent folded, and otherwise the recompute's values alone: CSE merged it with the recompute's
+op of its value, softmax's `1 / s`; not in a frame where the forward stacks a scan's residuals,
+whose backward computes it again in both programs) or, for a
 dot duplicating a value, by what reads it, and so is the unnamed reduce-window XLA splits off a
 long reduce (its partial sums) where every reader is a remat-named reduce; views are numbered by the elements they hold
 (hloflops.remat.views); a custom-call that moves a value between memories (an offload policy's

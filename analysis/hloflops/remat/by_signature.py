@@ -11,7 +11,7 @@ from hloflops.remat.expensive_chains import unit_free
 from hloflops.remat.forward_twins import same_inputs
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
-from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth
+from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth, remat_level
 from hloflops.remat.op_kinds import MATMUL_OPCODES, shape_key
 from hloflops.remat.partitioned import is_partitioned, partitioned_key
 from hloflops.remat.signature import signature
@@ -31,7 +31,7 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     with an op of the same signature (opcode, shapes, dimension numbers) whose op_name ends with
     the recompute's name inside its innermost checkpoint (`block_0/mlp/Dense_0/dot_general`)
     and that nothing else recomputes yet; each twin serves one recompute per remat depth and number
-    of checkpoints around it (`_enclosing_checkpoints`), a forward whose value one level's
+    of checkpoints around it (`names.enclosing_checkpoints`), a forward whose value one level's
     recompute matched exactly (`_same_value`) the other levels still (`_levels_by_value`). A
     recompute CSE merged into its forward has no such twin left and stays unpaired.
 
@@ -52,7 +52,7 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # nested remat recomputes a layer at two levels, and the inner level's copy may read its
     # inputs from other ops (its value numbered apart: base seeds 208, 249, an encoder-decoder's
     # decoder block recomputed by the stack's checkpoint and by its own). The forward is the twin
-    # of that copy too, at the other level (`_enclosing_checkpoints`).
+    # of that copy too, at the other level (`names.enclosing_checkpoints`).
     served = _levels_by_value(ops, sizes, settled)
     pool: dict[tuple, list[SiteOp]] = {}
     for op in ops:
@@ -216,9 +216,8 @@ def _linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey
 
 
 def _level(op: SiteOp) -> tuple[int, int]:
-    """A recompute's level (`by_signature`): its remat depth (one for an op named by its inputs,
-    `inherit_names`) and the checkpoints around its innermost `rematted_computation`."""
-    return (1 if op.inherited else remat_depth(op.op_name), _enclosing_checkpoints(op.op_name))
+    """A recompute's level (`by_signature`): `names.remat_level`."""
+    return remat_level(op.op_name, op.inherited)
 
 
 def _levels_by_value(ops: list[SiteOp], sizes: Counter, settled: set[SiteKey]) -> dict[Val, set[tuple[int, int]]]:
@@ -238,19 +237,6 @@ def _levels_by_value(ops: list[SiteOp], sizes: Counter, settled: set[SiteKey]) -
         else:
             loose.add(op.exact)
     return {number: found for number, found in levels.items() if number in unmarked and number not in loose}
-
-
-def _enclosing_checkpoints(op_name: str) -> int:
-    """How many checkpoints enclose a recompute's innermost `rematted_computation`. Nested remat
-    recomputes an inner layer twice, and jax names only one of the two recomputes a
-    `rematted_computation` each: the outer checkpoint's recompute of the layer
-    (`.../checkpoint/rematted_computation/stack/block_0/Conv_0/...`) and the inner checkpoint's
-    recompute inside the outer one's backward (`.../checkpoint/stack/checkpoint/
-    rematted_computation/block_0/Conv_0/...`, TPU draw 16). Both are one remat deep, and both
-    run: the forward twin serves each."""
-    parts = op_name.split("/")
-    last = max((i for i, part in enumerate(parts) if part == REMAT_SCOPE), default=0)
-    return sum(part == "checkpoint" for part in parts[:last])
 
 
 def _raw_tail(op_name: str) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hloflops.remat.inputs import FrameInputs
-from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.names import ends_with, inner_tail, remat_level
 from hloflops.remat.signature import signature
 from hloflops.remat.op_kinds import is_identity_rounding, shape_key
 from hloflops.remat.values import Val
@@ -70,8 +70,13 @@ class ForwardTwins:
     activations that XLA fused differently from the forward's; a layer's recompute reads a
     saved stack's slice): its value numbers then differ from the forward's, and the forward's
     copies are ops of the same signature and name (`by_signature.by_signature`'s test) that are not
-    remat-marked, not the backward's, and read the same frame inputs. XLA copies a cheap op into
-    as many fusions as read it, in the recompute as in the program without remat (seed 128: a
+    remat-marked, not the backward's, and read the same frame inputs, and whose value no marked
+    op at the class's level computes (`remat_level`: nested remat recomputes a layer at two):
+    that value's recompute matched it exactly, and it is another layer's (the frame inputs do not
+    tell layers apart where all read one stacked weight: an unrolled scan's layer norms, base
+    draws 68, 102, 166, took every layer's `var + eps` as the forward copies of this one's).
+    XLA copies a cheap op into as many fusions as read it, in the recompute as in the program
+    without remat (seed 128: a
     layer norm's variance, copied into three fusions of the recompute and three of the twin's
     forward, one of the program's forward): the recompute counts as many copies as the forward
     has, the rest are the twin's too. Where those forward copies lie in another loop body (a
@@ -85,8 +90,14 @@ class ForwardTwins:
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
         self.frames: dict[Val, set[str]] = {}  # the frames each value's unmarked ops run in
+        # the levels (`remat_level`) at which a marked op computes each value: the levels whose
+        # recompute of it matched the forward's value exactly
+        self.recomputed: dict[Val, set[tuple[int, int]]] = {}
         for op in ops:
-            if not op.marked:
+            if op.marked:
+                level = remat_level(op.op_name, op.inherited) if op.op_name else None
+                self.recomputed.setdefault(op.exact, set()).add(level)
+            else:
                 self.copies[op.exact] += 1
                 self.first.setdefault(op.exact, op.order)
                 self.frames.setdefault(op.exact, set()).add(op.frame)
@@ -99,8 +110,10 @@ class ForwardTwins:
         tail = inner_tail(op.op_name)
         if not tail or not op.op_name:
             return frozenset()
+        level = remat_level(op.op_name, op.inherited)
         return frozenset(twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
                          if ends_with(twin.op_name, tail)
+                         and level not in self.recomputed.get(twin.exact, ())
                          and (twin.frame != op.frame or same_inputs(self.inputs, op, twin)))
 
     def counts(self, classes: list[list[SiteOp]]) -> dict[int, int]:

@@ -9,11 +9,12 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES
-from hloflops.remat.names import REMAT_SCOPE, OpNames
+from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp
-from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.op_kinds import MATMUL_OPCODES, shape_key
+from hloflops.remat.signature import signature
 
 
 # What a value computed from constants alone passes through: an optimization barrier, a tuple and
@@ -116,31 +117,90 @@ def inherit_names(module: Module, ops: list[SiteOp], op_names: OpNames) -> None:
     of the recompute (a recompute's cross-attention logits read the recomputed query and the
     forward's keys, where CSE merged the keys' recompute into the forward). One that reads a
     gradient too is the backward's. Through a fusion's parameters to its call site's operands."""
+    callers = _fusion_callers(module)
+    for op in ops:
+        if not op.op_name and not op.named and op.inst.operands and \
+                _reads_the_recompute(module, op, op_names, callers):
+            op.named = op.marked = op.inherited = True
+
+
+# Ops that write a value into a stack: a scan's forward saving its residuals or carries.
+STACKING = frozenset({"concatenate", "dynamic-update-slice"})
+
+
+def recomputes_named_in_transpose(module: Module, ops: list[SiteOp], op_names: OpNames) -> None:
+    """After optimization, an elementwise op named in a checkpoint's transpose (outside its
+    `rematted_computation`) that reads a constant and otherwise the recompute's values alone is
+    the recompute's: the constant stands where the cotangent was, folded (softmax's `ct / s` with
+    `ct = 1` is `1 / s`), and CSE merged the op with the recompute's op of the same value, which
+    took the backward's name (base draw 82: the recompute of `1 / s` named `checkpoint/div`,
+    divide -128). Not an op of recomputed values alone: jax evaluates some of the linearization's
+    coefficients in the transpose (softmax's `p / s` for the derivative of `1 / s`, TPU draw 54),
+    and the program without remat does too; nor its broadcasts and collectives of residuals (a
+    weight's all-gather again under FSDP), nor what reads a forward value too. In the program
+    without remat the backward's op merges with the forward's where it reads the forward's own
+    value: only where every forward op of its signature and name runs in its frame, and the
+    forward stacks nothing there. A scan's backward reads its residuals from the stack its forward saves (another loop
+    body, or, unrolled, a concatenate in the same frame): the program without remat computes
+    `1 / s` there again too, and nothing is marked (base draw 106, an unrolled scan: divide
+    +256 where the op was marked)."""
+    if not module.is_scheduled:
+        return
+    callers = _fusion_callers(module)
+    candidates = [op for op in ops if op.op_name and not op.named and op.inst.operands
+                  and op.inst.opcode in ELEMENTWISE_FLOP_OPCODES and _in_checkpoint_transpose(op.op_name)
+                  and _reads_the_recompute(module, op, op_names, callers, only=True)]
+    if not candidates:
+        return
+    shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
+    forward: dict[tuple, list[SiteOp]] = {}
+    stacking: set[str] = set()  # frames where the forward stacks values (a scan's residuals)
+    for op in ops:
+        if not op.marked and op.op_name and phase(op.op_name) != "backward":
+            forward.setdefault(signature(op, shapes), []).append(op)
+            if op.inst.opcode in STACKING and phase(op.op_name) == "forward":
+                stacking.add(op.frame)
+    for op in candidates:
+        tail = inner_tail(op.op_name)
+        twins = [twin for twin in forward.get(signature(op, shapes), ()) if ends_with(twin.op_name, tail)]
+        if twins and op.frame not in stacking and all(twin.frame == op.frame for twin in twins):
+            op.named = op.marked = op.inherited = True
+
+
+def _fusion_callers(module: Module) -> dict[str, tuple[str, Instruction] | None]:
+    """Each fused computation's one call site (None where several fusions call it)."""
     callers: dict[str, tuple[str, Instruction] | None] = {}
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":
             for callee in inst.called(CallRole.FUSION):
                 callers[callee] = None if callee in callers else (comp.name, inst)
-    for op in ops:
-        if op.op_name or op.named or not op.inst.operands:
-            continue
-        comp = module.by_name[op.key[0]]
-        sources: list[tuple[str, Instruction]] = []
-        for name in op.inst.operands:
-            source = comp.by_name.get(name)
-            if source is not None and source.opcode == "parameter" and callers.get(comp.name):
-                caller_comp, site = callers[comp.name]
-                number = int(source.attributes.get("parameter_number", "0"))
-                outer = module.by_name[caller_comp].by_name.get(site.operands[number]) \
-                    if number < len(site.operands) else None
-                sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
-            elif source is not None:
-                sources.append((comp.name, source))
-        names = [name for c, i in sources if i.opcode != "constant"
-                 for name in _passed_on_names(module, c, i, op_names, callers)]
-        remat = [REMAT_SCOPE in name for name in names]
-        if any(remat) and all(r or phase(name) == "forward" for r, name in zip(remat, names)):
-            op.named = op.marked = op.inherited = True
+    return callers
+
+
+def _reads_the_recompute(module: Module, op: SiteOp, op_names: OpNames,
+                         callers: Mapping[str, tuple[str, Instruction] | None], only: bool = False) -> bool:
+    """Does the op read a remat-named value and otherwise (constants aside) only remat-named or
+    forward values? `only`: a constant (broadcast or not) and remat-named values, nothing else.
+    Through a fusion's parameters to its call site's operands."""
+    comp = module.by_name[op.key[0]]
+    sources: list[tuple[str, Instruction]] = []
+    for name in op.inst.operands:
+        source = comp.by_name.get(name)
+        if source is not None and source.opcode == "parameter" and callers.get(comp.name):
+            caller_comp, site = callers[comp.name]
+            number = int(source.attributes.get("parameter_number", "0"))
+            outer = module.by_name[caller_comp].by_name.get(site.operands[number]) \
+                if number < len(site.operands) else None
+            sources.append((caller_comp, outer) if outer is not None else (comp.name, source))
+        elif source is not None:
+            sources.append((comp.name, source))
+    constant = [i.opcode == "constant" or (only and _constant_here(module.by_name[c], i.name)) for c, i in sources]
+    if only and not any(constant):
+        return False
+    names = [name for (c, i), k in zip(sources, constant) if not k
+             for name in _passed_on_names(module, c, i, op_names, callers)]
+    remat = [REMAT_SCOPE in name for name in names]
+    return any(remat) and all(r or (not only and phase(name) == "forward") for r, name in zip(remat, names))
 
 
 def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names: OpNames,

@@ -295,6 +295,26 @@ def remat_depth(op_name: str) -> int:
     return depth if depth else len(old_frames(op_name))
 
 
+def enclosing_checkpoints(op_name: str) -> int:
+    """How many checkpoints enclose a recompute's innermost `rematted_computation`. Nested remat
+    recomputes an inner layer twice, and jax names only one of the two recomputes a
+    `rematted_computation` each: the outer checkpoint's recompute of the layer
+    (`.../checkpoint/rematted_computation/stack/block_0/Conv_0/...`) and the inner checkpoint's
+    recompute inside the outer one's backward (`.../checkpoint/stack/checkpoint/
+    rematted_computation/block_0/Conv_0/...`, TPU draw 16). Both are one remat deep, and both
+    run: the forward twin serves each."""
+    parts = op_name.split("/")
+    last = max((i for i, part in enumerate(parts) if part == REMAT_SCOPE), default=0)
+    return sum(part == "checkpoint" for part in parts[:last])
+
+
+def remat_level(op_name: str, inherited: bool = False) -> tuple[int, int]:
+    """A recompute's level: its remat depth (one for an op named by its inputs, `inherit_names`)
+    and the checkpoints around its innermost `rematted_computation` (`enclosing_checkpoints`).
+    Nested remat recomputes an inner layer at two levels, each with its own copies."""
+    return (1 if inherited else remat_depth(op_name), enclosing_checkpoints(op_name))
+
+
 def inner_tail(op_name: str) -> tuple[str, ...]:
     """A recompute's name inside its innermost checkpoint, wrappers removed:
     `.../checkpoint/rematted_computation/block_0/mlp/Dense_0/dot_general` gives

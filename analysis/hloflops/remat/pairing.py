@@ -16,7 +16,7 @@ from hloflops.remat.across_loops import resting_on_fusion
 from hloflops.remat.forward_twins import ForwardTwins, NamedForward, in_other_frames
 from hloflops.remat.marks import (
     casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
-    named_by_users,
+    named_by_users, recomputes_named_in_transpose,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fusion_copies
@@ -115,6 +115,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
 
     if remat_named:
         inherit_names(module, ops, op_names)
+        recomputes_named_in_transpose(module, ops, op_names)
     clone_keys = _clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(clone_keys), 0, ())
