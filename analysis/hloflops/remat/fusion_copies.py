@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
+from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
@@ -40,14 +41,19 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     a backward loop body (`_backward_loop_bodies`), whose twin reads stored residuals and copies
     no forward op there. A recompute TPU nests in a weight gradient's fusion is model FLOPs where
     the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
-    matmul output, which the program without remat stores (`saved_matmul_epilogues`). Returns the
-    recompute, the copies this rule decided (either way), and those of them it decided on how XLA
-    fused the program without remat."""
+    matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
+    transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
+    gradient fusion, in both programs) is a copy like a cheap op, and so is the chain under it,
+    model FLOPs in a gradient fusion, unsure. Returns the recompute, the copies this rule decided
+    (either way), and those of them it decided on how XLA fused the program without remat."""
     fused = fused_outputs(module)
     if not fused:
         return remat, set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
-    feeds_expensive = feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
+    duplicated = duplicated_expensive(ops, fused)
+    feeds_expensive = feeding_marked_expensive(
+        module, fused, {op.key[:2] for op in by_key.values() if op.marked} - duplicated)
+    under_duplicated = duplicated | feeding_marked_expensive(module, fused, duplicated)
     reshaped = reshaped_twins(module, ops, remat)
     remat = remat | set(reshaped)
     mirrored = mirrored_chains(module, by_key, remat, reshaped)
@@ -80,7 +86,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)) and \
                 not (runs and op.marked and op.exact in stored.get((comp_name, site), ())):
             continue  # decided against its forward's copies (`_same_value`)
-        if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
+        if op.inst.opcode in EXPENSIVE and op.key[:2] not in duplicated:
+            # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
                 out.add(op.key)
                 decided_copies.add(op.key)
@@ -108,7 +115,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             stand_ins.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
-            decided_copies.add(op.key)
+            # under a duplicated transcendental: as many copies as the program without remat makes
+            # of its forward's, which rests on how XLA fused it (unsure)
+            (stand_ins if op.key[:2] in under_duplicated else decided_copies).add(op.key)
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
@@ -127,7 +136,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 counted[value] += 1
                 out.add(key)
                 decided_copies.add(key)
-    nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model)
+    nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
     epilogues = saved_matmul_epilogues(module, ops)
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
         stand_ins | read_stored.copied_more_than_once()
@@ -200,8 +209,8 @@ def _saved_residuals(ops: list[SiteOp]) -> set:
 
 
 def _nested_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
-                                by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], model: set[SiteKey]
-                                ) -> set[SiteKey]:
+                                by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], model: set[SiteKey],
+                                duplicated: set[Key]) -> set[SiteKey]:
     """Cheap recomputes that TPU nested, as a loop fusion, inside the output fusion of a matmul of
     the backward (a gelu recomputed inside the fusion of a weight's gradient), where the forward
     too computes the value only nested inside its matmuls' fusions, never materialized: the
@@ -224,7 +233,7 @@ def _nested_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mappin
     for op in ops:
         home = homes.get(op.key[0])
         if home is None or op.key not in remat or op.inst.opcode not in DUPLICATED or \
-                op.inst.opcode in EXPENSIVE or not forward_nested.get(op.exact):
+                (op.inst.opcode in EXPENSIVE and op.key[:2] not in duplicated) or not forward_nested.get(op.exact):
             continue
         site = (home, op.key[2])
         if site not in gradient:
@@ -270,11 +279,20 @@ def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_ke
     """Does the fusion hand out a value of the backward's own (an output named in the backward
     pass, not remat-named)? Its cheap copies of a forward value run in the program without remat
     too: there the same gradient fusion copies the forward's op (seed 31: the bias add under
-    relu's mask, in the mask's gradient fusion). A fusion whose outputs carry no name (a bf16
-    convert of a recomputed product) tells nothing."""
-    for name in outputs:
-        op = by_key.get((comp_name, name, site))
-        if op is not None and op.op_name and not op.marked and phase(op.op_name) == "backward":
+    relu's mask, in the mask's gradient fusion). An output XLA added without a name (the bf16
+    convert of a gradient) is what it converts: its operands are read for a name, through other
+    unnamed ops; one that reads only unnamed ops tells nothing (TPU draw 48: gelu's gradient
+    fusion, copying gelu, tanh and all, hands out its sum converted to bf16)."""
+    pending, seen = list(outputs), set(outputs)
+    while pending:
+        op = by_key.get((comp_name, pending.pop(), site))
+        if op is None:
+            continue
+        if not op.op_name:
+            fresh = [name for name in op.inst.operands if name not in seen]
+            seen.update(fresh)
+            pending += fresh
+        elif not op.marked and phase(op.op_name) == "backward":
             return True
     return False
 
@@ -413,3 +431,24 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
         if inst is None:
             return False
     return False
+
+
+def duplicated_expensive(ops: list[SiteOp], fused: Mapping[str, frozenset[str]]) -> set[Key]:
+    """Remat-marked transcendentals in fusions whose value the recompute computes in more than one
+    fusion under one name, the forward computing a like op (opcode and shape) in the same frame:
+    one recompute computes each value once, so XLA duplicated it, as TPU does with gelu's tanh,
+    copied into the fusions of the weight's and of the input's gradient alike, and the program
+    without remat copies its forward's gelu into the same fusions. For these the premise of
+    `feeding_marked_expensive` (XLA's fusion pass never duplicates an expensive op) fails: they and
+    the chain under them are copies like any cheap op's. Not where the forward runs in another
+    frame (a scan's forward loop body: the program without remat reads the residuals jax stacked
+    there), nor for a divide (softmax's `1 / s`, recomputed into two fusions of TPU draw 58, is
+    copied fewer times by the program without remat: one of the two runs because of remat)."""
+    forward = {(op.inst.opcode, str(op.inst.shape), op.frame) for op in ops if not op.marked}
+    groups: dict[tuple, set[tuple[str, int]]] = {}
+    for op in ops:
+        if op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused and \
+                (op.inst.opcode, str(op.inst.shape), op.frame) in forward:
+            groups.setdefault((op.exact, op.op_name), set()).add((op.key[0], op.key[2]))
+    return {op.key[:2] for op in ops if len(groups.get((op.exact, op.op_name), ())) > 1
+            and op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused}
