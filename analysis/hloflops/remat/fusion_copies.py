@@ -280,19 +280,22 @@ def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_ke
     pass, not remat-named)? Its cheap copies of a forward value run in the program without remat
     too: there the same gradient fusion copies the forward's op (seed 31: the bias add under
     relu's mask, in the mask's gradient fusion). An output XLA added without a name (the bf16
-    convert of a gradient) is what it converts: its operands are read for a name, through other
-    unnamed ops; one that reads only unnamed ops tells nothing (TPU draw 48: gelu's gradient
-    fusion, copying gelu, tanh and all, hands out its sum converted to bf16)."""
+    convert of a gradient) is the arithmetic it converts, read through other unnamed converts
+    (TPU draw 48: gelu's gradient fusion, copying gelu, tanh and all, hands out its sum converted
+    to bf16); one converting a backward relayout of a recompute (a conv kernel's reverse, `more`
+    draw 30) or nothing named tells nothing."""
     pending, seen = list(outputs), set(outputs)
     while pending:
         op = by_key.get((comp_name, pending.pop(), site))
         if op is None:
             continue
         if not op.op_name:
-            fresh = [name for name in op.inst.operands if name not in seen]
-            seen.update(fresh)
-            pending += fresh
-        elif not op.marked and phase(op.op_name) == "backward":
+            if op.inst.opcode == "convert":
+                fresh = [name for name in op.inst.operands if name not in seen]
+                seen.update(fresh)
+                pending += fresh
+        elif not op.marked and phase(op.op_name) == "backward" and \
+                (op.inst.name in outputs or op.inst.opcode in DUPLICATED):
             return True
     return False
 
