@@ -85,7 +85,15 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    for a residual the policy saves (the program with remat stores it: that is the extra copy).
    A recompute TPU nested inside the fusion of a backward matmul is model FLOPs where the forward
    computes its value only nested in its own matmuls' fusions (the program without remat builds
-   it there too).
+   it there too), the ops under the chain's transcendental as well (TPU nests gelu, tanh and
+   all). But a bias add of a matmul output the policy saves (through an identity rounding) is
+   recompute in every fusion that copies it: without remat XLA fuses it into the matmul's output
+   fusion and stores the sum, which the backward reads. XLA's fusion pass never duplicates an
+   expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
+   it; but a transcendental the recompute computes in several fusions under one name (TPU copies
+   gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
+   same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
+   (one whose unnamed bf16 convert output is named by what it converts), unsure.
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

@@ -9,10 +9,11 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
+from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Module
+from hloparse.ir import CallRole, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
@@ -38,13 +39,21 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     computes inside a library fusion stands in for the copy the program without remat makes
     (`_forward_in_library`): model FLOPs, unsure. So is a recompute's copy in a gradient fusion of
     a backward loop body (`_backward_loop_bodies`), whose twin reads stored residuals and copies
-    no forward op there. Returns the recompute, the copies this rule
-    decided (either way), and those of them it decided on how XLA fused the program without remat."""
+    no forward op there. A recompute TPU nests in a weight gradient's fusion is model FLOPs where
+    the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
+    matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
+    transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
+    gradient fusion, in both programs) is a copy like a cheap op, and so is the chain under it,
+    model FLOPs in a gradient fusion, unsure. Returns the recompute, the copies this rule decided
+    (either way), and those of them it decided on how XLA fused the program without remat."""
     fused = fused_outputs(module)
     if not fused:
         return remat, set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
-    feeds_expensive = feeding_marked_expensive(module, fused, {op.key[:2] for op in by_key.values() if op.marked})
+    duplicated = duplicated_expensive(ops, fused)
+    feeds_expensive = feeding_marked_expensive(
+        module, fused, {op.key[:2] for op in by_key.values() if op.marked} - duplicated)
+    under_duplicated = duplicated | feeding_marked_expensive(module, fused, duplicated)
     reshaped = reshaped_twins(module, ops, remat)
     remat = remat | set(reshaped)
     mirrored = mirrored_chains(module, by_key, remat, reshaped)
@@ -77,7 +86,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)) and \
                 not (runs and op.marked and op.exact in stored.get((comp_name, site), ())):
             continue  # decided against its forward's copies (`_same_value`)
-        if op.inst.opcode in EXPENSIVE:  # never XLA's duplicate: recompute with its fusion, else as paired
+        if op.inst.opcode in EXPENSIVE and op.key[:2] not in duplicated:
+            # never XLA's duplicate: recompute with its fusion, else as paired
             if runs and op.marked:
                 out.add(op.key)
                 decided_copies.add(op.key)
@@ -105,7 +115,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             stand_ins.add(op.key)
         else:
             out.discard(op.key)  # a cheap copy: the program without remat has it too
-            decided_copies.add(op.key)
+            # under a duplicated transcendental: as many copies as the program without remat makes
+            # of its forward's, which rests on how XLA fused it (unsure)
+            (stand_ins if op.key[:2] in under_duplicated else decided_copies).add(op.key)
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
@@ -124,8 +136,10 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 counted[value] += 1
                 out.add(key)
                 decided_copies.add(key)
-    nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, feeds_expensive)
-    return out - nested, decided_copies | nested, stand_ins | read_stored.copied_more_than_once()
+    nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
+    epilogues = saved_matmul_epilogues(module, ops)
+    return (out - nested) | epilogues, decided_copies | nested | epilogues, \
+        stand_ins | read_stored.copied_more_than_once()
 
 
 def _backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
@@ -196,12 +210,17 @@ def _saved_residuals(ops: list[SiteOp]) -> set:
 
 def _nested_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
                                 by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], model: set[SiteKey],
-                                feeds_expensive: set[Key]) -> set[SiteKey]:
+                                duplicated: set[Key]) -> set[SiteKey]:
     """Cheap recomputes that TPU nested, as a loop fusion, inside the output fusion of a matmul of
     the backward (a gelu recomputed inside the fusion of a weight's gradient), where the forward
     too computes the value only nested inside its matmuls' fusions, never materialized: the
     program without remat cannot read a forward value there, and builds it inside its gradient's
-    fusion the same way. Model FLOPs (TPU seed 0: a whole-model checkpoint)."""
+    fusion the same way. Model FLOPs (TPU seed 0: a whole-model checkpoint), the ops under a
+    transcendental of the chain too (gelu's `x * x * x` under its tanh): TPU nests the whole gelu,
+    tanh and all, in the program without remat as in the one with it; the premise that XLA never
+    duplicates an expensive op (`feeding_marked_expensive`) is its fusion pass's, not its nesting
+    of a matmul's producers. A bias add of a saved matmul output is not such a chain
+    (`saved_matmul_epilogues`)."""
     homes = outermost_fusions(module)
     if not homes:
         return set()
@@ -214,7 +233,7 @@ def _nested_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mappin
     for op in ops:
         home = homes.get(op.key[0])
         if home is None or op.key not in remat or op.inst.opcode not in DUPLICATED or \
-                op.inst.opcode in EXPENSIVE or op.key[:2] in feeds_expensive or not forward_nested.get(op.exact):
+                (op.inst.opcode in EXPENSIVE and op.key[:2] not in duplicated) or not forward_nested.get(op.exact):
             continue
         site = (home, op.key[2])
         if site not in gradient:
@@ -260,11 +279,23 @@ def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_ke
     """Does the fusion hand out a value of the backward's own (an output named in the backward
     pass, not remat-named)? Its cheap copies of a forward value run in the program without remat
     too: there the same gradient fusion copies the forward's op (seed 31: the bias add under
-    relu's mask, in the mask's gradient fusion). A fusion whose outputs carry no name (a bf16
-    convert of a recomputed product) tells nothing."""
-    for name in outputs:
-        op = by_key.get((comp_name, name, site))
-        if op is not None and op.op_name and not op.marked and phase(op.op_name) == "backward":
+    relu's mask, in the mask's gradient fusion). An output XLA added without a name (the bf16
+    convert of a gradient) is the arithmetic it converts, read through other unnamed converts
+    (TPU draw 48: gelu's gradient fusion, copying gelu, tanh and all, hands out its sum converted
+    to bf16); one converting a backward relayout of a recompute (a conv kernel's reverse, `more`
+    draw 30) or nothing named tells nothing."""
+    pending, seen = list(outputs), set(outputs)
+    while pending:
+        op = by_key.get((comp_name, pending.pop(), site))
+        if op is None:
+            continue
+        if not op.op_name:
+            if op.inst.opcode == "convert":
+                fresh = [name for name in op.inst.operands if name not in seen]
+                seen.update(fresh)
+                pending += fresh
+        elif not op.marked and phase(op.op_name) == "backward" and \
+                (op.inst.name in outputs or op.inst.opcode in DUPLICATED):
             return True
     return False
 
@@ -342,3 +373,85 @@ class _ReadStored:
         program without remat does too, in the fusion saving the residual (seed 000, silu's bias
         add `h`, copied into one gradient fusion and saved once: the split is sure)."""
         return {op.key for found in self.copies.values() if len(found) > 1 for op in found}
+
+
+def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
+    """Remat-marked copies of a bias add (an `add` of a matmul's output and a broadcast) whose
+    matmul output is a residual the policy saves (the matmul's fusion hands it out through an
+    identity rounding, jax's marker). Without remat XLA fuses the bias add into the matmul's own
+    output fusion (TPU's `convolution_add_fusion`) and stores the sum, which its backward reads;
+    with the matmul's bare output saved, the sum is stored nowhere, and every copy the recompute
+    makes of it, nested in a weight gradient's fusion or in a gradient fusion, runs because of
+    remat (TPU draw 58: the MLP's `Dense_0` bias add, inside the fusions of `Dense_1`'s weight
+    gradient and of gelu's gradient)."""
+    callers: dict[str, tuple[str, str]] = {}  # fused computation -> (caller computation, fusion)
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = (comp.name, inst.name)
+    found: set[SiteKey] = set()
+    for op in ops:
+        if not op.marked or op.inst.opcode != "add" or len(op.inst.operands) != 2:
+            continue
+        comp = module.by_name[op.key[0]]
+        kinds = [comp.by_name.get(name) for name in op.inst.operands]
+        if any(inst is None for inst in kinds):
+            continue
+        if sum(inst.opcode == "broadcast" for inst in kinds) != 1:
+            continue
+        other = next(inst for inst in kinds if inst.opcode != "broadcast")
+        if _is_saved_matmul(module, callers, comp.name, other):
+            found.add(op.key)
+    return found
+
+
+def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], comp_name: str, inst) -> bool:
+    """Is the value a matmul's output handed out through an identity rounding (a saved residual),
+    read through fusion parameters and the views XLA adds?"""
+    for _ in range(64):
+        if inst.opcode in _LOOKS_THROUGH and inst.opcode != "broadcast" and inst.operands:
+            inst = module.by_name[comp_name].by_name.get(inst.operands[0])
+        elif inst.opcode == "parameter" and comp_name in callers:
+            caller_comp, fusion = callers[comp_name]
+            call = module.by_name[caller_comp].by_name[fusion]
+            index = parameter_number(inst)
+            if not 0 <= index < len(call.operands):
+                return False
+            comp_name, inst = caller_comp, module.by_name[caller_comp].by_name.get(call.operands[index])
+        elif inst.opcode == "fusion":
+            callees = list(inst.called(CallRole.FUSION))
+            if len(callees) != 1 or module.by_name.get(callees[0]) is None:
+                return False
+            comp_name = callees[0]
+            inst = module.by_name[comp_name].root
+        elif is_identity_rounding(inst) and inst.operands:
+            source = module.by_name[comp_name].by_name.get(inst.operands[0])
+            while source is not None and source.opcode in _LOOKS_THROUGH and source.operands:
+                source = module.by_name[comp_name].by_name.get(source.operands[0])
+            return source is not None and source.opcode in MATMUL_OPCODES
+        else:
+            return False
+        if inst is None:
+            return False
+    return False
+
+
+def duplicated_expensive(ops: list[SiteOp], fused: Mapping[str, frozenset[str]]) -> set[Key]:
+    """Remat-marked transcendentals in fusions whose value the recompute computes in more than one
+    fusion under one name, the forward computing a like op (opcode and shape) in the same frame:
+    one recompute computes each value once, so XLA duplicated it, as TPU does with gelu's tanh,
+    copied into the fusions of the weight's and of the input's gradient alike, and the program
+    without remat copies its forward's gelu into the same fusions. For these the premise of
+    `feeding_marked_expensive` (XLA's fusion pass never duplicates an expensive op) fails: they and
+    the chain under them are copies like any cheap op's. Not where the forward runs in another
+    frame (a scan's forward loop body: the program without remat reads the residuals jax stacked
+    there), nor for a divide (softmax's `1 / s`, recomputed into two fusions of TPU draw 58, is
+    copied fewer times by the program without remat: one of the two runs because of remat)."""
+    forward = {(op.inst.opcode, str(op.inst.shape), op.frame) for op in ops if not op.marked}
+    groups: dict[tuple, set[tuple[str, int]]] = {}
+    for op in ops:
+        if op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused and \
+                (op.inst.opcode, str(op.inst.shape), op.frame) in forward:
+            groups.setdefault((op.exact, op.op_name), set()).add((op.key[0], op.key[2]))
+    return {op.key[:2] for op in ops if len(groups.get((op.exact, op.op_name), ())) > 1
+            and op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused}
