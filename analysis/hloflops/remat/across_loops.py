@@ -88,14 +88,8 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
     recompute = {key[:2] for key in remat}
     recomputing = {name for name in fused if any((name, inst.name) in recompute
                                                  for inst in module.by_name[name].instructions)}
-    sites: dict[str, Key] = {}
-    readers: dict[Key, list] = {}
-    for comp, inst in module.instructions():
-        for operand in inst.operands:
-            readers.setdefault((comp.name, operand), []).append(inst)
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                sites[callee] = (comp.name, inst.name)
+    readers, calls = _readers_and_callers(module)
+    sites: dict[str, Key] = {callee: (comp_name, inst.name) for callee, (comp_name, inst) in calls.items()}
 
     def read_only_by_recompute(key: Key) -> bool:
         comp_name = key[0]
@@ -151,14 +145,7 @@ def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozen
     for op in ops:
         if op.key[0] in fused:
             by_site.setdefault((op.key[0], op.key[2]), []).append(op)
-    readers: dict[Key, list] = {}
-    calls: dict[str, tuple[str, object]] = {}
-    for comp, inst in module.instructions():
-        for operand in inst.operands:
-            readers.setdefault((comp.name, operand), []).append(inst)
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                calls[callee] = (comp.name, inst)
+    readers, calls = _readers_and_callers(module)
     marked_fusions = {name for (name, _), members in by_site.items()
                       if any(op.marked and op.inst.name in fused[name] for op in members)}
 
@@ -218,3 +205,17 @@ def _cheap_chain(comp, outputs: frozenset[str]) -> set[str]:
         if len(whole) < 2 or reshaped or inst.opcode in _MOVES:
             pending += inst.operands
     return found
+
+
+def _readers_and_callers(module: Module) -> tuple[dict[Key, list], dict[str, tuple[str, object]]]:
+    """Each value's readers ((computation, name) -> instructions reading it), and each fused
+    computation's fusion instruction with the computation it sits in."""
+    readers: dict[Key, list] = {}
+    calls: dict[str, tuple[str, object]] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                calls[callee] = (comp.name, inst)
+    return readers, calls
