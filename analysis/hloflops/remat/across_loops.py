@@ -30,6 +30,7 @@ its forward and this program into one: add +3,072 to +98,304, now inside the ran
 
 from __future__ import annotations
 
+from typing import Iterator
 
 from hloflops.remat.fusion_copies import feeding_marked_expensive, fused_outputs
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array
@@ -93,19 +94,12 @@ def resting_on_fusion(module: Module, ops: list[SiteOp], across: set[SiteKey], r
 
     def read_only_by_recompute(key: Key) -> bool:
         comp_name = key[0]
-        pending, seen, found = [key[1]], set(), False
-        while pending:
-            for reader in readers.get((comp_name, pending.pop()), ()):
-                if reader.name in seen:
-                    continue
-                seen.add(reader.name)
-                if reader.opcode in _HANDS_ON:
-                    pending.append(reader.name)
-                elif (comp_name, reader.name) in recompute or \
-                        any(callee in recomputing for callee in reader.called(CallRole.FUSION)):
-                    found = True
-                else:
-                    return False
+        found = False
+        for reader in _end_readers(readers, comp_name, key[1]):
+            if (comp_name, reader.name) not in recompute and \
+                    not any(callee in recomputing for callee in reader.called(CallRole.FUSION)):
+                return False
+            found = True
         return found
 
     residuals = _saved_more_often(module, ops, fused)
@@ -150,19 +144,12 @@ def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozen
                       if any(op.marked and op.inst.name in fused[name] for op in members)}
 
     def read_by_backward(comp_name: str, name: str) -> bool:
-        pending, seen = [name], set()
-        while pending:
-            for reader in readers.get((comp_name, pending.pop()), ()):
-                if reader.name in seen:
-                    continue
-                seen.add(reader.name)
-                if reader.opcode in _HANDS_ON:
-                    pending.append(reader.name)
-                elif reader.opcode == "fusion":
-                    if not any(callee in marked_fusions for callee in reader.called(CallRole.FUSION)):
-                        return True
-                elif (comp_name, reader.name) not in marked:
+        for reader in _end_readers(readers, comp_name, name):
+            if reader.opcode == "fusion":
+                if not any(callee in marked_fusions for callee in reader.called(CallRole.FUSION)):
                     return True
+            elif (comp_name, reader.name) not in marked:
+                return True
         return False
 
     gradient: set = set()
@@ -219,3 +206,18 @@ def _readers_and_callers(module: Module) -> tuple[dict[Key, list], dict[str, tup
             for callee in inst.called(CallRole.FUSION):
                 calls[callee] = (comp.name, inst)
     return readers, calls
+
+
+def _end_readers(readers: dict[Key, list], comp_name: str, name: str) -> Iterator:
+    """The instructions that read a value of `comp_name`, looking through the ops that only hand
+    it on (`_HANDS_ON`: views, copies, tuples), each once, lazily (a caller may stop at the first)."""
+    pending, seen = [name], set()
+    while pending:
+        for reader in readers.get((comp_name, pending.pop()), ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode in _HANDS_ON:
+                pending.append(reader.name)
+            else:
+                yield reader
