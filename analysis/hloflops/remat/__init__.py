@@ -148,12 +148,14 @@ in the recompute's own frame that reads a marked op left without a twin, a rule 
 variadic collective; after optimization a cheap copy paired with its forward in another loop body
 whose count rests on fusion, and the copies of a class counted against forward copies in another
 loop body, hloflops.remat.across_loops, also where it feeds a recomputed expensive op if the
-backward loop's gradient fusions copy its value and a recomputed residual's cheap chain holds it
-too (the program without remat may copy it into more fusions saving residuals than the gradient
-fusions copy it); uncounted, the copies of a value that rule 4 finds in two or more gradient
-fusions of a backward loop whose forward runs in another loop body, where the program without
-remat reads the value stored and computes it once, saving it (hloflops.remat.fusion_copies), and
-a forward op
+backward loop's gradient fusions copy its value and a recomputed residual's cheap chain holds it too
+(the program without remat may copy it into more fusions saving residuals than the gradient fusions
+copy it), and with it the cheap ops of each recompute fusion that copies it (the program without
+remat's forward computes that fusion's chain too, fused alike: gelu's tanh fusion, where the twin
+runs the bias add more often than this program in all); uncounted, the copies of a value that rule 4
+finds in two or more gradient fusions of a backward loop whose forward runs in another loop body,
+where the program without remat reads the value stored and computes it once, saving it
+(hloflops.remat.fusion_copies), and a forward op
 copied into the fusion storing a policy's saved residual into a loop's stack, a value the program
 without remat saves only where its backward reads it itself (hloflops.remat.rounding); an
 uncounted float normalization widen (bf16 to f32)
