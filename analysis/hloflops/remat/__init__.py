@@ -93,7 +93,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
-   (one whose unnamed bf16 convert output is named by what it converts), unsure.
+   (one whose unnamed bf16 convert output is named by what it converts), unsure. On TPU, a cheap
+   forward value the forward never stores (copied into each fusion reading it) while the
+   recompute's copy is stored (a backward reader reads it whole) is stored once by the forward
+   without remat, which its backward reads: the forward's copies beyond one, with the cheap chain
+   only they need in their fusions, are recompute (in the range only); not for a value of
+   parameters and constants alone, which any backward builds where it reads it
+   (hloflops.remat.unstored_forward).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
