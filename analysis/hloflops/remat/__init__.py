@@ -135,7 +135,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (hloflops.remat.shared_reciprocals). In one computation (a Python loop), the program without
    remat shares the forward's instead, and the recompute's is remat.
 
-Ops without metadata are named by what they read (through the unnamed ops XLA adds; after
+Ops without metadata are named by what they read (through the unnamed ops XLA adds, a program
+input counting as a forward value; after
 optimization so is an elementwise op named in a checkpoint's transpose that reads a constant, its
 cotangent folded, and otherwise the recompute's values alone: CSE merged it with the recompute's
 op of its value, softmax's `1 / s`; not in a frame where the forward stacks a scan's residuals,
