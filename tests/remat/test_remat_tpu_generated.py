@@ -103,6 +103,15 @@ def test_a_value_only_the_recompute_stores_is_recompute_in_the_forwards_extra_co
     assert outcome.all_ok("after"), outcome.describe()
 
 
+# An offloading loop under tensor parallelism: TPU lowers a small matrix-vector product as
+# `reduce(broadcast(v) * w)`, the multiply without a name; the recompute's read its broadcast and the
+# weight (an entry parameter named `params[...]`) and was model FLOPs (seed 31: multiply -496 -> +16
+# after optimization, in range; remat/marks.py `inherit_names`).
+def test_an_unnamed_recompute_reading_a_weight_is_recompute(monkeypatch):
+    outcome = _checked(31, monkeypatch)
+    assert outcome.matmul_ok("after") and outcome.in_bounds("after"), outcome.describe()
+
+
 # Tensor parallel, the partitioner split the first layer's up projection another way in the
 # recompute (a shard of the features contracted, partial sums all-reduced) than in the forward (the
 # weight gathered, every feature contracted), and equinox names the forward `jvp(vmap(eqx.nn.Linear))`:
