@@ -93,7 +93,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
-   (one whose unnamed bf16 convert output is named by what it converts), unsure.
+   (one whose unnamed bf16 convert output is named by what it converts), unsure. On TPU, a cheap
+   forward value the forward never stores (copied into each fusion reading it) while the
+   recompute's copy is stored (a backward reader reads it whole) is stored once by the forward
+   without remat, which its backward reads: the forward's copies beyond one, with the cheap chain
+   only they need in their fusions, are recompute (in the range only); not for a value of
+   parameters and constants alone, which any backward builds where it reads it
+   (hloflops.remat.unstored_forward).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
@@ -129,7 +135,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (hloflops.remat.shared_reciprocals). In one computation (a Python loop), the program without
    remat shares the forward's instead, and the recompute's is remat.
 
-Ops without metadata are named by what they read (through the unnamed ops XLA adds; after
+Ops without metadata are named by what they read (through the unnamed ops XLA adds, a program
+input counting as a forward value; after
 optimization so is an elementwise op named in a checkpoint's transpose that reads a constant, its
 cotangent folded, and otherwise the recompute's values alone: CSE merged it with the recompute's
 op of its value, softmax's `1 / s`; not in a frame where the forward stacks a scan's residuals,

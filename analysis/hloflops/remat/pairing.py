@@ -28,6 +28,7 @@ from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
+from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -168,6 +169,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    if module.is_scheduled and remat_named and is_tpu_module(module):
+        # A value only the recompute stores: the forward's extra copies of it in its readers'
+        # fusions run because of remat (hloflops.remat.unstored_forward). How many copies the
+        # forward without remat makes rests on its fusion: `loose` below, in the range only.
+        remat |= unstored_forward_copies(module, ops, classes, remat)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
