@@ -10,13 +10,19 @@ The recompute computes the value in one fusion and hands it out to the backward.
 without remat, whose backward reads the forward's value, stores it the same way: its forward
 computes it in one fusion like the recompute's, and its forward readers read it stored.
 
-So where a remat-marked fusion hands out a value that no forward op hands out, the recompute's
-chain of that value (its fusion's ops under the output) is the program without remat's forward
-computation of it, model FLOPs, and the forward's copies of the chain are what remat adds: the
-copies in the fusions reading the chain's topmost values the forward computes (`frontier`), under
-those copies, and the forward fusions that hand out only values of the chain to such fusions (the
-gather's fusion), which the program without remat computes inside its one fusion. This rests on
-how XLA fused both programs: the pairing's `loose` range covers it."""
+So where a remat-marked fusion hands out a cheap value (read from no other recompute) whose
+chain the forward splits, handing a chain value out of a fusion read only by fusions copying the
+chain (the gather's fusion: the split is the evidence that the forward was fused otherwise than
+the program without remat's), the recompute's chain of that value (its fusion's ops under the
+output) is the program without remat's forward computation of it, model FLOPs, and the forward's
+copies are what remat adds: in each fusion copying the value or what it rounds (`frontier`), the
+ops under the copy that the fusion computes only for it, and the splitting fusions. A fusion that
+reads the chain unrounded (f32) widens its stored input where the program without remat's reader
+widens the stored bf16 value: that widening is the reader's own. Another recompute fusion
+storing a chain value the forward never hands out (the clamped indices, stored for the embedding
+gradient's scatter) is the program without remat's too. Not for a chain with an expensive op
+(XLA copies none) or a saved residual. This rests on how XLA fused both programs: the pairing's
+`loose` range covers the forward copies."""
 
 from __future__ import annotations
 
@@ -62,10 +68,13 @@ def stored_by_the_recompute(module: Module, ops: list[SiteOp], remat: set[SiteKe
     add: set[SiteKey] = set()
     model: set[SiteKey] = set()
     chain_values: set[tuple[str, object]] = set()
-    outputs_marked = [(module.by_name[name], by_key[key]) for name, outputs in fused.items()
+    sites: dict[tuple[str, str], list[SiteOp]] = {}
+    for op in ops:
+        sites.setdefault(op.key[:2], []).append(op)
+    outputs_marked = [(module.by_name[name], op) for name, outputs in fused.items()
                       if name in callers and name in module.by_name
-                      for out_name in outputs for key in _site_keys(by_key, name, out_name)
-                      if by_key[key].marked and key in remat and by_key[key].inst.opcode in DUPLICATED]
+                      for out_name in outputs for op in sites.get((name, out_name), ())
+                      if op.marked and op.key in remat and op.inst.opcode in DUPLICATED]
     for comp, w in outputs_marked:
         found = _chain(module, comp, w, by_key, forward, handed_out, fused, callers, readers)
         if found is not None:
@@ -88,10 +97,6 @@ def stored_by_the_recompute(module: Module, ops: list[SiteOp], remat: set[SiteKe
                         seen.add(operand)
                         pending.append(operand)
     return add - model, model - add
-
-
-def _site_keys(by_key: Mapping[SiteKey, SiteOp], comp_name: str, inst_name: str) -> list[SiteKey]:
-    return [key for key in ((comp_name, inst_name, site) for site in range(8)) if key in by_key]
 
 
 def _chain(module: Module, comp, w: SiteOp, by_key: Mapping[SiteKey, SiteOp],
@@ -147,7 +152,7 @@ def _chain(module: Module, comp, w: SiteOp, by_key: Mapping[SiteKey, SiteOp],
             out_ops = [by_key.get((producer, n, site)) for n in outs]
             out_ops = [op for op in out_ops if op is not None]
             caller, fusion = callers[producer]
-            readers_of = [r for r in _readers_through(module, caller, fusion, readers)]
+            readers_of = _readers_through(module, caller, fusion, readers)
             reader_callees = {c for r in readers_of
                               for c in module.by_name[caller].by_name[r].called(CallRole.FUSION)}
             if not out_ops or any(op.marked or op.exact not in values for op in out_ops) or \
