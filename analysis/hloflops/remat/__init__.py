@@ -100,6 +100,14 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    only they need in their fusions, are recompute (in the range only); not for a value of
    parameters and constants alone, which any backward builds where it reads it
    (hloflops.remat.unstored_forward).
+   A value the recompute computes in one fusion and stores for the backward, where the forward
+   splits its chain (a fusion handing out only chain values, the embedding's gather, to fusions
+   copying the rest into each reader: the index clamp and out-of-range mask of `jnp.take`) is
+   one the program without remat computes and stores as the recompute does, its backward reading
+   the forward's: the recompute's chain is model FLOPs and the forward's copies are remat, and so
+   is another recompute fusion storing a value of that chain the forward never hands out (the
+   clamped indices for the embedding gradient's scatter). Not for a chain holding an expensive op
+   or a saved residual (hloflops.remat.stored_by_the_recompute).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

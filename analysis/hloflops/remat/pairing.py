@@ -19,7 +19,8 @@ from hloflops.remat.marks import (
     named_by_users, recomputes_named_in_transpose,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import fusion_copies
+from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.op_kinds import is_identity_rounding
@@ -183,6 +184,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # A forward copy in a fusion that stands in for the twin's saving or relayout copy is settled.
         settled = {(key[0], key[2]) for key in saved}
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
+        if module.is_scheduled:
+            # A value the recompute stores that the forward only copies: the forward's copies are
+            # remat, the recompute's chain the program without remat's forward
+            # (hloflops.remat.stored_by_the_recompute).
+            added, stored = stored_by_the_recompute(module, ops, remat, fused_outputs(module))
+            remat = (remat | added) - stored
+            certain |= stored
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     if remat_named:
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
