@@ -22,6 +22,7 @@ from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fusion_copies
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
+from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
@@ -177,6 +178,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # A forward copy in a fusion that stands in for the twin's saving or relayout copy is settled.
         settled = {(key[0], key[2]) for key in saved}
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
+        # Copies of a recomputed cheap value beyond what the program without remat copies into
+        # the fusions saving its residuals: model FLOPs, unsure (hloflops.remat.twin_saves).
+        remat, twin_saves = copied_into_twin_saves(module, ops, remat)
+        stand_ins |= twin_saves
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     if remat_named:
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
