@@ -112,7 +112,8 @@ class _Forward:
             if not m.named or not m.op_name:
                 continue
             tail, kinds = inner_tail(m.op_name), _kinds(self.module, m)
-            per_frame = Counter((twin.frame, twin.key[2]) for twin in self.pool.get((m.inst.opcode, shape_key(m.inst.shape)), ())
+            pool = self.pool.get((m.inst.opcode, shape_key(m.inst.shape)), ())
+            per_frame = Counter((twin.frame, twin.key[2]) for twin in pool
                                 if twin.frame not in frames and ends_with(twin.op_name, tail)
                                 and _alike(kinds, _kinds(self.module, twin)))
             best = max(best, max(per_frame.values(), default=0))
