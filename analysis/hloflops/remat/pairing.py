@@ -183,6 +183,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         remat, twin_saves = copied_into_twin_saves(module, ops, remat)
         stand_ins |= twin_saves
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
+    # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
+    # reads the stored value, else unsure (hloflops.remat.rounding).
+    copied_to_save, saved_for_recompute = copied_into_saves(module, ops, remat) \
+        if module.is_scheduled else (set(), set())
+    remat |= saved_for_recompute
+    paired_by_value |= saved_for_recompute
     if remat_named:
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
     if not module.is_scheduled:
@@ -213,7 +219,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
-        | {key[:2] for key in copied_into_saves(module, ops, remat)} \
+        | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
