@@ -178,10 +178,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # A forward copy in a fusion that stands in for the twin's saving or relayout copy is settled.
         settled = {(key[0], key[2]) for key in saved}
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
-        # Copies of a recomputed cheap value beyond what the program without remat copies into
-        # the fusions saving its residuals: model FLOPs, unsure (hloflops.remat.twin_saves).
+        # A recomputed cheap value on the chains of the residuals the program without remat saves:
+        # as many copies run because of remat as the forward and gradient fusions hold beyond
+        # those the saving fusions make (hloflops.remat.twin_saves), settled.
         remat, twin_saves = copied_into_twin_saves(module, ops, remat)
-        stand_ins |= twin_saves
+        certain |= twin_saves - remat
+        paired_by_value |= twin_saves & remat
+        stand_ins -= twin_saves
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
     # reads the stored value, else unsure (hloflops.remat.rounding).

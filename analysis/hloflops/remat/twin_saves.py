@@ -79,17 +79,19 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
             by_value.setdefault(op.exact, []).append(op)
     forward = _Forward(module, ops)
     decided: set[SiteKey] = set()
+    added: set[SiteKey] = set()
     for v, n in saves.items():
         members = by_value[v]
         if not all(op.marked for op in members):
             continue  # the forward's own copy is in sight: the pairing by value counted
-        copies = sorted((op for op in members if op.key in remat and op.key not in in_gradient),
-                        key=lambda op: op.order)
+        copies = sorted((op for op in members if op.key not in in_gradient and op.named),
+                        key=lambda op: (op.key not in remat, op.order))
         if not copies:
             continue
         keep = max(0, forward.count(members) + gradient.get(v, 0) - n)
-        decided |= {op.key for op in copies[keep:]}
-    return remat - decided, decided
+        decided |= {op.key for op in copies[keep:] if op.key in remat}
+        added |= {op.key for op in copies[:keep] if op.key not in remat}
+    return (remat - decided) | added, decided | added
 
 
 class _Forward:
