@@ -145,6 +145,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             by_value.update(m.key for m in members if m.marked and m.op_name)
         if forward and twins is not None and in_other_frames(twins, members):
             counted_across |= found
+    by_class = set(remat)  # the copies counted by value, against their forward
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
@@ -180,10 +181,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
         # A recomputed cheap value on the chains of the residuals the program without remat saves:
         # as many copies run because of remat as the forward and gradient fusions hold beyond
-        # those the saving fusions make (hloflops.remat.twin_saves), settled.
-        remat, twin_saves = copied_into_twin_saves(module, ops, remat)
-        certain |= twin_saves - remat
-        paired_by_value |= twin_saves & remat
+        # those the saving fusions make, the rest model FLOPs, and a count taken back from a
+        # gradient fusion's copy moves to a recompute's (hloflops.remat.twin_saves): settled.
+        remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class)
+        certain |= twin_saves
+        paired_by_value |= moved
         stand_ins -= twin_saves
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute

@@ -11,7 +11,7 @@ holds it, and once per fusion of its forward. The recompute fusions of the backw
 where the program without remat's forward splits (both materialize what the gradient reads:
 gelu's tanh), so their copies of a value stand for that forward's copies, one each. What the
 recompute copies beyond `forward + gradient - saves` copies runs in the program without remat
-too: model FLOPs, unsure (more seeds 33, 148 and base 132, 148: the bias add `x = h + b` under
+too: model FLOPs (more seeds 33, 148 and base 132, 148: the bias add `x = h + b` under
 gelu, a residual itself and on the chain of `3 * x * x`, copied into the recompute's tanh and
 product fusions and counted twice, where the program without remat copies it into four fusions
 of its forward and this program into one fusion of its forward and one of its gradient)."""
@@ -37,17 +37,24 @@ _MOVES = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose"})
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "dynamic-slice", "slice"})
 
 
-def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]
-                           ) -> tuple[set[SiteKey], set[SiteKey]]:
+def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey]
+                           ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """The recompute less the copies of a recomputed cheap value beyond `forward + gradient -
     saves` (module docstring): `forward` is how many copies the forward computes of each value
     whose copies are all remat-marked (`ForwardTwins`, in another loop body), `gradient` the
     remat-named copies in the backward loop's gradient fusions (fusions where an op outside the
     recompute reads a remat-named cheap op: jvp's own), `saves` the residuals (what those ops
     read) whose chain of remat-named cheap ops in the fusion holds the value. Returns the
-    recompute and the copies taken out (model FLOPs, unsure)."""
+    recompute and the copies taken out (model FLOPs).
+
+    A count the pairing by value gave a class's copy in a gradient fusion (`by_class`: the first
+    in module order) that the fusion rules then took back (a gradient fusion's copy is the
+    model's) moves to a recompute copy of that value, up to `forward + gradient - saves` (more seed
+    142: gelu's `1 + tanh` counted in the gradient fusion and taken back, its recompute in the
+    product fusion left uncounted). Returns the recompute, the copies taken out and those counted
+    in their place."""
     if not module.is_scheduled:
-        return remat, set()
+        return remat, set(), set()
     entry = module.entry.name
     fused = fused_outputs(module)
     by_site: dict[tuple[str, int], dict[str, SiteOp]] = {}
@@ -72,7 +79,7 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
             for v in _chain(members, r):
                 saves[v] = saves.get(v, 0) + 1
     if not saves:
-        return remat, set()
+        return remat, set(), set()
     by_value: dict[Val, list[SiteOp]] = {}
     for op in ops:
         if op.exact in saves:
@@ -90,8 +97,10 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
             continue
         keep = max(0, forward.count(members) + gradient.get(v, 0) - n)
         decided |= {op.key for op in copies[keep:] if op.key in remat}
-        added |= {op.key for op in copies[:keep] if op.key not in remat}
-    return (remat - decided) | added, decided | added
+        lost = sum(op.key in by_class for op in members if op.key in in_gradient)
+        uncounted = [op for op in copies[:keep] if op.key not in remat]
+        added |= {op.key for op in uncounted[:lost]}
+    return (remat - decided) | added, decided, added
 
 
 class _Forward:
