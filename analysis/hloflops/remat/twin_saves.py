@@ -41,18 +41,17 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
                            ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """The recompute less the copies of a recomputed cheap value beyond `forward + gradient -
     saves` (module docstring): `forward` is how many copies the forward computes of each value
-    whose copies are all remat-marked (`ForwardTwins`, in another loop body), `gradient` the
+    whose copies are all remat-marked (`_Forward`, in another loop body), `gradient` the
     remat-named copies in the backward loop's gradient fusions (fusions where an op outside the
     recompute reads a remat-named cheap op: jvp's own), `saves` the residuals (what those ops
-    read) whose chain of remat-named cheap ops in the fusion holds the value. Returns the
-    recompute and the copies taken out (model FLOPs).
+    read) whose chain of remat-named cheap ops in the fusion holds the value.
 
     A count the pairing by value gave a class's copy in a gradient fusion (`by_class`: the first
     in module order) that the fusion rules then took back (a gradient fusion's copy is the
     model's) moves to a recompute copy of that value, up to `forward + gradient - saves` (more seed
     142: gelu's `1 + tanh` counted in the gradient fusion and taken back, its recompute in the
-    product fusion left uncounted). Returns the recompute, the copies taken out and those counted
-    in their place."""
+    product fusion left uncounted). Returns the recompute, the copies taken out (model FLOPs) and
+    those counted in their place."""
     if not module.is_scheduled:
         return remat, set(), set()
     entry = module.entry.name
