@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
@@ -52,7 +53,9 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     142: gelu's `1 + tanh` counted in the gradient fusion and taken back, its recompute in the
     product fusion left uncounted). Returns the recompute, the copies taken out (model FLOPs) and
     those counted in their place."""
-    if not module.is_scheduled:
+    if not module.is_scheduled or is_tpu_module(module):
+        # TPU nests the recompute's chains into the fusions of the backward's matmuls, beside the
+        # forward's (hloflops.remat.fusion_copies): its fusions split otherwise than here.
         return remat, set(), set()
     entry = module.entry.name
     fused = fused_outputs(module)
