@@ -97,7 +97,10 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
                         key=lambda op: (op.key not in remat, op.order))
         if not copies:
             continue
-        keep = max(0, forward.count(members) + gradient.get(v, 0) - n)
+        in_forward = forward.count(members)
+        if not in_forward:
+            continue  # no forward in another loop body (an accumulation loop runs both passes)
+        keep = max(0, in_forward + gradient.get(v, 0) - n)
         decided |= {op.key for op in copies[keep:] if op.key in remat}
         lost = sum(op.key in by_class for op in members if op.key in in_gradient)
         uncounted = [op for op in copies[:keep] if op.key not in remat]
