@@ -38,8 +38,8 @@ _MOVES = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose"})
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "dynamic-slice", "slice"})
 
 
-def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey]
-                           ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey],
+                           decided: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """The recompute less the copies of a recomputed cheap value beyond `forward + gradient -
     saves` (module docstring): `forward` is how many copies the forward computes of each value
     whose copies are all remat-marked (`_Forward`, in another loop body), `gradient` the
@@ -51,7 +51,8 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     in module order) that the fusion rules then took back (a gradient fusion's copy is the
     model's) moves to a recompute copy of that value, up to `forward + gradient - saves` (more seed
     142: gelu's `1 + tanh` counted in the gradient fusion and taken back, its recompute in the
-    product fusion left uncounted). Returns the recompute, the copies taken out (model FLOPs) and
+    product fusion left uncounted); never to a copy another rule `decided` (a stand-in for the
+    copy the program without remat makes saving the value: hloflops.remat.saved_copies). Returns the recompute, the copies taken out (model FLOPs) and
     those counted in their place."""
     if not module.is_scheduled or is_tpu_module(module):
         # TPU nests the recompute's chains into the fusions of the backward's matmuls, beside the
@@ -87,7 +88,8 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         if op.exact in saves:
             by_value.setdefault(op.exact, []).append(op)
     forward = _Forward(module, ops)
-    decided: set[SiteKey] = set()
+    settled = decided
+    decided = set()
     added: set[SiteKey] = set()
     for v, n in saves.items():
         members = by_value[v]
@@ -103,7 +105,7 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         keep = max(0, in_forward + gradient.get(v, 0) - n)
         decided |= {op.key for op in copies[keep:] if op.key in remat}
         lost = sum(op.key in by_class for op in members if op.key in in_gradient)
-        uncounted = [op for op in copies[:keep] if op.key not in remat]
+        uncounted = [op for op in copies[:keep] if op.key not in remat and op.key not in settled]
         added |= {op.key for op in uncounted[:lost]}
     return (remat - decided) | added, decided, added
 
