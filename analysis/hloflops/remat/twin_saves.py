@@ -52,8 +52,9 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     model's) moves to a recompute copy of that value, up to `forward + gradient - saves` (more seed
     142: gelu's `1 + tanh` counted in the gradient fusion and taken back, its recompute in the
     product fusion left uncounted); never to a copy another rule `decided` (a stand-in for the
-    copy the program without remat makes saving the value: hloflops.remat.saved_copies). Returns the recompute, the copies taken out (model FLOPs) and
-    those counted in their place."""
+    copy the program without remat makes saving the value: hloflops.remat.saved_copies; held-out
+    more seeds 282, 291, relu's recompute for a weight gradient). Returns the recompute, the
+    copies taken out (model FLOPs) and those counted in their place."""
     if not module.is_scheduled or is_tpu_module(module):
         # TPU nests the recompute's chains into the fusions of the backward's matmuls, beside the
         # forward's (hloflops.remat.fusion_copies): its fusions split otherwise than here.
