@@ -118,6 +118,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    Only the ops XLA copies there: those reading at most one full-size value, from the transpose
    down to the first that reads two (a residual sum, which the program without remat stores
    once and relays out stored: its recompute's relayout is recompute).
+   A recomputed cheap value on the chain of residuals the program without remat saves (in a
+   backward loop's gradient fusion, what an op outside the recompute reads: gelu's `x`,
+   `3 * x * x`, `0.5 * (1 + t)`) is copied there into one saving fusion per such residual, where
+   the program with remat computes it once in its gradient fusion; its recompute fusions split
+   where that program's forward does (both materialize what the gradient reads). So as many of
+   the recompute's copies run because of remat as the forward's copies and the gradient fusions'
+   exceed the saving fusions': gelu's bias add none, `1 + tanh` one (hloflops.remat.twin_saves).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy
@@ -172,7 +179,9 @@ finds in two or more gradient fusions of a backward loop whose forward runs in a
 where the program without remat reads the value stored and computes it once, saving it
 (hloflops.remat.fusion_copies), and a forward op
 copied into the fusion storing a policy's saved residual into a loop's stack, a value the program
-without remat saves only where its backward reads it itself (hloflops.remat.rounding); an
+without remat saves only where its backward reads it itself (hloflops.remat.rounding; counted, and
+sure, where the other loops read the stored value only in recomputes of forward ops: tanh's `h`,
+whose derivative reads `t`); an
 uncounted float normalization widen (bf16 to f32)
 inside a recompute's fusion, whose count follows how XLA fused the program without remat's
 forward, hloflops.remat.normalization) the report gives a range

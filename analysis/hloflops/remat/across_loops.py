@@ -27,7 +27,8 @@ counted by the class's number, not by the fusion it sits in, so the last exempti
 its own: more seeds 33, 37, 69, 148 (gelu MLPs in `nnx.scan` and `hk.layer_stack`, two of them
 under offload policies) copy the bias add and `1 + tanh` into the recompute's gelu product fusion
 and count them sure, where the program without remat copies the bias add into four fusions of
-its forward and this program into one: add +3,072 to +98,304, now inside the range."""
+its forward and this program into one: add +3,072 to +98,304, inside the range (and exact since
+hloflops.remat.twin_saves, which counts such copies against the saving fusions, but seed 37)."""
 
 from __future__ import annotations
 
