@@ -223,7 +223,7 @@ def test_cheap_recompute_of_a_value_the_twin_saves_is_model_work(form):
 # kernel gradient reads `relu(conv + b)` batch-minor, and XLA builds that operand by a transposing
 # fusion that copies the bias add and the maximum, of the recompute in the program with remat and
 # of the forward in the one without: both compute them as many times (`remat/saved_copies.py`,
-# `_hands_out_relayout`).
+# `hands_out_relayout`).
 RELAID_BY_THE_TWIN = {
     "more linen_loop conv seed 105, add +32,768 maximum +32,768": Form(
         form='linen_loop', arch='conv', policy='none', prevent_cse=True, batch=4, width=32, hidden=64, heads=2,
