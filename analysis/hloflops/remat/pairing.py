@@ -179,6 +179,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         settled = {(key[0], key[2]) for key in saved}
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
         if module.is_scheduled and not is_tpu_module(module):
+            # Float normalization's widens in recompute fusions, as many per value as the forward's
+            # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
             remat, balanced = balanced_widens(module, ops, remat)
             certain |= balanced
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
