@@ -16,8 +16,9 @@ the fusions computing the recompute, the first as many as the forward fusions' w
 forward's value are remat, the rest are the program without remat's too. A forward value the
 recompute reads (a bias, widened by the forward's fusion and by the recompute's) counts the same
 way. The recompute's value is matched to the forward's by opcode, shape and name inside the
-checkpoint (`inner_tail`), in the same frame (value numbers differ where the recompute reads
-other inputs than the forward); a value of the forward by its number.
+checkpoint (`inner_tail`, of two components at least: a bare primitive's name, in a model
+without module scopes, tells no value from another), in the same frame (value numbers differ where
+the recompute reads other inputs than the forward); a value of the forward by its number.
 
 A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
 transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
@@ -69,9 +70,11 @@ def balanced_widens(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> t
         if source is None:
             continue
         if source.marked:
-            if side == "recompute" and source.op_name:
-                key = ("recompute", source.inst.opcode, shape_key(source.inst.shape), inner_tail(source.op_name),
-                       op.frame)
+            # A name of one component (the primitive's, a model without module scopes) tells no
+            # value from another of its opcode and shape: no twin is matched by it.
+            tail = inner_tail(source.op_name) if source.op_name else ()
+            if side == "recompute" and len(tail) >= 2:
+                key = ("recompute", source.inst.opcode, shape_key(source.inst.shape), tail, op.frame)
                 groups.setdefault(key, []).append((side, op))
             continue
         if side == "forward" and source.op_name and phase(source.op_name) == "forward":
