@@ -19,7 +19,8 @@ from hloflops.remat.marks import (
     named_by_users, recomputes_named_in_transpose,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import fusion_copies
+from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.op_kinds import is_identity_rounding
@@ -29,6 +30,7 @@ from hloflops.remat.widen_counts import balanced_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
+from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -169,6 +171,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    if module.is_scheduled and remat_named and is_tpu_module(module):
+        # A value only the recompute stores: the forward's extra copies of it in its readers'
+        # fusions run because of remat (hloflops.remat.unstored_forward). How many copies the
+        # forward without remat makes rests on its fusion: `loose` below, in the range only.
+        remat |= unstored_forward_copies(module, ops, classes, remat)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
@@ -178,6 +185,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # A forward copy in a fusion that stands in for the twin's saving or relayout copy is settled.
         settled = {(key[0], key[2]) for key in saved}
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
+        if module.is_scheduled:
+            # A value the recompute stores that the forward only copies: the forward's copies are
+            # remat, the recompute's chain the program without remat's forward
+            # (hloflops.remat.stored_by_the_recompute).
+            added, stored = stored_by_the_recompute(module, ops, remat, fused_outputs(module))
+            remat = (remat | added) - stored
+            certain |= stored
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
