@@ -101,25 +101,30 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
     two programs differs by a few beyond the recompute. reduce-precision is left out on both
     sides: jax puts an identity reduce-precision on each residual a policy saves, which runs
     because of remat but recomputes nothing (counted as model FLOPs). Measured on this
-    catalogue (jax 0.10.2): every program within 27,520 flops of its difference (the worst:
-    lm_scan_block, of 375,168, and lm_scan_block_dots_no_batch, of 113,024, both short: copies
+    catalogue (jax 0.10.2): every program within 39,936 flops of its difference (the worst:
+    lm_scan_block_dots_no_batch, of 113,024, and lm_scan_block, of 375,168, both short: copies
     of the softmax's cheap ops and of gelu's multiplies in the backward loop that the pairing
-    leaves unpaired); over the catalogue 79,764 flops of excess and deficit together (asserted: at
-    most 90,000, was 130,000 before the sixth round), where
+    leaves unpaired); over the catalogue 94,228 flops of excess and deficit together (asserted: at
+    most 96,000, was 130,000 before the sixth round), where
     counting every remat-named copy gave 904,860. Sharing forward values among recompute classes
     of one name (issue 28, sixth round) made eight LM programs exact (layer norm's `1/n`
     scalings were +192 / +336) and lm_scan_block's layer norms too, and took one 4,096-flop gelu
     multiply that had made up part of that program's shortfall (-23,040 -> -27,520). The seeds'
-    programs are exact (test below)."""
+    programs are exact (test below). The backward loop's recompute of gelu's product, handed
+    reshaped to the next weight's gradient, is the copy the program without remat makes in its
+    saving fusion (hloflops.remat.saved_copies; its fusion of `Dense_0/add`, `mlp/add` and the two
+    `mlp/mul` is the twin's saving fusion, op for op): no longer counted, it no longer hides part
+    of the two scan programs' shortfall (-27,648 -> -31,744 and -23,552 -> -39,936; the catalogue
+    73,748 -> 94,228)."""
     misses = {}
     for pair in PAIRS:
         remat, plain = accounts(pair.name, "remat")["after"], accounts(pair.name, "plain")["after"]
         assert all_flops(plain, remat=True) == 0
         difference = all_flops(remat) - all_flops(plain)
         misses[pair.name] = (all_flops(remat, remat=True) - difference, difference)
-    too_far = {name: m for name, m in misses.items() if abs(m[0]) > 28_672}
+    too_far = {name: m for name, m in misses.items() if abs(m[0]) > 40_960}
     assert not too_far
-    assert sum(abs(m[0]) for m in misses.values()) <= 90_000
+    assert sum(abs(m[0]) for m in misses.values()) <= 96_000
 
 
 def test_seed_programs_split_every_opcode_exactly_after_optimization():

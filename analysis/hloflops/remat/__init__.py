@@ -111,7 +111,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
-   (hloflops.remat.saved_copies). So, in any frame, is such a fusion that hands its cheap
+   (hloflops.remat.saved_copies), whatever the fusion reads where it hands the value out
+   reshaped (`[batch * tokens, width]`: the forward's matmul reads it reshaped too, so XLA
+   copies the chain into every reader, gelu's product over its tanh's fusion as well). So, in
+   any frame, is such a fusion that hands its cheap
    recomputes out only through a transpose of XLA's (no op_name) for a backward matmul: the
    program without remat relays out its forward's value for that matmul in a fusion of its
    own, copying the same cheap ops (a conv net's `relu(conv + b)` for a kernel's gradient).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, largest_array
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import SiteKey, SiteOp
@@ -100,7 +100,8 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue  # the twin relays out the forward's stored value: it copies nothing
         if not _read_by_backward_matmul(module, site, readers, op_names):
             continue
-        if _reads_elementwise_fusion(module, site, _copied_for_weight_gradients(comp, site, readers, op_names, module)):
+        if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
+                _reads_elementwise_fusion(module, site):
             continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
@@ -160,16 +161,15 @@ def _is_matmul(module: Module, inst: Instruction) -> bool:
                if callee in module.by_name for i in module.by_name[callee].instructions)
 
 
-def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction], statistics: bool = False) -> bool:
-    """Does the fusion read another elementwise fusion's result (a loop fusion, through views) of
-    its own size? Then the program without remat stores its forward fusion's result, copying
-    nothing: seed 44, gelu's product `(h + b) * 0.5 * (1 + t)` reads the fusion of its tanh `t`,
-    and the saving fusion of the program without remat reads the forward's product. Only a chain
-    read off what the forward saved or a matmul computed (seed 32: `max(h, 0)` of a saved `h`) is
-    copied; with `statistics` (`_copied_for_weight_gradients`), so is a chain that reads an
-    elementwise fusion's result smaller than its own, a statistic it broadcasts."""
+def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction]) -> bool:
+    """Does the fusion read another elementwise fusion's result (a loop fusion, through views)?
+    Then the program without remat stores its forward fusion's result, copying nothing (seed 12
+    of the `more` family, gelu's product `(h + b) * 0.5 * (1 + t)` over `[batch, hidden]` reads
+    the fusion of its tanh `t`, and the saving fusion of the program without remat reads the
+    forward's product, which the next matmul reads as it is). Only a chain read off what the
+    forward saved or a matmul computed (seed 32: `max(h, 0)` of a saved `h`) is copied, but for
+    `_copied_for_weight_gradients`."""
     comp = module.by_name[site[0]]
-    size = largest_array(site[1].shape)
     pending = list(site[1].operands)
     while pending:
         inst = comp.by_name.get(pending.pop())
@@ -179,23 +179,26 @@ def _reads_elementwise_fusion(module: Module, site: tuple[str, Instruction], sta
             pending += inst.operands
         elif inst.opcode in CHEAP or inst.opcode in EXPENSIVE or \
                 (inst.opcode == "fusion" and inst.attributes.get("kind") in ("kLoop", "kInput")):
-            if not statistics or largest_array(inst.shape) >= size:
-                return True
+            return True
     return False
 
 
 def _copied_for_weight_gradients(comp: Computation, site: tuple[str, Instruction],
                                  readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
                                  module: Module) -> bool:
-    """Does the fusion hand out its value reshaped (its root a bitcast or reshape: a layer norm's
-    `[batch, tokens, width]` output as the `[batch * tokens, width]` operand of the projections'
-    weight gradients) to backward matmuls alone, no recomputed one? The program without remat
-    saves the forward's value by a fusion that copies the cheap chain, with the per-row statistics
-    it broadcasts (seed 98 of the `more` family, a Haiku layer norm's `(x - mean) * rsqrt(var +
-    eps) * scale + offset` of a saved `x` under `dots_with_no_batch_dims_saveable`: the
-    projections are saved, not recomputed, and only their weight gradients read it). Where a
-    recomputed matmul reads it too (base seed 135 under `nothing_saveable`), the recompute needs
-    the value itself."""
+    """Does the fusion hand out its value reshaped (its root a bitcast or reshape: a
+    `[batch, tokens, width]` activation as the `[batch * tokens, width]` operand of a weight's
+    gradient) to backward matmuls alone, no recomputed one? The forward's matmul reads the value
+    reshaped too, so in the program without remat every reader of the value is a fusion (the
+    reshape's and the one saving it into the stack), and XLA copies the cheap chain into each,
+    whatever the chain reads: a per-row statistic it broadcasts (seed 98 of the `more` family, a
+    Haiku layer norm's `(x - mean) * rsqrt(var + eps) * scale + offset` under
+    `dots_with_no_batch_dims_saveable`) or another fusion's result of its own size (the same
+    seed's gelu product `(h + b) * 0.5 * (1 + t)` reading the fusion of its tanh `t`; seed 122,
+    Flax's `nn.scan` of an LM block under `nothing_saveable`, too). Where the matmul reads the
+    value as it is (`[batch, hidden]`, seed 12), XLA cannot fuse the value into that reader and
+    stores it once, for both (`_reads_elementwise_fusion`). Where a recomputed matmul reads it too
+    (base seed 135 under `nothing_saveable`), the recompute needs the value itself."""
     return comp.root.opcode in ("bitcast", "reshape") and \
         not _read_by_backward_matmul(module, site, readers, op_names, recompute=True)
 
