@@ -20,6 +20,7 @@ from hloflops.remat.marks import (
 )
 from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fusion_copies
+from hloflops.remat.stored_forwards import stored_forwards
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.op_kinds import is_identity_rounding
@@ -136,9 +137,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     twins = ForwardTwins(module, ops) if module.is_scheduled and remat_named and all_marked else None
     forward_of = twins.counts(all_marked) if twins is not None else {}
     counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
+    # After optimization, a value the forward computes once and stores: its recompute copies all
+    # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap.
+    stored = stored_forwards(module, ops) if module.is_scheduled and remat_named else set()
+    stored_copies: set[SiteKey] = set()
     for members in classes:
         forward = forward_of.get(id(members), 0)
         found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
+        if members[0].exact in stored:
+            found |= {m.key for m in members if m.marked}
+            stored_copies.update(m.key for m in members if m.marked)
         remat |= found
         if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
@@ -168,6 +176,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
