@@ -20,7 +20,7 @@ from hloflops.remat.marks import (
 )
 from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fusion_copies
-from hloflops.remat.stored_forwards import stored_forwards
+from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.op_kinds import is_identity_rounding
@@ -139,14 +139,15 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
     # After optimization, a value the forward computes once and stores: its recompute copies all
     # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap.
-    stored = stored_forwards(module, ops) if module.is_scheduled and remat_named else set()
+    stored = StoredForwards(module, ops) if module.is_scheduled and remat_named else None
     stored_copies: set[SiteKey] = set()
     for members in classes:
         forward = forward_of.get(id(members), 0)
         found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
-        if members[0].exact in stored:
-            found |= {m.key for m in members if m.marked}
-            stored_copies.update(m.key for m in members if m.marked)
+        extra = stored.copies(members) if stored is not None else set()
+        if extra:  # those copies, in place of `_same_value`'s count
+            found = extra | {m.key for m in members if m.key in found and not m.op_name}
+            stored_copies |= extra
         remat |= found
         if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)

@@ -26,28 +26,88 @@ from __future__ import annotations
 from collections import Counter
 
 from hloparse.ir import CallRole, Module
-from hloflops.remat.sites import SiteOp
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.sites import SiteKey, SiteOp
 
 
-def stored_forwards(module: Module, ops: list[SiteOp]) -> set:
-    """The value numbers that exactly one unmarked op computes, as a value leaving its
-    computation as it is: a fused computation's output (`_stored_outputs`) or an op of a
-    computation XLA did not fuse (the entry, a loop body)."""
-    fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
-             for callee in inst.called(CallRole.FUSION)}
-    outputs = _stored_outputs(module, fused)
-    copies = Counter(op.exact for op in ops if not op.marked)
-    found = set()
-    for op in ops:
-        if op.marked or copies[op.exact] != 1 or isinstance(op.exact, tuple) or op.inst.opcode == "convert":
-            continue
-        comp = op.key[0]
-        if comp in fused:
-            if op.inst.name in outputs.get(comp, ()):
-                found.add(op.exact)
-        elif comp == op.frame:
-            found.add(op.exact)
-    return found
+class StoredForwards:
+    """The forward's stored values (`values`): the value numbers that exactly one unmarked op
+    computes, as a value leaving its computation as it is (a fused computation's output in
+    place, `_stored_outputs`, or an op of a computation XLA did not fuse: the entry, a loop
+    body). `copies` finds, for a class of equal values, the recompute copies that run only
+    because the program stores nothing of the recompute."""
+
+    def __init__(self, module: Module, ops: list[SiteOp]) -> None:
+        self.module = module
+        self.fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+                      for callee in inst.called(CallRole.FUSION)}
+        outputs = _stored_outputs(module, self.fused)
+        self.leaving = fused_outputs(module)
+        copies = Counter(op.exact for op in ops if not op.marked)
+        self.once = {value for value, n in copies.items() if n == 1}
+        self.by_key = {op.key: op for op in ops}
+        self.values = set()
+        for op in ops:
+            if op.marked or op.exact not in self.once or isinstance(op.exact, tuple) or op.inst.opcode == "convert":
+                continue
+            comp = op.key[0]
+            if comp in self.fused:
+                if op.inst.name in outputs.get(comp, ()):
+                    self.values.add(op.exact)
+            elif comp == op.frame:
+                self.values.add(op.exact)
+        self._readers: dict[str, dict[str, list[str]]] = {}
+        self._under: dict[SiteKey, bool] = {}
+
+    def copies(self, members: list[SiteOp]) -> set[SiteKey]:
+        """Every marked copy of a stored value; of a value the forward computes once inside
+        the fusion of a stored value it feeds (a bias add under the residual sum), the copies
+        that feed only recompute copies of stored values (`_feeds_stored`)."""
+        value = members[0].exact
+        if value in self.values:
+            return {m.key for m in members if m.marked}
+        if value not in self.once:
+            return set()
+        return {m.key for m in members if m.marked and self._feeds_stored(m.key)}
+
+    def _feeds_stored(self, key: SiteKey) -> bool:
+        """Is the marked op inside a fusion, read there (through views) only by marked copies
+        of stored values or of values that feed only those, and handed out of it by none?"""
+        if key in self._under:
+            return self._under[key]
+        self._under[key] = False  # a cycle guard; fused computations have none
+        comp_name, name, site = key
+        found = False
+        if comp_name in self.fused:
+            readers = self._readers_of(comp_name)
+            comp = self.module.by_name[comp_name]
+            pending, seen, found = [name], {name}, True
+            while pending and found:
+                current = pending.pop()
+                if current in self.leaving.get(comp_name, ()):
+                    found = False
+                    break
+                for reader in readers.get(current, ()):
+                    op = self.by_key.get((comp_name, reader, site))
+                    if comp.by_name[reader].opcode in _VIEWS or op is None:
+                        if reader not in seen:
+                            seen.add(reader)
+                            pending.append(reader)
+                    elif not (op.marked and (op.exact in self.values or
+                                             (op.exact in self.once and self._feeds_stored(op.key)))):
+                        found = False
+                        break
+        self._under[key] = found
+        return found
+
+    def _readers_of(self, comp_name: str) -> dict[str, list[str]]:
+        if comp_name not in self._readers:
+            readers: dict[str, list[str]] = {}
+            for inst in self.module.by_name[comp_name].instructions:
+                for operand in set(inst.operands):
+                    readers.setdefault(operand, []).append(inst.name)
+            self._readers[comp_name] = readers
+        return self._readers[comp_name]
 
 
 # Views that keep a value's elements where they are: a fusion handing its value out through them
@@ -55,6 +115,8 @@ def stored_forwards(module: Module, ops: list[SiteOp]) -> set:
 # out for the forward's matmul): the program without remat copies the value into a fusion of
 # each layout its readers want, as the recompute does (hloflops.remat.view_copies).
 _IN_PLACE = frozenset({"bitcast", "reshape", "tuple"})
+# Ops that hand their operand's elements on inside a fusion, computing nothing.
+_VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "broadcast"})
 
 
 def _stored_outputs(module: Module, fused: set[str]) -> dict[str, frozenset[str]]:
