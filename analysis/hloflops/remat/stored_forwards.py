@@ -1,6 +1,6 @@
 """Values the forward stores (after optimization): a recompute's copies of such a value all run
-because of remat (hloflops.remat.pairing asks `stored_forwards` before `_same_value` caps a
-class's recompute copies at its forward's).
+because of remat (hloflops.remat.pairing asks `StoredForwards.copies` beside `_same_value`, which
+caps a class's recompute copies at its forward's).
 
 XLA's fusion copies a cheap producer into its readers' fusions only where it can fuse it into
 all of them; where one reader cannot take it (a matmul, a reduce beside other reduces), the
@@ -19,7 +19,20 @@ A forward that copies the value into several fusions, or only inside one (gelu's
 stores nothing: the program without remat copies it into fusions of its own, as the recompute
 does, and the cap holds. Nor does a convert count: a float normalization's widen of a stored
 bf16 value is computed again in each fusion reading the narrow value, without remat as with it
-(base seed 145: a bias widened in the forward's fusion and again in a gradient fusion)."""
+(base seed 145: a bias widened in the forward's fusion and again in a gradient fusion).
+
+A value the forward computes once inside such a fusion, only to build the stored value there
+(`hk.MultiHeadAttention`'s output bias add under the residual sum, more seed 111), is computed
+once by the program without remat too, there: a recompute copy of it that feeds nothing but
+copies of the stored value runs because of remat (in place of the cap's count). A copy that
+feeds anything else (gelu's derivative in its gradient fusion) is left to the cap and to
+hloflops.remat.fusion_copies.
+
+Only where the forward is in sight with an equal value number: where the recompute read other
+inputs (all its copies remat-marked, `ForwardTwins` matching the forward by signature and name),
+the candidates are too loose to tell a stored twin (base seed 142: gelu's jvp coefficient
+`3 * x ** 2` finds both layer norms' stored outputs), and base seeds 105 and 136 stay short of
+their residual sums' gradient-fusion copies."""
 
 from __future__ import annotations
 
