@@ -24,7 +24,7 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    in one computation (the entry of a loop-free program, one loop body). A value the forward
    computes k times is recomputed at most k times under one checkpoint's name: further marked
    copies are the linearization's own (jvp's `x * x` for the derivative of `x ** 3`), model
-   FLOPs. After optimization, a value the forward computes once and stores (a fusion's output in
+   FLOPs. After optimization (not TPU's), a value the forward computes once and stores (a fusion's output in
    place, or unfused) is stored by the program without remat too, which reads it there, its
    gradient fusions included: every recompute copy is remat, and so is a copy of a value the
    forward computes once inside that fusion where it feeds only copies of the stored value (a

@@ -138,8 +138,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     forward_of = twins.counts(all_marked) if twins is not None else {}
     counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
     # After optimization, a value the forward computes once and stores: its recompute copies all
-    # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap.
-    stored = StoredForwards(module, ops) if module.is_scheduled and remat_named else None
+    # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap. Not TPU's
+    # fusion, which copies a producer into its readers' fusions even where one of them stores it.
+    stored = StoredForwards(module, ops) if module.is_scheduled and remat_named and not is_tpu_module(module) \
+        else None
     stored_copies: set[SiteKey] = set()
     for members in classes:
         forward = forward_of.get(id(members), 0)

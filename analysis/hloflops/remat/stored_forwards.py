@@ -28,6 +28,10 @@ copies of the stored value runs because of remat (in place of the cap's count). 
 feeds anything else (gelu's derivative in its gradient fusion) is left to the cap and to
 hloflops.remat.fusion_copies.
 
+Not on TPU, whose fusion copies a cheap producer into its readers' fusions (nested in a matmul's
+output fusion too) even where one of them stores it: there the program without remat copies the
+stored value as the recompute does (TPU draws 0, 19, 45, 58 moved away from the truth).
+
 Only where the forward is in sight with an equal value number: where the recompute read other
 inputs (all its copies remat-marked, `ForwardTwins` matching the forward by signature and name),
 the candidates are too loose to tell a stored twin (base seed 142: gelu's jvp coefficient
