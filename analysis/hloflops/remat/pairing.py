@@ -147,8 +147,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         forward = forward_of.get(id(members), 0)
         found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
         extra = stored.copies(members) if stored is not None else set()
-        if extra:  # those copies, in place of `_same_value`'s count
-            found = extra | {m.key for m in members if m.key in found and not m.op_name}
+        if extra:  # those copies, in place of `_same_value`'s count under their name (each level's)
+            names = {m.op_name for m in members if m.key in extra}
+            found = extra | {m.key for m in members if m.key in found and m.op_name not in names}
             stored_copies |= extra
         remat |= found
         if forward or not all(m.marked for m in members):
