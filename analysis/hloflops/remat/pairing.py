@@ -149,7 +149,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         extra = stored.copies(members) if stored is not None else set()
         if extra:  # those copies, in place of `_same_value`'s count under their name (each level's)
             names = {m.op_name for m in members if m.key in extra}
-            found = extra | {m.key for m in members if m.key in found and m.op_name not in names}
+            found = extra | {m.key for m in members if m.key in found and (not m.op_name or m.op_name not in names)}
             stored_copies |= extra
         remat |= found
         if forward or not all(m.marked for m in members):

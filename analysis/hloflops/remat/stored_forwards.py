@@ -81,6 +81,8 @@ class StoredForwards:
         the fusion of a stored value it feeds (a bias add under the residual sum), the copies
         that feed only recompute copies of stored values (`_feeds_stored`)."""
         value = members[0].exact
+        if members[0].inst.opcode == "convert":  # see the module's docstring
+            return set()
         if value in self.values:
             return {m.key for m in members if m.marked}
         if value not in self.once:
