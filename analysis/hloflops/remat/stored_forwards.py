@@ -43,22 +43,24 @@ from __future__ import annotations
 from collections import Counter
 
 from hloparse.ir import CallRole, Module
-from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.fusion_copies import fused_outputs, outermost_fusions
 from hloflops.remat.sites import SiteKey, SiteOp
 
 
 class StoredForwards:
     """The forward's stored values (`values`): the value numbers that exactly one unmarked op
     computes, as a value leaving its computation as it is (a fused computation's output in
-    place, `_stored_outputs`, or an op of a computation XLA did not fuse: the entry, a loop
-    body). `copies` finds, for a class of equal values, the recompute copies that run only
+    place, `_stored_outputs`, not nested in another fusion, or an op of a computation XLA did
+    not fuse: the entry, a loop body). `copies` finds, for a class of equal values, the recompute copies that run only
     because the program stores nothing of the recompute."""
 
     def __init__(self, module: Module, ops: list[SiteOp]) -> None:
         self.module = module
         self.fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
                       for callee in inst.called(CallRole.FUSION)}
-        outputs = _stored_outputs(module, self.fused)
+        # a fusion nested inside another (TPU's loop fusion inside a matmul's) hands its value to
+        # the outer fusion only: stored nowhere
+        outputs = _stored_outputs(module, self.fused - set(outermost_fusions(module)))
         self.leaving = fused_outputs(module)
         copies = Counter(op.exact for op in ops if not op.marked)
         self.once = {value for value, n in copies.items() if n == 1}
