@@ -94,6 +94,24 @@ def test_a_recompute_nested_in_a_gradients_matmul_fusion_is_model_work(monkeypat
     assert outcome.matmul_ok("after") and "maximum" not in after.misses, outcome.describe()
 
 
+# The same draw's forward copies block 0's output `x + (conv + b)` into the next block's conv fusion
+# and into the fusion of block 1's sum, where the program without remat stores it once for its
+# backward: the second copy was model FLOPs (add -8,192 after optimization; remat/unstored_forward.py).
+# Every opcode after optimization.
+def test_a_value_only_the_recompute_stores_is_recompute_in_the_forwards_extra_copies(monkeypatch):
+    outcome = _checked(47, monkeypatch)
+    assert outcome.all_ok("after"), outcome.describe()
+
+
+# An offloading loop under tensor parallelism: TPU lowers a small matrix-vector product as
+# `reduce(broadcast(v) * w)`, the multiply without a name; the recompute's read its broadcast and the
+# weight (an entry parameter named `params[...]`) and was model FLOPs (seed 31: multiply -496 -> +16
+# after optimization, in range; remat/marks.py `inherit_names`).
+def test_an_unnamed_recompute_reading_a_weight_is_recompute(monkeypatch):
+    outcome = _checked(31, monkeypatch)
+    assert outcome.matmul_ok("after") and outcome.in_bounds("after"), outcome.describe()
+
+
 # Tensor parallel, the partitioner split the first layer's up projection another way in the
 # recompute (a shard of the features contracted, partial sums all-reduced) than in the forward (the
 # weight gathered, every feature contracted), and equinox names the forward `jvp(vmap(eqx.nn.Linear))`:

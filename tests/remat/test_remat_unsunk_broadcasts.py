@@ -113,3 +113,23 @@ def test_reports_split_a_partial_row():
     assert any(stack.endswith("[remat]") and v == WHOLE - SMALL for stack, v in widen)
     assert report.remat_flops == WHOLE + (WHOLE - SMALL)
     assert {g.key: g.remat_flops for g in report.by_opcode()}["convert"] == WHOLE - SMALL
+
+
+def test_row_records_carry_the_remat_share():
+    """The JSON rows and the CSV say how many of a row's FLOPs are remat, not only that it is:
+    a reader summing `flops` where `remat` would count the widen's model share as recompute."""
+    import csv
+    import io
+
+    from hloflops.cli import _csv_text
+    from hloflops.report.report import Report
+
+    report = Report(account(hloparse.parse(_module()), xla={"flops": 0.0}))
+    records = {r["name"]: r for r in report.to_records()}
+    assert records["w"]["remat"] and records["w"]["remat_flops"] == WHOLE - SMALL
+    assert records["rt"]["remat_flops"] == records["rt"]["flops"] == WHOLE
+    assert records["t"]["remat_flops"] == 0
+    assert sum(r["remat_flops"] for r in records.values()) == report.remat_flops
+    assert [r["remat_flops"] for r in report.to_dict(rows=True)["rows"] if r["name"] == "w"] == [WHOLE - SMALL]
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(_csv_text(report, None, None)))}
+    assert int(rows["w"]["remat_flops"]) == WHOLE - SMALL

@@ -98,7 +98,21 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
-   (one whose unnamed bf16 convert output is named by what it converts), unsure.
+   (one whose unnamed bf16 convert output is named by what it converts), unsure. On TPU, a cheap
+   forward value the forward never stores (copied into each fusion reading it) while the
+   recompute's copy is stored (a backward reader reads it whole) is stored once by the forward
+   without remat, which its backward reads: the forward's copies beyond one, with the cheap chain
+   only they need in their fusions, are recompute (in the range only); not for a value of
+   parameters and constants alone, which any backward builds where it reads it
+   (hloflops.remat.unstored_forward).
+   A value the recompute computes in one fusion and stores for the backward, where the forward
+   splits its chain (a fusion handing out only chain values, the embedding's gather, to fusions
+   copying the rest into each reader: the index clamp and out-of-range mask of `jnp.take`) is
+   one the program without remat computes and stores as the recompute does, its backward reading
+   the forward's: the recompute's chain is model FLOPs and the forward's copies are remat, and so
+   is another recompute fusion storing a value of that chain the forward never hands out (the
+   clamped indices for the embedding gradient's scatter). Not for a chain holding an expensive op
+   or a saved residual (hloflops.remat.stored_by_the_recompute).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
@@ -109,6 +123,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    Only the ops XLA copies there: those reading at most one full-size value, from the transpose
    down to the first that reads two (a residual sum, which the program without remat stores
    once and relays out stored: its recompute's relayout is recompute).
+   A recomputed cheap value on the chain of residuals the program without remat saves (in a
+   backward loop's gradient fusion, what an op outside the recompute reads: gelu's `x`,
+   `3 * x * x`, `0.5 * (1 + t)`) is copied there into one saving fusion per such residual, where
+   the program with remat computes it once in its gradient fusion; its recompute fusions split
+   where that program's forward does (both materialize what the gradient reads). So as many of
+   the recompute's copies run because of remat as the forward's copies and the gradient fusions'
+   exceed the saving fusions': gelu's bias add none, `1 + tanh` one (hloflops.remat.twin_saves).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy
@@ -134,7 +155,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (hloflops.remat.shared_reciprocals). In one computation (a Python loop), the program without
    remat shares the forward's instead, and the recompute's is remat.
 
-Ops without metadata are named by what they read (through the unnamed ops XLA adds; after
+Ops without metadata are named by what they read (through the unnamed ops XLA adds, a program
+input counting as a forward value; after
 optimization so is an elementwise op named in a checkpoint's transpose that reads a constant, its
 cotangent folded, and otherwise the recompute's values alone: CSE merged it with the recompute's
 op of its value, softmax's `1 / s`; not in a frame where the forward stacks a scan's residuals,
@@ -153,14 +175,18 @@ in the recompute's own frame that reads a marked op left without a twin, a rule 
 variadic collective; after optimization a cheap copy paired with its forward in another loop body
 whose count rests on fusion, and the copies of a class counted against forward copies in another
 loop body, hloflops.remat.across_loops, also where it feeds a recomputed expensive op if the
-backward loop's gradient fusions copy its value and a recomputed residual's cheap chain holds it
-too (the program without remat may copy it into more fusions saving residuals than the gradient
-fusions copy it); uncounted, the copies of a value that rule 4 finds in two or more gradient
-fusions of a backward loop whose forward runs in another loop body, where the program without
-remat reads the value stored and computes it once, saving it (hloflops.remat.fusion_copies), and
-a forward op
+backward loop's gradient fusions copy its value and a recomputed residual's cheap chain holds it too
+(the program without remat may copy it into more fusions saving residuals than the gradient fusions
+copy it), and with it the cheap ops of each recompute fusion that copies it (the program without
+remat's forward computes that fusion's chain too, fused alike: gelu's tanh fusion, where the twin
+runs the bias add more often than this program in all); uncounted, the copies of a value that rule 4
+finds in two or more gradient fusions of a backward loop whose forward runs in another loop body,
+where the program without remat reads the value stored and computes it once, saving it
+(hloflops.remat.fusion_copies), and a forward op
 copied into the fusion storing a policy's saved residual into a loop's stack, a value the program
-without remat saves only where its backward reads it itself (hloflops.remat.rounding); an
+without remat saves only where its backward reads it itself (hloflops.remat.rounding; counted, and
+sure, where the other loops read the stored value only in recomputes of forward ops: tanh's `h`,
+whose derivative reads `t`); an
 uncounted float normalization widen (bf16 to f32)
 inside a recompute's fusion, whose count follows how XLA fused the program without remat's
 forward, hloflops.remat.normalization) the report gives a range

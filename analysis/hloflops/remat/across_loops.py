@@ -9,7 +9,8 @@ forward copies without). How many of the recompute's copies run because of remat
 the program without remat's fusion. A copy is sure where the program without remat can have no
 counterpart of it: an expensive op (never duplicated by fusion), what feeds a recomputed expensive
 op (but a residual, a value the backward loop's gradient fusions copy too: the program without
-remat may copy it into more fusions saving residuals, `_saved_more_often`), a value read only by
+remat may copy it into more fusions saving residuals, `_saved_more_often`; and then the other
+cheap ops of a recompute fusion copying it are not sure either, `_fused_with`), a value read only by
 the recompute itself (the input of the next layer's recomputed matmul: the program without remat
 reads the forward's), and a chain that reads two values as large as its own (silu's `h *
 sigmoid(h)` in seed 000: XLA stores such a result rather than copy the chain into the fusion saving
@@ -26,7 +27,8 @@ counted by the class's number, not by the fusion it sits in, so the last exempti
 its own: more seeds 33, 37, 69, 148 (gelu MLPs in `nnx.scan` and `hk.layer_stack`, two of them
 under offload policies) copy the bias add and `1 + tanh` into the recompute's gelu product fusion
 and count them sure, where the program without remat copies the bias add into four fusions of
-its forward and this program into one: add +3,072 to +98,304, now inside the range."""
+its forward and this program into one: add +3,072 to +98,304, inside the range (and exact since
+hloflops.remat.twin_saves, which counts such copies against the saving fusions, but seed 37)."""
 
 from __future__ import annotations
 
@@ -132,7 +134,18 @@ def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozen
     a gradient fusion and also in the cheap chain (no expensive op between, `_cheap_chain`) of a
     recompute fusion's output a backward op reads (base seeds 16 and 76, gelu's `h`: copied into
     the gradient's fusion, and in the recomputed product `0.5 * h * (1 + t)` that Dense_1's weight
-    gradient reads; the program without remat copies it into three fusions saving gelu's residuals)."""
+    gradient reads; the program without remat copies it into three fusions saving gelu's residuals).
+
+    With such a value go the cheap ops of every recompute fusion that copies it (`_fused_with`):
+    the program without remat computes that chain in its forward loop, fused as this recompute is
+    (it materializes the residuals it saves, gelu's tanh and product, and copies `h` into each of
+    those fusions), where this program's forward saves nothing and computes the chain in one
+    fusion. The program without remat then runs `h` more often than this program in all (base
+    seeds 16, 76, held-out 192: `h` five times, its forward's two and three saving copies, against
+    this program's four), beyond what the recompute's copy of `h` can stand for. The rest of the
+    recompute fusion (gelu's `x**3`, `0.044715 *`, `+`, `* sqrt(2/pi)`) is what offsets it, so
+    each of its ops is a hinge too: remat FLOPs are never negative per op, and a lower bound that
+    may drop them is how the split says the twin's extra copies may cancel them."""
     entry = module.entry.name
     by_site: dict[tuple[str, int], list[SiteOp]] = {}
     marked = {op.key[:2] for op in ops if op.marked}
@@ -154,19 +167,32 @@ def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozen
 
     gradient: set = set()
     in_residuals: set = set()
+    recomputing: list[list[SiteOp]] = []
     for (comp_name, site), members in by_site.items():
         if members[0].frame == entry:
             continue
         if comp_name not in marked_fusions:
             gradient |= {op.exact for op in members if op.marked}
             continue
+        recomputing.append(members)
         call = calls.get(comp_name)
         if call is None or not read_by_backward(call[0], call[1].name):
             continue
         by_name = {op.inst.name: op for op in members}
         in_residuals |= {by_name[name].exact for name in _cheap_chain(module.by_name[comp_name], fused[comp_name])
                          if name in by_name and by_name[name].marked}
-    return gradient & in_residuals
+    return _fused_with(gradient & in_residuals, recomputing)
+
+
+def _fused_with(values: set, recomputing: list[list[SiteOp]]) -> set:
+    """`values`, and the values of the cheap remat-marked ops of each recompute fusion (given by its
+    members) that copies one of them (see `_saved_more_often`)."""
+    found = set(values)
+    for members in recomputing:
+        if any(op.marked and op.exact in values for op in members):
+            found |= {op.exact for op in members if op.marked and op.inst.opcode in DUPLICATED
+                      and op.inst.opcode not in EXPENSIVE}
+    return found
 
 
 def _cheap_chain(comp, outputs: frozenset[str]) -> set[str]:

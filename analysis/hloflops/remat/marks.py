@@ -116,7 +116,10 @@ def inherit_names(module: Module, ops: list[SiteOp], op_names: OpNames) -> None:
     remat-named value and otherwise (constants aside) only remat-named or forward values is part
     of the recompute (a recompute's cross-attention logits read the recomputed query and the
     forward's keys, where CSE merged the keys' recompute into the forward). One that reads a
-    gradient too is the backward's. Through a fusion's parameters to its call site's operands."""
+    gradient too is the backward's. A program input (an entry parameter: a weight) counts as a
+    forward value, read by the recompute as by the forward and never a gradient: TPU's
+    `reduce(broadcast(v) * w)` for a small matrix-vector product leaves the multiply unnamed (TPU
+    draw 31). Through a fusion's parameters to its call site's operands."""
     callers = _fusion_callers(module)
     for op in ops:
         if not op.op_name and not op.named and op.inst.operands and \
@@ -200,7 +203,13 @@ def _reads_the_recompute(module: Module, op: SiteOp, op_names: OpNames,
     names = [name for (c, i), k in zip(sources, constant) if not k
              for name in _passed_on_names(module, c, i, op_names, callers)]
     remat = [REMAT_SCOPE in name for name in names]
-    return any(remat) and all(r or (not only and phase(name) == "forward") for r, name in zip(remat, names))
+    return any(remat) and all(r or (not only and (name is _INPUT or phase(name) == "forward"))
+                              for r, name in zip(remat, names))
+
+
+# What `_passed_on_names` gives for a parameter of the entry computation: a program input (a
+# weight, a batch), which the recompute reads as the forward does, and never a gradient.
+_INPUT = "<input>"
 
 
 def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names: OpNames,
@@ -212,6 +221,8 @@ def _passed_on_names(module: Module, comp_name: str, inst: Instruction, op_names
     root and out of one from a parameter to the call site's operand (seed 83: a recompute's
     attention scores read `convert(convert(query + bias))`, the add remat-named, the two converts
     and their fusion unnamed)."""
+    if inst.opcode == "parameter" and comp_name == module.entry.name:
+        return [_INPUT]
     name = op_names.of(comp_name, inst)
     seen = set() if seen is None else seen
     if name or depth == 0 or (comp_name, inst.name) in seen:

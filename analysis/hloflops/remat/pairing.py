@@ -19,16 +19,19 @@ from hloflops.remat.marks import (
     named_by_users, recomputes_named_in_transpose,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import fusion_copies
+from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
+from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
+from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -156,6 +159,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             by_value.update(m.key for m in members if m.marked and m.op_name)
         if forward and twins is not None and in_other_frames(twins, members):
             counted_across |= found
+    by_class = set(remat)  # the copies counted by value, against their forward
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
@@ -181,6 +185,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
     remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
+    if module.is_scheduled and remat_named and is_tpu_module(module):
+        # A value only the recompute stores: the forward's extra copies of it in its readers'
+        # fusions run because of remat (hloflops.remat.unstored_forward). How many copies the
+        # forward without remat makes rests on its fusion: `loose` below, in the range only.
+        remat |= unstored_forward_copies(module, ops, classes, remat)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
@@ -190,7 +199,28 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # A forward copy in a fusion that stands in for the twin's saving or relayout copy is settled.
         settled = {(key[0], key[2]) for key in saved}
         stand_ins = {key for key in stand_ins if (key[0], key[2]) not in settled}
+        if module.is_scheduled:
+            # A value the recompute stores that the forward only copies: the forward's copies are
+            # remat, the recompute's chain the program without remat's forward
+            # (hloflops.remat.stored_by_the_recompute).
+            added, stored = stored_by_the_recompute(module, ops, remat, fused_outputs(module))
+            remat = (remat | added) - stored
+            certain |= stored
+        # A recomputed cheap value on the chains of the residuals the program without remat saves:
+        # as many copies run because of remat as the forward and gradient fusions hold beyond
+        # those the saving fusions make, the rest model FLOPs, and a count taken back from a
+        # gradient fusion's copy moves to a recompute's (hloflops.remat.twin_saves): settled.
+        remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, saved)
+        certain |= twin_saves
+        paired_by_value |= moved
+        stand_ins -= twin_saves
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
+    # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
+    # reads the stored value, else unsure (hloflops.remat.rounding).
+    copied_to_save, saved_for_recompute = copied_into_saves(module, ops, remat) \
+        if module.is_scheduled else (set(), set())
+    remat |= saved_for_recompute
+    paired_by_value |= saved_for_recompute
     if remat_named:
         remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
     if not module.is_scheduled:
@@ -221,7 +251,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
         | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
-        | {key[:2] for key in copied_into_saves(module, ops, remat)} \
+        | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from hloparse.ir import Instruction, Module
+from hloparse.ir import CallRole, Instruction, Module
+from hloflops.remat.stack_readers import stack_readers
+from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, OWN_BITS, is_identity_rounding, rounding_bits
 from hloflops.remat.sites import SiteKey, SiteOp
 
@@ -38,15 +40,23 @@ def widened_roundings(module: Module, ops: Iterable[tuple[SiteKey, Instruction]]
     return found
 
 
-def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]
+                      ) -> tuple[set[SiteKey], set[SiteKey]]:
     """Forward ops XLA copied into the fusion that stores a policy's saved residual into a loop's
     stack (a fusion of a loop body holding a dynamic-update-slice and the residual's identity
     rounding): the cheap unmarked ops under the rounding whose value the forward computes in
     another fusion too. The program with remat makes that copy because the policy saves this value;
     the program without remat saves the linearization's residuals, this value only where its
-    backward reads it itself (gelu's `h`, not tanh's: base seed 110, `tanh(x @ w + b)` under
-    `save_only_these_names`, the bias add copied into the saving fusion, +40,960 add). Whether it
-    does is its fusion's business: unsure, not counted."""
+    backward reads it itself (gelu's `h`, not tanh's). Where the other loops read the stored value
+    only in the recompute (remat-named ops: tanh's `h` feeds only the recomputed tanh, whose
+    derivative `1 - t * t` reads `t`; base seed 110, `tanh(x @ w + b)` under
+    `save_only_these_names`, the bias add copied into the saving fusion, +40,960 add), the program
+    without remat saves `t` and never copies `h` into a saving fusion: the copy is remat, sure.
+    Only a recompute of the forward counts so (an op of its opcode and inner name in another loop
+    body): jvp's own ops are named in the recompute too, and the program without remat saves what
+    they read (relu's `h > 0`, held-out more seed 209: its forward has no such compare).
+    Elsewhere whether it does is its fusion's business: unsure, not counted. Returns the copies
+    unsure and those counted."""
     entry = module.entry.name
     comps = {}
     values: dict[object, set[tuple[str, int]]] = {}
@@ -55,11 +65,22 @@ def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]) ->
         if op.frame != entry and op.frame != op.key[0]:
             comps.setdefault((op.key[0], op.key[2]), []).append(op)
     found: set[SiteKey] = set()
+    counted: set[SiteKey] = set()
+    by_key = {op.key[:2]: op for op in ops}
+    forward: dict[str, list[SiteOp]] = {}  # unmarked ops of a loop body, by opcode
+    for op in ops:
+        if not op.marked and op.op_name and op.frame != entry:
+            forward.setdefault(op.inst.opcode, []).append(op)
+    callers = {callee: (comp.name, inst.name) for comp, inst in module.instructions() if inst.opcode == "fusion"
+               for callee in inst.called(CallRole.FUSION)}
     for (comp_name, site), members in comps.items():
         comp = module.by_name[comp_name]
         roundings = [i for i in comp.instructions if is_identity_rounding(i)]
         if not roundings or not any(i.opcode == "dynamic-update-slice" for i in comp.instructions):
             continue
+        readers = stack_readers(module, *callers[comp_name]) if comp_name in callers else None
+        recompute_only = bool(readers) and all(_recomputes_forward(by_key.get((c, i.name)), forward)
+                                               for c, i in readers)
         under: set[str] = set()
         pending = [o for r in roundings for o in r.operands]
         while pending:
@@ -68,7 +89,20 @@ def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]) ->
                 continue
             under.add(name)
             pending += comp.by_name[name].operands
-        found |= {op.key for op in members if op.inst.name in under and not op.marked and op.key not in remat
+        copies = {op.key for op in members if op.inst.name in under and not op.marked and op.key not in remat
                   and op.inst.opcode in DUPLICATED and op.inst.opcode not in EXPENSIVE
                   and len(values[op.exact]) > 1}
-    return found
+        if recompute_only:
+            counted |= copies
+        else:
+            found |= copies
+    return found, counted
+
+
+def _recomputes_forward(op: SiteOp | None, forward: dict[str, list[SiteOp]]) -> bool:
+    """Is `op` a remat-named recompute of a forward op (one of its opcode and inner name in another
+    loop body), not jvp's own work named in the recompute?"""
+    if op is None or not op.named or not op.op_name:
+        return False
+    tail = inner_tail(op.op_name)
+    return any(twin.frame != op.frame and ends_with(twin.op_name, tail) for twin in forward.get(op.inst.opcode, ()))

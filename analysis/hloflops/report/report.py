@@ -408,6 +408,9 @@ class Report(SourceViews):
                     "fusion": r.fusion,
                     "loop": r.loop,
                     "remat": r.remat,
+                    # A row can be remat for a share of its FLOPs (Row.remat_part): "remat" alone
+                    # would make a reader count all of them.
+                    "remat_flops": r.remat_flops,
                     "phase": r.phase,
                     "scope": r.scope,
                     "source_file": source.file if source else None,
