@@ -148,7 +148,15 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    checkpoint's backward reads stood between them (a bf16 cotangent widened to f32 in each fusion
    of the backward). The FLOPs such an op runs beyond those on the broadcast's operand are remat:
    a share of its row (`Row.remat_part`; hloflops.remat.unsunk_broadcasts).
-9. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
+9. Float normalization's widens (after optimization, CPU: a bf16 value widened to f32 once per
+   fusion reading it) follow the fusions: the program without remat's forward, whose backward
+   reads every intermediate, is split into fusions as the recompute is, where the forward of a
+   checkpointed block fuses its chains into few. So of a value's widens in the recompute's
+   fusions, as many as the forward's fusions widen it run because of remat, the rest are the
+   program without remat's too; a recompute fusion that only relays its value out for backward
+   matmuls widens as that program's relayout of the forward's value does: model FLOPs
+   (hloflops.remat.widen_counts; rests on fusion).
+10. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without
    remat computes its backward's `1 / s` there too: model FLOPs, unsure
@@ -167,7 +175,8 @@ long reduce (its partial sums) where every reader is a remat-named reduce; views
 `annotate_device_placement`, `MoveToHost`, `MoveToDevice`) is the value it moves, and never
 pairs itself (it computes nothing again); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round
-trip: hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
+trip, also where XLA fused that round trip into the matmul's library fusion:
+hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of
 constants alone (jax folds it without remat), and after it an op of constants alone named in a
 checkpoint's transpose (the program without remat computes none).
 Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`: a signature pairing

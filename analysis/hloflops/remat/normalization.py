@@ -14,8 +14,10 @@ forward splits the chain into, which this program does not show (base draw 20, a
 recomputed under `dots_saveable`: the forward fused gelu into one fusion widening the saved
 pre-activation once, the recompute's three fusions widen it three times, the program without
 remat's forward three times as well: one widen per layer runs because of remat, though no op of
-the recompute computes anything new). Those widens are model FLOPs, unsure: the range's high end
-holds them (`RematIndex.unsure`)."""
+the recompute computes anything new). Where the forward's widens of the value are in sight,
+hloflops.remat.widen_counts counts the recompute's as many; those it leaves, and the widens of a
+value whose forward is not in sight, are model FLOPs, unsure: the range's high end holds them
+(`RematIndex.unsure`)."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.remat.widen_counts import balanced_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
@@ -214,6 +215,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves
+        if module.is_scheduled and not is_tpu_module(module):
+            # Float normalization's widens in recompute fusions, as many per value as the forward's
+            # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
+            remat, balanced = balanced_widens(module, ops, remat)
+            certain |= balanced
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
     # reads the stored value, else unsure (hloflops.remat.rounding).
@@ -221,8 +227,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled else (set(), set())
     remat |= saved_for_recompute
     paired_by_value |= saved_for_recompute
-    if remat_named:
-        remat |= widened_roundings(module, ((op.key, op.inst) for op in ops))
+    # The round trips into f32 feeding a saved residual's rounding compute no recompute: the
+    # fusion ending in one (a library matmul's) does not compute a recompute for what it widens.
+    trips = widened_roundings(module, ((op.key, op.inst) for op in ops)) if remat_named else set()
+    remat |= trips
     if not module.is_scheduled:
         remat |= folded_without_barrier(module, ops)
     elif remat_named:
@@ -250,7 +258,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # And a float normalization's widen inside a recompute's fusion that no rule counted: how many
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
-        | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat)} \
+        | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat - trips)} \
         | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from hloparse.ir import CallRole, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, OWN_BITS, is_identity_rounding, rounding_bits
@@ -22,22 +22,61 @@ def widened_roundings(module: Module, ops: Iterable[tuple[SiteKey, Instruction]]
     nothing. The rounding and the round trip into f32 that feeds it run only because of the
     marker: remat FLOPs (the program without remat narrows the value to bfloat16 once, the convert
     that follows the rounding; seed 126 of the generator: convert -1,536, reduce-precision -768
-    before this rule)."""
+    before this rule). The round trip may end the fusion that hands the rounding its operand
+    (`_round_trip_of`): a CPU library fusion computing a matmul and narrowing and widening its
+    result, the rounding alone in the next fusion; it runs there only for the rounding too."""
     found: set[SiteKey] = set()
+    callers = _one_caller(module)
     for (comp_name, name, site), inst in ops:
         if inst.opcode != "reduce-precision" or not inst.operands:
             continue
         comp = module.by_name[comp_name]
-        widen = comp.by_name.get(inst.operands[0])
-        if widen is None or widen.opcode != "convert" or not widen.operands:
+        trip = _round_trip_of(module, comp, comp.by_name.get(inst.operands[0]), callers)
+        if trip is None:
             continue
-        narrow = comp.by_name.get(widen.operands[0])
-        if narrow is None or OWN_BITS.get(narrow.shape.element_type) != rounding_bits(inst):
+        home, widen, narrow = trip
+        if OWN_BITS.get(narrow.shape.element_type) != rounding_bits(inst):
             continue
-        found |= {(comp_name, name, site), (comp_name, widen.name, site)}
+        found |= {(comp_name, name, site), (home, widen.name, site)}
         if narrow.opcode == "convert":
-            found.add((comp_name, narrow.name, site))
+            found.add((home, narrow.name, site))
     return found
+
+
+def _round_trip_of(module: Module, comp: Computation, operand: Instruction | None,
+                   callers: dict[str, tuple[Computation, Instruction] | None]
+                   ) -> tuple[str, Instruction, Instruction] | None:
+    """The widen into f32 of a rounding's operand and what it widens (the narrowed value), with
+    the computation holding them: the operand itself, or, where the operand is a parameter of the
+    rounding's fusion read by nothing else, the root of the fusion its call site reads there and
+    nothing else reads (a library fusion's `convert(convert(dot, bf16), f32)`: more seed 17, the
+    attention's `bhqk,bkhd->bqhd` under `dots_saveable`, convert -1,048,576 and reduce-precision
+    -524,288 before)."""
+    if operand is not None and operand.opcode == "parameter" and callers.get(comp.name) is not None:
+        if len(comp.users.get(operand.name, ())) != 1:
+            return None
+        outer_comp, call = callers[comp.name]
+        number = parameter_number(operand)
+        producer = outer_comp.by_name.get(call.operands[number]) if number < len(call.operands) else None
+        callee = producer.called(CallRole.FUSION) if producer is not None and producer.opcode == "fusion" else ()
+        if not callee or len(outer_comp.users.get(producer.name, ())) != 1 or call.operands.count(producer.name) != 1:
+            return None
+        comp = module.by_name[callee[0]]
+        operand = comp.root
+    if operand is None or operand.opcode != "convert" or not operand.operands:
+        return None
+    narrow = comp.by_name.get(operand.operands[0])
+    return None if narrow is None else (comp.name, operand, narrow)
+
+
+def _one_caller(module: Module) -> dict[str, tuple[Computation, Instruction] | None]:
+    """Each fused computation's one call site (None where several fusions call it)."""
+    callers: dict[str, tuple[Computation, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp, inst)
+    return callers
 
 
 def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]

@@ -14,7 +14,7 @@ that stores it into the saved stack). Nothing there runs because of remat.
 The same stand-in shows, in any frame, where a backward matmul needs the value in another layout
 (a conv kernel's gradient reads `relu(conv + b)` batch-minor): the program without remat relays
 out its forward's value by a transposing fusion that copies the cheap producers, as the program
-with remat does its recompute's (`_hands_out_relayout`; seed 105 of the `more` family, a conv
+with remat does its recompute's (`hands_out_relayout`; seed 105 of the `more` family, a conv
 net under `nn.remat` in a Python loop). Only the ops XLA copies into a consumer shared with one it
 cannot fuse (the next conv) stand in so (`_copied_into_relayout`): a residual sum reads two
 full-size values, and the program without remat relays out its stored forward sum (seed 47)."""
@@ -49,7 +49,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
     recompute, whose result a backward op (not remat-named) reads, and whose outputs' forward
     runs in another loop body (an unmarked op of the same opcode and name inside the checkpoint),
     or, in any frame, whose outputs leave only through a transpose of XLA's that no other fusion
-    makes of an equal value (`_hands_out_relayout`). Returns the recompute and the ops decided
+    makes of an equal value (`hands_out_relayout`). Returns the recompute and the ops decided
     (model FLOPs)."""
     if not module.is_scheduled:
         return remat, set()
@@ -84,7 +84,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         # A relayout the program also makes of the forward's value (a key transposed for the
         # forward's scores) is one the program without remat makes once, for both passes: the
         # recompute's copy of it, and of the cheap ops under it, is extra work.
-        relayout = _hands_out_relayout(comp) and all(
+        relayout = hands_out_relayout(comp) and all(
             relaid[op.exact] == {comp_name} for op in members if op.inst.opcode == "transpose")
         copied = _copied_into_relayout(comp) if relayout else frozenset()
         if members[0].frame == entry and not relayout:
@@ -200,7 +200,7 @@ def _copied_for_weight_gradients(comp: Computation, site: tuple[str, Instruction
         not _read_by_backward_matmul(module, site, readers, op_names, recompute=True)
 
 
-def _hands_out_relayout(comp: Computation) -> bool:
+def hands_out_relayout(comp: Computation) -> bool:
     """Does the fusion hand its value out only in another layout (its root a transpose, or a copy
     of one)? Then it is the operand a matmul of the backward needs laid out its own way (a
     kernel's gradient reads the activation batch-minor), which the program without remat needs

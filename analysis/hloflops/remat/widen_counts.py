@@ -1,0 +1,218 @@
+"""How many of float normalization's widens run because of remat (after optimization, CPU).
+
+XLA's float normalization computes a bf16 op in f32: it widens each bf16 value to f32 once per
+fusion that reads it (`convert(p)` of a fusion parameter) and once inside the fusion computing it
+where that fusion reads it again (`convert(convert(y, bf16), f32)`, the round trip). So the count
+of widens of a value follows the fusions, not the values (hloflops.remat.normalization).
+
+A checkpointed block's forward hands out only what the policy saves and its output: XLA fuses its
+elementwise chains into few fusions, each widening a value once. Its recompute hands the backward
+every intermediate the backward reads, and so does the program without remat's forward: XLA
+splits both the same way, one fusion per value the backward reads, each widening what it reads
+(more seed 9: gelu's `h = x @ w + b` in one forward fusion, widened once; in the recompute and in
+the program without remat's forward, read by three fusions, widened three times). The widens that
+run because of remat are then as many as the forward's, value by value: of a value's widens in
+the fusions computing the recompute, the first as many as the forward fusions' widens of the
+forward's value are remat, the rest are the program without remat's too. A forward value the
+recompute reads (a bias, widened by the forward's fusion and by the recompute's) counts the same
+way. The recompute's value is matched to the forward's by opcode, shape and name inside the
+checkpoint (`inner_tail`, of two components at least: a bare primitive's name, in a model
+without module scopes, tells no value from another), in the same frame (value numbers differ where
+the recompute reads other inputs than the forward); a value of the forward by its number.
+
+A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
+transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
+relayout fusion the program without remat builds of its forward's value, widening it as well: its
+widens of what it reads are model FLOPs (seed 30 of `more`, a conv net's `relu(h)` relaid out for
+the kernel gradient; seed 113, attention's query relaid out for the backward's `bqhd,bkhd->bhqk`).
+
+How XLA fused the program without remat is not in sight: these counts rest on fusion (the range
+covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one `loose`)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.normalization import is_normalization_widen
+from hloflops.remat.op_kinds import shape_key
+from hloflops.remat.saved_copies import hands_out_relayout
+from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.scopes import phase
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
+
+# Ops that hand a value on unchanged (a widen's source is looked for through them), and an
+# unnamed convert (float normalization's narrowing of the op's result, or another widen).
+_HANDS_ON = frozenset({"bitcast", "copy", "reshape", "transpose"})
+Callers = dict[str, "tuple[Computation, Instruction] | None"]
+
+
+def balanced_widens(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
+    """The recompute with each value's widens in recompute fusions counted as the forward's
+    widens of it (see the module's docstring), and the widens this rule decided."""
+    fused = fused_outputs(module)
+    if not fused:
+        return remat, set()
+    index = _Index(module, ops, remat, fused)
+    groups: dict[tuple, list[tuple[str, SiteOp]]] = {}
+    forward_named: list[tuple[SiteOp, SiteOp]] = []  # (source, widen) of forward widens of named forward ops
+    relaid: set[SiteKey] = set()
+    for op, comp in index.widens():
+        side = index.side(op.key[0], op.key[2])
+        if side is None:
+            continue
+        if side == "relayout":
+            if _reads_parameter(comp, op.inst):
+                relaid.add(op.key)
+            continue
+        source = index.source(comp, op.inst.operands[0], op.key[2])
+        if source is None:
+            continue
+        if source.marked:
+            # A name of one component (the primitive's, a model without module scopes) tells no
+            # value from another of its opcode and shape: no twin is matched by it.
+            tail = inner_tail(source.op_name) if source.op_name else ()
+            if side == "recompute" and len(tail) >= 2:
+                key = ("recompute", source.inst.opcode, shape_key(source.inst.shape), tail, op.frame)
+                groups.setdefault(key, []).append((side, op))
+            continue
+        if side == "forward" and source.op_name and phase(source.op_name) == "forward":
+            forward_named.append((source, op))
+        groups.setdefault(("value", source.exact, op.frame), []).append((side, op))
+    recomputed = [key for key in groups if key[0] == "recompute"]
+    for source, op in forward_named:
+        for key in recomputed:
+            if (source.inst.opcode, shape_key(source.inst.shape)) == key[1:3] and op.frame == key[4] \
+                    and ends_with(source.op_name, key[3]):
+                groups[key].append(("forward", op))
+    out = set(remat) - relaid
+    decided = set(relaid)
+    for members in groups.values():
+        forward = sum(side == "forward" for side, _ in members)
+        in_recompute = sorted((op for side, op in members if side == "recompute"), key=lambda op: op.order)
+        if not forward:
+            continue  # the forward's widens are not in sight (another loop body): as decided
+        for n, op in enumerate(in_recompute):
+            decided.add(op.key)
+            (out.add if n < forward else out.discard)(op.key)
+    return out, decided
+
+
+class _Index:
+    """The module's fusions seen from their widens: which side of the program each fusion is on,
+    what a widen widens, who reads a fusion's value."""
+
+    def __init__(self, module: Module, ops: list[SiteOp], remat: set[SiteKey], fused):
+        self.module, self.ops, self.remat, self.fused = module, ops, remat, fused
+        self.by_key = {op.key: op for op in ops}
+        self.callers: Callers = {}
+        for comp, inst in module.instructions():
+            if inst.opcode == "fusion":
+                for callee in inst.called(CallRole.FUSION):
+                    self.callers[callee] = None if callee in self.callers else (comp, inst)
+        self.sides: dict[tuple[str, int], str | None] = {}
+
+    def widens(self) -> Iterator[tuple[SiteOp, Computation]]:
+        """Float normalization's widens inside fusions."""
+        for op in self.ops:
+            inst = op.inst
+            if inst.opcode != "convert" or inst.op_name or op.key[0] not in self.fused or not inst.operands:
+                continue
+            comp = self.module.by_name[op.key[0]]
+            if is_normalization_widen(inst, comp.by_name.get(inst.operands[0])):
+                yield op, comp
+
+    def side(self, comp_name: str, site: int) -> str | None:
+        """`recompute`: a fusion one of whose outputs is remat (no backward op in it);
+        `relayout`: such a fusion handing its value out only relaid out for backward ops;
+        `forward`: a fusion of forward ops only (named so, or read only by such); else None."""
+        if (comp_name, site) not in self.sides:
+            self.sides[(comp_name, site)] = self._side(comp_name, site)
+        return self.sides[(comp_name, site)]
+
+    def _side(self, comp_name: str, site: int) -> str | None:
+        comp = self.module.by_name[comp_name]
+        members = [op for op in (self.by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
+        if any((comp_name, name, site) in self.remat for name in self.fused[comp_name]):
+            if any(m.op_name and not m.marked and phase(m.op_name) == "backward" for m in members):
+                return None  # a gradient fusion copying recomputes: the fusion rules decided
+            readers = self.readers(comp_name, site)
+            backward_only = bool(readers) and all(not marked and (not name or phase(name) == "backward")
+                                                  for name, marked in readers)
+            return "relayout" if backward_only and hands_out_relayout(comp) else "recompute"
+        if any(m.marked or (m.op_name and phase(m.op_name) != "forward") for m in members):
+            return None
+        if any(m.op_name for m in members):
+            return "forward"
+        named = [(name, marked) for name, marked in self.readers(comp_name, site) if name]
+        return "forward" if named and all(not marked and phase(name) == "forward" for name, marked in named) \
+            else None
+
+    def readers(self, comp_name: str, site: int) -> list[tuple[str, bool]]:
+        """The op_name and mark of each op reading the fusion's value (through the ops that hand
+        it on, into the fusions reading it); an op without one (a library fusion's matmul) as ''."""
+        caller = self.callers.get(comp_name)
+        if caller is None:
+            return []
+        outer, call = caller
+        pending, seen, found = [call.name], set(), []
+        while pending:
+            name = pending.pop()
+            for user in outer.users.get(name, ()):
+                if user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.opcode in ("bitcast", "copy", "get-tuple-element", "reshape"):
+                    pending.append(user.name)
+                elif user.opcode == "fusion":
+                    callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
+                    numbers = {k for k, operand in enumerate(user.operands) if operand == name}
+                    inside = [self.by_key.get((callee.name, reader.name, site)) for p in callee.parameters
+                              if parameter_number(p) in numbers for reader in callee.users.get(p.name, ())]
+                    found += [(op.op_name, op.marked) for op in inside if op is not None]
+                else:
+                    op = self.by_key.get((outer.name, user.name, site))
+                    found.append((op.op_name, op.marked) if op is not None else ("", False))
+        return found
+
+    def source(self, comp: Computation, name: str, site: int, depth: int = 16) -> SiteOp | None:
+        """The op whose value a widen widens: through views, unnamed converts, a fusion's
+        parameter to its call site's operand and into a fusion from its root (an output of a
+        multi-output fusion through its tuple)."""
+        while depth:
+            depth -= 1
+            inst = comp.by_name.get(name)
+            if inst is None:
+                return None
+            if inst.opcode in _HANDS_ON or (inst.opcode == "convert" and not inst.op_name):
+                name = inst.operands[0]
+            elif inst.opcode == "parameter":
+                caller = self.callers.get(comp.name)
+                number = parameter_number(inst)
+                if caller is None or number >= len(caller[1].operands):
+                    return None
+                comp, name = caller[0], caller[1].operands[number]
+            elif inst.opcode in ("fusion", "get-tuple-element"):
+                producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
+                if producer is None or producer.opcode != "fusion":
+                    return None
+                callee = self.module.by_name[producer.called(CallRole.FUSION)[0]]
+                root = callee.root
+                if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
+                    comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
+                elif root.opcode != "tuple" and inst.opcode == "fusion":
+                    comp, name = callee, root.name
+                else:
+                    return None
+            else:
+                return self.by_key.get((comp.name, inst.name, site))
+        return None
+
+
+def _reads_parameter(comp: Computation, inst: Instruction) -> bool:
+    """Does the widen read a parameter of its fusion (a value from memory, not a round trip)?"""
+    operand = comp.by_name.get(inst.operands[0])
+    while operand is not None and operand.opcode in ("bitcast", "copy", "reshape"):
+        operand = comp.by_name.get(operand.operands[0])
+    return operand is not None and operand.opcode == "parameter"
