@@ -24,9 +24,14 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    in one computation (the entry of a loop-free program, one loop body). A value the forward
    computes k times is recomputed at most k times under one checkpoint's name: further marked
    copies are the linearization's own (jvp's `x * x` for the derivative of `x ** 3`), model
-   FLOPs. If every op of the value is marked, either the forward computes it elsewhere under
-   another number (ops of its signature and name reading the same inputs, whose value no
-   recompute of the class's depth matched exactly: as many copies are recompute; classes that
+   FLOPs. After optimization (not TPU's), a value the forward computes once and stores (a fusion's output in
+   place, or unfused) is stored by the program without remat too, which reads it there, its
+   gradient fusions included: every recompute copy is remat, and so is a copy of a value the
+   forward computes once inside that fusion where it feeds only copies of the stored value (a
+   bias add under the residual sum; hloflops.remat.stored_forwards). If every op of the value
+   is marked, either the forward computes it elsewhere under another number (ops of its
+   signature and name reading the same inputs, whose value no recompute of the class's depth
+   matched exactly: as many copies are recompute; classes that
    find the same forward values share them, one value each: layer norm's mean and mean square)
    or CSE merged the forward away and one of them is model FLOPs.
    A callee that several `call` sites run (before optimization an unrolled scan's step, or a

@@ -21,6 +21,7 @@ from hloflops.remat.marks import (
 from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
+from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.saved_copies import saved_by_the_twin
 from hloflops.remat.twin_saves import copied_into_twin_saves
@@ -140,9 +141,20 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     twins = ForwardTwins(module, ops) if module.is_scheduled and remat_named and all_marked else None
     forward_of = twins.counts(all_marked) if twins is not None else {}
     counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
+    # After optimization, a value the forward computes once and stores: its recompute copies all
+    # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap. Not TPU's
+    # fusion, which copies a producer into its readers' fusions even where one of them stores it.
+    stored = StoredForwards(module, ops) if module.is_scheduled and remat_named and not is_tpu_module(module) \
+        else None
+    stored_copies: set[SiteKey] = set()
     for members in classes:
         forward = forward_of.get(id(members), 0)
         found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
+        extra = stored.copies(members) if stored is not None else set()
+        if extra:  # those copies, in place of `_same_value`'s count under their name (each level's)
+            names = {m.op_name for m in members if m.key in extra}
+            found = extra | {m.key for m in members if m.key in found and (not m.op_name or m.op_name not in names)}
+            stored_copies |= extra
         remat |= found
         if forward or not all(m.marked for m in members):
             by_value.update(m.key for m in members if m.marked and m.op_name)
@@ -173,6 +185,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
     if module.is_scheduled and remat_named and is_tpu_module(module):
         # A value only the recompute stores: the forward's extra copies of it in its readers'
         # fusions run because of remat (hloflops.remat.unstored_forward). How many copies the
