@@ -13,7 +13,7 @@ from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Module, parameter_number
+from hloparse.ir import CallRole, Computation, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
@@ -323,6 +323,18 @@ def feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]]
 _LOOKS_THROUGH = frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast"})
 
 
+def outputs_through(comp: Computation, through: frozenset[str]) -> frozenset[str]:
+    """The ops of a fused computation whose values leave it: its root and, below the ops in
+    `through` (a tuple, views; each rule says which it looks past), their operands."""
+    pending, found = [comp.root.name], set()
+    while pending:
+        inst = comp.by_name[pending.pop()]
+        found.add(inst.name)
+        if inst.opcode in through:
+            pending += [o for o in inst.operands if o in comp.by_name and o not in found]
+    return frozenset(found)
+
+
 def fused_outputs(module: Module) -> dict[str, frozenset[str]]:
     """Each fused computation's outputs: the ops whose values leave it (the root, a tuple
     root's elements, through reshapes and copies)."""
@@ -333,13 +345,7 @@ def fused_outputs(module: Module) -> dict[str, frozenset[str]]:
         comp = module.by_name.get(name)
         if comp is None or not comp.instructions:
             continue
-        pending, found = [comp.root.name], set()
-        while pending:
-            inst = comp.by_name[pending.pop()]
-            found.add(inst.name)
-            if inst.opcode == "tuple" or inst.opcode in _LOOKS_THROUGH:
-                pending += [o for o in inst.operands if o in comp.by_name and o not in found]
-        out[name] = frozenset(found)
+        out[name] = outputs_through(comp, _LOOKS_THROUGH | {"tuple"})
     return out
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hloparse.ir import CallRole, Module
-from hloflops.remat.fusion_copies import fused_outputs, outermost_fusions
+from hloflops.remat.fusion_copies import fused_outputs, outermost_fusions, outputs_through
 from hloflops.remat.sites import SiteKey, SiteOp
 
 
@@ -148,11 +148,5 @@ def _stored_outputs(module: Module, fused: set[str]) -> dict[str, frozenset[str]
         comp = module.by_name.get(name)
         if comp is None or not comp.instructions:
             continue
-        pending, found = [comp.root.name], set()
-        while pending:
-            inst = comp.by_name[pending.pop()]
-            found.add(inst.name)
-            if inst.opcode in _IN_PLACE:
-                pending += [o for o in inst.operands if o in comp.by_name and o not in found]
-        out[name] = frozenset(found)
+        out[name] = outputs_through(comp, _IN_PLACE)
     return out

@@ -17,6 +17,7 @@ fused it: the pairing's range keeps the answer without them (`RematIndex.weak`).
 
 from __future__ import annotations
 
+from hloflops.remat.fusion_copies import outputs_through
 from hloflops.remat.op_kinds import DUPLICATED
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.scopes import phase
@@ -48,7 +49,7 @@ def unstored_forward_copies(module: Module, ops: list[SiteOp], classes: list[lis
         if caller[0].name in callers:
             return False  # nested in another fusion: never leaves it
         if comp_name not in outputs:
-            outputs[comp_name] = _outputs(module.by_name[comp_name])
+            outputs[comp_name] = outputs_through(module.by_name[comp_name], _HANDS_OUT)
         return op.inst.name in outputs[comp_name]
 
     out: set[SiteKey] = set()
@@ -118,14 +119,3 @@ def _reads_stored_values(module: Module, comp_name: str, inst: Instruction, call
         else:
             return True  # an unfused op's or a fusion's stored value
     return False
-
-
-def _outputs(comp: Computation) -> frozenset[str]:
-    """The ops whose values leave a fusion: its root, a tuple's elements, through views and converts."""
-    pending, found = [comp.root.name], set()
-    while pending:
-        inst = comp.by_name[pending.pop()]
-        found.add(inst.name)
-        if inst.opcode in _HANDS_OUT:
-            pending += [o for o in inst.operands if o in comp.by_name and o not in found]
-    return frozenset(found)
