@@ -18,7 +18,13 @@ block's residual add) widens it once, where the program without remat's forward 
 value there (narrow and widen), the narrowing standing for that rounding. A widen in a forward
 fusion is not counted either. Only a narrowing of a forward value counts as the pinned input:
 the same name on the narrowing of the checkpoint's input gradient (a backward value) is the
-program without remat's rounding of that gradient too."""
+program without remat's rounding of that gradient too.
+
+Where the forward itself reads the narrow value in more fusions than the one rounding it (base
+draw 129, an attention block centering its input for a layer norm in bf16), the program without
+remat holds the value narrow as well, and its backward widens it as this one does: nothing is
+counted. Like hloflops.remat.widen_counts this rests on how XLA fused the program without remat,
+which is not in sight."""
 
 from __future__ import annotations
 
@@ -46,9 +52,14 @@ def pinned_input_widens(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
         if caller is None or comp is None or not _pins_forward_value(module, comp, callers):
             continue
         outer, call = caller
-        for reader_comp, widen in _widens_of(module, outer, call.name):
-            if _fusion_phase(module, callers, reader_comp) == "backward":
-                found.add((reader_comp.name, widen.name))
+        widens = [(reader, widen, _fusion_phase(module, callers, reader))
+                  for reader, widen in _widens_of(module, outer, call.name)]
+        # One forward fusion reads the narrow value, the one rounding it anyway (the next block's
+        # residual add); where more do (a layer norm centering the narrow value), the program
+        # without remat holds the value narrow too and its backward widens it as well (base 129).
+        if sum(side == "forward" for _, _, side in widens) != 1:
+            continue
+        found |= {(reader.name, widen.name) for reader, widen, side in widens if side == "backward"}
     return {op.key for op in ops if op.key[:2] in found}
 
 
