@@ -158,7 +158,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    fusions, as many as the forward's fusions widen it run because of remat, the rest are the
    program without remat's too; a recompute fusion that only relays its value out for backward
    matmuls widens as that program's relayout of the forward's value does: model FLOPs
-   (hloflops.remat.widen_counts; rests on fusion).
+   (hloflops.remat.widen_counts; rests on fusion). A checkpoint input the forward left in f32
+   (a bf16 residual add) crosses the checkpoint's barrier narrowed (`.../remat2`): the backward
+   fusions reading it widen it again, where the program without remat's backward reads the wide
+   value; those widens are remat, where only the next block's residual add reads the narrow value
+   in the forward (hloflops.remat.pinned_inputs; rests on fusion).
 10. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without

@@ -28,6 +28,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.widen_counts import balanced_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
@@ -220,6 +221,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
             remat, balanced = balanced_widens(module, ops, remat)
             certain |= balanced
+            if remat_named:
+                # The backward's widens of a checkpoint input its barrier pinned narrow, which
+                # the program without remat reads wide (hloflops.remat.pinned_inputs).
+                pinned = pinned_input_widens(module, ops)
+                remat |= pinned
+                certain |= pinned
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
     # reads the stored value, else unsure (hloflops.remat.rounding).
