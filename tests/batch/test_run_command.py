@@ -4,6 +4,7 @@ examples/train_mlp.py) run under it, each in a few seconds on a CPU."""
 from __future__ import annotations
 
 import os
+import signal
 import re
 import sqlite3
 import subprocess
@@ -25,7 +26,14 @@ def hloflops(*args: str, env: dict[str, str] | None = None, new_session: bool = 
              cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "PYTHONPATH": SOURCE_PATH, **(env or {})}
     return subprocess.run([sys.executable, "-m", "hloflops.cli", *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=180, start_new_session=new_session)
+                          capture_output=True, text=True, timeout=180, start_new_session=new_session,
+                          preexec_fn=_as_in_a_terminal if new_session else None)
+
+
+def _as_in_a_terminal() -> None:
+    # A shell starts a background job (`cmd &`, nohup) with SIGINT ignored, and children inherit
+    # that: the Ctrl-C test would then test nothing. In a terminal's session SIGINT is live.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(*options: str, script: list[str], **kw) -> subprocess.CompletedProcess[str]:
