@@ -29,7 +29,7 @@ which is not in sight."""
 from __future__ import annotations
 
 from hloflops.remat.normalization import NARROW_FLOATS, is_normalization_widen
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
@@ -41,11 +41,7 @@ Callers = dict[str, "tuple[Computation, Instruction] | None"]
 def pinned_input_widens(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     """The widens, in backward fusions, of a forward value narrowed under the checkpoint's own
     name (see the module's docstring)."""
-    callers: Callers = {}
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers[callee] = None if callee in callers else (comp, inst)
+    callers: Callers = one_call_site(module)
     found: set[tuple[str, str]] = set()
     for callee, caller in callers.items():
         comp = module.by_name.get(callee)

@@ -13,7 +13,7 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, OWN_BITS, is_identity_rounding, rounding_bits
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 
 
 def widened_roundings(module: Module, ops: Iterable[tuple[SiteKey, Instruction]]) -> set[SiteKey]:
@@ -26,7 +26,7 @@ def widened_roundings(module: Module, ops: Iterable[tuple[SiteKey, Instruction]]
     (`_round_trip_of`): a CPU library fusion computing a matmul and narrowing and widening its
     result, the rounding alone in the next fusion; it runs there only for the rounding too."""
     found: set[SiteKey] = set()
-    callers = _one_caller(module)
+    callers = one_call_site(module)
     for (comp_name, name, site), inst in ops:
         if inst.opcode != "reduce-precision" or not inst.operands:
             continue
@@ -67,16 +67,6 @@ def _round_trip_of(module: Module, comp: Computation, operand: Instruction | Non
         return None
     narrow = comp.by_name.get(operand.operands[0])
     return None if narrow is None else (comp.name, operand, narrow)
-
-
-def _one_caller(module: Module) -> dict[str, tuple[Computation, Instruction] | None]:
-    """Each fused computation's one call site (None where several fusions call it)."""
-    callers: dict[str, tuple[Computation, Instruction] | None] = {}
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers[callee] = None if callee in callers else (comp, inst)
-    return callers
 
 
 def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]

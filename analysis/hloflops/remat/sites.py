@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hloflops.remat.values import Val
-from hloparse.ir import Instruction
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
@@ -35,3 +35,13 @@ def by_number(ops: list[SiteOp], exact: bool) -> dict[object, list[SiteOp]]:
         if not isinstance(number, tuple):
             classes.setdefault(number, []).append(op)
     return classes
+
+
+def one_call_site(module: Module) -> dict[str, tuple[Computation, Instruction] | None]:
+    """Each fused computation's one call site (None where several fusions call it)."""
+    callers: dict[str, tuple[Computation, Instruction] | None] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers[callee] = None if callee in callers else (comp, inst)
+    return callers
