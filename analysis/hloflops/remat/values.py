@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Union
 
+from hloflops.remat.moved_values import MOVES, WRAPPED, MovedValues
 from hloflops.remat.op_kinds import (
     IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_identity_rounding,
     is_memory_placement,
@@ -48,6 +49,7 @@ def _taint(ops: list[tuple[Val, Val, bool]], opcode: str) -> bool:
 
 
 INLINED = (CallRole.FUSION, CallRole.CALL, CallRole.BRANCH)
+_NOT_FAST = NOT_PLAIN | MOVES  # numbered by `_plain` (moves: hloflops.remat.moved_values)
 
 
 def _saved_residual(inst: Instruction) -> bool:
@@ -173,6 +175,7 @@ class _Numbering:
         self.kept_names: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.views: dict[int, View] = {}  # a view's exact number -> which elements of which value it holds
         self.concats: dict[int, Concat] = {}  # a concatenate's exact number -> its operands' views
+        self.moved = MovedValues(self)
 
     def concat(self, inst: Instruction, number: int, operands: tuple, shapes: list[Shape]) -> None:
         """Keep a concatenate's operands, for the views that read within one of them (`view`)."""
@@ -339,7 +342,7 @@ class _Numbering:
                 else:
                     appliers = tuple([s.computation for s in calls if s.role not in INLINED])
                     inlines = len(appliers) < len(calls)
-                if not inlines and opcode not in NOT_PLAIN:
+                if not inlines and opcode not in _NOT_FAST:
                     # Fast path (most of a module): an op computing its value from its operands'.
                     # The head's number, by opcode, Shape object and attribute texts: a cheap key,
                     # finer than the head itself (`head`), so most ops build no head. Texts that
@@ -392,6 +395,8 @@ class _Numbering:
                         exact_of[name] = exact
                         if with_abstract:
                             abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
+                        if opcode in WRAPPED and arity == 1:
+                            self.moved.note_collective(exact, (exact_key[1], abstract_of[operands[0]]))
                         if taint:
                             tainted.add(name)
                         continue
@@ -481,6 +486,10 @@ class _Numbering:
             return self._element(inst, (exacts[0], abstracts[0], taint))
         if (opcode in IDENTITY or opcode == "custom-call" and is_memory_placement(inst)) and len(ops) == 1:
             return exacts[0], abstracts[0], taint
+        if opcode in MOVES:
+            moved = self.moved.number(comp, inst, exacts, abstracts)
+            if moved is not None:  # a move between memories or devices: the value it delivers
+                return moved[0], moved[1] if self.with_abstract else moved[0], taint
         if opcode in UNIQUE or (opcode == "custom-call" and inst.attr("custom_call_has_side_effect") == "true"):
             tag = ("unique", comp.name, inst.name)
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
