@@ -180,7 +180,12 @@ dot duplicating a value, by what reads it, and so is the unnamed reduce-window X
 long reduce (its partial sums) where every reader is a remat-named reduce; views are numbered by the elements they hold
 (hloflops.remat.views); a custom-call that moves a value between memories (an offload policy's
 `annotate_device_placement`, `MoveToHost`, `MoveToDevice`) is the value it moves, and never
-pairs itself (it computes nothing again); an identity reduce-precision (a policy's saved residual; after XLA's float
+pairs itself (it computes nothing again); so, after optimization, is a move TPU makes on the
+device before each read of a weight, the forward's and the recompute's apart: a prefetch into
+another memory space (`copy-start` / `copy-done`) and an FSDP gather's async collective (the
+shard its start carries on, what its done's collective gathers), but not a round trip through
+the host (the offload policy's saved residual, which the recompute reads as an input;
+hloflops.remat.moved_values); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round
 trip, also where XLA fused that round trip into the matmul's library fusion:
 hloflops.remat.rounding) is remat, and so, before optimization, is a barrier-marked op of

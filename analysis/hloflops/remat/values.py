@@ -8,7 +8,10 @@ Every instruction gets two value numbers (ints; equal numbers mean equal values)
   the same value from the same inputs. The number looks through what does not change a value:
   `copy` (a layout change), `optimization-barrier`, `tuple` / `get-tuple-element` pairs, and
   the boundaries of fusions, `call`s and conditional branches (a callee's parameters are the
-  caller's operands), so a recompute fused differently from its forward still matches it.
+  caller's operands), so a recompute fused differently from its forward still matches it; and
+  TPU's moves on the device (a prefetch's `copy-start` / `copy-done`, an async collective's
+  start and done: hloflops.remat.moved_values), so a recompute reading a weight moved again
+  for the backward matches the forward that read its first move.
 * `abstract`: the same, except that every input of the computation (ENTRY's parameters, a loop
   body's state, and slices, reshapes and copies of those) is keyed by its shape only. A forward
   op in the forward loop body and its recompute in the backward loop body read their inputs
