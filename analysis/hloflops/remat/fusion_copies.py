@@ -18,8 +18,8 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
-                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
-                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset(),
+                   own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -52,7 +52,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     duplicated = duplicated_expensive(ops, fused)
     feeds_expensive = feeding_marked_expensive(
-        module, fused, {op.key[:2] for op in by_key.values() if op.marked} - duplicated)
+        module, fused, {op.key[:2] for op in by_key.values() if op.marked and op.key not in own} - duplicated)
     under_duplicated = duplicated | feeding_marked_expensive(module, fused, duplicated)
     reshaped = reshaped_twins(module, ops, remat)
     remat = remat | set(reshaped)
@@ -76,7 +76,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
             if any(key in remat for key in keys):
                 decided[(comp_name, site)] = True
-            elif all(not by_key[key].marked or key in model for key in keys):
+            elif all(not by_key[key].marked or key in model or key in own for key in keys):
                 decided[(comp_name, site)] = False
             else:
                 decided[(comp_name, site)] = None
