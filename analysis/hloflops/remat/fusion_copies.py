@@ -44,13 +44,19 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
     transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
     gradient fusion, in both programs) is a copy like a cheap op, and so is the chain under it,
-    model FLOPs in a gradient fusion, unsure. Returns the recompute, the copies this rule decided
-    (either way), and those of them it decided on how XLA fused the program without remat."""
+    model FLOPs in a gradient fusion, unsure. A fusion whose outputs are only the linearization's
+    own work jax named in the recompute (`own`, `by_signature.linearization_only`: softmax's
+    `1 / (s * s)`) is one the program without remat has too, reading its forward's value: its
+    copies (float normalization's widen of the recomputed `s`) are model FLOPs, and the expensive
+    op of that work (the divide) no recompute whose cheap inputs follow it. Returns the recompute,
+    the copies this rule decided (either way), and those of them it decided on how XLA fused the
+    program without remat."""
     fused = fused_outputs(module)
     if not fused:
         return remat, set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     duplicated = duplicated_expensive(ops, fused)
+    # (the linearization's own expensive op is no recompute: what it reads there is a plain copy)
     feeds_expensive = feeding_marked_expensive(
         module, fused, {op.key[:2] for op in by_key.values() if op.marked and op.key not in own} - duplicated)
     under_duplicated = duplicated | feeding_marked_expensive(module, fused, duplicated)
