@@ -73,7 +73,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that fusion's output is recompute, and is not where the fusion's outputs are unmarked
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too, also where the forward's own copy is in sight; but a backward loop body's, where
-   that program reads stored residuals and copies no forward op: unsure). A forward op XLA copied into a
+   that program reads stored residuals and copies no forward op: unsure). Nor is a copy in a fusion
+   of the linearization's own work named in the recompute (rule 2's `1 / (s * s)`): the program
+   without remat has that fusion, reading its forward's `s`, widen and all. A forward op XLA copied into a
    fusion that computes a recompute (an embedding lookup) runs there only because of remat, and
    so does one an expensive recompute reads in its fusion where the expensive op's forward twin
    reads a copy of the same value in its own (a layer norm's variance chain under the

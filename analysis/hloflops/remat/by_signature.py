@@ -100,10 +100,10 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     across: set[SiteKey] = set()  # paired with an op of another frame
     beside: list[SiteOp] = []  # paired in their own frame after optimization
     # The linearization's own ops that jax named in the recompute: what the forward computes
-    # nowhere, and what the recompute computes from it (`_linearization_only`). Before optimization
+    # nowhere, and what the recompute computes from it (`linearization_only`). Before optimization
     # too: an LSTM cell's recompute names sigmoid's `s * (1 - s)`, which took the twin of the
     # forward's `o * tanh(c)`, a value the backward never recomputes (base seeds 107, 138).
-    jvp_own = _linearization_only(ops, settled)
+    jvp_own = linearization_only(ops, settled)
     for op in candidates:
         if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
             continue  # reads the linearization's own copy: the linearization's work too
@@ -177,7 +177,7 @@ def _known_same_inputs(inputs: FrameInputs, op: SiteOp, twin: SiteOp) -> bool:
     return mine is not None and mine == inputs.of(*twin.key[:2])
 
 
-def _linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey]:
+def linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey]:
     """Remat-named ops left without a twin by value (not in `settled`) whose
     opcode, result (its unit dimensions aside) and name inside the checkpoint no op outside the
     backward pass has: the forward computes nothing like them, so they are not its recompute

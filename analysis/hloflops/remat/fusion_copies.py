@@ -18,8 +18,8 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp
 
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
-                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset()
-                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+                   sizes: Counter | None = None, by_value: set[SiteKey] = frozenset(),
+                   own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -44,15 +44,21 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
     transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
     gradient fusion, in both programs) is a copy like a cheap op, and so is the chain under it,
-    model FLOPs in a gradient fusion, unsure. Returns the recompute, the copies this rule decided
-    (either way), and those of them it decided on how XLA fused the program without remat."""
+    model FLOPs in a gradient fusion, unsure. A fusion whose outputs are only the linearization's
+    own work jax named in the recompute (`own`, `by_signature.linearization_only`: softmax's
+    `1 / (s * s)`) is one the program without remat has too, reading its forward's value: its
+    copies (float normalization's widen of the recomputed `s`) are model FLOPs, and the expensive
+    op of that work (the divide) no recompute whose cheap inputs follow it. Returns the recompute,
+    the copies this rule decided (either way), and those of them it decided on how XLA fused the
+    program without remat."""
     fused = fused_outputs(module)
     if not fused:
         return remat, set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     duplicated = duplicated_expensive(ops, fused)
+    # (the linearization's own expensive op is no recompute: what it reads there is a plain copy)
     feeds_expensive = feeding_marked_expensive(
-        module, fused, {op.key[:2] for op in by_key.values() if op.marked} - duplicated)
+        module, fused, {op.key[:2] for op in by_key.values() if op.marked and op.key not in own} - duplicated)
     under_duplicated = duplicated | feeding_marked_expensive(module, fused, duplicated)
     reshaped = reshaped_twins(module, ops, remat)
     remat = remat | set(reshaped)
@@ -76,7 +82,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
             if any(key in remat for key in keys):
                 decided[(comp_name, site)] = True
-            elif all(not by_key[key].marked or key in model for key in keys):
+            elif all(not by_key[key].marked or key in model or key in own for key in keys):
                 decided[(comp_name, site)] = False
             else:
                 decided[(comp_name, site)] = None

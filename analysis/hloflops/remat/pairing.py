@@ -40,7 +40,7 @@ from hloflops.remat.views import VIEW_OPCODES
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp, by_number
-from hloflops.remat.by_signature import across_frames, by_signature
+from hloflops.remat.by_signature import across_frames, by_signature, linearization_only
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -185,7 +185,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # So may the copies of a class counted against forward copies in another loop body
     # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
-    remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value)
+    # The linearization's own work jax named in the recompute (softmax's `1 / (s * s)`): a fusion
+    # of it is the program without remat's too, and so are the copies in it.
+    own = linearization_only(ops, remat | first_of_class) if module.is_scheduled and remat_named else set()
+    remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value, own)
     remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
     if module.is_scheduled and remat_named and is_tpu_module(module):
         # A value only the recompute stores: the forward's extra copies of it in its readers'
