@@ -27,10 +27,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from hloflops.remat.fusion_copies import outermost_fusions
-from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
-from hloflops.scopes import phase
+from hloflops.scopes import phase, split_components
 from hloparse.ir import CallRole, Module, parameter_number
 
 # The cheap elementwise ops fusion copies into each reader (a widen's count is float
@@ -49,8 +49,12 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     computes the value too (whether that program computes it apart to save it rests on its
     fusion), sure where only the linearization computes it (`1 - tanh`)."""
     groups: dict[tuple[str, object, bool], list[SiteOp]] = {}
+    # A recompute that runs a loop of its own (a checkpoint around an inner scan, flax's
+    # `remat_scan`) saves for the inner scan's backward loop what the forward loop would: not here.
+    own_loop = {op.frame for op in ops if op.named and op.op_name and _loops_inside(op.op_name)}
     for op in ops:
-        if op.frame in backward_loops and op.key[0] in fused and op.inst.opcode in CHEAP:
+        if op.frame in backward_loops and op.frame not in own_loop and op.key[0] in fused \
+                and op.inst.opcode in CHEAP:
             if op.named or (op.op_name and phase(op.op_name) == "backward"):
                 groups.setdefault((op.frame, op.exact, op.named), []).append(op)
     if not any(named for _, _, named in groups):
@@ -81,6 +85,11 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
         elif len(members) > 1 and members[0].key[0] in holding and fewer_reads(members[0].key[0]):
             remat |= {op.key for op in members[1:]}
     return remat, sure, unsure, model
+
+
+def _loops_inside(op_name: str) -> bool:
+    """Does a recompute's name hold a loop inside its checkpoint (`.../rematted_computation/while/...`)?"""
+    return "while" in split_components(op_name.rpartition(REMAT_SCOPE)[2])
 
 
 class _SavedApart:
