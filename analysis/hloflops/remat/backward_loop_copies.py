@@ -8,19 +8,27 @@ their chain once, and the backward loop reads them stored: it computes the gradi
 (the weight's and the input's gradients, the bias's reduce). With remat the backward loop
 recomputes those residuals from what the policy saved (`h`): the gradient's chain then reads two
 values, and TPU's fusion copies it, the recompute's chain under it too, into every fusion reading
-`dh` rather than materialize it (TPU draws 25, 28, 57). So, value by value in the backward loop:
+`dh` rather than materialize it (TPU draws 28, 57). So, value by value in the backward loop:
 
 * a recomputed cheap value computed in k fusions runs k times because of remat, less the one copy
-  the program without remat's saving fusion makes of it: that copy is model FLOPs, unsure (where
-  that program fuses its saving into the forward's own fusion of the value, it makes none);
-* a cheap value of the backward's own (unmarked, named in the backward pass) computed in k
-  fusions, that its fusion computes from a recomputed value, runs k - 1 times because of remat:
-  the program without remat computes it once, from stored residuals. Counted, on how XLA fused
-  the program without remat (`loose`: in the range). A value that reads no recompute in its
-  fusion is copied alike by both programs: as the other rules decided.
+  the program without remat's saving fusion makes of it where the value is on a residual's chain
+  (what a backward op reads of the recompute, and what that is computed from in its fusion). That
+  copy is model FLOPs: sure for a value only the linearization computes (`1 - tanh`), unsure for
+  one the forward computes too (a program fusing its saving into the forward's own fusion of the
+  value makes none). There is none for a value the forward hands out of a fusion or computes
+  outside every loop (stored anyway: an LSTM's concatenated weights), nor for a saved matmul
+  output's bias add (stored from the matmul's own fusion). The copies counted are sure for a
+  value the forward computes (the program without remat's backward reads it stored), else loose;
+* a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
+  fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
+  reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
+  without remat computes it once, from the stored residuals. Loose: it rests on how XLA fused that
+  program.
 
-Not in one computation (a Python loop, a whole-model checkpoint): there the forward's fusion of a
-value is in sight, and the fusion rules count against it (hloflops.remat.fusion_copies)."""
+Not in one computation (a Python loop, a whole-model checkpoint), where the forward's fusions are in
+sight and the fusion rules count against them (hloflops.remat.fusion_copies); nor where the
+recompute runs a loop of its own (flax's `remat_scan`), whose backward loop reads what that loop
+saved."""
 
 from __future__ import annotations
 

@@ -39,7 +39,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     computes inside a library fusion stands in for the copy the program without remat makes
     (`_forward_in_library`): model FLOPs, unsure. So is a recompute's copy in a gradient fusion of
     a backward loop body (`backward_loop_bodies`), whose twin reads stored residuals and copies
-    no forward op there. A recompute TPU nests in a weight gradient's fusion is model FLOPs where
+    no forward op there (on TPU, hloflops.remat.backward_loop_copies counts those copies after). A
+    recompute TPU nests in a weight gradient's fusion is model FLOPs where
     the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
     transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
