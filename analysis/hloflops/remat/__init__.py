@@ -135,6 +135,18 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that program's forward does (both materialize what the gradient reads). So as many of
    the recompute's copies run because of remat as the forward's copies and the gradient fusions'
    exceed the saving fusions': gelu's bias add none, `1 + tanh` one (hloflops.remat.twin_saves).
+   On TPU the program without remat's forward loop computes the residuals' chain once, in one
+   saving fusion, and its backward loop computes the gradient once from the stored residuals;
+   the program with remat's backward loop copies each recomputed value into every fusion reading
+   it, and the gradient's chain too where it then reads fewer inputs than the residuals it stands
+   for (gelu's `x` against `tanh`, `1 - tanh`, `0.5 * (1 + tanh)`, `3 * x * x`: XLA copies it into
+   the bias's reduce and both matmuls' fusions rather than store it; relu's mask, from `x` alone,
+   both programs copy alike). So a recomputed value's copies in the backward loop run because of
+   remat but the one the saving fusion stands for (unsure where the forward computes the value
+   too; none for a value the forward hands out of a fusion or computes outside the loop, or a saved
+   matmul output's bias add, stored from the matmul's fusion), and so do the gradient's copies
+   beyond one (on how XLA fused that program: in the range). Not for a recompute running a loop
+   of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy

@@ -38,8 +38,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     (`_stored_by_the_forward`). A forward op copied into the recompute of a value the forward
     computes inside a library fusion stands in for the copy the program without remat makes
     (`_forward_in_library`): model FLOPs, unsure. So is a recompute's copy in a gradient fusion of
-    a backward loop body (`_backward_loop_bodies`), whose twin reads stored residuals and copies
-    no forward op there. A recompute TPU nests in a weight gradient's fusion is model FLOPs where
+    a backward loop body (`backward_loop_bodies`), whose twin reads stored residuals and copies
+    no forward op there (on TPU, hloflops.remat.backward_loop_copies counts those copies after). A
+    recompute TPU nests in a weight gradient's fusion is model FLOPs where
     the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
     transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
@@ -69,7 +70,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     in_library = _forward_in_library(module, twins)
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
-    backward_loops = _backward_loop_bodies(module, ops)
+    backward_loops = backward_loop_bodies(module, ops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     stand_ins: set[SiteKey] = set()
@@ -148,7 +149,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         stand_ins | read_stored.copied_more_than_once()
 
 
-def _backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
+def backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
     """The loop bodies (frames other than ENTRY) that run no forward op: a scan's backward loop,
     which reads what its forward loop saved and computes nothing of the forward but recomputes."""
     entry = module.entry.name

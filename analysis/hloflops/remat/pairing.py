@@ -19,7 +19,8 @@ from hloflops.remat.marks import (
     named_by_users, recomputes_named_in_transpose,
 )
 from hloflops.remat.collectives import collectives_of_recomputes
-from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs, fusion_copies
+from hloflops.remat.backward_loop_copies import backward_loop_copies
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.view_copies import view_copies
@@ -219,6 +220,18 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves
+        if module.is_scheduled and is_tpu_module(module):
+            # TPU's copies in a backward loop body whose forward runs in another loop body: each
+            # recomputed value's copies but one (the program without remat's saving fusion's), and
+            # the backward's own copies of a value computed from a recompute, but one
+            # (hloflops.remat.backward_loop_copies).
+            backward_loops = backward_loop_bodies(module, ops)
+            if backward_loops:
+                counted, sure, saving, model = backward_loop_copies(module, ops, fused_outputs(module), backward_loops)
+                remat = (remat | counted) - saving - model
+                certain |= counted | model
+                paired_by_value |= sure
+                stand_ins = (stand_ins - counted - model) | saving
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).

@@ -1,0 +1,286 @@
+"""Copies TPU's fusion makes in a backward loop body whose forward runs in another loop body (a
+scan's backward loop; hloflops.remat.pairing calls `backward_loop_copies` after the fusion rules).
+
+Without remat the forward loop saves each residual the backward reads (gelu's `x`, `tanh`,
+`1 - tanh`, `0.5 * (1 + tanh)`, `3 * x * x`) into its stack, in a fusion computing each value of
+their chain once, and the backward loop reads them stored: it computes the gradient's chain
+(`dh = g * gelu'(h)`) once, from the stored residuals, and hands it to the matmuls reading it
+(the weight's and the input's gradients, the bias's reduce). With remat the backward loop
+recomputes those residuals from what the policy saved (`h`): the gradient's chain then reads two
+values, and TPU's fusion copies it, the recompute's chain under it too, into every fusion reading
+`dh` rather than materialize it (TPU draws 28, 57). So, value by value in the backward loop:
+
+* a recomputed cheap value computed in k fusions runs k times because of remat, less the one copy
+  the program without remat's saving fusion makes of it where the value is on a residual's chain
+  (what a backward op reads of the recompute, and what that is computed from in its fusion). That
+  copy is model FLOPs: sure for a value only the linearization computes (`1 - tanh`), unsure for
+  one the forward computes too (a program fusing its saving into the forward's own fusion of the
+  value makes none). There is none for a value the forward hands out of a fusion or computes
+  outside every loop (stored anyway: an LSTM's concatenated weights), nor for a saved matmul
+  output's bias add (stored from the matmul's own fusion). The copies counted are sure for a
+  value the forward computes (the program without remat's backward reads it stored), else loose;
+* a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
+  fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
+  reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
+  without remat computes it once, from the stored residuals. Loose: it rests on how XLA fused that
+  program.
+
+Not in one computation (a Python loop, a whole-model checkpoint), where the forward's fusions are in
+sight and the fusion rules count against them (hloflops.remat.fusion_copies); nor where the
+recompute runs a loop of its own (flax's `remat_scan`), whose backward loop reads what that loop
+saved."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hloflops.remat.fusion_copies import outermost_fusions
+from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.scopes import phase, split_components
+from hloparse.ir import CallRole, Module, parameter_number
+
+# The cheap elementwise ops fusion copies into each reader (a widen's count is float
+# normalization's, hloflops.remat.widen_counts).
+CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
+
+
+def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                         backward_loops: set[str]
+                         ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey]]:
+    """The copies this rule decides in the backward loop bodies `backward_loops` (see the module's
+    docstring): those that run because of remat, of them those that are sure (copies of a value
+    the forward computes: the program without remat's backward reads it stored; a value only the
+    linearization computes, that program's backward may copy alike), and those that are model FLOPs
+    (one per recomputed value on a residual's chain: the saving fusion's), unsure where the forward
+    computes the value too (whether that program computes it apart to save it rests on its
+    fusion), sure where only the linearization computes it (`1 - tanh`)."""
+    groups: dict[tuple[str, object, bool], list[SiteOp]] = {}
+    # A recompute that runs a loop of its own (a checkpoint around an inner scan, flax's
+    # `remat_scan`) saves for the inner scan's backward loop what the forward loop would: not here.
+    own_loop = {op.frame for op in ops if op.named and op.op_name and _loops_inside(op.op_name)}
+    for op in ops:
+        if op.frame in backward_loops and op.frame not in own_loop and op.key[0] in fused \
+                and op.inst.opcode in CHEAP:
+            if op.named or (op.op_name and phase(op.op_name) == "backward"):
+                groups.setdefault((op.frame, op.exact, op.named), []).append(op)
+    if not any(named for _, _, named in groups):
+        return set(), set(), set(), set()
+    by_key = {op.key: op for op in ops}
+    holding = {op.key[0] for op in ops if op.named}
+    saved = _saved_chains(module, ops, by_key, backward_loops)
+    saved_apart = _SavedApart(module, ops, fused, backward_loops)
+    fewer_reads = _FewerReads(module, ops)
+    remat: set[SiteKey] = set()
+    sure: set[SiteKey] = set()
+    unsure: set[SiteKey] = set()
+    model: set[SiteKey] = set()
+    for (_, value, named), members in groups.items():
+        members.sort(key=lambda op: op.order)
+        if named:
+            forward = saved_apart.computed_by_the_forward(members[0])
+            apart = value in saved and not any(_is_bias_add(module, op) for op in members) and \
+                saved_apart(members[0])
+            if apart:
+                # The forward's fusions compute it too: whether the program without remat computes
+                # it apart to save it rests on its fusion. Computed by the linearization alone: sure.
+                (unsure if forward else model).add(members[0].key)
+            counted = {op.key for op in members[1 if apart else 0:]}
+            remat |= counted
+            if forward:
+                sure |= counted  # a forward value: the program without remat's backward reads it stored
+        elif len(members) > 1 and members[0].key[0] in holding and fewer_reads(members[0].key[0]):
+            remat |= {op.key for op in members[1:]}
+    return remat, sure, unsure, model
+
+
+def _loops_inside(op_name: str) -> bool:
+    """Does a recompute's name hold a loop inside its checkpoint (`.../rematted_computation/while/...`)?"""
+    return "while" in split_components(op_name.rpartition(REMAT_SCOPE)[2])
+
+
+class _SavedApart:
+    """Does the program without remat compute a recompute's value again to save it? Not where the
+    forward hands its value out of a fusion: a forward value stored anyway is saved from there;
+    nor where the forward computes it outside every loop (an LSTM's weights concatenated once),
+    read from there. A value the forward computes only inside fusions, or not at all (jvp's
+    `1 - tanh`, which only the linearization computes), it computes again in its fusion saving the
+    residuals. The forward's value: its ops of an equal abstract value (the same computation of
+    inputs of the same shapes); where there is none, those of its opcode and shape outside the
+    backward whose name ends as the recompute's inside its checkpoint, stored only if all are (a
+    name of one component, the primitive's, tells no value from another: none is matched by it)."""
+
+    def __init__(self, module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                 backward_loops: set[str]) -> None:
+        nested = outermost_fusions(module)
+        entry = module.entry.name
+        self.by_abstract: dict[object, list[bool]] = {}
+        self.by_shape: dict[tuple, list[tuple[SiteOp, bool]]] = {}
+        for op in ops:
+            if op.named or op.frame in backward_loops or not op.op_name or phase(op.op_name) == "backward":
+                continue
+            comp = op.key[0]
+            stored = op.frame == entry or comp not in fused or (comp not in nested and op.inst.name in fused[comp])
+            self.by_abstract.setdefault(op.abstract, []).append(stored)
+            self.by_shape.setdefault((op.inst.opcode, shape_key(op.inst.shape)), []).append((op, stored))
+
+    def computed_by_the_forward(self, op: SiteOp) -> bool:
+        """Does the forward compute the value (an op of an equal abstract value, or of its name)?"""
+        if self.by_abstract.get(op.abstract):
+            return True
+        tail = inner_tail(op.op_name) if op.op_name else ()
+        return len(tail) >= 2 and any(ends_with(twin.op_name, tail)
+                                      for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ()))
+
+    def __call__(self, op: SiteOp) -> bool:
+        twins = self.by_abstract.get(op.abstract)
+        if twins:
+            return not any(twins)
+        tail = inner_tail(op.op_name) if op.op_name else ()
+        if len(tail) < 2:
+            return True
+        named = [stored for twin, stored in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ())
+                 if ends_with(twin.op_name, tail)]
+        return not (named and all(named))
+
+
+class _FewerReads:
+    """Does a fused computation's recompute read fewer inputs than the backward's ops read of it?
+    The program without remat reads each recomputed value the backward's ops read (a residual) from
+    its stack instead: where that is more values than the recompute reads (gelu's `x` against its
+    `tanh`, `1 - tanh`, `0.5 * (1 + tanh)`, `3 * x * x`), copying the fusion into each reader costs
+    that program more reads than this one, and XLA materializes its gradient once; where it is no
+    more (relu's mask, from `x` alone), both programs copy it alike."""
+
+    def __init__(self, module: Module, ops: list[SiteOp]) -> None:
+        self.module = module
+        self.by_key: dict[tuple[str, str], SiteOp] = {}
+        for op in ops:
+            self.by_key.setdefault(op.key[:2], op)
+        self.memo: dict[str, bool] = {}
+
+    def __call__(self, comp_name: str) -> bool:
+        if comp_name not in self.memo:
+            self.memo[comp_name] = self._fewer(comp_name)
+        return self.memo[comp_name]
+
+    def _fewer(self, comp_name: str) -> bool:
+        comp = self.module.by_name[comp_name]
+        ops = {inst.name: self.by_key.get((comp_name, inst.name)) for inst in comp.instructions}
+        named = {name for name, op in ops.items() if op is not None and op.named}
+        residuals = set()
+        for name, op in ops.items():
+            if op is None or op.named or not op.op_name or phase(op.op_name) != "backward":
+                continue
+            for operand in op.inst.operands:
+                source = _through_views(comp, operand) if operand in comp.by_name else None
+                if source is not None and source.name in named:
+                    residuals.add(ops[source.name].exact)
+        inputs, pending, seen = set(), list(named), set()
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            for operand in inst.operands:
+                if operand in seen or operand not in comp.by_name:
+                    continue
+                seen.add(operand)
+                if comp.by_name[operand].opcode == "parameter":
+                    inputs.add(operand)
+                else:
+                    pending.append(operand)
+        return len(residuals) > len(inputs)
+
+
+# Ops that hand a value on unchanged.
+_VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose"})
+
+
+def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, SiteOp],
+                  backward_loops: set[str]) -> set:
+    """The recomputed values on the chain of a residual the program without remat saves: what a
+    backward op (not remat-named, named in the backward pass) reads of the recompute, through views,
+    fusion parameters and fusion outputs, and the remat-named ops it is computed from in its fusion."""
+    callers = one_call_site(module)
+    residuals: list[SiteOp] = []
+    for op in ops:
+        if op.frame not in backward_loops or op.named or not op.op_name or phase(op.op_name) != "backward":
+            continue
+        comp = module.by_name[op.key[0]]
+        for name in op.inst.operands:
+            source = _source(module, callers, by_key, comp, name, op.key[2])
+            if source is not None and source.named:
+                residuals.append(source)
+    values: set = set()
+    seen: set[SiteKey] = set()
+    while residuals:
+        op = residuals.pop()
+        if op.key in seen:
+            continue
+        seen.add(op.key)
+        values.add(op.exact)
+        for name in op.inst.operands:
+            inner = by_key.get((op.key[0], name, op.key[2]))
+            while inner is not None and inner.inst.opcode in _VIEWS and inner.inst.operands:
+                inner = by_key.get((op.key[0], inner.inst.operands[0], op.key[2]))
+            if inner is not None and inner.named:
+                residuals.append(inner)
+    return values
+
+
+def _source(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], comp, name: str, site: int,
+            depth: int = 32) -> SiteOp | None:
+    """The op whose value an operand is: through views, a fusion's parameter to its call site's
+    operand, and into a fusion from its root (an output of a multi-output fusion through its tuple)."""
+    while depth:
+        depth -= 1
+        inst = comp.by_name.get(name)
+        if inst is None:
+            return None
+        if inst.opcode in _VIEWS and inst.operands:
+            name = inst.operands[0]
+        elif inst.opcode == "parameter":
+            caller = callers.get(comp.name)
+            number = parameter_number(inst)
+            if caller is None or not 0 <= number < len(caller[1].operands):
+                return None
+            comp, name = caller[0], caller[1].operands[number]
+        elif inst.opcode in ("fusion", "get-tuple-element"):
+            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
+            if producer is None or producer.opcode != "fusion":
+                return None
+            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
+            root = callee.root
+            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
+                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
+            elif root.opcode != "tuple" and inst.opcode == "fusion":
+                comp, name = callee, root.name
+            else:
+                return None
+        else:
+            return by_key.get((comp.name, inst.name, site))
+    return None
+
+
+def _is_bias_add(module: Module, op: SiteOp) -> bool:
+    """Is the op a bias add: an add of a matmul's output (computed in its fusion, or read as an
+    input, the policy's saved matmul output) and a broadcast of an input? The program without remat
+    computes it once, in the matmul's output fusion, and stores it: it makes no saving copy."""
+    if op.inst.opcode != "add" or len(op.inst.operands) != 2:
+        return False
+    comp = module.by_name[op.key[0]]
+    kinds = [comp.by_name.get(name) for name in op.inst.operands]
+    if any(inst is None for inst in kinds) or sum(inst.opcode == "broadcast" for inst in kinds) != 1:
+        return False
+    bias = next(inst for inst in kinds if inst.opcode == "broadcast")
+    other = next(inst for inst in kinds if inst.opcode != "broadcast")
+    if not bias.operands or _through_views(comp, bias.operands[0]).opcode != "parameter":
+        return False
+    return _through_views(comp, other.name).opcode in MATMUL_OPCODES | {"parameter"}
+
+
+def _through_views(comp, name: str):
+    """The op a value is read from, through views and slices (a saved stack's step)."""
+    inst = comp.by_name[name]
+    while inst.opcode in _VIEWS | {"dynamic-slice", "slice"} and inst.operands and inst.operands[0] in comp.by_name:
+        inst = comp.by_name[inst.operands[0]]
+    return inst
