@@ -68,7 +68,8 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     with the fusions that hand the value reshaped to weight gradients (`stand_in_sites`,
     hloflops.remat.saved_copies.weight_gradient_copies, and those `decided` settled): one saving
     copy each. What the recompute copies left cannot carry goes to gradient copies (module
-    docstring).
+    docstring), counted but not returned with those counted in place of a taken-back count: how
+    many rests on how XLA split both programs' fusions (the report's range holds it).
 
     A count the pairing by value gave a class's copy in a gradient fusion (`by_class`: the first
     in module order) that the fusion rules then took back (a gradient fusion's copy is the
@@ -116,6 +117,7 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     settled_sites = {(key[0], key[2]) for key in settled} | set(stand_in_sites)
     decided = set()
     added: set[SiteKey] = set()
+    overflow: set[SiteKey] = set()  # gradient copies: counted, how many rests on fusion
     split: set[str] = set()  # backward loop bodies whose forward runs in another loop body
     gradient_only: list[tuple[Val, list[SiteOp]]] = []
     for v, residuals_of in saves.items():
@@ -142,12 +144,12 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
                    gradient.get(v, 0) - len(residuals_of))
         if left > 0 and in_forward <= len(copies):
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
-            added |= {op.key for op in extra[:left]}
+            overflow |= {op.key for op in extra[:left]}
     for v, members in gradient_only:
         if all(op.frame in split for op in members):
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
-            added |= {op.key for op in extra[:gradient.get(v, 0) - len(saves[v])]}
-    return (remat - decided) | added, decided, added
+            overflow |= {op.key for op in extra[:gradient.get(v, 0) - len(saves[v])]}
+    return (remat - decided) | added | overflow, decided, added
 
 
 class _Forward:
