@@ -122,14 +122,15 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
         assert all_flops(plain, remat=True) == 0
         difference = all_flops(remat) - all_flops(plain)
         misses[pair.name] = (all_flops(remat, remat=True) - difference, difference)
-    # Pinned, not tolerated: after the tenth round's twin saves (hloflops.remat.twin_saves) and
-    # the reshaped saving copies (hloflops.remat.saved_copies) both stand for the copies the
-    # program without remat makes saving gelu's and the layer norm's residuals, this program's
-    # add shortfall doubled (-5,120 -> -10,240: `mlp/add` and `LayerNorm_1/add` in its backward
-    # loop). Counting the settled stand-ins inside twin_saves' budget fixed it here and broke 35
-    # exact generated scan draws, so the two rules stay as they are and the number is pinned:
-    # any change to it shows.
-    pinned = {"lm_scan_block_dots_no_batch": -44_032}
+    # Pinned, not tolerated. Its backward loop copies gelu's and the layer norms' residual chains
+    # into three gradient fusions (the input's, the weight's and the bias's gradient), which
+    # twin_saves (hloflops.remat.twin_saves) once took for three saving fusions of the program
+    # without remat, where that program saves each residual once, and the gelu product the
+    # backward hands reshaped to Dense_1's gradient (hloflops.remat.saved_copies) stood for a
+    # saving copy in neither count: -44,032 before the eleventh round. Left: the attention's
+    # bias adds (+2,048) and gelu's `0.5 * (1 + tanh)`, whose forward count matched two ops of
+    # its name and no copy is moved on it (-4,992 of multiply with the layer norms' +3,200).
+    pinned = {"lm_scan_block_dots_no_batch": -2_944}
     assert {name: misses[name][0] for name in pinned} == pinned
     too_far = {name: m for name, m in misses.items() if abs(m[0]) > 40_960 and name not in pinned}
     assert not too_far

@@ -33,3 +33,33 @@ CASES = [
 def test_residual_chain_copies_split_as_the_twin_saves_them(family, seed):
     outcome = check(draw(seed, family))
     assert outcome.all_ok("after"), outcome.describe()
+
+
+# A backward loop that hands one gradient to several readers XLA cannot fuse together (the
+# input's gradient, the weight's, transposed, and the bias's reduce) copies the residuals' cheap
+# chain into each of those gradient fusions; the program without remat computes each residual
+# once, in the fusion saving it. So of a value's copies in `g` gradient fusions on the chains of
+# `r` distinct residuals, `g - r` run because of remat, those the recompute does not carry
+# (`1 + tanh` and jvp's own `3 * x * x` and `1 - tanh` of gelu, a layer norm's `x - mean`). The
+# residuals count once each however many gradient fusions read them, and a recompute fusion that
+# hands its value reshaped to the weights' gradients stands for one more saving copy, also where a
+# recomputed matmul reads it too (hloflops.remat.saved_copies.weight_gradient_copies).
+CATALOGUE_SCANS = ("lm_scan_block", "lm_scan_block_dots_no_batch")
+
+
+@pytest.mark.parametrize("name", CATALOGUE_SCANS)
+def test_copies_in_several_gradient_fusions_beyond_one_per_residual_are_remat(name):
+    from tests.remat.judge import by_opcode
+    from tests.remat.test_remat_programs import accounts
+
+    remat, plain = accounts(name, "remat")["after"], accounts(name, "plain")["after"]
+    truth = by_opcode(remat).get("subtract", 0) - by_opcode(plain).get("subtract", 0)
+    assert by_opcode(remat, remat=True).get("subtract", 0) == truth
+
+
+def test_layer_norm_chains_of_several_gradient_fusions_split_exactly():
+    """base seed 131 (nn.remat_scan of an LM block): subtract -8,192 before (`x - mean` of both
+    layer norms, copied into two gradient fusions each)."""
+    outcome = check(draw(131, "base"))
+    verdict = next(v for v in outcome.verdicts if v.stage == "after")
+    assert "subtract" not in verdict.misses and outcome.in_bounds("after"), verdict.describe()

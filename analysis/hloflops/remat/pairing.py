@@ -24,7 +24,7 @@ from hloflops.remat.backward_loop_copies import backward_loop_copies
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.view_copies import view_copies
-from hloflops.remat.saved_copies import saved_by_the_twin
+from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -216,7 +216,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # as many copies run because of remat as the forward and gradient fusions hold beyond
         # those the saving fusions make, the rest model FLOPs, and a count taken back from a
         # gradient fusion's copy moves to a recompute's (hloflops.remat.twin_saves): settled.
-        remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, saved)
+        remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, saved,
+                                                          weight_gradient_copies(module, ops, op_names))
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves

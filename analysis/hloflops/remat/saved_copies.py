@@ -55,18 +55,8 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         return remat, set()
     entry = module.entry.name
     fused = fused_outputs(module)
-    sites: dict[str, tuple[str, Instruction] | None] = {}
-    readers: dict[tuple[str, str], list[Instruction]] = {}
-    for comp, inst in module.instructions():
-        for operand in inst.operands:
-            readers.setdefault((comp.name, operand), []).append(inst)
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                sites[callee] = None if callee in sites else (comp.name, inst)
-    by_fusion: dict[tuple[str, int], list[SiteOp]] = {}
-    for op in ops:
-        if op.key[0] in fused:
-            by_fusion.setdefault((op.key[0], op.key[2]), []).append(op)
+    sites, readers = _sites_and_readers(module)
+    by_fusion = _by_fusion(ops, fused)
     forward: dict[str, list[SiteOp]] = {}  # unmarked cheap ops of a loop body, by opcode
     for op in ops:
         if not op.marked and op.op_name and op.frame != entry and op.inst.opcode in CHEAP:
@@ -107,6 +97,55 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue
         decided |= {op.key for op in members if op.key in remat and (not relayout or op.inst.name in copied)}
     return remat - decided, decided
+
+
+def weight_gradient_copies(module: Module, ops: list[SiteOp], op_names: OpNames) -> set[tuple[str, int]]:
+    """The fusions of a loop body (computation and site) of cheap remat-named recomputes alone that
+    hand their value out reshaped to backward matmuls (`_copied_for_weight_gradients`), also where
+    a recomputed matmul reads it too: each stands for the copy the program without remat makes
+    of its chain in the fusion saving that value for the weight's gradient, whatever else reads
+    it (hloflops.remat.twin_saves counts it among that program's saving copies)."""
+    if not module.is_scheduled:
+        return set()
+    entry = module.entry.name
+    fused = fused_outputs(module)
+    sites, readers = _sites_and_readers(module)
+    found: set[tuple[str, int]] = set()
+    for (comp_name, site_index), members in _by_fusion(ops, fused).items():
+        site = sites.get(comp_name)
+        if site is None or members[0].frame == entry:
+            continue
+        comp = module.by_name[comp_name]
+        if comp.root.opcode not in ("bitcast", "reshape") or \
+                any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
+            continue
+        outputs = [op for op in members if op.inst.name in fused[comp_name]]
+        if outputs and all(op.named and op.inst.opcode in CHEAP for op in outputs) and \
+                _read_by_backward_matmul(module, site, readers, op_names):
+            found.add((comp_name, site_index))
+    return found
+
+
+def _sites_and_readers(module: Module) -> tuple[dict[str, tuple[str, Instruction] | None],
+                                                dict[tuple[str, str], list[Instruction]]]:
+    """Each fused computation's one call site (None where several call it), and each value's readers."""
+    sites: dict[str, tuple[str, Instruction] | None] = {}
+    readers: dict[tuple[str, str], list[Instruction]] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                sites[callee] = None if callee in sites else (comp.name, inst)
+    return sites, readers
+
+
+def _by_fusion(ops: list[SiteOp], fused) -> dict[tuple[str, int], list[SiteOp]]:
+    by_fusion: dict[tuple[str, int], list[SiteOp]] = {}
+    for op in ops:
+        if op.key[0] in fused:
+            by_fusion.setdefault((op.key[0], op.key[2]), []).append(op)
+    return by_fusion
 
 
 def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
