@@ -73,14 +73,16 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that fusion's output is recompute, and is not where the fusion's outputs are unmarked
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too, also where the forward's own copy is in sight; but a backward loop body's, where
-   that program reads stored residuals and copies no forward op: unsure). Nor is a copy in a fusion
-   of the linearization's own work named in the recompute (rule 2's `1 / (s * s)`): the program
-   without remat has that fusion, reading its forward's `s`, widen and all. A forward op XLA copied into a
-   fusion that computes a recompute (an embedding lookup) runs there only because of remat, and
-   so does one an expensive recompute reads in its fusion where the expensive op's forward twin
-   reads a copy of the same value in its own (a layer norm's variance chain under the
-   recompute's rsqrt; not above a policy's saved residual, and no more copies than the forward's
-   fusions hold). An unpaired marked expensive op of one operand pairs with the unmarked op of
+   that program reads stored residuals and copies no forward op: unsure; but there a copy of a
+   coefficient of the linearization that no forward op computes, tanh's `1 - t`, is recompute
+   beyond its one model copy: that program computes it once in its forward, saving it). Nor is a
+   copy in a fusion of the linearization's own work named in the recompute (rule 2's
+   `1 / (s * s)`): the program without remat has that fusion, reading its forward's `s`, widen
+   and all. A forward op XLA copied into a fusion that computes a recompute (an embedding lookup)
+   runs there only because of remat, and so does one an expensive recompute reads in its fusion
+   where the expensive op's forward twin reads a copy of the same value in its own (a layer
+   norm's variance chain under the recompute's rsqrt; not above a policy's saved residual, and no
+   more copies than the forward's fusions hold). An unpaired marked expensive op of one operand pairs with the unmarked op of
    its opcode reading the same value through unit-dimension views (the recompute's rsqrt over a
    `[b, t, 1]` bitcast of the forward's `[b, t]` variance; hloflops.remat.expensive_chains). The
    fusion's outputs and unfused ops keep the answer of rules 1-3, and so do marked copies counted
