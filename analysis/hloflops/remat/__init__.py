@@ -52,10 +52,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    value matched nothing exactly may pair the same way with an op of its signature, never the
    backward's own work, and in its own frame only after optimization and only with an op that
    reads the same inputs (hloflops.remat.inputs: never another layer's op); of the twins in
-   sight, the one of the shortest name first (a residual `add` is not `linear/add`). A twin
-   serves one recompute per level (remat depth, checkpoints around the recompute: nested remat
-   recomputes a layer at two levels), also where another level's recompute matched its value
-   exactly (rule 1) and this one's was numbered apart (hloflops.remat.by_signature). Sharded,
+   sight, the one of the shortest name first (a residual `add` is not `linear/add`), and a
+   recompute a fusion hands out before a marked copy in a gradient fusion (rule 4 decides that
+   copy: the program without remat has it too). A twin serves one recompute per level (remat
+   depth, checkpoints around the recompute: nested remat recomputes a layer at two levels), also
+   where another level's recompute matched its value exactly (rule 1) and this one's was
+   numbered apart (hloflops.remat.by_signature). Sharded,
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
