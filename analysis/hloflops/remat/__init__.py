@@ -52,10 +52,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    value matched nothing exactly may pair the same way with an op of its signature, never the
    backward's own work, and in its own frame only after optimization and only with an op that
    reads the same inputs (hloflops.remat.inputs: never another layer's op); of the twins in
-   sight, the one of the shortest name first (a residual `add` is not `linear/add`). A twin
-   serves one recompute per level (remat depth, checkpoints around the recompute: nested remat
-   recomputes a layer at two levels), also where another level's recompute matched its value
-   exactly (rule 1) and this one's was numbered apart (hloflops.remat.by_signature). Sharded,
+   sight, the one of the shortest name first (a residual `add` is not `linear/add`), and a
+   recompute a fusion hands out before a marked copy in a gradient fusion (rule 4 decides that
+   copy: the program without remat has it too). A twin serves one recompute per level (remat
+   depth, checkpoints around the recompute: nested remat recomputes a layer at two levels), also
+   where another level's recompute matched its value exactly (rule 1) and this one's was
+   numbered apart (hloflops.remat.by_signature). Sharded,
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
@@ -73,20 +75,23 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that fusion's output is recompute, and is not where the fusion's outputs are unmarked
    or the model's own computation of their value (a gradient fusion: the program without remat
    has it too, also where the forward's own copy is in sight; but a backward loop body's, where
-   that program reads stored residuals and copies no forward op: unsure). Nor is a copy in a fusion
-   of the linearization's own work named in the recompute (rule 2's `1 / (s * s)`): the program
-   without remat has that fusion, reading its forward's `s`, widen and all. A forward op XLA copied into a
-   fusion that computes a recompute (an embedding lookup) runs there only because of remat, and
-   so does one an expensive recompute reads in its fusion where the expensive op's forward twin
-   reads a copy of the same value in its own (a layer norm's variance chain under the
-   recompute's rsqrt; not above a policy's saved residual, and no more copies than the forward's
-   fusions hold). An unpaired marked expensive op of one operand pairs with the unmarked op of
-   its opcode reading the same value through unit-dimension views (the recompute's rsqrt over a
-   `[b, t, 1]` bitcast of the forward's `[b, t]` variance; hloflops.remat.expensive_chains). The
-   fusion's outputs and unfused ops keep the answer of rules 1-3, and so do marked copies counted
-   against the forward's copies (rule 1's cap), except where no fusion of the forward twins of the
-   fusion's outputs computes the copied value (the forward reads it stored: a nested remat's outer
-   recompute of one block's output inside the next one's). A forward op copied into a recompute
+   that program reads stored residuals and copies no forward op: unsure; but there a copy of a
+   coefficient of the linearization that no forward op computes, tanh's `1 - t`, is recompute
+   beyond its one model copy: that program computes it once in its forward, saving it). Nor is a
+   copy in a fusion of the linearization's own work named in the recompute (rule 2's
+   `1 / (s * s)`): the program without remat has that fusion, reading its forward's `s`, widen
+   and all. A forward op XLA copied into a fusion that computes a recompute (an embedding lookup)
+   runs there only because of remat, and so does one an expensive recompute reads in its fusion
+   where the expensive op's forward twin reads a copy of the same value in its own (a layer norm's
+   variance chain under the recompute's rsqrt; not above a policy's saved residual, and no more
+   copies than the forward's fusions hold). An unpaired marked expensive op of one operand pairs
+   with the unmarked op of its opcode reading the same value through unit-dimension views (the
+   recompute's rsqrt over a `[b, t, 1]` bitcast of the forward's `[b, t]` variance;
+   hloflops.remat.expensive_chains). The fusion's outputs and unfused ops keep the answer of rules
+   1-3, and so do marked copies counted against the forward's copies (rule 1's cap), except where
+   no fusion of the forward twins of the fusion's outputs computes the copied value (the forward
+   reads it stored: a nested remat's outer recompute of one block's output inside the next
+   one's). A forward op copied into a recompute
    whose forward runs inside a library fusion (CPU's `__ynn_fusion`: it reads that op stored,
    where the program without remat copies it into a loop fusion) is model FLOPs, unsure, but
    for a residual the policy saves (the program with remat stores it: that is the extra copy).

@@ -75,7 +75,12 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
             if arrays and (flops := partitioned_key(twin.inst, arrays)) is not None:
                 by_flops.setdefault(flops, []).append((key, twin))
     # A fusion's outputs and unfused ops first: a copy inside a fusion is decided with its fusion
-    # (`fusion_copies`), and must not take the twin of the op it copies.
+    # (`fusion_copies`), and must not take the twin of the op it copies. Of the copies inside
+    # fusions, those of a fusion handing out a recompute before those of a gradient fusion (its
+    # outputs all unmarked), whose copy `fusion_copies` drops as the program without remat's own:
+    # it must not take the twin of the recompute (base seed 125, bf16: the last block's gelu
+    # product, recomputed in a fusion that hands it out through a bf16 round trip for the weight
+    # gradient's matmul, lost the forward's twin to its copy in gelu's gradient fusion).
     outputs = fused_outputs(module)
     # A longer name first, counting the wrappers (`jit(_var)`) that `ends_with` skips: layer norm's
     # `jit(_var)/div` would otherwise lose its twin to a shorter `layer_norm/div` of jvp's own.
@@ -88,7 +93,10 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # pool of one callee's forward).
     structural = {twin.abstract for twins in pool.values() for twin in twins if not twin.marked} \
         if not module.is_scheduled else set()
+    recomputing = {(op.key[0], op.key[2]) for op in ops  # fusions handing out a marked value
+                   if op.marked and op.key[0] in outputs and op.inst.name in outputs[op.key[0]]}
     candidates.sort(key=lambda op: (op.key[0] in outputs and op.inst.name not in outputs[op.key[0]],
+                                    op.key[0] in outputs and (op.key[0], op.key[2]) not in recomputing,
                                     bool(structural) and op.abstract not in structural,
                                     -len(inner_tail(op.op_name)), -len(_raw_tail(op.op_name)), op.order))
     inputs = FrameInputs(module)

@@ -39,8 +39,10 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     computes inside a library fusion stands in for the copy the program without remat makes
     (`_forward_in_library`): model FLOPs, unsure. So is a recompute's copy in a gradient fusion of
     a backward loop body (`backward_loop_bodies`), whose twin reads stored residuals and copies
-    no forward op there (on TPU, hloflops.remat.backward_loop_copies counts those copies after). A
-    recompute TPU nests in a weight gradient's fusion is model FLOPs where
+    no forward op there (on TPU, hloflops.remat.backward_loop_copies counts those copies after);
+    but a copy of the linearization's own coefficient, which no forward op computes, keeps its
+    pairing: the twin computes it once, saving it (`_linearization_coefficients`). A recompute
+    TPU nests in a weight gradient's fusion is model FLOPs where
     the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
     transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
@@ -71,6 +73,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
     backward_loops = backward_loop_bodies(module, ops)
+    coefficients = _linearization_coefficients(ops, model)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     stand_ins: set[SiteKey] = set()
@@ -112,6 +115,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 else:
                     out.add(op.key)  # a forward value XLA copied into the recompute's fusion (an embedding lookup)
                 decided_copies.add(op.key)
+        elif op.marked and op.key in remat and op.frame in backward_loops and op.exact in coefficients:
+            continue  # the linearization's own, saved once by the program without remat: as paired
         elif op.marked and op.key in remat and op.frame in backward_loops:
             # A recompute's copy in a gradient fusion of a backward loop body: the program without
             # remat reads its forward's stored residuals there and copies no forward op into it;
@@ -156,6 +161,23 @@ def backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
     frames = {op.frame for op in ops if op.frame != entry}
     forward = {op.frame for op in ops if not op.marked and op.op_name and phase(op.op_name) == "forward"}
     return frames - forward
+
+
+def _linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> set:
+    """The values only the recompute computes, named there by jax: `model` holds each one's copy
+    counted as model FLOPs where `_same_value` found no forward op of its value (nor `ForwardTwins`
+    one of its signature and name in another frame). These are the linearization's coefficients,
+    tanh's `1 - t` or sigmoid's `s * (1 - s)`, which the forward of a checkpointed block never
+    computes. The program without remat computes such a coefficient in its forward, once, into the
+    residual it saves, and its backward loop reads it stored; the program with remat recomputes it
+    in its backward loop, where XLA copies it into each gradient fusion reading it. So all copies
+    but the one counted as model FLOPs run because of remat, as `_same_value` paired them (base
+    seeds 107 and 138, a BiLSTM whose four gate gradient fusions each copy the cell's
+    `1 - tanh(c)`: subtract -24,736 and -49,168 before). A forward value's copies (gelu's
+    `1 + tanh`) stay unsure: the program without remat may copy those into several of its saving
+    fusions. Not a widen XLA left unnamed (float normalization's convert, one per fusion in both
+    programs: hloflops.remat.widen_counts decides those)."""
+    return {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
