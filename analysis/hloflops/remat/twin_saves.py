@@ -90,22 +90,29 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         if op.key[0] in fused and op.frame != entry:
             by_site.setdefault((op.key[0], op.key[2]), {})[op.key[1]] = op
     gradient: dict[Val, int] = {}
-    saves: dict[Val, set[Val]] = {}
+    saves: dict[Val, int] = {}
     in_gradient: set[SiteKey] = set()
-    for members in by_site.values():
-        residuals = {id(r): r for op in members.values() if not op.marked and op.op_name
-                     for name in op.inst.operands
-                     for r in (_through_moves(members, name),)
-                     if r is not None and r.named and r.inst.opcode in CHEAP and r.key not in remat}
-        if not residuals:
+    read_as: dict[Val, set[Val]] = {}  # per value, the values of the backward ops reading its residuals
+    for members in sorted(by_site.values(), key=lambda m: min(op.order for op in m.values())):
+        reads = [(op, r) for op in members.values() if not op.marked and op.op_name
+                 for name in op.inst.operands
+                 for r in (_through_moves(members, name),)
+                 if r is not None and r.named and r.inst.opcode in CHEAP and r.key not in remat]
+        if not reads:
             continue
         for op in members.values():
             if op.named and op.inst.opcode in CHEAP and op.key not in remat:
                 gradient[op.exact] = gradient.get(op.exact, 0) + 1
                 in_gradient.add(op.key)
-        for r in residuals.values():
+        # A residual read that an earlier gradient fusion makes too (an equal reading value) is no
+        # further save: XLA repeats that fusion in the program without remat as well.
+        for r in {id(r): r for _, r in reads}.values():
+            readers = {op.exact for op, other in reads if other is r}
             for v in _chain(members, r):
-                saves.setdefault(v, set()).add(r.exact)
+                saves.setdefault(v, 0)
+                if not readers <= read_as.get(v, set()):
+                    saves[v] += 1
+                    read_as.setdefault(v, set()).update(readers)
     if not saves:
         return remat, set(), set()
     by_value: dict[Val, list[SiteOp]] = {}
@@ -120,7 +127,7 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     overflow: set[SiteKey] = set()  # gradient copies: counted, how many rests on fusion
     split: set[str] = set()  # backward loop bodies whose forward runs in another loop body
     gradient_only: list[tuple[Val, list[SiteOp]]] = []
-    for v, residuals_of in saves.items():
+    for v, n in saves.items():
         members = by_value[v]
         if not all(op.marked for op in members):
             continue  # the forward's own copy is in sight: the pairing by value counted
@@ -134,21 +141,21 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
             continue  # no forward in another loop body (an accumulation loop runs both passes)
         split |= {op.frame for op in members}
         stand_ins = sum((op.key[0], op.key[2]) in settled_sites for op in copies)
-        keep = max(0, in_forward + gradient.get(v, 0) - len(residuals_of) - stand_ins)
+        keep = max(0, in_forward + gradient.get(v, 0) - n - stand_ins)
         decided |= {op.key for op in copies[keep:] if op.key in remat}
         lost = sum(op.key in by_class for op in members if op.key in in_gradient)
         uncounted = [op for op in copies[:keep] if op.key not in remat and op.key not in settled]
         moved = {op.key for op in uncounted[:lost]}
         added |= moved
         left = min(keep - sum(op.key in remat for op in copies[:keep]) - len(moved),
-                   gradient.get(v, 0) - len(residuals_of))
+                   gradient.get(v, 0) - n)
         if left > 0 and in_forward <= len(copies):
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
             overflow |= {op.key for op in extra[:left]}
     for v, members in gradient_only:
         if all(op.frame in split for op in members):
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
-            overflow |= {op.key for op in extra[:gradient.get(v, 0) - len(saves[v])]}
+            overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves[v]]}
     return (remat - decided) | added | overflow, decided, added
 
 
