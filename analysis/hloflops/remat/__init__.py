@@ -140,8 +140,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that program's forward does (both materialize what the gradient reads). So as many of
    the recompute's copies run because of remat as the forward's copies and the gradient fusions'
    exceed the saving fusions': gelu's bias add none, `1 + tanh` one (hloflops.remat.twin_saves).
-   Each residual is one saving fusion however many gradient fusions read it (XLA copies the
-   chains into each of a gradient's unfusable readers: input, weight and bias gradients), and a
+   A residual read is one saving fusion unless an earlier gradient fusion repeats it (the same
+   reading values: XLA copies the chains into each of a gradient's unfusable readers, input,
+   weight and bias gradients, and repeats a layer norm's backward per layout), and a
    recompute fusion handed reshaped to weight gradients is one more, settled above or not. Copies
    beyond what the recompute's copies carry are the gradient fusions', up to those beyond one per
    residual, and so for a value only gradient fusions compute (jvp's `1 - tanh`).

@@ -16,10 +16,17 @@ gelu, a residual itself and on the chain of `3 * x * x`, copied into the recompu
 product fusions and counted twice, where the program without remat copies it into four fusions
 of its forward and this program into one fusion of its forward and one of its gradient).
 
-`saves` counts each residual once, however many gradient fusions read it: a backward loop that
-hands one gradient to readers XLA cannot fuse together (the input's gradient, the weight's,
-transposed, and the bias's reduce) copies the residuals' chains into each of those fusions, where
-the program without remat saves each residual once. A recompute fusion that hands its value
+`saves` counts a residual read once per reading: a read that an earlier gradient fusion makes
+already (its reading ops of values read there before, from a residual holding the value) is no
+further save. A backward loop that hands one gradient to readers XLA cannot fuse together (the
+input's gradient, the weight's, transposed, and the bias's reduce) copies the residuals' chains
+and their readers into each of those fusions, where the program without remat saves each residual
+once; and XLA may build one gradient in several fusions, one per layout its consumers want (a
+layer norm's backward through `x - mean`), which the program without remat repeats too, reading
+its one saved residual. Reads by other values are other saves: that program saves `x - mean`
+for each of them (hk_layer_stack attention, more seeds 84, 94, 98: one save per distinct residual
+left subtract over by the layer norm's copies, 131,088 on seed 84; one per gradient fusion short
+by 196,592). A recompute fusion that hands its value
 reshaped to the weights' gradients (hloflops.remat.saved_copies) stands for one more saving
 copy of the values it holds, settled by that rule or not (a recomputed matmul may read it too):
 the program without remat copies the chain into the fusion saving that value for the weight's
@@ -64,8 +71,8 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     whose copies are all remat-marked (`_Forward`, in another loop body), `gradient` the
     remat-named copies in the backward loop's gradient fusions (fusions where an op outside the
     recompute reads a remat-named cheap op: jvp's own), `saves` the residuals (what those ops
-    read) whose chain of remat-named cheap ops in the fusion holds the value, each residual once,
-    with the fusions that hand the value reshaped to weight gradients (`stand_in_sites`,
+    read) whose chain of remat-named cheap ops in the fusion holds the value, a read no earlier
+    gradient fusion repeats (the same reading values) once, with the fusions that hand the value reshaped to weight gradients (`stand_in_sites`,
     hloflops.remat.saved_copies.weight_gradient_copies, and those `decided` settled): one saving
     copy each. What the recompute copies left cannot carry goes to gradient copies (module
     docstring), counted but not returned with those counted in place of a taken-back count: how
