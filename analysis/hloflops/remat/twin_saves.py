@@ -71,10 +71,10 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     whose copies are all remat-marked (`_Forward`, in another loop body), `gradient` the
     remat-named copies in the backward loop's gradient fusions (fusions where an op outside the
     recompute reads a remat-named cheap op: jvp's own), `saves` the residuals (what those ops
-    read) whose chain of remat-named cheap ops in the fusion holds the value, a read no earlier
-    gradient fusion repeats (the same reading values) once, with the fusions that hand the value reshaped to weight gradients (`stand_in_sites`,
-    hloflops.remat.saved_copies.weight_gradient_copies, and those `decided` settled): one saving
-    copy each. What the recompute copies left cannot carry goes to gradient copies (module
+    read) whose chain of remat-named cheap ops in the fusion holds the value, once for each read
+    no earlier gradient fusion repeats (the same reading values), with the fusions that hand the
+    value reshaped to weight gradients (`stand_in_sites`, hloflops.remat.saved_copies.
+    weight_gradient_copies, and those `decided` settled): one saving copy each. What the recompute copies left cannot carry goes to gradient copies (module
     docstring), counted but not returned with those counted in place of a taken-back count: how
     many rests on how XLA split both programs' fusions (the report's range holds it).
 
