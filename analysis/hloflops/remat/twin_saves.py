@@ -74,9 +74,10 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     read) whose chain of remat-named cheap ops in the fusion holds the value, once for each read
     no earlier gradient fusion repeats (the same reading values), with the fusions that hand the
     value reshaped to weight gradients (`stand_in_sites`, hloflops.remat.saved_copies.
-    weight_gradient_copies, and those `decided` settled): one saving copy each. What the recompute copies left cannot carry goes to gradient copies (module
-    docstring), counted but not returned with those counted in place of a taken-back count: how
-    many rests on how XLA split both programs' fusions (the report's range holds it).
+    weight_gradient_copies, and those `decided` settled): one saving copy each. What the
+    recompute copies left cannot carry goes to gradient copies (module docstring), counted but
+    not returned with those counted in place of a taken-back count: how many rests on how XLA
+    split both programs' fusions (the report's range holds it).
 
     A count the pairing by value gave a class's copy in a gradient fusion (`by_class`: the first
     in module order) that the fusion rules then took back (a gradient fusion's copy is the
