@@ -98,7 +98,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue
         if relayout and not all(op.inst.name in copied for op in outputs):
             continue  # the twin relays out the forward's stored value: it copies nothing
-        if not _read_by_backward_matmul(module, site, readers, op_names):
+        if not read_by_backward_matmul(module, site, readers, op_names):
             continue
         if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
                 _reads_elementwise_fusion(module, site):
@@ -109,7 +109,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
     return remat - decided, decided
 
 
-def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
+def read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
                              readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
                              recompute: bool = False) -> bool:
     """Does a matmul outside the recompute (named, not remat-named: a weight's gradient) read the
@@ -200,7 +200,7 @@ def _copied_for_weight_gradients(comp: Computation, site: tuple[str, Instruction
     stores it once, for both (`_reads_elementwise_fusion`). Where a recomputed matmul reads it too
     (base seed 135 under `nothing_saveable`), the recompute needs the value itself."""
     return comp.root.opcode in ("bitcast", "reshape") and \
-        not _read_by_backward_matmul(module, site, readers, op_names, recompute=True)
+        not read_by_backward_matmul(module, site, readers, op_names, recompute=True)
 
 
 def hands_out_relayout(comp: Computation) -> bool:

@@ -23,7 +23,9 @@ from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.names import OpNames, ends_with, inner_tail
+from hloflops.remat.saved_copies import read_by_backward_matmul
+from hloflops.remat.sites import one_call_site
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
 from hloflops.scopes import phase
 from hloflops.remat.sites import SiteKey, SiteOp
@@ -39,7 +41,8 @@ _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "dynamic-slice", 
 
 
 def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey],
-                           decided: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+                           op_names: OpNames, decided: set[SiteKey] = frozenset()
+                           ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """The recompute less the copies of a recomputed cheap value beyond `forward + gradient -
     saves` (module docstring): `forward` is how many copies the forward computes of each value
     whose copies are all remat-marked (`_Forward`, in another loop body), `gradient` the
@@ -68,7 +71,9 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     gradient: dict[Val, int] = {}
     saves: dict[Val, int] = {}
     in_gradient: set[SiteKey] = set()
-    for members in by_site.values():
+    saved_as: dict[Val, set[Val]] = {}  # value -> the residuals whose chain holds it
+    gradient_sites: set[tuple[str, int]] = set()
+    for (comp_name, site), members in by_site.items():
         residuals = {id(r): r for op in members.values() if not op.marked and op.op_name
                      for name in op.inst.operands
                      for r in (_through_moves(members, name),)
@@ -81,7 +86,11 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
                 in_gradient.add(op.key)
         for r in residuals.values():
             for v in _chain(members, r):
-                saves[v] = saves.get(v, 0) + 1
+                saved_as.setdefault(v, set()).add(r.exact)
+        gradient_sites.add((comp_name, site))
+    for v, held in _read_by_backward_matmuls(module, by_site, gradient_sites, fused, op_names).items():
+        saved_as.setdefault(v, set()).update(held)
+    saves = {v: len(held) for v, held in saved_as.items()}
     if not saves:
         return remat, set(), set()
     by_value: dict[Val, list[SiteOp]] = {}
@@ -196,4 +205,32 @@ def _chain(members: Mapping[str, SiteOp], residual: SiteOp) -> set[Val]:
         else:
             continue
         pending += [members[name] for name in op.inst.operands if name in members]
+    return out
+
+
+def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dict[str, SiteOp]],
+                              gradient_sites: set[tuple[str, int]], fused: dict[str, frozenset[str]],
+                              op_names: OpNames) -> dict[Val, set[Val]]:
+    """The residuals a recompute fusion of a backward loop hands out to a matmul outside the
+    recompute (a weight's gradient reads the recomputed layer norm output, the projection's
+    query): each value of their chains, with the residuals whose chain holds it."""
+    sites = one_call_site(module)
+    readers: dict[tuple[str, str], list] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+    out: dict[Val, set[Val]] = {}
+    for (comp_name, site), members in by_site.items():
+        call = sites.get(comp_name)
+        if (comp_name, site) in gradient_sites or call is None:
+            continue
+        outputs = [members[name] for name in fused[comp_name] if name in members]
+        outputs = [op for op in outputs if op.named and op.inst.opcode in CHEAP]
+        site = (call[0].name, call[1])
+        if not outputs or not read_by_backward_matmul(module, site, readers, op_names) or \
+                not read_by_backward_matmul(module, site, readers, op_names, recompute=True):
+            continue
+        for r in outputs:
+            for v in _chain(members, r):
+                out.setdefault(v, set()).add(r.exact)
     return out
