@@ -26,7 +26,8 @@ from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import OpNames, ends_with, inner_tail
 from hloflops.remat.saved_copies import read_by_backward_matmul
 from hloflops.remat.sites import one_call_site
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
+from hloflops.remat.across_loops import cheap_chain
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array, shape_key
 from hloflops.scopes import phase
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.values import Val
@@ -88,7 +89,8 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
             for v in _chain(members, r):
                 saved_as.setdefault(v, set()).add(r.exact)
         gradient_sites.add((comp_name, site))
-    for v, held in _read_by_backward_matmuls(module, by_site, gradient_sites, fused, op_names).items():
+    handed, stand_ins = _read_by_backward_matmuls(module, by_site, gradient_sites, fused, op_names)
+    for v, held in handed.items():
         saved_as.setdefault(v, set()).update(held)
     saves = {v: len(held) for v, held in saved_as.items()}
     if not saves:
@@ -112,7 +114,8 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         in_forward = forward.count(members)
         if not in_forward:
             continue  # no forward in another loop body (an accumulation loop runs both passes)
-        keep = max(0, in_forward + gradient.get(v, 0) - n)
+        relaid = sum(op.key in stand_ins for op in members)
+        keep = max(0, in_forward + gradient.get(v, 0) + relaid - n)
         decided |= {op.key for op in copies[keep:] if op.key in remat}
         lost = sum(op.key in by_class for op in members if op.key in in_gradient)
         uncounted = [op for op in copies[:keep] if op.key not in remat and op.key not in settled]
@@ -210,27 +213,66 @@ def _chain(members: Mapping[str, SiteOp], residual: SiteOp) -> set[Val]:
 
 def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dict[str, SiteOp]],
                               gradient_sites: set[tuple[str, int]], fused: dict[str, frozenset[str]],
-                              op_names: OpNames) -> dict[Val, set[Val]]:
+                              op_names: OpNames) -> tuple[dict[Val, set[Val]], set[SiteKey]]:
     """The residuals a recompute fusion of a backward loop hands out to a matmul outside the
-    recompute (a weight's gradient reads the recomputed layer norm output, the projection's
-    query): each value of their chains, with the residuals whose chain holds it."""
+    recompute (a weight's gradient reads the recomputed layer norm output and gelu's product, the
+    keys' gradient the projected query): each value of their chains, with the residuals whose
+    chain holds it. And the copies in such fusions that no recompute reads and whose output (its
+    shape and layout) no fusion of another loop body hands out: a layout only the backward reads
+    (the key laid out for the query's gradient), which the program without remat's forward never
+    builds, its saving fusion writing the stack in that layout instead."""
     sites = one_call_site(module)
     readers: dict[tuple[str, str], list] = {}
     for comp, inst in module.instructions():
         for operand in inst.operands:
             readers.setdefault((comp.name, operand), []).append(inst)
+    built: dict[str, set[tuple]] = {}  # frame -> the output shapes of its fusions, with their ops' names
+    for (comp_name, _), members in by_site.items():
+        call = sites.get(comp_name)
+        if call is not None:
+            built.setdefault(members[next(iter(members))].frame, set()).update(
+                (_layout(call[1].shape), op.inst.opcode, op.op_name) for name in fused[comp_name]
+                if (op := members.get(name)) is not None and not op.marked and op.op_name)
     out: dict[Val, set[Val]] = {}
+    stand_ins: set[SiteKey] = set()
     for (comp_name, site), members in by_site.items():
         call = sites.get(comp_name)
         if (comp_name, site) in gradient_sites or call is None:
             continue
         outputs = [members[name] for name in fused[comp_name] if name in members]
         outputs = [op for op in outputs if op.named and op.inst.opcode in CHEAP]
-        site = (call[0].name, call[1])
-        if not outputs or not read_by_backward_matmul(module, site, readers, op_names) or \
-                not read_by_backward_matmul(module, site, readers, op_names, recompute=True):
+        where = (call[0].name, call[1])
+        if not outputs or not read_by_backward_matmul(module, where, readers, op_names):
             continue
+        comp = module.by_name[comp_name]
         for r in outputs:
-            for v in _chain(members, r):
-                out.setdefault(v, set()).add(r.exact)
-    return out
+            # XLA copies into the saving fusion only the chain it would copy into any consumer:
+            # not past an op reading two whole values, unless the value leaves reshaped
+            # (hloflops.remat.across_loops); an output reading two it stores as computed.
+            chain = cheap_chain(comp, frozenset({r.inst.name}))
+            if r.inst.name not in chain or \
+                    (_reads_two_whole(comp, r.inst) and comp.root.opcode not in ("bitcast", "reshape")):
+                continue
+            for name in chain:
+                op = members.get(name)
+                if op is not None and op.named and op.inst.opcode in CHEAP:
+                    out.setdefault(op.exact, set()).add(r.exact)
+        if read_by_backward_matmul(module, where, readers, op_names, recompute=True):
+            continue
+        shape, frame = _layout(call[1].shape), outputs[0].frame
+        tails = [(op.inst.opcode, inner_tail(op.op_name)) for op in outputs]
+        if not any(shape == built_shape and opcode == built_opcode and ends_with(name, tail)
+                   for other, shapes in built.items() if other != frame
+                   for built_shape, built_opcode, name in shapes for opcode, tail in tails):
+            stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
+    return out, stand_ins
+
+
+def _reads_two_whole(comp, inst) -> bool:
+    size = largest_array(inst.shape)
+    return sum(o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
+               and largest_array(comp.by_name[o].shape) >= size for o in inst.operands) >= 2
+
+
+def _layout(shape) -> tuple:
+    return (shape.element_type, shape.dims, shape.layout)
