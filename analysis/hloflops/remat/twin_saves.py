@@ -102,6 +102,7 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     forward = _Forward(module, ops)
     settled = decided
     decided = set()
+    short: list[tuple[list[SiteOp], int]] = []  # values the program without remat computes more often
     added: set[SiteKey] = set()
     for v, n in saves.items():
         members = by_value[v]
@@ -115,12 +116,39 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         if not in_forward:
             continue  # no forward in another loop body (an accumulation loop runs both passes)
         relaid = sum(op.key in stand_ins for op in members)
-        keep = max(0, in_forward + gradient.get(v, 0) + relaid - n)
+        keep = in_forward + gradient.get(v, 0) + relaid - n
+        if keep < 0:
+            short.append((members, -keep))
+            keep = 0
         decided |= {op.key for op in copies[keep:] if op.key in remat}
         lost = sum(op.key in by_class for op in members if op.key in in_gradient)
         uncounted = [op for op in copies[:keep] if op.key not in remat and op.key not in settled]
         added |= {op.key for op in uncounted[:lost]}
+    decided |= _offsetting(ops, short, (remat - decided) | added, in_gradient)
     return (remat - decided) | added, decided, added
+
+
+def _offsetting(ops: list[SiteOp], short: list[tuple[list[SiteOp], int]], remat: set[SiteKey],
+                in_gradient: set[SiteKey]) -> set[SiteKey]:
+    """For each value the program without remat computes `n` times more often than this one (its
+    saving fusions copy it into more residuals' chains than this program's fusions hold it: gelu's
+    bias add `h`, saved itself, in `3 * x * x` and in the product the next weight's gradient
+    reads), `n` counted recomputes of its opcode and size in the recompute fusions that copy it
+    (gelu's `h + 0.044715 * h**3` in the tanh's fusion): remat FLOPs are never negative per op,
+    so the twin's extra copies are taken off the ops they offset in the per-opcode sum."""
+    out: set[SiteKey] = set()
+    by_fusion: dict[tuple[str, int], list[SiteOp]] = {}
+    for op in ops:
+        by_fusion.setdefault((op.key[0], op.key[2]), []).append(op)
+    for members, n in short:
+        own = {op.key for op in members}
+        sites = {(op.key[0], op.key[2]) for op in members if op.key not in in_gradient}
+        kind = (members[0].inst.opcode, shape_key(members[0].inst.shape))
+        offsets = sorted((op for site in sites for op in by_fusion.get(site, ())
+                          if op.key in remat and op.key not in own and op.key not in out
+                          and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
+        out |= {op.key for op in offsets[:n]}
+    return out
 
 
 class _Forward:
