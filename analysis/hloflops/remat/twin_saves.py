@@ -245,33 +245,34 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
     """The residuals a recompute fusion of a backward loop hands out to a matmul outside the
     recompute (a weight's gradient reads the recomputed layer norm output and gelu's product, the
     keys' gradient the projected query): each value of their chains, with the residuals whose
-    chain holds it. And the copies in such fusions that no recompute reads and whose output (its
-    shape and layout) no fusion of another loop body hands out: a layout only the backward reads
-    (the key laid out for the query's gradient), which the program without remat's forward never
-    builds, its saving fusion writing the stack in that layout instead."""
+    chain holds it. And the copies in such a fusion that no recomputed matmul reads, where another
+    fusion computes its value for the recompute's matmuls (the key, once for the recomputed scores
+    and once for the query's gradient): the program without remat's forward builds only the
+    first, its saving fusion standing for the second."""
     sites = one_call_site(module)
     readers: dict[tuple[str, str], list] = {}
     for comp, inst in module.instructions():
         for operand in inst.operands:
             readers.setdefault((comp.name, operand), []).append(inst)
-    built: dict[str, set[tuple]] = {}  # frame -> the output shapes of its fusions, with their ops' names
-    for (comp_name, _), members in by_site.items():
-        call = sites.get(comp_name)
-        if call is not None:
-            built.setdefault(members[next(iter(members))].frame, set()).update(
-                (_layout(call[1].shape), op.inst.opcode, op.op_name) for name in fused[comp_name]
-                if (op := members.get(name)) is not None and not op.marked and op.op_name)
-    out: dict[Val, set[Val]] = {}
-    stand_ins: set[SiteKey] = set()
+    handing: list[tuple[str, dict[str, SiteOp], list[SiteOp], bool]] = []
+    for_recompute: set[Val] = set()  # what fusions read by a recomputed matmul hand out
     for (comp_name, site), members in by_site.items():
         call = sites.get(comp_name)
         if (comp_name, site) in gradient_sites or call is None:
             continue
         outputs = [members[name] for name in fused[comp_name] if name in members]
         outputs = [op for op in outputs if op.named and op.inst.opcode in CHEAP]
-        where = (call[0].name, call[1])
-        if not outputs or not read_by_backward_matmul(module, where, readers, op_names):
+        if not outputs:
             continue
+        where = (call[0].name, call[1])
+        recomputed = read_by_backward_matmul(module, where, readers, op_names, recompute=True)
+        if recomputed:
+            for_recompute |= {op.exact for op in outputs}
+        if read_by_backward_matmul(module, where, readers, op_names):
+            handing.append((comp_name, members, outputs, recomputed))
+    out: dict[Val, set[Val]] = {}
+    stand_ins: set[SiteKey] = set()
+    for comp_name, members, outputs, recomputed in handing:
         comp = module.by_name[comp_name]
         for r in outputs:
             # XLA copies into the saving fusion only the chain it would copy into any consumer:
@@ -285,13 +286,7 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
                 op = members.get(name)
                 if op is not None and op.named and op.inst.opcode in CHEAP:
                     out.setdefault(op.exact, set()).add(r.exact)
-        if read_by_backward_matmul(module, where, readers, op_names, recompute=True):
-            continue
-        shape, frame = _layout(call[1].shape), outputs[0].frame
-        tails = [(op.inst.opcode, inner_tail(op.op_name)) for op in outputs]
-        if not any(shape == built_shape and opcode == built_opcode and ends_with(name, tail)
-                   for other, shapes in built.items() if other != frame
-                   for built_shape, built_opcode, name in shapes for opcode, tail in tails):
+        if not recomputed and any(op.exact in for_recompute for op in outputs):
             stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
     return out, stand_ins
 
@@ -300,7 +295,3 @@ def _reads_two_whole(comp, inst) -> bool:
     size = largest_array(inst.shape)
     return sum(o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
                and largest_array(comp.by_name[o].shape) >= size for o in inst.operands) >= 2
-
-
-def _layout(shape) -> tuple:
-    return (shape.element_type, shape.dims, shape.layout)
