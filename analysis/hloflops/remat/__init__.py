@@ -133,6 +133,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that program's forward does (both materialize what the gradient reads). So as many of
    the recompute's copies run because of remat as the forward's copies and the gradient fusions'
    exceed the saving fusions': gelu's bias add none, `1 + tanh` one (hloflops.remat.twin_saves).
+   A residual is also what a recompute fusion hands out to a backward matmul (a weight's gradient
+   reads the recomputed layer norm output, the keys' gradient the query): the twin saves it too,
+   each distinct residual once. Where the twin computes a value more often than this program
+   (gelu's bias add), its extra copies offset counted recomputes of that opcode in the fusions
+   copying it: the split is per opcode.
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy

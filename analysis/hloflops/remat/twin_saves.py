@@ -14,7 +14,21 @@ recompute copies beyond `forward + gradient - saves` copies runs in the program 
 too: model FLOPs (more seeds 33, 148 and base 132, 148: the bias add `x = h + b` under
 gelu, a residual itself and on the chain of `3 * x * x`, copied into the recompute's tanh and
 product fusions and counted twice, where the program without remat copies it into four fusions
-of its forward and this program into one fusion of its forward and one of its gradient)."""
+of its forward and this program into one fusion of its forward and one of its gradient).
+
+A residual is counted once per value (the program without remat saves it once, however many
+gradient fusions copy it), and residuals are also what a recompute fusion hands out to a matmul
+outside the recompute, where a recomputed matmul reads it too or the forward builds it too (a
+weight's gradient reads the recomputed layer norm output `(x - mean) * r * scale + bias`, gelu's
+product; the keys' gradient reads the query): the program without remat saves that value by a
+fusion copying its cheap chain (base seeds 16, 76, more 116, 122, 126: the layer norm's ops, the
+projections' bias adds, once counted as recompute). A backward-only fusion of a value another
+fusion computes for the recompute's matmuls (the key laid out for the query's gradient) stands for
+the saving fusion: its copies count with the recompute's. Where `forward + gradient - saves` is
+negative, the program without remat runs the value more often than this one (gelu's bias add
+`h`: saved itself, in `3 * h * h` and in the product, five copies against this program's four):
+as many counted recomputes of its opcode and size in the fusions copying it are model FLOPs in
+the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
 
 from __future__ import annotations
 
