@@ -260,16 +260,16 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
     recompute (a weight's gradient reads the recomputed layer norm output and gelu's product, the
     keys' gradient the projected query): each value of their chains, with the residuals whose
     chain holds it. And the copies in such a fusion that no recomputed matmul reads, where another
-    fusion computes its value for the recompute's matmuls (the key, once for the recomputed scores
-    and once for the query's gradient): the program without remat's forward builds only the
-    first, its saving fusion standing for the second."""
+    fusion computes its value for the recompute (the key, once for the recomputed scores and once
+    for the query's gradient): the program without remat's forward builds only the first, its
+    saving fusion standing for the second."""
     sites = one_call_site(module)
     readers: dict[tuple[str, str], list] = {}
     for comp, inst in module.instructions():
         for operand in inst.operands:
             readers.setdefault((comp.name, operand), []).append(inst)
     handing: list[tuple[str, dict[str, SiteOp], list[SiteOp], bool]] = []
-    for_recompute: set[Val] = set()  # what fusions read by a recomputed matmul hand out
+    for_recompute: set[Val] = set()  # what fusions the recompute reads hand out
     for (comp_name, site), members in by_site.items():
         call = sites.get(comp_name)
         if (comp_name, site) in gradient_sites or call is None:
@@ -280,10 +280,12 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
             continue
         where = (call[0].name, call[1])
         recomputed = read_by_backward_matmul(module, where, readers, op_names, recompute=True)
-        if recomputed:
-            for_recompute |= {op.exact for op in outputs}
         if read_by_backward_matmul(module, where, readers, op_names):
             handing.append((comp_name, members, outputs, recomputed))
+        elif not recomputed:
+            recomputed = True  # read by the recompute alone (its scores' fusion, unnamed)
+        if recomputed:
+            for_recompute |= {op.exact for op in outputs}
     out: dict[Val, set[Val]] = {}
     stand_ins: set[SiteKey] = set()
     for comp_name, members, outputs, recomputed in handing:
