@@ -128,8 +128,9 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
     # add shortfall doubled (-5,120 -> -10,240: `mlp/add` and `LayerNorm_1/add` in its backward
     # loop). Counting the settled stand-ins inside twin_saves' budget fixed it here and broke 35
     # exact generated scan draws, so the two rules stay as they are and the number is pinned:
-    # any change to it shows.
-    pinned = {"lm_scan_block_dots_no_batch": -44_032}
+    # any change to it shows. Round 11 (twin_saves: residuals handed to backward matmuls, each saved
+    # once) took 1,024 off it: -44,032 -> -43,008.
+    pinned = {"lm_scan_block_dots_no_batch": -43_008}
     assert {name: misses[name][0] for name in pinned} == pinned
     too_far = {name: m for name, m in misses.items() if abs(m[0]) > 40_960 and name not in pinned}
     assert not too_far
