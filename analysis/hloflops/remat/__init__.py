@@ -146,6 +146,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    recompute fusion handed reshaped to weight gradients is one more, settled above or not. Copies
    beyond what the recompute's copies carry are the gradient fusions', up to those beyond one per
    residual, and so for a value only gradient fusions compute (jvp's `1 - tanh`).
+   A residual is also what a recompute fusion hands out to a backward matmul (a weight's gradient
+   reads the recomputed layer norm output, the keys' gradient the query): the twin saves it too,
+   each distinct residual once (a reshaped stand-in of it is that same saving copy), while the cap
+   on gradient copies counts the gradient fusions' residuals alone. Where the twin computes a value
+   more often than this program (gelu's bias add), its extra copies offset counted recomputes of
+   that opcode in the fusions copying it: the split is per opcode.
    On TPU the program without remat's forward loop computes the residuals' chain once, in one
    saving fusion, and its backward loop computes the gradient once from the stored residuals;
    the program with remat's backward loop copies each recomputed value into every fusion reading

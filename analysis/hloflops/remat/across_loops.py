@@ -131,7 +131,7 @@ def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozen
     right where it is saved as often as the gradient fusions copy it (seed 000: silu's `h = x @ w +
     b`, copied into one gradient fusion, saved once: its recompute is recompute); where it is in
     more residuals' chains, some recompute copies stand for saving copies. Such a value: copied into
-    a gradient fusion and also in the cheap chain (no expensive op between, `_cheap_chain`) of a
+    a gradient fusion and also in the cheap chain (no expensive op between, `cheap_chain`) of a
     recompute fusion's output a backward op reads (base seeds 16 and 76, gelu's `h`: copied into
     the gradient's fusion, and in the recomputed product `0.5 * h * (1 + t)` that Dense_1's weight
     gradient reads; the program without remat copies it into three fusions saving gelu's residuals).
@@ -179,7 +179,7 @@ def _saved_more_often(module: Module, ops: list[SiteOp], fused: dict[str, frozen
         if call is None or not read_by_backward(call[0], call[1].name):
             continue
         by_name = {op.inst.name: op for op in members}
-        in_residuals |= {by_name[name].exact for name in _cheap_chain(module.by_name[comp_name], fused[comp_name])
+        in_residuals |= {by_name[name].exact for name in cheap_chain(module.by_name[comp_name], fused[comp_name])
                          if name in by_name and by_name[name].marked}
     return _fused_with(gradient & in_residuals, recomputing)
 
@@ -195,7 +195,7 @@ def _fused_with(values: set, recomputing: list[list[SiteOp]]) -> set:
     return found
 
 
-def _cheap_chain(comp, outputs: frozenset[str]) -> set[str]:
+def cheap_chain(comp, outputs: frozenset[str]) -> set[str]:
     """The ops of a fused computation its outputs are computed from through cheap elementwise ops
     and moves alone (an expensive op, a reduction or a parameter ends the chain): what XLA copies
     into a fusion saving the output. An op reading two values as large as its own ends it too

@@ -216,7 +216,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # as many copies run because of remat as the forward and gradient fusions hold beyond
         # those the saving fusions make, the rest model FLOPs, and a count taken back from a
         # gradient fusion's copy moves to a recompute's (hloflops.remat.twin_saves): settled.
-        remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, saved,
+        remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, op_names, saved,
                                                           weight_gradient_copies(module, ops, op_names))
         certain |= twin_saves
         paired_by_value |= moved

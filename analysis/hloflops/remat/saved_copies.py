@@ -93,7 +93,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue
         if relayout and not all(op.inst.name in copied for op in outputs):
             continue  # the twin relays out the forward's stored value: it copies nothing
-        if not _read_by_backward_matmul(module, site, readers, op_names):
+        if not read_by_backward_matmul(module, site, readers, op_names):
             continue
         if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
                 _reads_elementwise_fusion(module, site):
@@ -133,7 +133,7 @@ def weight_gradient_copies(module: Module, ops: list[SiteOp], op_names: OpNames)
             continue
         outputs = [op for op in members if op.inst.name in fused[comp_name]]
         if outputs and all(op.named and op.inst.opcode in CHEAP for op in outputs) and \
-                _read_by_backward_matmul(module, site, readers, op_names):
+                read_by_backward_matmul(module, site, readers, op_names):
             found.add((comp_name, site_index))
     return found
 
@@ -160,7 +160,7 @@ def _by_fusion(ops: list[SiteOp], fused) -> dict[tuple[str, int], list[SiteOp]]:
     return by_fusion
 
 
-def _read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
+def read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
                              readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
                              recompute: bool = False) -> bool:
     """Does a matmul outside the recompute (named, not remat-named: a weight's gradient) read the
@@ -251,7 +251,7 @@ def _copied_for_weight_gradients(comp: Computation, site: tuple[str, Instruction
     stores it once, for both (`_reads_elementwise_fusion`). Where a recomputed matmul reads it too
     (base seed 135 under `nothing_saveable`), the recompute needs the value itself."""
     return comp.root.opcode in ("bitcast", "reshape") and \
-        not _read_by_backward_matmul(module, site, readers, op_names, recompute=True)
+        not read_by_backward_matmul(module, site, readers, op_names, recompute=True)
 
 
 def hands_out_relayout(comp: Computation) -> bool:

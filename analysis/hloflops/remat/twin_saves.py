@@ -39,7 +39,23 @@ that many of a value only gradient fusions compute (jvp's `3 * x * x` and `1 - t
 backward loop whose forward runs in another loop body. Not where the forward count exceeds the
 recompute copies: it then matched ops of other values under one name (unnamed layer norms, or
 gelu's `0.5 * (1 + tanh)` beside the other `mlp/mul`s), and the gradient fusions keep the
-model's count."""
+model's count.
+
+Residuals are also what a recompute fusion hands out to a matmul outside the recompute, where a
+recomputed matmul reads it too or the forward builds it too (a weight's gradient reads the
+recomputed layer norm output `(x - mean) * r * scale + bias` or gelu's product, the keys'
+gradient the query): the program without remat saves that value by a fusion copying its cheap
+chain (base seeds 16, 76, more 116, 126: the layer norm's ops, the projections' bias adds, once
+counted as recompute). One notion of `saves`: each distinct residual value once, whether a
+gradient fusion reads it or a recompute fusion hands it out, and a weight-gradient stand-in
+fusion whose output is such a residual is not counted again. The cap on gradient copies stays
+`gradient - residuals the gradient fusions read`. A backward-only fusion of a value another
+fusion computes for the recompute's matmuls (the key laid out for the query's gradient) stands
+for the saving fusion: its copies count with the recompute's. Where `forward + gradient - saves`
+is negative, the program without remat runs the value more often than this one (gelu's bias add
+`h`: saved itself, in `3 * h * h` and in the product, five copies against this program's four):
+as many counted recomputes of its opcode and size in the fusions copying it are model FLOPs in
+the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
 
 from __future__ import annotations
 
@@ -48,10 +64,12 @@ from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
+from hloflops.remat.across_loops import cheap_chain
+from hloflops.remat.names import OpNames, ends_with, inner_tail
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array, shape_key
+from hloflops.remat.saved_copies import read_by_backward_matmul
 from hloflops.scopes import phase
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.values import Val
 from hloparse.ir import Module
 
@@ -64,7 +82,8 @@ _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "dynamic-slice", 
 
 
 def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey],
-                           decided: set[SiteKey] = frozenset(), stand_in_sites: set[tuple[str, int]] = frozenset()
+                           op_names: OpNames, decided: set[SiteKey] = frozenset(),
+                           stand_in_sites: set[tuple[str, int]] = frozenset()
                            ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """The recompute less the copies of a recomputed cheap value beyond `forward + gradient -
     saves` (module docstring): `forward` is how many copies the forward computes of each value
@@ -101,7 +120,9 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     saves: dict[Val, int] = {}
     in_gradient: set[SiteKey] = set()
     read_as: dict[Val, set[Val]] = {}  # per value, the values of the backward ops reading its residuals
-    for members in sorted(by_site.values(), key=lambda m: min(op.order for op in m.values())):
+    held: dict[Val, set[Val]] = {}  # per value, the residuals on whose chains it is
+    gradient_sites: set[tuple[str, int]] = set()
+    for site_key, members in sorted(by_site.items(), key=lambda item: min(op.order for op in item[1].values())):
         reads = [(op, r) for op in members.values() if not op.marked and op.op_name
                  for name in op.inst.operands
                  for r in (_through_moves(members, name),)
@@ -117,25 +138,37 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         for r in {id(r): r for _, r in reads}.values():
             readers = {op.exact for op, other in reads if other is r}
             for v in _chain(members, r):
+                held.setdefault(v, set()).add(r.exact)
                 saves.setdefault(v, 0)
                 if not readers <= read_as.get(v, set()):
                     saves[v] += 1
                     read_as.setdefault(v, set()).update(readers)
-    if not saves:
+        gradient_sites.add(site_key)
+    # Residuals handed to a backward matmul are saving copies too, once per residual value; the cap
+    # on gradient copies below counts only the gradient fusions' saves (`saves`).
+    handed, relaid = _read_by_backward_matmuls(module, by_site, gradient_sites, fused, op_names)
+    total = dict(saves)
+    for v, values in handed.items():
+        total[v] = total.get(v, 0) + len(values - held.get(v, set()))
+        held.setdefault(v, set()).update(values)
+    if not total:
         return remat, set(), set()
     by_value: dict[Val, list[SiteOp]] = {}
     for op in ops:
-        if op.exact in saves:
+        if op.exact in total:
             by_value.setdefault(op.exact, []).append(op)
     forward = _Forward(module, ops)
     settled = decided
     settled_sites = {(key[0], key[2]) for key in settled} | set(stand_in_sites)
     decided = set()
+    short: list[tuple[list[SiteOp], int]] = []  # values the program without remat computes more often
+    outputs_of = {key: {op.exact for name, op in by_site[key].items() if name in fused[key[0]]}
+                  for key in settled_sites if key in by_site}
     added: set[SiteKey] = set()
     overflow: set[SiteKey] = set()  # gradient copies: counted, how many rests on fusion
     split: set[str] = set()  # backward loop bodies whose forward runs in another loop body
     gradient_only: list[tuple[Val, list[SiteOp]]] = []
-    for v, n in saves.items():
+    for v, n in total.items():
         members = by_value[v]
         if not all(op.marked for op in members):
             continue  # the forward's own copy is in sight: the pairing by value counted
@@ -148,23 +181,54 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         if not in_forward:
             continue  # no forward in another loop body (an accumulation loop runs both passes)
         split |= {op.frame for op in members}
-        stand_ins = sum((op.key[0], op.key[2]) in settled_sites for op in copies)
-        keep = max(0, in_forward + gradient.get(v, 0) - n - stand_ins)
+        # A settled stand-in site whose output is already a residual handed to a backward matmul
+        # is that residual's saving copy: counted once.
+        residuals_of = held[v]
+        stand_ins = sum((op.key[0], op.key[2]) in settled_sites and
+                        not (outputs_of.get((op.key[0], op.key[2]), set()) & residuals_of) for op in copies)
+        keep = in_forward + gradient.get(v, 0) + sum(op.key in relaid for op in members) - n - stand_ins
+        if keep < 0:
+            short.append((members, -keep))
+            keep = 0
         decided |= {op.key for op in copies[keep:] if op.key in remat}
         lost = sum(op.key in by_class for op in members if op.key in in_gradient)
         uncounted = [op for op in copies[:keep] if op.key not in remat and op.key not in settled]
         moved = {op.key for op in uncounted[:lost]}
         added |= moved
         left = min(keep - sum(op.key in remat for op in copies[:keep]) - len(moved),
-                   gradient.get(v, 0) - n)
+                   gradient.get(v, 0) - saves.get(v, 0))
         if left > 0 and in_forward <= len(copies):
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
             overflow |= {op.key for op in extra[:left]}
     for v, members in gradient_only:
         if all(op.frame in split for op in members):
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
-            overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves[v]]}
+            overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves.get(v, 0)]}
+    decided |= _offsetting(ops, short, (remat - decided) | added | overflow, in_gradient)
     return (remat - decided) | added | overflow, decided, added
+
+
+def _offsetting(ops: list[SiteOp], short: list[tuple[list[SiteOp], int]], remat: set[SiteKey],
+                in_gradient: set[SiteKey]) -> set[SiteKey]:
+    """For each value the program without remat computes `n` times more often than this one (its
+    saving fusions copy it into more residuals' chains than this program's fusions hold it: gelu's
+    bias add `h`, saved itself, in `3 * x * x` and in the product the next weight's gradient
+    reads), `n` counted recomputes of its opcode and size in the recompute fusions that copy it
+    (gelu's `h + 0.044715 * h**3` in the tanh's fusion): remat FLOPs are never negative per op,
+    so the twin's extra copies are taken off the ops they offset in the per-opcode sum."""
+    out: set[SiteKey] = set()
+    by_fusion: dict[tuple[str, int], list[SiteOp]] = {}
+    for op in ops:
+        by_fusion.setdefault((op.key[0], op.key[2]), []).append(op)
+    for members, n in short:
+        own = {op.key for op in members}
+        sites = {(op.key[0], op.key[2]) for op in members if op.key not in in_gradient}
+        kind = (members[0].inst.opcode, shape_key(members[0].inst.shape))
+        offsets = sorted((op for site in sites for op in by_fusion.get(site, ())
+                          if op.key in remat and op.key not in own and op.key not in out
+                          and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
+        out |= {op.key for op in offsets[:n]}
+    return out
 
 
 class _Forward:
@@ -253,3 +317,63 @@ def _chain(members: Mapping[str, SiteOp], residual: SiteOp) -> set[Val]:
             continue
         pending += [members[name] for name in op.inst.operands if name in members]
     return out
+
+
+def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dict[str, SiteOp]],
+                              gradient_sites: set[tuple[str, int]], fused: dict[str, frozenset[str]],
+                              op_names: OpNames) -> tuple[dict[Val, set[Val]], set[SiteKey]]:
+    """The residuals a recompute fusion of a backward loop hands out to a matmul outside the
+    recompute (a weight's gradient reads the recomputed layer norm output and gelu's product, the
+    keys' gradient the projected query): each value of their chains, with the residuals whose
+    chain holds it. And the copies in such a fusion that no recomputed matmul reads, where another
+    fusion computes its value for the recompute (the key, once for the recomputed scores and once
+    for the query's gradient): the program without remat's forward builds only the first, its
+    saving fusion standing for the second."""
+    sites = one_call_site(module)
+    readers: dict[tuple[str, str], list] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+    handing: list[tuple[str, dict[str, SiteOp], list[SiteOp], bool]] = []
+    for_recompute: set[Val] = set()  # what fusions the recompute reads hand out
+    for (comp_name, site), members in by_site.items():
+        call = sites.get(comp_name)
+        if (comp_name, site) in gradient_sites or call is None:
+            continue
+        outputs = [members[name] for name in fused[comp_name] if name in members]
+        outputs = [op for op in outputs if op.named and op.inst.opcode in CHEAP]
+        if not outputs:
+            continue
+        where = (call[0].name, call[1])
+        recomputed = read_by_backward_matmul(module, where, readers, op_names, recompute=True)
+        if read_by_backward_matmul(module, where, readers, op_names):
+            handing.append((comp_name, members, outputs, recomputed))
+        elif not recomputed:
+            recomputed = True  # read by the recompute alone (its scores' fusion, unnamed)
+        if recomputed:
+            for_recompute |= {op.exact for op in outputs}
+    out: dict[Val, set[Val]] = {}
+    stand_ins: set[SiteKey] = set()
+    for comp_name, members, outputs, recomputed in handing:
+        comp = module.by_name[comp_name]
+        for r in outputs:
+            # XLA copies into the saving fusion only the chain it would copy into any consumer:
+            # not past an op reading two whole values, unless the value leaves reshaped
+            # (hloflops.remat.across_loops); an output reading two it stores as computed.
+            chain = cheap_chain(comp, frozenset({r.inst.name}))
+            if r.inst.name not in chain or \
+                    (_reads_two_whole(comp, r.inst) and comp.root.opcode not in ("bitcast", "reshape")):
+                continue
+            for name in chain:
+                op = members.get(name)
+                if op is not None and op.named and op.inst.opcode in CHEAP:
+                    out.setdefault(op.exact, set()).add(r.exact)
+        if not recomputed and any(op.exact in for_recompute for op in outputs):
+            stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
+    return out, stand_ins
+
+
+def _reads_two_whole(comp, inst) -> bool:
+    size = largest_array(inst.shape)
+    return sum(o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
+               and largest_array(comp.by_name[o].shape) >= size for o in inst.operands) >= 2
