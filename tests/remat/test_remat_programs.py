@@ -133,9 +133,8 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
     # Then the attention's value `v + b`, handed out transposed heads-major through moves, counted
     # as the twin's saving copy (hloflops.remat.saved_copies): add exact, -2,944 -> -4,992
     # (multiply alone; lm_scan_block's add +4,096 -> +2,048).
-    # Residuals the recompute hands to backward matmuls (twin_saves): the
-    # query's and value's bias adds (+2,048 -> 0) and the softmax `e / sum` (-1,024 of multiply),
-    # which the twin saves by a copy, are model FLOPs: -4,992 -> -6,016, all multiply.
+    # Then residuals the recompute hands to backward matmuls (twin_saves): the softmax `e / sum`,
+    # which the twin saves by a copy, is model FLOPs: -4,992 -> -6,016 (-1,024 of multiply).
     pinned = {"lm_scan_block_dots_no_batch": -6_016}
     assert {name: misses[name][0] for name in pinned} == pinned
     too_far = {name: m for name, m in misses.items() if abs(m[0]) > 40_960 and name not in pinned}

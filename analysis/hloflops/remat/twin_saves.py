@@ -46,10 +46,10 @@ recomputed matmul reads it too or the forward builds it too (a weight's gradient
 recomputed layer norm output `(x - mean) * r * scale + bias` or gelu's product, the keys'
 gradient the query): the program without remat saves that value by a fusion copying its cheap
 chain (base seeds 16, 76, more 116, 126: the layer norm's ops, the projections' bias adds, once
-counted as recompute). One notion of `saves`: each distinct residual value once, whether a
-gradient fusion reads it or a recompute fusion hands it out, and a weight-gradient stand-in
-fusion whose output is such a residual is not counted again. The cap on gradient copies stays
-`gradient - residuals the gradient fusions read`. A backward-only fusion of a value another
+counted as recompute). Each such handed residual is one more save, once per residual value and
+not where a gradient fusion reads that residual already (counted above), and a weight-gradient
+stand-in fusion whose output is such a residual is not counted again. The cap on gradient copies
+stays the gradient fusions' own saves. A backward-only fusion of a value another
 fusion computes for the recompute's matmuls (the key laid out for the query's gradient) stands
 for the saving fusion: its copies count with the recompute's. Where `forward + gradient - saves`
 is negative, the program without remat runs the value more often than this one (gelu's bias add
