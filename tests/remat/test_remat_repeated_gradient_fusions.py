@@ -43,6 +43,8 @@ def test_repeated_gradient_fusions_recompute_their_residuals(family, seed, opcod
 def test_relaid_out_recompute_stands_in_for_the_saving_copy():
     outcome = check(draw(16, "base"))  # linen_remat_scan LM, no policy
     after = outcome._at("after")
-    assert after.misses.get("add") == 16384, outcome.describe()  # what is left: no rule counts it
+    # 24,576 over on 659f174, 16,384 with the stand-in alone; the residuals handed to backward
+    # matmuls (twin_saves) take the rest: add exact.
+    assert abs(after.misses.get("add", 0)) <= LOOP_TOLERANCE * after.loops, outcome.describe()
     assert outcome.in_bounds("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
