@@ -37,9 +37,9 @@ from typing import Mapping
 from hloflops.remat.fusion_copies import outermost_fusions
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.scopes import phase, split_components
-from hloparse.ir import CallRole, Module, parameter_number
+from hloparse.ir import Module
 
 # The cheap elementwise ops fusion copies into each reader (a widen's count is float
 # normalization's, hloflops.remat.widen_counts).
@@ -229,36 +229,8 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
 
 def _source(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], comp, name: str, site: int,
             depth: int = 32) -> SiteOp | None:
-    """The op whose value an operand is: through views, a fusion's parameter to its call site's
-    operand, and into a fusion from its root (an output of a multi-output fusion through its tuple)."""
-    while depth:
-        depth -= 1
-        inst = comp.by_name.get(name)
-        if inst is None:
-            return None
-        if inst.opcode in _VIEWS and inst.operands:
-            name = inst.operands[0]
-        elif inst.opcode == "parameter":
-            caller = callers.get(comp.name)
-            number = parameter_number(inst)
-            if caller is None or not 0 <= number < len(caller[1].operands):
-                return None
-            comp, name = caller[0], caller[1].operands[number]
-        elif inst.opcode in ("fusion", "get-tuple-element"):
-            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
-            if producer is None or producer.opcode != "fusion":
-                return None
-            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
-            root = callee.root
-            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
-                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
-            elif root.opcode != "tuple" and inst.opcode == "fusion":
-                comp, name = callee, root.name
-            else:
-                return None
-        else:
-            return by_key.get((comp.name, inst.name, site))
-    return None
+    """The op whose value an operand is, through views (`sites.source_op`)."""
+    return source_op(module, callers, by_key, comp, name, site, lambda inst: inst.opcode in _VIEWS, depth)
 
 
 def _is_bias_add(module: Module, op: SiteOp) -> bool:

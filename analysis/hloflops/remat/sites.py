@@ -4,9 +4,10 @@ rule (hloflops.remat.pairing and the modules it asks) keys its sets by these."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from hloflops.remat.values import Val
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 Key = tuple[str, str]  # (computation, instruction)
 SiteKey = tuple[str, str, int]  # (computation, instruction, call site)
@@ -45,3 +46,40 @@ def one_call_site(module: Module) -> dict[str, tuple[Computation, Instruction] |
             for callee in inst.called(CallRole.FUSION):
                 callers[callee] = None if callee in callers else (comp, inst)
     return callers
+
+
+def source_op(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
+              by_key: Mapping[SiteKey, SiteOp], comp: Computation, name: str, site: int,
+              passes: Callable[[Instruction], bool], depth: int) -> SiteOp | None:
+    """The op whose value an operand is: through the instructions `passes` lets by (views), a
+    fusion's parameter to its call site's operand (`callers`: `one_call_site`), and into a fusion
+    from its root (an output of a multi-output fusion through its tuple); None past `depth` steps
+    or where a fusion has several call sites."""
+    while depth:
+        depth -= 1
+        inst = comp.by_name.get(name)
+        if inst is None:
+            return None
+        if passes(inst) and inst.operands:
+            name = inst.operands[0]
+        elif inst.opcode == "parameter":
+            caller = callers.get(comp.name)
+            number = parameter_number(inst)
+            if caller is None or not 0 <= number < len(caller[1].operands):
+                return None
+            comp, name = caller[0], caller[1].operands[number]
+        elif inst.opcode in ("fusion", "get-tuple-element"):
+            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
+            if producer is None or producer.opcode != "fusion":
+                return None
+            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
+            root = callee.root
+            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
+                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
+            elif root.opcode != "tuple" and inst.opcode == "fusion":
+                comp, name = callee, root.name
+            else:
+                return None
+        else:
+            return by_key.get((comp.name, inst.name, site))
+    return None

@@ -38,7 +38,7 @@ from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.normalization import is_normalization_widen
 from hloflops.remat.op_kinds import shape_key
 from hloflops.remat.saved_copies import hands_out_relayout
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
@@ -106,11 +106,7 @@ class _Index:
     def __init__(self, module: Module, ops: list[SiteOp], remat: set[SiteKey], fused):
         self.module, self.ops, self.remat, self.fused = module, ops, remat, fused
         self.by_key = {op.key: op for op in ops}
-        self.callers: Callers = {}
-        for comp, inst in module.instructions():
-            if inst.opcode == "fusion":
-                for callee in inst.called(CallRole.FUSION):
-                    self.callers[callee] = None if callee in self.callers else (comp, inst)
+        self.callers: Callers = one_call_site(module)
         self.sides: dict[tuple[str, int], str | None] = {}
 
     def widens(self) -> Iterator[tuple[SiteOp, Computation]]:
@@ -177,37 +173,9 @@ class _Index:
         return found
 
     def source(self, comp: Computation, name: str, site: int, depth: int = 16) -> SiteOp | None:
-        """The op whose value a widen widens: through views, unnamed converts, a fusion's
-        parameter to its call site's operand and into a fusion from its root (an output of a
-        multi-output fusion through its tuple)."""
-        while depth:
-            depth -= 1
-            inst = comp.by_name.get(name)
-            if inst is None:
-                return None
-            if inst.opcode in _HANDS_ON or (inst.opcode == "convert" and not inst.op_name):
-                name = inst.operands[0]
-            elif inst.opcode == "parameter":
-                caller = self.callers.get(comp.name)
-                number = parameter_number(inst)
-                if caller is None or number >= len(caller[1].operands):
-                    return None
-                comp, name = caller[0], caller[1].operands[number]
-            elif inst.opcode in ("fusion", "get-tuple-element"):
-                producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
-                if producer is None or producer.opcode != "fusion":
-                    return None
-                callee = self.module.by_name[producer.called(CallRole.FUSION)[0]]
-                root = callee.root
-                if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
-                    comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
-                elif root.opcode != "tuple" and inst.opcode == "fusion":
-                    comp, name = callee, root.name
-                else:
-                    return None
-            else:
-                return self.by_key.get((comp.name, inst.name, site))
-        return None
+        """The op whose value a widen widens: through views and unnamed converts
+        (`sites.source_op`)."""
+        return source_op(self.module, self.callers, self.by_key, comp, name, site, _passes_widen, depth)
 
 
 def _reads_parameter(comp: Computation, inst: Instruction) -> bool:
@@ -216,3 +184,8 @@ def _reads_parameter(comp: Computation, inst: Instruction) -> bool:
     while operand is not None and operand.opcode in ("bitcast", "copy", "reshape"):
         operand = comp.by_name.get(operand.operands[0])
     return operand is not None and operand.opcode == "parameter"
+
+
+def _passes_widen(inst: Instruction) -> bool:
+    """A view, or a convert XLA left unnamed, between a widen and the value it widens."""
+    return inst.opcode in _HANDS_ON or (inst.opcode == "convert" and not inst.op_name)
