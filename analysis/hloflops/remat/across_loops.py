@@ -37,7 +37,7 @@ from typing import Iterator
 from hloflops.remat.fusion_copies import feeding_marked_expensive, fused_outputs
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array
 from hloparse.ir import CallRole, Module
-from hloflops.remat.sites import Key, SiteKey, SiteOp
+from hloflops.remat.sites import Key, SiteKey, SiteOp, value_readers
 
 
 # Readers that only hand a value on: their own readers are the value's.
@@ -201,7 +201,7 @@ def cheap_chain(comp, outputs: frozenset[str]) -> set[str]:
     into a fusion saving the output. An op reading two values as large as its own ends it too
     (XLA stores such a result rather than copy its chain: silu's `h * sigmoid(h)` in seed 000),
     unless the fusion hands its result out reshaped (XLA copies it after all: gelu's product in
-    base seed 16; see `_reads_two_whole_values`, `_hands_out_reshaped`)."""
+    base seed 16; `reads_two_whole`)."""
     reshaped = comp.root.opcode in ("bitcast", "reshape")
     found: set[str] = set()
     pending = list(outputs)
@@ -212,26 +212,28 @@ def cheap_chain(comp, outputs: frozenset[str]) -> set[str]:
         if inst.opcode not in DUPLICATED and inst.opcode not in _MOVES:
             continue
         found.add(inst.name)
-        size = largest_array(inst.shape)
-        whole = [o for o in inst.operands if o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
-                 and largest_array(comp.by_name[o].shape) >= size]
-        if len(whole) < 2 or reshaped or inst.opcode in _MOVES:
+        if not reads_two_whole(comp, inst) or reshaped or inst.opcode in _MOVES:
             pending += inst.operands
     return found
+
+
+def reads_two_whole(comp, inst) -> bool:
+    """Does an op read two values as large as its own (broadcasts and iotas aside)? XLA stores
+    such a result rather than copy its chain into the fusions reading it (`cheap_chain`)."""
+    size = largest_array(inst.shape)
+    return sum(o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
+               and largest_array(comp.by_name[o].shape) >= size for o in inst.operands) >= 2
 
 
 def _readers_and_callers(module: Module) -> tuple[dict[Key, list], dict[str, tuple[str, object]]]:
     """Each value's readers ((computation, name) -> instructions reading it), and each fused
     computation's fusion instruction with the computation it sits in."""
-    readers: dict[Key, list] = {}
     calls: dict[str, tuple[str, object]] = {}
     for comp, inst in module.instructions():
-        for operand in inst.operands:
-            readers.setdefault((comp.name, operand), []).append(inst)
         if inst.opcode == "fusion":
             for callee in inst.called(CallRole.FUSION):
                 calls[callee] = (comp.name, inst)
-    return readers, calls
+    return value_readers(module), calls
 
 
 def _end_readers(readers: dict[Key, list], comp_name: str, name: str) -> Iterator:

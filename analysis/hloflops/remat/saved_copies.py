@@ -28,7 +28,7 @@ from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloparse.ir import CallRole, Computation, Instruction, Module
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 
 
 # What a saving fusion copies: cheap elementwise ops. An op that computes more (a transcendental,
@@ -57,7 +57,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         return remat, set()
     entry = module.entry.name
     fused = fused_outputs(module)
-    sites, readers = _sites_and_readers(module)
+    sites, readers = sites_and_readers(module)
     by_fusion = _by_fusion(ops, fused)
     forward: dict[str, list[SiteOp]] = {}  # unmarked cheap ops of a loop body, by opcode
     for op in ops:
@@ -121,7 +121,7 @@ def weight_gradient_copies(module: Module, ops: list[SiteOp], op_names: OpNames)
         return set()
     entry = module.entry.name
     fused = fused_outputs(module)
-    sites, readers = _sites_and_readers(module)
+    sites, readers = sites_and_readers(module)
     found: set[tuple[str, int]] = set()
     for (comp_name, site_index), members in _by_fusion(ops, fused).items():
         site = sites.get(comp_name)
@@ -138,18 +138,13 @@ def weight_gradient_copies(module: Module, ops: list[SiteOp], op_names: OpNames)
     return found
 
 
-def _sites_and_readers(module: Module) -> tuple[dict[str, tuple[str, Instruction] | None],
-                                                dict[tuple[str, str], list[Instruction]]]:
-    """Each fused computation's one call site (None where several call it), and each value's readers."""
-    sites: dict[str, tuple[str, Instruction] | None] = {}
-    readers: dict[tuple[str, str], list[Instruction]] = {}
-    for comp, inst in module.instructions():
-        for operand in inst.operands:
-            readers.setdefault((comp.name, operand), []).append(inst)
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                sites[callee] = None if callee in sites else (comp.name, inst)
-    return sites, readers
+def sites_and_readers(module: Module) -> tuple[dict[str, tuple[str, Instruction] | None],
+                                               dict[tuple[str, str], list[Instruction]]]:
+    """Each fused computation's one call site, as (the calling computation's name, the fusion),
+    None where several call it; and each value's readers."""
+    sites = {callee: None if call is None else (call[0].name, call[1])
+             for callee, call in one_call_site(module).items()}
+    return sites, value_readers(module)
 
 
 def _by_fusion(ops: list[SiteOp], fused) -> dict[tuple[str, int], list[SiteOp]]:

@@ -48,6 +48,15 @@ def one_call_site(module: Module) -> dict[str, tuple[Computation, Instruction] |
     return callers
 
 
+def value_readers(module: Module) -> dict[Key, list[Instruction]]:
+    """Each value's readers: (computation, name) -> the instructions reading it, in text order."""
+    readers: dict[Key, list[Instruction]] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            readers.setdefault((comp.name, operand), []).append(inst)
+    return readers
+
+
 def source_op(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
               by_key: Mapping[SiteKey, SiteOp], comp: Computation, name: str, site: int,
               passes: Callable[[Instruction], bool], depth: int) -> SiteOp | None:

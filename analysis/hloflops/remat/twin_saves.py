@@ -64,12 +64,12 @@ from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.across_loops import cheap_chain
+from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.names import OpNames, ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array, shape_key
-from hloflops.remat.saved_copies import read_by_backward_matmul
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
+from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.values import Val
 from hloparse.ir import Module
 
@@ -329,28 +329,23 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
     fusion computes its value for the recompute (the key, once for the recomputed scores and once
     for the query's gradient): the program without remat's forward builds only the first, its
     saving fusion standing for the second."""
-    sites = one_call_site(module)
-    readers: dict[tuple[str, str], list] = {}
-    for comp, inst in module.instructions():
-        for operand in inst.operands:
-            readers.setdefault((comp.name, operand), []).append(inst)
+    sites, readers = sites_and_readers(module)
     handing: list[tuple[str, dict[str, SiteOp], list[SiteOp], bool]] = []
     for_recompute: set[Val] = set()  # what fusions the recompute reads hand out
     for (comp_name, site), members in by_site.items():
-        call = sites.get(comp_name)
-        if (comp_name, site) in gradient_sites or call is None:
+        where = sites.get(comp_name)
+        if (comp_name, site) in gradient_sites or where is None:
             continue
         outputs = [members[name] for name in fused[comp_name] if name in members]
         outputs = [op for op in outputs if op.named and op.inst.opcode in CHEAP]
         if not outputs:
             continue
-        where = (call[0].name, call[1])
         recomputed = read_by_backward_matmul(module, where, readers, op_names, recompute=True)
-        if read_by_backward_matmul(module, where, readers, op_names):
+        hands_out = read_by_backward_matmul(module, where, readers, op_names)
+        if hands_out:
             handing.append((comp_name, members, outputs, recomputed))
-        elif not recomputed:
-            recomputed = True  # read by the recompute alone (its scores' fusion, unnamed)
-        if recomputed:
+        if recomputed or not hands_out:
+            # read by a recomputed matmul, or by the recompute alone (its scores' fusion, unnamed)
             for_recompute |= {op.exact for op in outputs}
     out: dict[Val, set[Val]] = {}
     stand_ins: set[SiteKey] = set()
@@ -362,7 +357,7 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
             # (hloflops.remat.across_loops); an output reading two it stores as computed.
             chain = cheap_chain(comp, frozenset({r.inst.name}))
             if r.inst.name not in chain or \
-                    (_reads_two_whole(comp, r.inst) and comp.root.opcode not in ("bitcast", "reshape")):
+                    (reads_two_whole(comp, r.inst) and comp.root.opcode not in ("bitcast", "reshape")):
                 continue
             for name in chain:
                 op = members.get(name)
@@ -372,8 +367,3 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
             stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
     return out, stand_ins
 
-
-def _reads_two_whole(comp, inst) -> bool:
-    size = largest_array(inst.shape)
-    return sum(o in comp.by_name and comp.by_name[o].opcode not in ("broadcast", "iota")
-               and largest_array(comp.by_name[o].shape) >= size for o in inst.operands) >= 2
