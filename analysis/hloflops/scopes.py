@@ -63,6 +63,7 @@ def split_components(op_name: str) -> list[str]:
     return list(split_scope(op_name))
 
 
+@lru_cache(maxsize=65536)  # the remat rules ask for the same name stacks over and over
 def model_components(op_name: str) -> tuple[str, ...]:
     """The frames that name a part of the model: every transformation wrapper removed."""
     return tuple(p for p in split_scope(op_name) if not WRAPPER.match(p))

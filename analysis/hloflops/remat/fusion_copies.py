@@ -6,7 +6,9 @@ fusion is recompute only where that fusion's output is (hloflops.remat.pairing c
 from __future__ import annotations
 
 from collections import Counter
+from types import MappingProxyType
 from typing import Mapping
+from weakref import WeakKeyDictionary
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
 from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
@@ -364,9 +366,21 @@ def outputs_through(comp: Computation, through: frozenset[str]) -> frozenset[str
     return frozenset(found)
 
 
-def fused_outputs(module: Module) -> dict[str, frozenset[str]]:
+def fused_outputs(module: Module) -> Mapping[str, frozenset[str]]:
     """Each fused computation's outputs: the ops whose values leave it (the root, a tuple
-    root's elements, through reshapes and copies)."""
+    root's elements, through reshapes and copies). Several rules ask for it on one module, so it
+    is computed once per module and handed out read-only."""
+    found = _FUSED_OUTPUTS.get(module)
+    if found is None:
+        found = _FUSED_OUTPUTS[module] = MappingProxyType(_fused_outputs(module))
+    return found
+
+
+# Keyed by the module object itself (Module compares by identity), dropped with the module.
+_FUSED_OUTPUTS: WeakKeyDictionary[Module, Mapping[str, frozenset[str]]] = WeakKeyDictionary()
+
+
+def _fused_outputs(module: Module) -> dict[str, frozenset[str]]:
     names = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
     out: dict[str, frozenset[str]] = {}

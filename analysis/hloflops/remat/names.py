@@ -24,6 +24,7 @@ same path (`jvp(Model)/remat/...`), jax's frame never does (`OldRematFrames`). `
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from itertools import chain
 from typing import TYPE_CHECKING, Iterable
 
@@ -332,7 +333,8 @@ def inner_tail(op_name: str) -> tuple[str, ...]:
 _JVP = re.compile(r"^jvp\((.+)\)$")
 
 
-def _named_components(op_name: str) -> list[str]:
+@lru_cache(maxsize=65536)  # pure; `ends_with` asks it for each pair of candidate names
+def _named_components(op_name: str) -> tuple[str, ...]:
     """Model components, plus the module name jax writes inside `jvp(...)`: a forward op of a
     model remat'd as a whole is named `jvp(LM)/decoder/...`, its recompute
     `.../rematted_computation/LM/decoder/...`. The name inside may carry brackets of its own:
@@ -346,12 +348,11 @@ def _named_components(op_name: str) -> list[str]:
             out.extend(p for p in split_components(named.group(1)) if not WRAPPER.match(p))
         elif part and not WRAPPER.match(part):
             out.append(part)
-    return out
+    return tuple(out)
 
 
 def ends_with(op_name: str, tail: tuple[str, ...]) -> bool:
     """Does the op's name end with a recompute's inner name (`inner_tail`)?"""
     if not tail:
         return True
-    return tuple(model_components(op_name)[-len(tail):]) == tail or \
-        tuple(_named_components(op_name)[-len(tail):]) == tail
+    return model_components(op_name)[-len(tail):] == tail or _named_components(op_name)[-len(tail):] == tail
