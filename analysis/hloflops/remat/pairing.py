@@ -25,6 +25,7 @@ from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.unit_free_values import StoredTwins
 from hloflops.remat.view_copies import view_copies
+from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
@@ -205,6 +206,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
+    remat, materialized = natural_layouts(module, ops, remat)  # and a layout the forward leaves out
+    certain -= materialized
     if remat_named:
         remat, saved = saved_by_the_twin(module, ops, remat, op_names)
         certain |= saved
