@@ -28,7 +28,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    place, or unfused) is stored by the program without remat too, which reads it there, its
    gradient fusions included: every recompute copy is remat, and so is a copy of a value the
    forward computes once inside that fusion where it feeds only copies of the stored value (a
-   bias add under the residual sum; hloflops.remat.stored_forwards). If every op of the value
+   bias add under the residual sum; hloflops.remat.stored_forwards), also where the recompute's
+   copies are numbered apart from the stored value only by unit dimensions (a layer norm's
+   `[b, t, 1]` rsqrt, and all computed from it; hloflops.remat.unit_free_values). If every op of the value
    is marked, either the forward computes it elsewhere under another number (ops of its
    signature and name reading the same inputs, whose value no recompute of the class's depth
    matched exactly: as many copies are recompute; classes that
@@ -168,7 +170,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy
    the program without remat makes for its backward: model FLOPs, unsure
-   (hloflops.remat.view_copies).
+   (hloflops.remat.view_copies); so is one handing the value out as it is where the forward only
+   writes it transposed and the recompute computes it nowhere else (its layout copy merged into
+   the forward's: a cross attention's key; hloflops.remat.natural_layouts).
 7. Collectives of recomputes (sharded programs): a remat-marked all-reduce or reduce-scatter
    whose every operand is computed by a recompute (the all-reduce completing a
    recomputed matmul's partial sums) is recompute, as sure as its operands: its own value often

@@ -35,8 +35,9 @@ stored value as the recompute does (TPU draws 0, 19, 45, 58 moved away from the 
 Only where the forward is in sight with an equal value number: where the recompute read other
 inputs (all its copies remat-marked, `ForwardTwins` matching the forward by signature and name),
 the candidates are too loose to tell a stored twin (base seed 142: gelu's jvp coefficient
-`3 * x ** 2` finds both layer norms' stored outputs), and base seeds 105 and 136 stay short of
-their residual sums' gradient-fusion copies."""
+`3 * x ** 2` finds both layer norms' stored outputs). Where the numbers part only by unit
+dimensions (base seeds 105 and 136: the residual sum over a layer norm's `[b, t, 1]` rsqrt),
+hloflops.remat.unit_free_values finds the stored twin exactly."""
 
 from __future__ import annotations
 
