@@ -256,3 +256,34 @@ def _through_views(comp, name: str):
     while inst.opcode in _VIEWS | {"dynamic-slice", "slice"} and inst.operands and inst.operands[0] in comp.by_name:
         inst = comp.by_name[inst.operands[0]]
     return inst
+
+
+def gradient_chain_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                          backward_loops: set[str], recomputes: set[SiteKey]) -> set[SiteKey]:
+    """The backward's own copies of a gradient chain beyond one, in a frame that runs the forward
+    too (a Python loop, a single layer, a whole-model checkpoint): a cheap value of the backward
+    computed in several fusions, each holding a copy of a recompute of a forward value (`recomputes`:
+    paired with a forward value before the fusion rules), that reads fewer inputs than the residuals
+    the backward's ops read of it (`_FewerReads`). Whether they run because of remat rests on how
+    XLA fused the program without remat: its gradient fusion reads the forward's stored values, and
+    TPU may materialize the chain once there (TPU draw 25: gelu's gradient handed to the weight's
+    matmul as a bf16 value) or copy it into each reader alike (draw 17). Unsure: in the range only.
+    Copies of the linearization's own work alone (a chain reading only `1 - t * t`, the forward's
+    values read as they are, draw 56: CSE merged the recompute into the forward) are no recompute's."""
+    groups: dict[tuple[str, object], list[SiteOp]] = {}
+    for op in ops:
+        if op.frame not in backward_loops and op.key[0] in fused and op.inst.opcode in CHEAP \
+                and not op.named and op.op_name and phase(op.op_name) == "backward":
+            groups.setdefault((op.frame, op.exact), []).append(op)
+    if not any(len(members) > 1 for members in groups.values()):
+        return set()
+    forward = _SavedApart(module, ops, fused, backward_loops)
+    values = {op.exact for op in ops if op.named and op.key in recomputes and forward.computed_by_the_forward(op)}
+    holding = {op.key[0] for op in ops if op.named and op.exact in values and op.key[0] in fused}
+    fewer_reads = _FewerReads(module, ops)
+    found: set[SiteKey] = set()
+    for members in groups.values():
+        if len(members) > 1 and all(op.key[0] in holding and fewer_reads(op.key[0]) for op in members):
+            members.sort(key=lambda op: op.order)
+            found |= {op.key for op in members[1:]}
+    return found
