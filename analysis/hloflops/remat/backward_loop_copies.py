@@ -36,7 +36,7 @@ from typing import Mapping
 
 from hloflops.remat.fusion_copies import outermost_fusions
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
@@ -80,8 +80,8 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
         members.sort(key=lambda op: op.order)
         if named:
             forward = saved_apart.computed_by_the_forward(members[0])
-            apart = value in saved and not any(_is_bias_add(module, op) for op in members) and \
-                saved_apart(members[0])
+            apart = value in saved and not any(_is_bias_add(module, op) and saved_apart.fused_into_matmul(op)
+                                               for op in members) and saved_apart(members[0])
             if apart:
                 # The forward's fusions compute it too: whether the program without remat computes
                 # it apart to save it rests on its fusion. Computed by the linearization alone: sure.
@@ -115,6 +115,9 @@ class _SavedApart:
                  backward_loops: set[str]) -> None:
         nested = outermost_fusions(module)
         entry = module.entry.name
+        self.module, self.callers = module, one_call_site(module)
+        self.by_key = {op.key: op for op in ops}
+        self.forward: dict[object, list[SiteOp]] = {}  # abstract value -> the forward's ops
         self.by_abstract: dict[object, list[bool]] = {}
         self.by_shape: dict[tuple, list[tuple[SiteOp, bool]]] = {}
         for op in ops:
@@ -123,6 +126,7 @@ class _SavedApart:
             comp = op.key[0]
             stored = op.frame == entry or comp not in fused or (comp not in nested and op.inst.name in fused[comp])
             self.by_abstract.setdefault(op.abstract, []).append(stored)
+            self.forward.setdefault(op.abstract, []).append(op)
             self.by_shape.setdefault((op.inst.opcode, shape_key(op.inst.shape)), []).append((op, stored))
 
     def computed_by_the_forward(self, op: SiteOp) -> bool:
@@ -132,6 +136,28 @@ class _SavedApart:
         tail = inner_tail(op.op_name) if op.op_name else ()
         return len(tail) >= 2 and any(ends_with(twin.op_name, tail)
                                       for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ()))
+
+    def fused_into_matmul(self, op: SiteOp) -> bool:
+        """Can the program without remat fuse a recomputed bias add into its matmul's output fusion?
+        Where the forward's own add reads a matmul's output (through views, a policy's identity
+        rounding and fusion boundaries); not where it reads a loop's (a tensor-parallel windowed
+        einsum, `windowed_dot_general`, computes the product in a loop of its own: XLA copies the add
+        into the fusions reading the product, those saving the residuals included). Without a
+        forward twin in sight: yes."""
+        twins = self.forward.get(op.abstract)
+        if not twins:
+            return True
+        for twin in twins:
+            comp = self.module.by_name[twin.key[0]]
+            for name in twin.inst.operands:
+                inst = comp.by_name.get(name)
+                if inst is None or inst.opcode == "broadcast":
+                    continue
+                source = source_op(self.module, self.callers, self.by_key, comp, name, twin.key[2],
+                                   lambda inst: inst.opcode in _VIEWS or is_identity_rounding(inst), 32)
+                if source is not None and source.inst.opcode in MATMUL_OPCODES:
+                    return True
+        return False
 
     def __call__(self, op: SiteOp) -> bool:
         twins = self.by_abstract.get(op.abstract)
