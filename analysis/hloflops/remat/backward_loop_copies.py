@@ -17,8 +17,11 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   one the forward computes too (a program fusing its saving into the forward's own fusion of the
   value makes none). There is none for a value the forward hands out of a fusion or computes
   outside every loop (stored anyway: an LSTM's concatenated weights), nor for a saved matmul
-  output's bias add (stored from the matmul's own fusion). The copies counted are sure for a
-  value the forward computes (the program without remat's backward reads it stored), else loose;
+  output's bias add (stored from the matmul's own fusion), but where the forward's add reads a
+  loop's output, not a matmul's (a windowed einsum under tensor parallelism: XLA fuses nothing into
+  it, and copies the add into the saving fusions like any chain value; TPU draw 38). The copies
+  counted are sure for a value the forward computes (the program without remat's backward reads
+  it stored), else loose;
 * a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
   fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
   reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
@@ -26,7 +29,8 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   program.
 
 Not in one computation (a Python loop, a whole-model checkpoint), where the forward's fusions are in
-sight and the fusion rules count against them (hloflops.remat.fusion_copies); nor where the
+sight and the fusion rules count against them (hloflops.remat.fusion_copies), but for the backward's
+copies of a gradient chain beyond one, unsure there (`gradient_chain_copies`); nor where the
 recompute runs a loop of its own (flax's `remat_scan`), whose backward loop reads what that loop
 saved."""
 
