@@ -100,9 +100,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    A recompute TPU nested inside the fusion of a backward matmul is model FLOPs where the forward
    computes its value only nested in its own matmuls' fusions (the program without remat builds
    it there too), the ops under the chain's transcendental as well (TPU nests gelu, tanh and
-   all). But a bias add of a matmul output the policy saves (through an identity rounding) is
-   recompute in every fusion that copies it: without remat XLA fuses it into the matmul's output
-   fusion and stores the sum, which the backward reads. XLA's fusion pass never duplicates an
+   all). But a bias add of a matmul output the policy saves (through an identity rounding, or an
+   offload policy's round trip through the host) is recompute in every fusion that copies it:
+   without remat XLA fuses it into the matmul's output fusion and stores the sum, which the backward
+   reads. Through that round trip no recompute has a forward op's exact value: a nested one is model
+   FLOPs where every forward op of its opcode, shape, frame and name inside the checkpoint is nested
+   too (hloflops.remat.offloaded_residuals). XLA's fusion pass never duplicates an
    expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
@@ -163,8 +166,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    both programs copy alike). So a recomputed value's copies in the backward loop run because of
    remat but the one the saving fusion stands for (unsure where the forward computes the value
    too; none for a value the forward hands out of a fusion or computes outside the loop, or a saved
-   matmul output's bias add, stored from the matmul's fusion), and so do the gradient's copies
-   beyond one (on how XLA fused that program: in the range). Not for a recompute running a loop
+   matmul output's bias add, stored from the matmul's fusion, where the forward's add reads a
+   matmul's output: not a windowed einsum's loop, tensor parallel), and so do the gradient's copies
+   beyond one (on how XLA fused that program: in the range), in the forward's own frame too where
+   the chain reads a recompute of a forward value. Not for a recompute running a loop
    of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does

@@ -17,8 +17,11 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   one the forward computes too (a program fusing its saving into the forward's own fusion of the
   value makes none). There is none for a value the forward hands out of a fusion or computes
   outside every loop (stored anyway: an LSTM's concatenated weights), nor for a saved matmul
-  output's bias add (stored from the matmul's own fusion). The copies counted are sure for a
-  value the forward computes (the program without remat's backward reads it stored), else loose;
+  output's bias add (stored from the matmul's own fusion), but where the forward's add reads a
+  loop's output, not a matmul's (a windowed einsum under tensor parallelism: XLA fuses nothing into
+  it, and copies the add into the saving fusions like any chain value; TPU draw 38). The copies
+  counted are sure for a value the forward computes (the program without remat's backward reads
+  it stored), else loose;
 * a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
   fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
   reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
@@ -26,7 +29,8 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   program.
 
 Not in one computation (a Python loop, a whole-model checkpoint), where the forward's fusions are in
-sight and the fusion rules count against them (hloflops.remat.fusion_copies); nor where the
+sight and the fusion rules count against them (hloflops.remat.fusion_copies), but for the backward's
+copies of a gradient chain beyond one, unsure there (`gradient_chain_copies`); nor where the
 recompute runs a loop of its own (flax's `remat_scan`), whose backward loop reads what that loop
 saved."""
 
@@ -36,7 +40,7 @@ from typing import Mapping
 
 from hloflops.remat.fusion_copies import outermost_fusions
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
@@ -80,8 +84,8 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
         members.sort(key=lambda op: op.order)
         if named:
             forward = saved_apart.computed_by_the_forward(members[0])
-            apart = value in saved and not any(_is_bias_add(module, op) for op in members) and \
-                saved_apart(members[0])
+            apart = value in saved and not any(_is_bias_add(module, op) and saved_apart.fused_into_matmul(op)
+                                               for op in members) and saved_apart(members[0])
             if apart:
                 # The forward's fusions compute it too: whether the program without remat computes
                 # it apart to save it rests on its fusion. Computed by the linearization alone: sure.
@@ -115,6 +119,9 @@ class _SavedApart:
                  backward_loops: set[str]) -> None:
         nested = outermost_fusions(module)
         entry = module.entry.name
+        self.module, self.callers = module, one_call_site(module)
+        self.by_key = {op.key: op for op in ops}
+        self.forward: dict[object, list[SiteOp]] = {}  # abstract value -> the forward's ops
         self.by_abstract: dict[object, list[bool]] = {}
         self.by_shape: dict[tuple, list[tuple[SiteOp, bool]]] = {}
         for op in ops:
@@ -123,6 +130,7 @@ class _SavedApart:
             comp = op.key[0]
             stored = op.frame == entry or comp not in fused or (comp not in nested and op.inst.name in fused[comp])
             self.by_abstract.setdefault(op.abstract, []).append(stored)
+            self.forward.setdefault(op.abstract, []).append(op)
             self.by_shape.setdefault((op.inst.opcode, shape_key(op.inst.shape)), []).append((op, stored))
 
     def computed_by_the_forward(self, op: SiteOp) -> bool:
@@ -132,6 +140,28 @@ class _SavedApart:
         tail = inner_tail(op.op_name) if op.op_name else ()
         return len(tail) >= 2 and any(ends_with(twin.op_name, tail)
                                       for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ()))
+
+    def fused_into_matmul(self, op: SiteOp) -> bool:
+        """Can the program without remat fuse a recomputed bias add into its matmul's output fusion?
+        Where the forward's own add reads a matmul's output (through views, a policy's identity
+        rounding and fusion boundaries); not where it reads a loop's (a tensor-parallel windowed
+        einsum, `windowed_dot_general`, computes the product in a loop of its own: XLA copies the add
+        into the fusions reading the product, those saving the residuals included). Without a
+        forward twin in sight: yes."""
+        twins = self.forward.get(op.abstract)
+        if not twins:
+            return True
+        for twin in twins:
+            comp = self.module.by_name[twin.key[0]]
+            for name in twin.inst.operands:
+                inst = comp.by_name.get(name)
+                if inst is None or inst.opcode == "broadcast":
+                    continue
+                source = source_op(self.module, self.callers, self.by_key, comp, name, twin.key[2],
+                                   lambda inst: inst.opcode in _VIEWS or is_identity_rounding(inst), 32)
+                if source is not None and source.inst.opcode in MATMUL_OPCODES:
+                    return True
+        return False
 
     def __call__(self, op: SiteOp) -> bool:
         twins = self.by_abstract.get(op.abstract)
@@ -256,3 +286,34 @@ def _through_views(comp, name: str):
     while inst.opcode in _VIEWS | {"dynamic-slice", "slice"} and inst.operands and inst.operands[0] in comp.by_name:
         inst = comp.by_name[inst.operands[0]]
     return inst
+
+
+def gradient_chain_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                          backward_loops: set[str], recomputes: set[SiteKey]) -> set[SiteKey]:
+    """The backward's own copies of a gradient chain beyond one, in a frame that runs the forward
+    too (a Python loop, a single layer, a whole-model checkpoint): a cheap value of the backward
+    computed in several fusions, each holding a copy of a recompute of a forward value (`recomputes`:
+    paired with a forward value before the fusion rules), that reads fewer inputs than the residuals
+    the backward's ops read of it (`_FewerReads`). Whether they run because of remat rests on how
+    XLA fused the program without remat: its gradient fusion reads the forward's stored values, and
+    TPU may materialize the chain once there (TPU draw 25: gelu's gradient handed to the weight's
+    matmul as a bf16 value) or copy it into each reader alike (draw 17). Unsure: in the range only.
+    Copies of the linearization's own work alone (a chain reading only `1 - t * t`, the forward's
+    values read as they are, draw 56: CSE merged the recompute into the forward) are no recompute's."""
+    groups: dict[tuple[str, object], list[SiteOp]] = {}
+    for op in ops:
+        if op.frame not in backward_loops and op.key[0] in fused and op.inst.opcode in CHEAP \
+                and not op.named and op.op_name and phase(op.op_name) == "backward":
+            groups.setdefault((op.frame, op.exact), []).append(op)
+    if not any(len(members) > 1 for members in groups.values()):
+        return set()
+    forward = _SavedApart(module, ops, fused, backward_loops)
+    values = {op.exact for op in ops if op.named and op.key in recomputes and forward.computed_by_the_forward(op)}
+    holding = {op.key[0] for op in ops if op.named and op.exact in values and op.key[0] in fused}
+    fewer_reads = _FewerReads(module, ops)
+    found: set[SiteKey] = set()
+    for members in groups.values():
+        if len(members) > 1 and all(op.key[0] in holding and fewer_reads(op.key[0]) for op in members):
+            members.sort(key=lambda op: op.order)
+            found |= {op.key for op in members[1:]}
+    return found

@@ -20,7 +20,8 @@ from hloflops.remat.marks import (
 )
 from hloflops.remat.collectives import collectives_of_recomputes
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs, fusion_copies
-from hloflops.remat.backward_loop_copies import backward_loop_copies
+from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
+from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.unit_free_values import StoredTwins
@@ -196,6 +197,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # The linearization's own work jax named in the recompute (softmax's `1 / (s * s)`): a fusion
     # of it is the program without remat's too, and so are the copies in it.
     own = linearization_only(ops, remat | first_of_class) if module.is_scheduled and remat_named else set()
+    recomputes = set(remat)  # paired with a forward value, before the fusion rules
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value, own)
     remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
     if module.is_scheduled and remat_named and is_tpu_module(module):
@@ -242,6 +244,18 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 certain |= counted | model
                 paired_by_value |= sure
                 stand_ins = (stand_ins - counted - model) | saving
+            # A gradient chain reading a recompute, copied into several fusions of the forward's
+            # own frame: the copies beyond one may run because of remat (unsure).
+            stand_ins |= gradient_chain_copies(module, ops, fused_outputs(module), backward_loops, recomputes) - remat
+            # Through an offload policy's round trip to the host: a recompute nested in a backward
+            # matmul's fusion as the forward nests its own is model FLOPs, and the bias adds of the
+            # saved matmul output, whose sum the program without remat stores, are remat
+            # (hloflops.remat.offloaded_residuals).
+            nested = nested_offloaded_recomputes(module, ops, remat, fused_outputs(module))
+            epilogues = offloaded_matmul_epilogues(module, ops)
+            remat = (remat - nested) | epilogues
+            certain |= nested | epilogues
+            stand_ins -= epilogues
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).

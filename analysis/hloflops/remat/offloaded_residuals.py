@@ -1,0 +1,115 @@
+"""Recomputes reading a residual an offload policy saves (after optimization; TPU's host memory).
+
+An offload policy (jax's `offload_dot_with_no_batch_dims`) saves a matmul's bare output `x @ w`:
+the forward sends it to the host and the backward fetches it back (`copy-start` / `copy-done` to and
+from memory space 5). The recompute reads that round trip as an input (hloflops.remat.moved_values),
+so nothing it computes from it has the exact value of a forward op, and the rules that ask for one
+(a fusion copy's forward twin) find none. Two rules look through the round trip:
+
+* the bias add of the saved matmul output: without remat XLA fuses `x @ w + b` into the matmul's
+  output fusion and stores the sum, which the backward reads; with the bare output saved the sum
+  is stored nowhere, and every copy the recompute makes of the add (nested in a weight gradient's
+  fusion, copied into a gradient fusion) runs because of remat; the forward's own copy stands for
+  the program without remat's (TPU draws 4, 9, 25, 51, 55; the same rule as
+  hloflops.remat.fusion_copies.saved_matmul_epilogues, whose residual an identity rounding marks);
+* a cheap recompute TPU nests inside the fusion of a backward matmul (gelu recomputed in the
+  fusion of the next layer's weight gradient) where the forward computes the like ops (opcode,
+  shape, name inside the checkpoint, frame) only nested in its own matmuls' fusions: the program
+  without remat builds the value there the same way, reading the stored sum: model FLOPs (TPU
+  draws 9, 25, 55; hloflops.remat.fusion_copies's `_nested_in_gradient_matmuls` for a recompute
+  whose value matches its forward's exactly)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hloflops.remat.fusion_copies import outermost_fusions
+from hloflops.remat.moved_values import HOST_MEMORY_SPACE
+from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.scopes import phase
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloparse.ir import Instruction, Module
+
+# Ops that hand a value on unchanged, and the two halves of a copy between memory spaces.
+_PASSES = frozenset({"bitcast", "reshape", "copy", "transpose", "copy-start", "copy-done"})
+
+
+def offloaded_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
+    """Remat-marked bias adds (an `add` of a broadcast and a matmul's output) whose matmul output
+    reaches them through a round trip to the host (see the module's docstring): remat."""
+    if not offloads(module):
+        return set()
+    callers = one_call_site(module)
+    by_key = {op.key: op for op in ops}
+    found: set[SiteKey] = set()
+    for op in ops:
+        if not op.marked or op.inst.opcode != "add" or len(op.inst.operands) != 2:
+            continue
+        comp = module.by_name[op.key[0]]
+        kinds = [comp.by_name.get(name) for name in op.inst.operands]
+        if any(inst is None for inst in kinds) or sum(inst.opcode == "broadcast" for inst in kinds) != 1:
+            continue
+        other = next(inst for inst in kinds if inst.opcode != "broadcast")
+        hops: list[Instruction] = []
+
+        def passes(inst: Instruction) -> bool:
+            if inst.opcode in _PASSES:
+                hops.append(inst)
+                return True
+            return False
+
+        source = source_op(module, callers, by_key, comp, other.name, op.key[2], passes, 64)
+        if source is not None and source.inst.opcode in MATMUL_OPCODES and \
+                any(hop.opcode == "copy-start" and _touches_host(hop) for hop in hops):
+            found.add(op.key)
+    return found
+
+
+def offloads(module: Module) -> bool:
+    """Does the program copy a value to or from the host's memory space?"""
+    return any(inst.opcode == "copy-start" and _touches_host(inst) for _, inst in module.instructions())
+
+
+def _touches_host(inst: Instruction) -> bool:
+    """Does a `copy-start` copy to or from the host's memory space?"""
+    parts = inst.shape.tuple_shapes if inst.shape.is_tuple else ()
+    return any(part.layout is not None and part.layout.memory_space == HOST_MEMORY_SPACE for part in parts[:2])
+
+
+def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[SiteKey],
+                                fused: Mapping[str, frozenset[str]]) -> set[SiteKey]:
+    """Remat-counted cheap recomputes nested inside a backward matmul's fusion (one handing out a
+    matmul's output and no marked value) whose value no unmarked op computes exactly (the offloaded
+    residual's round trip), where every forward op of its opcode, shape and frame whose name ends
+    as the recompute's inside its checkpoint is nested in a fusion too (see the module's docstring):
+    model FLOPs. Not an expensive op's (a recompute of its own: XLA's fusion never copies one)."""
+    if not offloads(module):
+        return set()
+    homes = outermost_fusions(module)
+    unmarked_values = {op.exact for op in ops if not op.marked}
+    twins: dict[tuple, list[SiteOp]] = {}
+    for op in ops:
+        if not op.marked and op.op_name and phase(op.op_name) == "forward":
+            twins.setdefault((op.frame, op.inst.opcode, shape_key(op.inst.shape)), []).append(op)
+    by_key = {op.key: op for op in ops}
+    gradient: dict[tuple[str, int], bool] = {}
+    found: set[SiteKey] = set()
+    for op in ops:
+        home = homes.get(op.key[0])
+        if home is None or op.key not in remat or not op.marked or op.inst.opcode not in DUPLICATED or \
+                op.inst.opcode in EXPENSIVE or op.exact in unmarked_values or not op.op_name:
+            continue
+        tail = inner_tail(op.op_name)
+        like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
+                if ends_with(twin.op_name, tail)]
+        if not like or not all(twin.key[0] in homes for twin in like):
+            continue
+        site = (home, op.key[2])
+        if site not in gradient:
+            keys = [key for key in ((home, name, op.key[2]) for name in fused.get(home, ())) if key in by_key]
+            gradient[site] = bool(keys) and not any(key in remat or by_key[key].marked for key in keys) and \
+                any(by_key[key].inst.opcode in MATMUL_OPCODES for key in keys)
+        if gradient[site]:
+            found.add(op.key)
+    return found
