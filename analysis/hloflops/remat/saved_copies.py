@@ -16,7 +16,7 @@ The same stand-in shows, in any frame, where a backward matmul needs the value i
 out its forward's value by a transposing fusion that copies the cheap producers, as the program
 with remat does its recompute's (`hands_out_relayout`; seed 105 of the `more` family, a conv
 net under `nn.remat` in a Python loop). Only the ops XLA copies into a consumer shared with one it
-cannot fuse (the next conv) stand in so (`_copied_into_relayout`): a residual sum reads two
+cannot fuse (the next conv) stand in so (`_duplicated_chain`): a residual sum reads two
 full-size values, and the program without remat relays out its stored forward sum (seed 47).
 A fusion's outputs are the cheap ops it hands out, through moves (an attention value `v + b`
 handed out transposed heads-major by `bitcast(copy(transpose(...)))`; base seed 16)."""
@@ -82,7 +82,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         # recompute's copy of it, and of the cheap ops under it, is extra work.
         relayout = hands_out_relayout(comp) and all(
             relaid[op.exact] == {comp_name} for op in members if op.inst.opcode == "transpose")
-        copied = _copied_into_relayout(comp) if relayout else frozenset()
+        copied = _duplicated_chain(comp) if relayout else frozenset()
         if members[0].frame == entry and not relayout:
             continue
         if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
@@ -95,9 +95,16 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue  # the twin relays out the forward's stored value: it copies nothing
         if not read_by_backward_matmul(module, site, readers, op_names):
             continue
+        # Reading another elementwise fusion's result, the value is saved stored by the twin
+        # (`_reads_elementwise_fusion`), but where every reader fuses it (`_copied_for_weight_gradients`)
+        # or XLA duplicates its chain into the saving fusion whatever its other readers do (each
+        # output reads one full-size value: `_duplicated_chain`; softmax's `e * (1 / s)`).
+        # Then only that chain is the saving fusion's copy.
         if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
                 _reads_elementwise_fusion(module, site):
-            continue
+            copied = _duplicated_chain(comp)
+            if not all(op.inst.name in copied for op in outputs):
+                continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
         if not relayout and comp.root.opcode in _MOVES and any(
@@ -107,7 +114,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             # key recomputed in two layouts, one counted against its forward: held-out more 167),
             # that one stands for the twin's saving copy.
             continue
-        decided |= {op.key for op in members if op.key in remat and (not relayout or op.inst.name in copied)}
+        decided |= {op.key for op in members if op.key in remat and (not copied or op.inst.name in copied)}
     return remat - decided, decided
 
 
@@ -267,7 +274,7 @@ def hands_out_relayout(comp: Computation) -> bool:
         (comp.root is root or not comp.root.op_name)
 
 
-def _copied_into_relayout(comp: Computation) -> frozenset[str]:
+def _duplicated_chain(comp: Computation) -> frozenset[str]:
     """The ops of a relayout fusion that XLA copies into the twin's relayout of the forward's value:
     from the root down through moves and cheap ops that read at most one full-size value (XLA's
     `EffectivelyAtMostUnary`: a bias add, relu's max), stopping at a parameter or at an op that
