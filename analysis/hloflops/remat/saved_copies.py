@@ -72,6 +72,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         if op.named:
             copies.setdefault(op.exact, []).append(op)
     decided: set[SiteKey] = set()
+    counted = {key[:2] for key in remat}
     for (comp_name, _site), members in by_fusion.items():
         site = sites.get(comp_name)
         if site is None:
@@ -93,17 +94,19 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue
         if relayout and not all(op.inst.name in copied for op in outputs):
             continue  # the twin relays out the forward's stored value: it copies nothing
-        if not read_by_backward_matmul(module, site, readers, op_names):
+        if not read_by_backward_matmul(module, site, readers, op_names, counted=counted):
             continue
         # Reading another elementwise fusion's result, the value is saved stored by the twin
         # (`_reads_elementwise_fusion`), but where every reader fuses it (`_copied_for_weight_gradients`)
         # or XLA duplicates its chain into the saving fusion whatever its other readers do (each
-        # output reads one full-size value: `_duplicated_chain`; softmax's `e * (1 / s)`).
-        # Then only that chain is the saving fusion's copy.
+        # output reads one full-size value: `_duplicated_chain`; softmax's `e * (1 / s)`): then
+        # only that chain is the saving fusion's copy. Not where a recomputed matmul reads the
+        # value too (`_copied_for_weight_gradients`: the recompute needs it itself).
         if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
                 _reads_elementwise_fusion(module, site):
             copied = _duplicated_chain(comp)
-            if not all(op.inst.name in copied for op in outputs):
+            if not all(op.inst.name in copied for op in outputs) or \
+                    read_by_backward_matmul(module, site, readers, op_names, recompute=True, counted=counted):
                 continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
@@ -164,13 +167,16 @@ def _by_fusion(ops: list[SiteOp], fused) -> dict[tuple[str, int], list[SiteOp]]:
 
 def read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
                              readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
-                             recompute: bool = False) -> bool:
+                             recompute: bool = False, counted: set[tuple[str, str]] | None = None) -> bool:
     """Does a matmul outside the recompute (named, not remat-named: a weight's gradient) read the
     fusion's result as it is? The program without remat must then save that very value. A value
     the backward reads only through other elementwise or reduce fusions (a residual sum feeding
     a layer norm's backward, seeds 131 and 135) is saved as something else (`x - mean`), which
     XLA builds from the forward's sum without copying the add: nothing offsets its recompute.
-    With `recompute`: does a recomputed matmul (remat-named) read it instead?"""
+    With `recompute`: does a recomputed matmul (remat-named) read it instead? A matmul without a
+    name (a CPU library fusion XLA left unnamed, the attention's `dO @ v.T` and the recompute's
+    `p @ v`) is a recompute where the pairing counted it (`counted`: computation and name of the
+    ops counted as recompute), else the backward's own."""
     comp_name, inst = site
     pending, seen = [inst], set()
     while pending:
@@ -182,8 +188,13 @@ def read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
             if reader.opcode in _HANDS_ON:
                 pending.append(reader)
                 continue
+            if not _is_matmul(module, reader):
+                continue
             name = op_names.of(comp_name, reader) or _name_handed_on(comp_name, reader, readers, op_names)
-            if name and (REMAT_SCOPE in name) == recompute and _is_matmul(module, reader):
+            if name:
+                if (REMAT_SCOPE in name) == recompute:
+                    return True
+            elif counted is not None and _counted_matmul(module, comp_name, reader, counted) == recompute:
                 return True
     return False
 
@@ -202,6 +213,14 @@ def _name_handed_on(comp_name: str, inst: Instruction, readers: dict[tuple[str, 
                     return name
                 pending.append(reader)
     return ""
+
+
+def _counted_matmul(module: Module, comp_name: str, inst: Instruction, counted: set[tuple[str, str]]) -> bool:
+    """Is the matmul `inst` (or one in the fusion it calls) counted as recompute?"""
+    if inst.opcode in MATMUL_OPCODES:
+        return (comp_name, inst.name) in counted
+    return any((callee, i.name) in counted for callee in inst.called(CallRole.FUSION) if callee in module.by_name
+               for i in module.by_name[callee].instructions if i.opcode in MATMUL_OPCODES)
 
 
 def _is_matmul(module: Module, inst: Instruction) -> bool:
