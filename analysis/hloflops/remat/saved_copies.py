@@ -19,7 +19,15 @@ net under `nn.remat` in a Python loop). Only the ops XLA copies into a consumer 
 cannot fuse (the next conv) stand in so (`_duplicated_chain`): a residual sum reads two
 full-size values, and the program without remat relays out its stored forward sum (seed 47).
 A fusion's outputs are the cheap ops it hands out, through moves (an attention value `v + b`
-handed out transposed heads-major by `bitcast(copy(transpose(...)))`; base seed 16)."""
+handed out transposed heads-major by `bitcast(copy(transpose(...)))`; base seed 16).
+
+A chain read off another elementwise fusion's result is one the program without remat stores and
+saves stored (`_reads_elementwise_fusion`), unless XLA duplicates it into the saving fusion anyway:
+a producer reading at most one full-size value is copied into every consumer that can fuse it,
+whatever the others (`_duplicated_chain`; softmax's `p = e * (1 / s)` over the exponential's
+fusion, saved for `dv = p.T @ dO` in Haiku's layer_stack attention, more seeds 94, 218). A matmul
+without a name (a CPU library fusion) is the backward's where the pairing did not count it as a
+recompute (the attention's `dO @ v.T` beside the recompute's `p @ v`, more seed 98)."""
 
 from __future__ import annotations
 
@@ -100,13 +108,13 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         # (`_reads_elementwise_fusion`), but where every reader fuses it (`_copied_for_weight_gradients`)
         # or XLA duplicates its chain into the saving fusion whatever its other readers do (each
         # output reads one full-size value: `_duplicated_chain`; softmax's `e * (1 / s)`): then
-        # only that chain is the saving fusion's copy. Not where a recomputed matmul reads the
-        # value too (`_copied_for_weight_gradients`: the recompute needs it itself).
+        # only that chain is the saving fusion's copy. Not for a value handed out reshaped that a
+        # recomputed matmul reads too (`_copied_for_weight_gradients`): that stand-in is
+        # hloflops.remat.twin_saves' (`weight_gradient_copies`).
         if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
                 _reads_elementwise_fusion(module, site):
             copied = _duplicated_chain(comp)
-            if not all(op.inst.name in copied for op in outputs) or \
-                    read_by_backward_matmul(module, site, readers, op_names, recompute=True, counted=counted):
+            if comp.root.opcode in ("bitcast", "reshape") or not all(op.inst.name in copied for op in outputs):
                 continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
