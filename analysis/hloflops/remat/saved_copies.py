@@ -118,12 +118,14 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
                 continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
-        if not relayout and comp.root.opcode in _MOVES and any(
+        if not relayout and any(
                 other.key not in remat and other.key[0] != comp_name and other.frame == op.frame
                 for op in outputs for other in copies.get(op.exact, ())):
             # The twin saves a value once: where another recompute copy of it is left uncounted (a
             # key recomputed in two layouts, one counted against its forward: held-out more 167),
-            # that one stands for the twin's saving copy.
+            # that one stands for the twin's saving copy, whichever of the two hands the value out
+            # through moves (the linen LMs' key for the query's gradient, its copy transposed for
+            # the recomputed scores uncounted: more 129, base 76).
             continue
         decided |= {op.key for op in members if op.key in remat and (not copied or op.inst.name in copied)}
     return remat - decided, decided
