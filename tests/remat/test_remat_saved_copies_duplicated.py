@@ -12,7 +12,10 @@ for that copy (held-out more 218, multiply +1,048,576 under `multi_head_attentio
 The recomputed value `v + b`, handed heads-major to CPU library fusions that carry no op_name (the
 backward's `dO @ v.T` and the recompute's `p @ v`): the backward's matmul is the one the pairing
 did not count as a recompute, so the program without remat saves `v + b` for it, copying the add
-(more 98: add +8,192 before)."""
+(more 98: add +8,192 before). The key recomputed in two layouts (transposed for the recomputed
+scores, as it is for the query's gradient), one copy counted against its forward: the other stands
+for the twin's one saving copy, whichever fusion hands it out (linen LMs, more 129: value +4,096 and
+key -4,096 before, which cancelled in the add sum)."""
 
 from __future__ import annotations
 
@@ -47,3 +50,9 @@ def test_value_handed_to_an_unnamed_backward_matmul_is_saved_by_the_twin():
     outcome = check(draw(98, "more"))
     verdict = next(v for v in outcome.verdicts if v.stage == "after")
     assert "add" not in verdict.misses and outcome.in_bounds("after"), verdict.describe()
+
+
+@pytest.mark.parametrize("scope", ["self_attn/value", "self_attn/key"])
+def test_projection_recomputed_in_two_layouts_is_saved_once_by_the_twin(scope):
+    reported, truth = _split_under(draw(129, "more"), scope, "add")
+    assert reported == truth
