@@ -137,7 +137,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    own, copying the same cheap ops (a conv net's `relu(conv + b)` for a kernel's gradient).
    Only the ops XLA copies there: those reading at most one full-size value, from the transpose
    down to the first that reads two (a residual sum, which the program without remat stores
-   once and relays out stored: its recompute's relayout is recompute).
+   once and relays out stored: its recompute's relayout is recompute). XLA copies such a chain
+   into a saving fusion too where it reads another fusion's result (softmax's `e * (1 / s)`):
+   a recompute of it a backward matmul reads stands in for that copy, where no recomputed matmul
+   reads it; an unnamed matmul (a CPU library fusion) is the backward's unless the pairing counted it.
    A recomputed cheap value on the chain of residuals the program without remat saves (in a
    backward loop's gradient fusion, what an op outside the recompute reads: gelu's `x`,
    `3 * x * x`, `0.5 * (1 + t)`) is copied there into one saving fusion per such residual, where
@@ -247,7 +250,8 @@ where the program without remat reads the value stored and computes it once, sav
 copied into the fusion storing a policy's saved residual into a loop's stack, a value the program
 without remat saves only where its backward reads it itself (hloflops.remat.rounding; counted, and
 sure, where the other loops read the stored value only in recomputes of forward ops: tanh's `h`,
-whose derivative reads `t`); an
+whose derivative reads `t`; so, counted, for an offload policy's residual, which no rounding marks
+on CPU: a stack only recomputes read, hloflops.remat.unmarked_saves); an
 uncounted float normalization widen (bf16 to f32)
 inside a recompute's fusion, whose count follows how XLA fused the program without remat's
 forward, hloflops.remat.normalization) the report gives a range

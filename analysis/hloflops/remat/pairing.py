@@ -31,6 +31,7 @@ from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copie
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
+from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.widen_counts import balanced_widens
@@ -272,6 +273,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # reads the stored value, else unsure (hloflops.remat.rounding).
     copied_to_save, saved_for_recompute = copied_into_saves(module, ops, remat) \
         if module.is_scheduled else (set(), set())
+    if module.is_scheduled and remat_named:  # an offload policy's residual, unmarked (hloflops.remat.unmarked_saves)
+        saved_for_recompute |= copied_into_unmarked_saves(module, ops, remat)
     remat |= saved_for_recompute
     paired_by_value |= saved_for_recompute
     # The round trips into f32 feeding a saved residual's rounding compute no recompute: the

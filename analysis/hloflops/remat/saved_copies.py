@@ -16,10 +16,18 @@ The same stand-in shows, in any frame, where a backward matmul needs the value i
 out its forward's value by a transposing fusion that copies the cheap producers, as the program
 with remat does its recompute's (`hands_out_relayout`; seed 105 of the `more` family, a conv
 net under `nn.remat` in a Python loop). Only the ops XLA copies into a consumer shared with one it
-cannot fuse (the next conv) stand in so (`_copied_into_relayout`): a residual sum reads two
+cannot fuse (the next conv) stand in so (`_duplicated_chain`): a residual sum reads two
 full-size values, and the program without remat relays out its stored forward sum (seed 47).
 A fusion's outputs are the cheap ops it hands out, through moves (an attention value `v + b`
-handed out transposed heads-major by `bitcast(copy(transpose(...)))`; base seed 16)."""
+handed out transposed heads-major by `bitcast(copy(transpose(...)))`; base seed 16).
+
+A chain read off another elementwise fusion's result is one the program without remat stores and
+saves stored (`_reads_elementwise_fusion`), unless XLA duplicates it into the saving fusion anyway:
+a producer reading at most one full-size value is copied into every consumer that can fuse it,
+whatever the others (`_duplicated_chain`; softmax's `p = e * (1 / s)` over the exponential's
+fusion, saved for `dv = p.T @ dO` in Haiku's layer_stack attention, more seeds 94, 218). A matmul
+without a name (a CPU library fusion) is the backward's where the pairing did not count it as a
+recompute (the attention's `dO @ v.T` beside the recompute's `p @ v`, more seed 98)."""
 
 from __future__ import annotations
 
@@ -72,6 +80,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         if op.named:
             copies.setdefault(op.exact, []).append(op)
     decided: set[SiteKey] = set()
+    counted = {key[:2] for key in remat}
     for (comp_name, _site), members in by_fusion.items():
         site = sites.get(comp_name)
         if site is None:
@@ -82,7 +91,7 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
         # recompute's copy of it, and of the cheap ops under it, is extra work.
         relayout = hands_out_relayout(comp) and all(
             relaid[op.exact] == {comp_name} for op in members if op.inst.opcode == "transpose")
-        copied = _copied_into_relayout(comp) if relayout else frozenset()
+        copied = _duplicated_chain(comp) if relayout else frozenset()
         if members[0].frame == entry and not relayout:
             continue
         if any(inst.opcode not in CHEAP and inst.opcode not in _MOVES for inst in comp.instructions):
@@ -93,21 +102,32 @@ def saved_by_the_twin(module: Module, ops: list[SiteOp], remat: set[SiteKey], op
             continue
         if relayout and not all(op.inst.name in copied for op in outputs):
             continue  # the twin relays out the forward's stored value: it copies nothing
-        if not read_by_backward_matmul(module, site, readers, op_names):
+        if not read_by_backward_matmul(module, site, readers, op_names, counted=counted):
             continue
+        # Reading another elementwise fusion's result, the value is saved stored by the twin
+        # (`_reads_elementwise_fusion`), but where every reader fuses it (`_copied_for_weight_gradients`)
+        # or XLA duplicates its chain into the saving fusion whatever its other readers do (each
+        # output reads one full-size value: `_duplicated_chain`; softmax's `e * (1 / s)`): then
+        # only that chain is the saving fusion's copy. Not for a value handed out reshaped that a
+        # recomputed matmul reads too (`_copied_for_weight_gradients`): that stand-in is
+        # hloflops.remat.twin_saves' (`weight_gradient_copies`).
         if not _copied_for_weight_gradients(comp, site, readers, op_names, module) and \
                 _reads_elementwise_fusion(module, site):
-            continue
+            copied = _duplicated_chain(comp)
+            if comp.root.opcode in ("bitcast", "reshape") or not all(op.inst.name in copied for op in outputs):
+                continue
         if not relayout and not all(_forward_elsewhere(op, forward.get(op.inst.opcode, ())) for op in outputs):
             continue
-        if not relayout and comp.root.opcode in _MOVES and any(
+        if not relayout and any(
                 other.key not in remat and other.key[0] != comp_name and other.frame == op.frame
                 for op in outputs for other in copies.get(op.exact, ())):
             # The twin saves a value once: where another recompute copy of it is left uncounted (a
             # key recomputed in two layouts, one counted against its forward: held-out more 167),
-            # that one stands for the twin's saving copy.
+            # that one stands for the twin's saving copy, whichever of the two hands the value out
+            # through moves (the linen LMs' key for the query's gradient, its copy transposed for
+            # the recomputed scores uncounted: more 129, base 76).
             continue
-        decided |= {op.key for op in members if op.key in remat and (not relayout or op.inst.name in copied)}
+        decided |= {op.key for op in members if op.key in remat and (not copied or op.inst.name in copied)}
     return remat - decided, decided
 
 
@@ -157,13 +177,16 @@ def _by_fusion(ops: list[SiteOp], fused) -> dict[tuple[str, int], list[SiteOp]]:
 
 def read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
                              readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames,
-                             recompute: bool = False) -> bool:
+                             recompute: bool = False, counted: set[tuple[str, str]] | None = None) -> bool:
     """Does a matmul outside the recompute (named, not remat-named: a weight's gradient) read the
     fusion's result as it is? The program without remat must then save that very value. A value
     the backward reads only through other elementwise or reduce fusions (a residual sum feeding
     a layer norm's backward, seeds 131 and 135) is saved as something else (`x - mean`), which
     XLA builds from the forward's sum without copying the add: nothing offsets its recompute.
-    With `recompute`: does a recomputed matmul (remat-named) read it instead?"""
+    With `recompute`: does a recomputed matmul (remat-named) read it instead? A matmul without a
+    name (a CPU library fusion XLA left unnamed, the attention's `dO @ v.T` and the recompute's
+    `p @ v`) is a recompute where the pairing counted it (`counted`: computation and name of the
+    ops counted as recompute), else the backward's own."""
     comp_name, inst = site
     pending, seen = [inst], set()
     while pending:
@@ -175,8 +198,13 @@ def read_by_backward_matmul(module: Module, site: tuple[str, Instruction],
             if reader.opcode in _HANDS_ON:
                 pending.append(reader)
                 continue
+            if not _is_matmul(module, reader):
+                continue
             name = op_names.of(comp_name, reader) or _name_handed_on(comp_name, reader, readers, op_names)
-            if name and (REMAT_SCOPE in name) == recompute and _is_matmul(module, reader):
+            if name:
+                if (REMAT_SCOPE in name) == recompute:
+                    return True
+            elif counted is not None and _counted_matmul(module, comp_name, reader, counted) == recompute:
                 return True
     return False
 
@@ -195,6 +223,14 @@ def _name_handed_on(comp_name: str, inst: Instruction, readers: dict[tuple[str, 
                     return name
                 pending.append(reader)
     return ""
+
+
+def _counted_matmul(module: Module, comp_name: str, inst: Instruction, counted: set[tuple[str, str]]) -> bool:
+    """Is the matmul `inst` (or one in the fusion it calls) counted as recompute?"""
+    if inst.opcode in MATMUL_OPCODES:
+        return (comp_name, inst.name) in counted
+    return any((callee, i.name) in counted for callee in inst.called(CallRole.FUSION) if callee in module.by_name
+               for i in module.by_name[callee].instructions if i.opcode in MATMUL_OPCODES)
 
 
 def _is_matmul(module: Module, inst: Instruction) -> bool:
@@ -267,7 +303,7 @@ def hands_out_relayout(comp: Computation) -> bool:
         (comp.root is root or not comp.root.op_name)
 
 
-def _copied_into_relayout(comp: Computation) -> frozenset[str]:
+def _duplicated_chain(comp: Computation) -> frozenset[str]:
     """The ops of a relayout fusion that XLA copies into the twin's relayout of the forward's value:
     from the root down through moves and cheap ops that read at most one full-size value (XLA's
     `EffectivelyAtMostUnary`: a bias add, relu's max), stopping at a parameter or at an op that
