@@ -63,15 +63,16 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.folded_coefficients import folded_coefficients
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.names import OpNames, ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.values import Val
-from hloparse.ir import Module
+from hloparse.ir import CallRole, Module, parameter_number
 
 # What a saving fusion copies: cheap elementwise ops (never a transcendental or a divide).
 CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
@@ -110,6 +111,16 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         # TPU nests the recompute's chains into the fusions of the backward's matmuls, beside the
         # forward's (hloflops.remat.fusion_copies): its fusions split otherwise than here.
         return remat, set(), set()
+    remat, decided, added = _copied(module, ops, remat, by_class, op_names, decided, stand_in_sites)
+    # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of its
+    # size given back (hloflops.remat.folded_coefficients).
+    folded = folded_coefficients(module, ops, remat)
+    return remat - folded, decided | folded, added - folded
+
+
+def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey], op_names: OpNames,
+            decided: set[SiteKey], stand_in_sites: set[tuple[str, int]]
+            ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     entry = module.entry.name
     fused = fused_outputs(module)
     by_site: dict[tuple[str, int], dict[str, SiteOp]] = {}
@@ -235,14 +246,27 @@ class _Forward:
     """How many copies the forward computes, in another loop body, of a value whose copies are all
     remat-marked: unmarked ops outside the backward of its opcode and result, whose name ends with
     the copy's name inside its checkpoint and whose operands are of the same kinds (`_kinds`), the
-    most in one frame."""
+    most in one frame. Where some of a frame's ops hold the copy's abstract value (the same
+    computation on inputs of the same shapes), only those count: the others compute other values
+    under that name (a layer norm's mean `sum(x) / n` and mean square `sum(x * x) / n`, both
+    `div`; gelu's `0.5 * (1 + t)` beside the other `mlp/mul`s)."""
 
     def __init__(self, module: Module, ops: list[SiteOp]):
         self.module = module
+        self.callers = one_call_site(module)
+        self.trees: dict[SiteKey, tuple] = {}
         self.pool: dict[tuple, list[SiteOp]] = {}
         for op in ops:
             if not op.marked and op.op_name and phase(op.op_name) != "backward":
                 self.pool.setdefault((op.inst.opcode, shape_key(op.inst.shape)), []).append(op)
+
+    def _tree(self, op: SiteOp) -> tuple:
+        """What the op computes, `_TREE_DEPTH` ops deep across fusion boundaries, its inputs by kind."""
+        tree = self.trees.get(op.key)
+        if tree is None:
+            comp = self.module.by_name[op.key[0]]
+            tree = self.trees[op.key] = _tree(self.module, self.callers, comp, op.inst.name, _TREE_DEPTH)
+        return tree
 
     def count(self, members: list[SiteOp]) -> int:
         frames = {m.frame for m in members}
@@ -252,11 +276,58 @@ class _Forward:
                 continue
             tail, kinds = inner_tail(m.op_name), _kinds(self.module, m)
             pool = self.pool.get((m.inst.opcode, shape_key(m.inst.shape)), ())
-            per_frame = Counter((twin.frame, twin.key[2]) for twin in pool
-                                if twin.frame not in frames and ends_with(twin.op_name, tail)
-                                and _alike(kinds, _kinds(self.module, twin)))
+            named = [twin for twin in pool if twin.frame not in frames and ends_with(twin.op_name, tail)
+                     and _alike(kinds, _kinds(self.module, twin))]
+            mine = self._tree(m)
+            alike = [twin for twin in named if twin.abstract == m.abstract or self._tree(twin) == mine]
+            same = {(twin.frame, twin.key[2]) for twin in alike}
+            per_frame = Counter((twin.frame, twin.key[2]) for twin in named
+                                if (twin.frame, twin.key[2]) not in same or twin in alike)
             best = max(best, max(per_frame.values(), default=0))
         return best
+
+
+_TREE_DEPTH = 4
+
+
+def _tree(module: Module, callers, comp, name: str, depth: int) -> tuple:
+    """The computation of a value as nested (opcode, operands...) tuples, through views, fusion
+    parameters (to the call site's operand) and fusion roots; a loop body's input (its state, a
+    slice of a saved stack) is `input`, a constant `constant`, and past `depth` ops the opcode."""
+    for _ in range(64):
+        inst = comp.by_name.get(name)
+        if inst is None:
+            return ("input",)
+        if inst.opcode in _VIEWS - {"dynamic-slice", "slice"} and inst.operands:
+            name = inst.operands[0]
+        elif inst.opcode == "parameter":
+            caller = callers.get(comp.name)
+            number = parameter_number(inst)
+            if caller is None or not 0 <= number < len(caller[1].operands):
+                return ("input",)
+            comp, name = caller[0], caller[1].operands[number]
+        elif inst.opcode in ("fusion", "get-tuple-element"):
+            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
+            if producer is None or producer.opcode != "fusion":
+                return ("input",)
+            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
+            root = callee.root
+            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
+                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
+            elif root.opcode != "tuple" and inst.opcode == "fusion":
+                comp, name = callee, root.name
+            else:
+                return ("input",)
+        elif inst.opcode in ("dynamic-slice", "slice"):
+            return ("input",)
+        elif inst.opcode == "constant":
+            return ("constant",)
+        elif depth <= 0:
+            return (inst.opcode,)
+        else:
+            return (inst.opcode,) + tuple(_tree(module, callers, comp, operand, depth - 1)
+                                          for operand in inst.operands)
+    return ("input",)
 
 
 def _kinds(module: Module, op: SiteOp) -> tuple[str, ...]:
