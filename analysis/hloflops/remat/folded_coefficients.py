@@ -14,17 +14,20 @@ each layer norm's `x * x` recompute counted against nothing the twin lacks).
 
 A square's coefficient is still there where some multiply of the loop body scales `x` by a
 constant, or scales what `x` scales by a constant (`mean = sum * (1 / n)`: XLA writes the
-coefficient `2 * mean` as `sum * (2 / n)`, in both programs). A product `x * x` that its fusion
-multiplies by `x` or by a constant is part of a higher power or of a coefficient (gelu's `x ** 3`
-and its derivative's `3 * x ** 2`), not a square of its own: left alone."""
+coefficient `2 * mean` as `sum * (2 / n)`, in both programs). Only a square that is reduced
+(a variance's, a norm's `sum(x * x)`): the reduce's transpose is the broadcast of a smaller
+cotangent, where the constant folds; a product `x * x` read otherwise is the program's own or a part
+of another (gelu's `x ** 3`, its derivative's `3 * x ** 2`) and is left alone."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from hloflops.remat.fusion_copies import backward_loop_bodies
 from hloflops.remat.op_kinds import shape_key
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.sites import Key, SiteKey, SiteOp, one_call_site, source_op, value_readers
 from hloflops.remat.values import Val
-from hloparse.ir import Computation, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose"})
 
@@ -40,6 +43,7 @@ def folded_coefficients(module: Module, ops: list[SiteOp], remat: set[SiteKey]) 
     if not squares:
         return set()
     callers = one_call_site(module)
+    readers = value_readers(module)
     by_key = {op.key: op for op in ops}
 
     def source(op: SiteOp, name: str) -> SiteOp | None:
@@ -70,7 +74,7 @@ def folded_coefficients(module: Module, ops: list[SiteOp], remat: set[SiteKey]) 
             continue
         done.add((square.frame, square.exact))
         x = source(square, square.inst.operands[0])
-        if x is None or _partial_power(module.by_name[square.key[0]], square.inst.name, square.inst.operands[0]):
+        if x is None or not _reduced(module, callers, readers, module.by_name[square.key[0]], square.inst.name):
             continue
         mine = scales.get(square.frame, set())
         if x.exact in mine or (scaled(x) is not None and scaled(x) in mine):
@@ -83,15 +87,29 @@ def folded_coefficients(module: Module, ops: list[SiteOp], remat: set[SiteKey]) 
     return out
 
 
-def _partial_power(comp: Computation, name: str, x: str) -> bool:
-    """Is the square `x * x` read by a multiply by `x` or by a constant: a partial product of a
-    higher power (gelu's `x ** 3`) or of a coefficient (its derivative's `3 * x ** 2`), not a
-    square of its own?"""
-    for inst in comp.instructions:
-        if inst.opcode == "multiply" and name in inst.operands and len(inst.operands) == 2:
-            other = inst.operands[1] if inst.operands[0] == name else inst.operands[0]
-            if other == x or _is_constant(comp, other):
+def _reduced(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
+             readers: Mapping[Key, list[Instruction]], comp: Computation, name: str) -> bool:
+    """Is the value read by a reduce or a reduce-window (XLA's partial sums of a long reduce),
+    through views and converts, out of a fusion from its root and into one through its parameter?"""
+    pending, seen = [(comp, name)], set()
+    while pending and len(seen) < 256:
+        comp, name = pending.pop()
+        if (comp.name, name) in seen:
+            continue
+        seen.add((comp.name, name))
+        if comp.root.name == name and callers.get(comp.name) is not None:
+            caller, fusion = callers[comp.name]
+            pending.append((caller, fusion.name))
+        for inst in readers.get((comp.name, name), ()):
+            if inst.opcode in ("reduce", "reduce-window"):
                 return True
+            if inst.opcode in _VIEWS | {"convert"}:
+                pending.append((comp, inst.name))
+            elif inst.opcode == "fusion":
+                callee = module.by_name[inst.called(CallRole.FUSION)[0]]
+                pending += [(callee, param.name) for param in callee.instructions if param.opcode == "parameter"
+                            and parameter_number(param) < len(inst.operands)
+                            and inst.operands[parameter_number(param)] == name]
     return False
 
 

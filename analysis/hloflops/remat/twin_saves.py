@@ -39,7 +39,10 @@ that many of a value only gradient fusions compute (jvp's `3 * x * x` and `1 - t
 backward loop whose forward runs in another loop body. Not where the forward count exceeds the
 recompute copies: it then matched ops of other values under one name (unnamed layer norms, or
 gelu's `0.5 * (1 + tanh)` beside the other `mlp/mul`s), and the gradient fusions keep the
-model's count.
+model's count. The forward's copies of a value are counted per value where the forward ops of its
+name tell values apart: those of the recompute's abstract value or computation tree (a layer norm's
+mean `sum(x) / n` against its mean square `sum(x * x) / n`, both `div`: counting both had left one
+backward copy of the mean remat, base seeds 16, 135 and more 116).
 
 Residuals are also what a recompute fusion hands out to a matmul outside the recompute, where a
 recomputed matmul reads it too or the forward builds it too (a weight's gradient reads the
