@@ -32,16 +32,15 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose"})
 
 
-def folded_coefficients(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
-    """Counted recomputes to give back, one multiply of a square's shape (the square's own copy
-    first) for each remat-marked square `x * x` of a backward loop body (one running no forward op:
-    a scan's backward loop) where no multiply of that body scales `x` by a constant (module
-    docstring)."""
+def folded_squares(module: Module, ops: list[SiteOp]) -> list[SiteOp]:
+    """The reduced remat-marked squares `x * x` of a backward loop body (one running no forward op:
+    a scan's backward loop) where no multiply of that body scales `x` by a constant: their
+    coefficient `2 * x` was folded away (module docstring). One per loop body and value."""
     backward = backward_loop_bodies(module, ops)
     squares = [op for op in ops if op.frame in backward and op.marked and op.inst.opcode == "multiply"
                and len(op.inst.operands) == 2 and op.inst.operands[0] == op.inst.operands[1]]
     if not squares:
-        return set()
+        return []
     callers = one_call_site(module)
     readers = value_readers(module)
     by_key = {op.key: op for op in ops}
@@ -67,7 +66,7 @@ def folded_coefficients(module: Module, ops: list[SiteOp], remat: set[SiteKey]) 
             value = scaled(op)
             if value is not None:
                 scales.setdefault(op.frame, set()).add(value)
-    out: set[SiteKey] = set()
+    out: list[SiteOp] = []
     done: set[tuple[str, Val]] = set()
     for square in sorted(squares, key=lambda op: op.order):
         if (square.frame, square.exact) in done:
@@ -79,6 +78,15 @@ def folded_coefficients(module: Module, ops: list[SiteOp], remat: set[SiteKey]) 
         mine = scales.get(square.frame, set())
         if x.exact in mine or (scaled(x) is not None and scaled(x) in mine):
             continue  # the coefficient is there (or, through `x`'s own constant, in another form)
+        out.append(square)
+    return out
+
+
+def coefficient_offsets(ops: list[SiteOp], squares: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+    """Counted recomputes to give back: one multiply of each folded square's shape in its loop
+    body, the square's own copy first."""
+    out: set[SiteKey] = set()
+    for square in squares:
         kind = shape_key(square.inst.shape)
         offsets = sorted((op for op in ops if op.frame == square.frame and op.key in remat and op.key not in out
                           and op.inst.opcode == "multiply" and shape_key(op.inst.shape) == kind),

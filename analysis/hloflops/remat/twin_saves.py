@@ -66,7 +66,7 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
-from hloflops.remat.folded_coefficients import folded_coefficients
+from hloflops.remat.folded_coefficients import coefficient_offsets, folded_squares
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.names import OpNames, ends_with, inner_tail
@@ -115,10 +115,11 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         # forward's (hloflops.remat.fusion_copies): its fusions split otherwise than here.
         return remat, set(), set()
     remat, decided, added = _copied(module, ops, remat, by_class, op_names, decided, stand_in_sites)
-    # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of its
-    # size given back (hloflops.remat.folded_coefficients).
-    folded = folded_coefficients(module, ops, remat)
-    return remat - folded, decided | folded, added - folded
+    # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of the
+    # square's size given back (hloflops.remat.folded_coefficients). Its read of `x`'s chain in the
+    # gradient (`x * broadcast(2 * s)`) is a residual read like any: `saves` counts it already.
+    given_back = coefficient_offsets(ops, folded_squares(module, ops), remat)
+    return remat - given_back, decided | given_back, added - given_back
 
 
 def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey], op_names: OpNames,
