@@ -32,10 +32,11 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose"})
 
 
-def folded_squares(module: Module, ops: list[SiteOp]) -> list[SiteOp]:
+def folded_squares(module: Module, ops: list[SiteOp]) -> list[tuple[SiteOp, Val]]:
     """The reduced remat-marked squares `x * x` of a backward loop body (one running no forward op:
-    a scan's backward loop) where no multiply of that body scales `x` by a constant: their
-    coefficient `2 * x` was folded away (module docstring). One per loop body and value."""
+    a scan's backward loop) where no multiply of that body scales `x` by a constant, with the value
+    of `x`: their coefficient `2 * x` was folded away (module docstring). One per loop body and
+    value."""
     backward = backward_loop_bodies(module, ops)
     squares = [op for op in ops if op.frame in backward and op.marked and op.inst.opcode == "multiply"
                and len(op.inst.operands) == 2 and op.inst.operands[0] == op.inst.operands[1]]
@@ -66,7 +67,7 @@ def folded_squares(module: Module, ops: list[SiteOp]) -> list[SiteOp]:
             value = scaled(op)
             if value is not None:
                 scales.setdefault(op.frame, set()).add(value)
-    out: list[SiteOp] = []
+    out: list[tuple[SiteOp, Val]] = []
     done: set[tuple[str, Val]] = set()
     for square in sorted(squares, key=lambda op: op.order):
         if (square.frame, square.exact) in done:
@@ -78,21 +79,32 @@ def folded_squares(module: Module, ops: list[SiteOp]) -> list[SiteOp]:
         mine = scales.get(square.frame, set())
         if x.exact in mine or (scaled(x) is not None and scaled(x) in mine):
             continue  # the coefficient is there (or, through `x`'s own constant, in another form)
-        out.append(square)
+        out.append((square, x.exact))
     return out
 
 
-def coefficient_offsets(ops: list[SiteOp], squares: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+def coefficient_offsets(ops: list[SiteOp], squares: list[tuple[SiteOp, Val]], remat: set[SiteKey]
+                        ) -> set[SiteKey]:
     """Counted recomputes to give back: one multiply of each folded square's shape in its loop
     body, the square's own copy first."""
     out: set[SiteKey] = set()
-    for square in squares:
+    for square, _ in squares:
         kind = shape_key(square.inst.shape)
         offsets = sorted((op for op in ops if op.frame == square.frame and op.key in remat and op.key not in out
                           and op.inst.opcode == "multiply" and shape_key(op.inst.shape) == kind),
                          key=lambda op: (op.exact != square.exact, op.order))
         out |= {op.key for op in offsets[:1]}
     return out
+
+
+def folded_read(comp: Computation, reader: Instruction, x: str) -> bool:
+    """Is `reader` the gradient's product a folded coefficient leaves, `x * broadcast(2 * s)`?"""
+    if reader.opcode != "multiply" or len(reader.operands) != 2 or x not in reader.operands:
+        return False
+    other = comp.by_name.get(reader.operands[1] if reader.operands[0] == x else reader.operands[0])
+    while other is not None and other.opcode in _VIEWS and other.operands:
+        other = comp.by_name.get(other.operands[0])
+    return other is not None and other.opcode == "broadcast"
 
 
 def _reduced(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],

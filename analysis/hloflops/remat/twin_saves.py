@@ -66,16 +66,16 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
-from hloflops.remat.folded_coefficients import coefficient_offsets, folded_squares
+from hloflops.remat.folded_coefficients import coefficient_offsets, folded_read, folded_squares
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
-from hloflops.remat.names import OpNames, ends_with, inner_tail
+from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.values import Val
-from hloparse.ir import CallRole, Module, parameter_number
+from hloparse.ir import CallRole, Instruction, Module, parameter_number
 
 # What a saving fusion copies: cheap elementwise ops (never a transcendental or a divide).
 CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
@@ -114,16 +114,18 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         # TPU nests the recompute's chains into the fusions of the backward's matmuls, beside the
         # forward's (hloflops.remat.fusion_copies): its fusions split otherwise than here.
         return remat, set(), set()
-    remat, decided, added = _copied(module, ops, remat, by_class, op_names, decided, stand_in_sites)
     # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of the
-    # square's size given back (hloflops.remat.folded_coefficients). Its read of `x`'s chain in the
-    # gradient (`x * broadcast(2 * s)`) is a residual read like any: `saves` counts it already.
-    given_back = coefficient_offsets(ops, folded_squares(module, ops), remat)
+    # square's size given back (hloflops.remat.folded_coefficients), and the gradient's read of `x`
+    # where the fold left it (`x * broadcast(2 * s)`) is the read of that residual, not of `x`.
+    folded = folded_squares(module, ops)
+    remat, decided, added = _copied(module, ops, remat, by_class, op_names, decided, stand_in_sites,
+                                    {(square.frame, x) for square, x in folded})
+    given_back = coefficient_offsets(ops, folded, remat)
     return remat - given_back, decided | given_back, added - given_back
 
 
 def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey], op_names: OpNames,
-            decided: set[SiteKey], stand_in_sites: set[tuple[str, int]]
+            decided: set[SiteKey], stand_in_sites: set[tuple[str, int]], folded_x: set[tuple[str, Val]]
             ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     entry = module.entry.name
     fused = fused_outputs(module)
@@ -152,8 +154,15 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         # further save: XLA repeats that fusion in the program without remat as well.
         for r in {id(r): r for _, r in reads}.values():
             readers = {op.exact for op, other in reads if other is r}
+            # A folded square's product `x * broadcast(2 * s)` reads the twin's residual `2 * x`,
+            # not `x`: a residual of its own, apart from `x` handed to other readers.
+            comp = module.by_name[site_key[0]]
+            fold = {op.exact for op, other in reads if other is r and (op.frame, r.exact) in folded_x
+                    and any(folded_read(comp, op.inst, name) for name in op.inst.operands
+                            if _through_moves(members, name) is r)}
+            residuals = ({r.exact} if readers - fold else set()) | ({("2x", r.exact)} if fold else set())
             for v in _chain(members, r):
-                held.setdefault(v, set()).add(r.exact)
+                held.setdefault(v, set()).update(residuals)
                 saves.setdefault(v, 0)
                 if not readers <= read_as.get(v, set()):
                     saves[v] += 1
@@ -416,7 +425,8 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
         if not outputs:
             continue
         recomputed = read_by_backward_matmul(module, where, readers, op_names, recompute=True)
-        hands_out = read_by_backward_matmul(module, where, readers, op_names)
+        hands_out = read_by_backward_matmul(module, where, readers, op_names) or \
+            _read_by_backward_reduce(module, where, readers, op_names)
         if hands_out:
             handing.append((comp_name, members, outputs, recomputed))
         if recomputed or not hands_out:
@@ -442,3 +452,32 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
             stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
     return out, stand_ins
 
+
+
+def _read_by_backward_reduce(module: Module, site: tuple[str, Instruction],
+                             readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames) -> bool:
+    """Does a reduce of the backward outside the recompute (named, not remat-named, or a library
+    fusion around one) read the fusion's result as it is (through views)? The program without
+    remat saves that value for it: a layer norm's `x - mean`, stored by a recompute fusion for the
+    rsqrt's gradient `sum((x - mean) * g)` (held-out base seeds 236, 291)."""
+    comp_name, inst = site
+    pending, seen = [inst], set()
+    while pending:
+        for reader in readers.get((comp_name, pending.pop().name), ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode in _MOVES - {"broadcast"}:
+                pending.append(reader)
+                continue
+            name = op_names.of(comp_name, reader)
+            if not name or REMAT_SCOPE in name or phase(name) != "backward":
+                continue
+            if reader.opcode == "fusion":
+                callee = module.by_name[reader.called(CallRole.FUSION)[0]]
+                reader = callee.root
+                while reader.opcode in _VIEWS and reader.operands and reader.operands[0] in callee.by_name:
+                    reader = callee.by_name[reader.operands[0]]
+            if reader.opcode == "reduce":
+                return True
+    return False
