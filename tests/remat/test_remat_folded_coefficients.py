@@ -21,6 +21,7 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 
 from tests.remat.generator import check, draw  # noqa: E402
+from tests.remat.judge import COUNTER_OPCODES, LOOP_TOLERANCE  # noqa: E402
 
 
 # (family, seed, multiply over on 4ff9287): linen_remat_scan and linen_scan LMs, with and without
@@ -35,4 +36,21 @@ def test_folded_square_coefficient_offsets_the_recomputed_square(family, seed, b
     after = outcome._at("after")
     assert "multiply" not in after.misses, outcome.describe()
     assert outcome.in_bounds("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
+
+
+# Scanned attention blocks whose layer norms centre first, `mean((x - mean) ** 2)`: the folded
+# coefficient is `2 * (x - mean)`, and the gradient's `(x - mean) * broadcast(2 * s)` reads the
+# twin's saved `2 * (x - mean)`, not its `x - mean`, which the twin saves apart for the rsqrt's
+# gradient `sum((x - mean) * g)` (read here from a recompute fusion by a library reduce). On 4ff9287
+# base 135 multiply -24,640 and subtract -4,074, held-out 236 multiply -65,536, 291 multiply
+# -160,512 and subtract -12,261; counting the forward per value alone left 236 and 291 with subtract
+# +32,768 and +24,576.
+@pytest.mark.parametrize("seed", [135, 236, 291])
+def test_folded_centred_square_reads_its_own_residual(seed):
+    outcome = check(draw(seed, "base"))
+    after = outcome._at("after")
+    assert "multiply" not in after.misses, outcome.describe()
+    for opcode in COUNTER_OPCODES:
+        assert abs(after.misses.get(opcode, 0)) <= LOOP_TOLERANCE * after.loops, outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()

@@ -157,7 +157,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    reduced square's coefficient `2 * x` (a variance's) is computed and saved by the program
    without remat's forward; here XLA folds its 2 into the reduce's broadcast cotangent in the
    backward loop, so one multiply of the square's size runs in the twin alone and offsets a
-   counted recompute (hloflops.remat.folded_coefficients).
+   counted recompute (hloflops.remat.folded_coefficients); the gradient's `x * broadcast(2 * s)`
+   the fold leaves reads that residual, not `x`. A recompute fusion's value read by a backward
+   reduce (a library fusion: the rsqrt's gradient `sum((x - mean) * g)`) is saved by the twin too.
    On TPU the program without remat's forward loop computes the residuals' chain once, in one
    saving fusion, and its backward loop computes the gradient once from the stored residuals;
    the program with remat's backward loop copies each recomputed value into every fusion reading

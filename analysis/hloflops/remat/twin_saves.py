@@ -52,13 +52,18 @@ chain (base seeds 16, 76, more 116, 126: the layer norm's ops, the projections' 
 counted as recompute). Each such handed residual is one more save, once per residual value and
 not where a gradient fusion reads that residual already (counted above), and a weight-gradient
 stand-in fusion whose output is such a residual is not counted again. The cap on gradient copies
-stays the gradient fusions' own saves. A backward-only fusion of a value another
-fusion computes for the recompute's matmuls (the key laid out for the query's gradient) stands
-for the saving fusion: its copies count with the recompute's. Where `forward + gradient - saves`
-is negative, the program without remat runs the value more often than this one (gelu's bias add
-`h`: saved itself, in `3 * h * h` and in the product, five copies against this program's four):
-as many counted recomputes of its opcode and size in the fusions copying it are model FLOPs in
-the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
+stays the gradient fusions' own saves. So is a recompute fusion's value a reduce of the backward
+reads (a library fusion around one: the rsqrt's gradient `sum((x - mean) * g)` reading a stored
+`x - mean`, held-out base seeds 236, 291): the twin saves it for that reduce. A square whose
+coefficient `2 * x` XLA folded away (hloflops.remat.folded_coefficients) leaves the gradient a
+product `x * broadcast(2 * s)`: its read of `x` is the read of the twin's residual `2 * x`, a
+residual apart from `x` (which the twin saves too where other readers take it). A backward-only
+fusion of a value another fusion computes for the recompute's matmuls (the key laid out for the
+query's gradient) stands for the saving fusion: its copies count with the recompute's. Where
+`forward + gradient - saves` is negative, the program without remat runs the value more often than
+this one (gelu's bias add `h`: saved itself, in `3 * h * h` and in the product, five copies
+against this program's four): as many counted recomputes of its opcode and size in the fusions
+copying it are model FLOPs in the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
 
 from __future__ import annotations
 
