@@ -135,7 +135,11 @@ def test_remat_flops_of_all_opcodes_are_near_the_difference_after_optimization()
     # (multiply alone; lm_scan_block's add +4,096 -> +2,048).
     # Then residuals the recompute hands to backward matmuls (twin_saves): the softmax `e / sum`,
     # which the twin saves by a copy, is model FLOPs: -4,992 -> -6,016 (-1,024 of multiply).
-    pinned = {"lm_scan_block_dots_no_batch": -6_016}
+    # Then exact: gelu's `0.5 * (1 + tanh)` counted against its own forward copies only
+    # (hloflops.remat.twin_saves counts the forward per value), and the layer norms' `x * x`
+    # recompute offset by the `2 * x` the twin saves and XLA folds here
+    # (hloflops.remat.folded_coefficients).
+    pinned = {"lm_scan_block_dots_no_batch": 0}
     assert {name: misses[name][0] for name in pinned} == pinned
     too_far = {name: m for name, m in misses.items() if abs(m[0]) > 40_960 and name not in pinned}
     assert not too_far

@@ -73,8 +73,8 @@ def test_layer_norm_chains_of_several_gradient_fusions_split_exactly():
 # model FLOPs (add +16,384 .. +442,368, subtract +196,626 before on these draws). Gelu's bias add
 # `h` is copied into more saving fusions (`h`, `3 * h * h`, the product) than this program's
 # forward and gradient fusions hold: the twin runs it once more, which offsets the tanh fusion's
-# recomputed `h + 0.044715 * h**3` in the add sum. Still off: multiply, the layer norm's `x * x`
-# (the twin saves jvp's `2 * x` in its forward; here XLA folds the 2 into the row scale).
+# recomputed `h + 0.044715 * h**3` in the add sum. Multiply, the layer norm's `x * x` against the
+# twin's saved `2 * x` (XLA folds the 2 into the row scale here), is test_remat_folded_coefficients'.
 LM_SCANS = [("base", 16), ("base", 76), ("more", 116), ("more", 126)]
 
 

@@ -159,7 +159,15 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    each distinct residual once (a reshaped stand-in of it is that same saving copy), while the cap
    on gradient copies counts the gradient fusions' residuals alone. Where the twin computes a value
    more often than this program (gelu's bias add), its extra copies offset counted recomputes of
-   that opcode in the fusions copying it: the split is per opcode.
+   that opcode in the fusions copying it: the split is per opcode. The forward's copies of a
+   value are the forward ops of its name that compute it (its abstract value or computation
+   tree), not every op of that name: a layer norm's mean and mean square are both `div`. A
+   reduced square's coefficient `2 * x` (a variance's) is computed and saved by the program
+   without remat's forward; here XLA folds its 2 into the reduce's broadcast cotangent in the
+   backward loop, so one multiply of the square's size runs in the twin alone and offsets a
+   counted recompute (hloflops.remat.folded_coefficients); the gradient's `x * broadcast(2 * s)`
+   the fold leaves reads that residual, not `x`. A recompute fusion's value read by a backward
+   reduce (a library fusion: the rsqrt's gradient `sum((x - mean) * g)`) is saved by the twin too.
    On TPU the program without remat's forward loop computes the residuals' chain once, in one
    saving fusion, and its backward loop computes the gradient once from the stored residuals;
    the program with remat's backward loop copies each recomputed value into every fusion reading

@@ -39,7 +39,10 @@ that many of a value only gradient fusions compute (jvp's `3 * x * x` and `1 - t
 backward loop whose forward runs in another loop body. Not where the forward count exceeds the
 recompute copies: it then matched ops of other values under one name (unnamed layer norms, or
 gelu's `0.5 * (1 + tanh)` beside the other `mlp/mul`s), and the gradient fusions keep the
-model's count.
+model's count. The forward's copies of a value are counted per value where the forward ops of its
+name tell values apart: those of the recompute's abstract value or computation tree (a layer norm's
+mean `sum(x) / n` against its mean square `sum(x * x) / n`, both `div`: counting both had left one
+backward copy of the mean remat, base seeds 16, 135 and more 116).
 
 Residuals are also what a recompute fusion hands out to a matmul outside the recompute, where a
 recomputed matmul reads it too or the forward builds it too (a weight's gradient reads the
@@ -49,13 +52,18 @@ chain (base seeds 16, 76, more 116, 126: the layer norm's ops, the projections' 
 counted as recompute). Each such handed residual is one more save, once per residual value and
 not where a gradient fusion reads that residual already (counted above), and a weight-gradient
 stand-in fusion whose output is such a residual is not counted again. The cap on gradient copies
-stays the gradient fusions' own saves. A backward-only fusion of a value another
-fusion computes for the recompute's matmuls (the key laid out for the query's gradient) stands
-for the saving fusion: its copies count with the recompute's. Where `forward + gradient - saves`
-is negative, the program without remat runs the value more often than this one (gelu's bias add
-`h`: saved itself, in `3 * h * h` and in the product, five copies against this program's four):
-as many counted recomputes of its opcode and size in the fusions copying it are model FLOPs in
-the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
+stays the gradient fusions' own saves. So is a recompute fusion's value a reduce of the backward
+reads (a library fusion around one: the rsqrt's gradient `sum((x - mean) * g)` reading a stored
+`x - mean`, held-out base seeds 236, 291): the twin saves it for that reduce. A square whose
+coefficient `2 * x` XLA folded away (hloflops.remat.folded_coefficients) leaves the gradient a
+product `x * broadcast(2 * s)`: its read of `x` is the read of the twin's residual `2 * x`, a
+residual apart from `x` (which the twin saves too where other readers take it). A backward-only
+fusion of a value another fusion computes for the recompute's matmuls (the key laid out for the
+query's gradient) stands for the saving fusion: its copies count with the recompute's. Where
+`forward + gradient - saves` is negative, the program without remat runs the value more often than
+this one (gelu's bias add `h`: saved itself, in `3 * h * h` and in the product, five copies
+against this program's four): as many counted recomputes of its opcode and size in the fusions
+copying it are model FLOPs in the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
 
 from __future__ import annotations
 
@@ -63,15 +71,16 @@ from collections import Counter
 from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.folded_coefficients import coefficient_offsets, folded_read, folded_squares
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
-from hloflops.remat.names import OpNames, ends_with, inner_tail
+from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.values import Val
-from hloparse.ir import Module
+from hloparse.ir import CallRole, Instruction, Module, parameter_number
 
 # What a saving fusion copies: cheap elementwise ops (never a transcendental or a divide).
 CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
@@ -110,6 +119,19 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         # TPU nests the recompute's chains into the fusions of the backward's matmuls, beside the
         # forward's (hloflops.remat.fusion_copies): its fusions split otherwise than here.
         return remat, set(), set()
+    # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of the
+    # square's size given back (hloflops.remat.folded_coefficients), and the gradient's read of `x`
+    # where the fold left it (`x * broadcast(2 * s)`) is the read of that residual, not of `x`.
+    folded = folded_squares(module, ops)
+    remat, decided, added = _copied(module, ops, remat, by_class, op_names, decided, stand_in_sites,
+                                    {(square.frame, x) for square, x in folded})
+    given_back = coefficient_offsets(ops, folded, remat)
+    return remat - given_back, decided | given_back, added - given_back
+
+
+def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey], op_names: OpNames,
+            decided: set[SiteKey], stand_in_sites: set[tuple[str, int]], folded_x: set[tuple[str, Val]]
+            ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     entry = module.entry.name
     fused = fused_outputs(module)
     by_site: dict[tuple[str, int], dict[str, SiteOp]] = {}
@@ -137,8 +159,15 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
         # further save: XLA repeats that fusion in the program without remat as well.
         for r in {id(r): r for _, r in reads}.values():
             readers = {op.exact for op, other in reads if other is r}
+            # A folded square's product `x * broadcast(2 * s)` reads the twin's residual `2 * x`,
+            # not `x`: a residual of its own, apart from `x` handed to other readers.
+            comp = module.by_name[site_key[0]]
+            fold = {op.exact for op, other in reads if other is r and (op.frame, r.exact) in folded_x
+                    and any(folded_read(comp, op.inst, name) for name in op.inst.operands
+                            if _through_moves(members, name) is r)}
+            residuals = ({r.exact} if readers - fold else set()) | ({("2x", r.exact)} if fold else set())
             for v in _chain(members, r):
-                held.setdefault(v, set()).add(r.exact)
+                held.setdefault(v, set()).update(residuals)
                 saves.setdefault(v, 0)
                 if not readers <= read_as.get(v, set()):
                     saves[v] += 1
@@ -235,14 +264,27 @@ class _Forward:
     """How many copies the forward computes, in another loop body, of a value whose copies are all
     remat-marked: unmarked ops outside the backward of its opcode and result, whose name ends with
     the copy's name inside its checkpoint and whose operands are of the same kinds (`_kinds`), the
-    most in one frame."""
+    most in one frame. Where some of a frame's ops hold the copy's abstract value (the same
+    computation on inputs of the same shapes), only those count: the others compute other values
+    under that name (a layer norm's mean `sum(x) / n` and mean square `sum(x * x) / n`, both
+    `div`; gelu's `0.5 * (1 + t)` beside the other `mlp/mul`s)."""
 
     def __init__(self, module: Module, ops: list[SiteOp]):
         self.module = module
+        self.callers = one_call_site(module)
+        self.trees: dict[SiteKey, tuple] = {}
         self.pool: dict[tuple, list[SiteOp]] = {}
         for op in ops:
             if not op.marked and op.op_name and phase(op.op_name) != "backward":
                 self.pool.setdefault((op.inst.opcode, shape_key(op.inst.shape)), []).append(op)
+
+    def _tree(self, op: SiteOp) -> tuple:
+        """What the op computes, `_TREE_DEPTH` ops deep across fusion boundaries, its inputs by kind."""
+        tree = self.trees.get(op.key)
+        if tree is None:
+            comp = self.module.by_name[op.key[0]]
+            tree = self.trees[op.key] = _tree(self.module, self.callers, comp, op.inst.name, _TREE_DEPTH)
+        return tree
 
     def count(self, members: list[SiteOp]) -> int:
         frames = {m.frame for m in members}
@@ -252,11 +294,58 @@ class _Forward:
                 continue
             tail, kinds = inner_tail(m.op_name), _kinds(self.module, m)
             pool = self.pool.get((m.inst.opcode, shape_key(m.inst.shape)), ())
-            per_frame = Counter((twin.frame, twin.key[2]) for twin in pool
-                                if twin.frame not in frames and ends_with(twin.op_name, tail)
-                                and _alike(kinds, _kinds(self.module, twin)))
+            named = [twin for twin in pool if twin.frame not in frames and ends_with(twin.op_name, tail)
+                     and _alike(kinds, _kinds(self.module, twin))]
+            mine = self._tree(m)
+            alike = [twin for twin in named if twin.abstract == m.abstract or self._tree(twin) == mine]
+            same = {(twin.frame, twin.key[2]) for twin in alike}
+            per_frame = Counter((twin.frame, twin.key[2]) for twin in named
+                                if (twin.frame, twin.key[2]) not in same or twin in alike)
             best = max(best, max(per_frame.values(), default=0))
         return best
+
+
+_TREE_DEPTH = 4
+
+
+def _tree(module: Module, callers, comp, name: str, depth: int) -> tuple:
+    """The computation of a value as nested (opcode, operands...) tuples, through views, fusion
+    parameters (to the call site's operand) and fusion roots; a loop body's input (its state, a
+    slice of a saved stack) is `input`, a constant `constant`, and past `depth` ops the opcode."""
+    for _ in range(64):
+        inst = comp.by_name.get(name)
+        if inst is None:
+            return ("input",)
+        if inst.opcode in _VIEWS - {"dynamic-slice", "slice"} and inst.operands:
+            name = inst.operands[0]
+        elif inst.opcode == "parameter":
+            caller = callers.get(comp.name)
+            number = parameter_number(inst)
+            if caller is None or not 0 <= number < len(caller[1].operands):
+                return ("input",)
+            comp, name = caller[0], caller[1].operands[number]
+        elif inst.opcode in ("fusion", "get-tuple-element"):
+            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
+            if producer is None or producer.opcode != "fusion":
+                return ("input",)
+            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
+            root = callee.root
+            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
+                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
+            elif root.opcode != "tuple" and inst.opcode == "fusion":
+                comp, name = callee, root.name
+            else:
+                return ("input",)
+        elif inst.opcode in ("dynamic-slice", "slice"):
+            return ("input",)
+        elif inst.opcode == "constant":
+            return ("constant",)
+        elif depth <= 0:
+            return (inst.opcode,)
+        else:
+            return (inst.opcode,) + tuple(_tree(module, callers, comp, operand, depth - 1)
+                                          for operand in inst.operands)
+    return ("input",)
 
 
 def _kinds(module: Module, op: SiteOp) -> tuple[str, ...]:
@@ -341,7 +430,8 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
         if not outputs:
             continue
         recomputed = read_by_backward_matmul(module, where, readers, op_names, recompute=True)
-        hands_out = read_by_backward_matmul(module, where, readers, op_names)
+        hands_out = read_by_backward_matmul(module, where, readers, op_names) or \
+            _read_by_backward_reduce(module, where, readers, op_names)
         if hands_out:
             handing.append((comp_name, members, outputs, recomputed))
         if recomputed or not hands_out:
@@ -367,3 +457,32 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
             stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
     return out, stand_ins
 
+
+
+def _read_by_backward_reduce(module: Module, site: tuple[str, Instruction],
+                             readers: dict[tuple[str, str], list[Instruction]], op_names: OpNames) -> bool:
+    """Does a reduce of the backward outside the recompute (named, not remat-named, or a library
+    fusion around one) read the fusion's result as it is (through views)? The program without
+    remat saves that value for it: a layer norm's `x - mean`, stored by a recompute fusion for the
+    rsqrt's gradient `sum((x - mean) * g)` (held-out base seeds 236, 291)."""
+    comp_name, inst = site
+    pending, seen = [inst], set()
+    while pending:
+        for reader in readers.get((comp_name, pending.pop().name), ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode in _MOVES - {"broadcast"}:
+                pending.append(reader)
+                continue
+            name = op_names.of(comp_name, reader)
+            if not name or REMAT_SCOPE in name or phase(name) != "backward":
+                continue
+            if reader.opcode == "fusion":
+                callee = module.by_name[reader.called(CallRole.FUSION)[0]]
+                reader = callee.root
+                while reader.opcode in _VIEWS and reader.operands and reader.operands[0] in callee.by_name:
+                    reader = callee.by_name[reader.operands[0]]
+            if reader.opcode == "reduce":
+                return True
+    return False
