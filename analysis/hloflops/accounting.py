@@ -468,10 +468,12 @@ def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematU
 
 
 def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHinge, ...]:
-    """The rows the remat split hinges on (`RematIndex.weak` counted, `RematIndex.unsure` not)."""
+    """The rows the remat split hinges on (`RematIndex.weak` counted, `RematIndex.unsure` not): a
+    counted one with the FLOPs it counts (a `Row.remat_part`'s share)."""
     if not (index.weak or index.unsure):
         return ()
-    return tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops, r.remat) for r in rows
+    return tuple(RematHinge(r.name, r.computation, r.opcode, r.remat_flops if r.remat else r.total.flops, r.remat)
+                 for r in rows
                  if r.total.flops and ((r.computation, r.name) in index.weak if r.remat
                                        else (r.computation, r.name) in index.unsure))
 

@@ -13,14 +13,20 @@ remat has no second copy of it to reduce: a remat-marked all-reduce or reduce-sc
 operand is recompute is recompute, as sure as its operands (`weak` where one of them is).
 
 A variadic collective only some of whose operands are recompute (the combiner put a recompute's
-all-reduce with the forward's or the backward's) runs partly because of remat: one row cannot say
-which part, so the report is unsure of it (`unsure`: the range covers it). A collective whose
-operands are the forward's own values is never touched: the rule reads only what the other rules
-found recompute, and the program without remat has none.
+all-reduce with the forward's or the backward's) is the all-reduces it merged, each of one operand:
+the recompute's run because of remat, the others' run in the program without remat too. An
+all-reduce's FLOPs are one add per element of each operand, so the share of its FLOPs that is remat
+is its recomputed operands' elements over all its operands' (`Row.remat_part`; TPU draw 6, a
+whole-model checkpoint under FSDP: the combiner put the recomputed attention output's and MLP
+output's partial sums, and the recomputed second layer norm's sums, with forward all-reduces,
+all-reduce -132,096 before). As sure as those operands. A collective whose operands are the
+forward's own values is never touched: the rule reads only what the other rules found recompute,
+and the program without remat has none.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -37,11 +43,12 @@ _PASSING = frozenset({"bitcast", "copy", "reshape"})
 
 
 def collectives_of_recomputes(module: Module, ops: Iterable[tuple[SiteKey, Instruction, bool]], remat: set[SiteKey],
-                              sure: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey], set[Key]]:
-    """Of `ops` (site key, instruction, remat-marked), the marked collectives whose every operand
-    is computed by a recompute (an instruction in `remat` at each of its call sites), those of them
-    whose operands are all in `sure` too, and the collectives with some operands recompute and
-    some not (unsure)."""
+                              sure: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey], dict[SiteKey, tuple[int, int]]]:
+    """Of `ops` (site key, instruction, remat-marked), the collectives that reduce recomputes (those
+    of an instruction in `remat` at each of its call sites): the marked ones whose every operand is
+    one, those of the found and the shared whose recomputed operands are all in `sure` too, and the
+    variadic ones only partly of recomputes with the share of their FLOPs that is remat
+    (recomputed elements, all elements)."""
     ops = list(ops)
     flags: dict[Key, list[bool]] = {}
     for key, _, _ in ops:
@@ -50,19 +57,39 @@ def collectives_of_recomputes(module: Module, ops: Iterable[tuple[SiteKey, Instr
     sure_keys = {key[:2] for key in sure}
     found: set[SiteKey] = set()
     certain: set[SiteKey] = set()
-    partly: set[Key] = set()
+    shares: dict[SiteKey, tuple[int, int]] = {}
     for key, inst, marked in ops:
         if inst.opcode not in REDUCING or key in remat or not inst.operands:
             continue
-        sources = [_source(module, module.by_name[key[0]], name) for name in inst.operands]
+        comp = module.by_name[key[0]]
+        sources = [_source(module, comp, name) for name in inst.operands]
         recomputed = [s in recompute for s in sources]
-        if marked and all(recomputed):
+        if not any(recomputed):
+            continue
+        if all(recomputed) and marked:
             found.add(key)
-            if all(s in sure_keys for s in sources):
-                certain.add(key)
-        elif any(recomputed):
-            partly.add(key[:2])
-    return found, certain, partly
+        else:
+            sizes = [_elements(comp, name) for name in inst.operands]
+            if None in sizes:
+                continue
+            part = sum(n for n, at in zip(sizes, recomputed) if at)
+            if part == sum(sizes):  # every element (an unmarked collective of recomputes alone)
+                found.add(key)
+            elif part:
+                shares[key] = (part, sum(sizes))
+            else:
+                continue
+        if all(s in sure_keys for s, at in zip(sources, recomputed) if at):
+            certain.add(key)
+    return found, certain, shares
+
+
+def _elements(comp: Computation, name: str) -> int | None:
+    """The elements of an array operand (None for a tuple or an operand out of sight)."""
+    inst = comp.by_name.get(name)
+    if inst is None or inst.shape.is_tuple:
+        return None
+    return math.prod(inst.shape.dims)
 
 
 def _source(module: Module, comp: Computation, name: str) -> Key | None:
@@ -97,3 +124,14 @@ def _source(module: Module, comp: Computation, name: str) -> Key | None:
 def _callee(module: Module, inst: Instruction) -> Computation | None:
     called = inst.called(CallRole.FUSION)
     return module.by_name.get(called[0]) if called else None
+
+
+def offsets_of_recomputed_collectives(ops: Iterable[tuple[SiteKey, Instruction]], remat: set[SiteKey]) -> set[SiteKey]:
+    """The integer scalar ops of a fused computation whose reducing collective is recompute (at that
+    call site): an all-reduce-scatter fusion's slice offset (`partition-id * part`), which each
+    device computes to take its part of the reduced sums. The fusion runs because of remat where
+    its collective does, and so does its offset arithmetic (TPU draw 6: multiply -1 before)."""
+    ops = list(ops)
+    sites = {(key[0], key[2]) for key, inst in ops if key in remat and inst.opcode in REDUCING}
+    return {key for key, inst in ops if (key[0], key[2]) in sites and key not in remat
+            and not inst.shape.is_tuple and not inst.shape.dims and inst.shape.element_type[:1] in ("s", "u")}

@@ -18,11 +18,12 @@ from hloflops.remat.marks import (
     casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
     named_by_users, recomputes_named_in_transpose,
 )
-from hloflops.remat.collectives import collectives_of_recomputes
+from hloflops.remat.collectives import collectives_of_recomputes, offsets_of_recomputed_collectives
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs, fusion_copies
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
+from hloflops.remat.recompute_epilogues import recompute_epilogues
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.unit_free_values import StoredTwins
 from hloflops.remat.view_copies import view_copies
@@ -200,6 +201,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     own = linearization_only(ops, remat | first_of_class) if module.is_scheduled and remat_named else set()
     recomputes = set(remat)  # paired with a forward value, before the fusion rules
     remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value, own)
+    if module.is_scheduled and remat_named:
+        # A paired cheap recompute reading a recomputed matmul in a gradient fusion, which rule 4
+        # took for a copy: the program without remat stores it from its forward matmul's fusion
+        # (hloflops.remat.recompute_epilogues).
+        epilogues = recompute_epilogues(module, ops, fused_outputs(module), remat, recomputes - remat)
+        remat |= epilogues
+        paired_by_value -= epilogues
     remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
     if module.is_scheduled and remat_named and is_tpu_module(module):
         # A value only the recompute stores: the forward's extra copies of it in its readers'
@@ -286,10 +294,14 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     elif remat_named:
         remat |= constants_in_checkpoint_transpose(module, ops)
     # A sharded recompute's collectives (its partial sums' all-reduce): recompute where what they
-    # reduce is (hloflops.remat.collectives), as sure as that; a variadic one only partly: unsure.
-    collectives, sure_collectives, partly = collectives_of_recomputes(
+    # reduce is (hloflops.remat.collectives), as sure as that; a variadic one only partly: the share
+    # of its elements that its recomputed operands hold.
+    collectives, sure_collectives, shared_collectives = collectives_of_recomputes(
         module, ((op.key, op.inst, op.marked) for op in ops), remat, paired_by_value - weak)
-    remat |= collectives
+    remat |= collectives | set(shared_collectives)
+    if module.is_scheduled:
+        fused = fused_outputs(module)
+        remat |= offsets_of_recomputed_collectives(((op.key, op.inst) for op in ops if op.key[0] in fused), remat)
     paired_by_value |= sure_collectives
     if module.is_scheduled and remat_named:
         # A recomputed reciprocal the backward's division by the same value shares (XLA's CSE kept
@@ -315,9 +327,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
         if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
+    partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure | partly) - index.remat - frozenset(partial), partial)
+                      frozenset(unsure) - index.remat - frozenset(partial), partial)
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:
