@@ -125,6 +125,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    is another recompute fusion storing a value of that chain the forward never hands out (the
    clamped indices for the embedding gradient's scatter). Not for a chain holding an expensive op
    or a saved residual (hloflops.remat.stored_by_the_recompute).
+   A paired cheap recompute in a gradient fusion that reads a recomputed matmul of that fusion (or
+   the collective completing one, at its parameter) is no copy the program without remat makes:
+   XLA never duplicates a matmul, and where the forward computes the op in its matmul's fusion (a
+   whole model's head bias add) the program without remat stores it there, or fuses its cotangent
+   there, and its gradient fusions copy none: recompute, in the range
+   (hloflops.remat.recompute_epilogues).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
@@ -193,7 +199,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    whose every operand is computed by a recompute (the all-reduce completing a
    recomputed matmul's partial sums) is recompute, as sure as its operands: its own value often
    matches nothing, XLA's combiner having merged the forward's into a variadic all-reduce with
-   backward ones. A variadic one only partly of recomputes is unsure
+   backward ones. A variadic one only partly of recomputes is the all-reduces it merged, one per
+   operand: its recomputed operands' share of its elements is remat (`Row.remat_part`), and an
+   all-reduce-scatter fusion of a recompute computes its slice offset again
    (hloflops.remat.collectives).
 
 8. Ops XLA could not simplify across a checkpoint's barrier (after optimization, not TPU): its
@@ -244,7 +252,7 @@ constants alone (jax folds it without remat), and after it an op of constants al
 checkpoint's transpose (the program without remat computes none).
 Where an answer hinges on weak evidence (`RematIndex.weak`, `RematIndex.unsure`: a signature pairing
 in the recompute's own frame that reads a marked op left without a twin, a rule 6 copy, a rule 7
-variadic collective; after optimization a cheap copy paired with its forward in another loop body
+collective of weakly paired recomputes; after optimization a cheap copy paired with its forward in another loop body
 whose count rests on fusion, and the copies of a class counted against forward copies in another
 loop body, hloflops.remat.across_loops, also where it feeds a recomputed expensive op if the
 backward loop's gradient fusions copy its value and a recomputed residual's cheap chain holds it too
