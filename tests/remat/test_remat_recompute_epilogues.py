@@ -111,3 +111,79 @@ def test_a_bias_add_the_forward_computes_outside_its_matmuls_fusion_stays_a_copy
     index = find_remat(_parsed(SPLIT))
     assert ("fwd.mm", "d") not in index and ("grad", "d.r") in index
     assert ("grad", "y.r") not in index
+
+
+# FSDP: the head's partial sums are completed by an all-reduce-scatter fusion, forward and recompute
+# alike, and the bias add reads its slice at a parameter of its fusion (TPU draw 6: add -8,192).
+SCATTERED = """HloModule whole_model_checkpoint_fsdp, is_scheduled=true
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ars {
+  in = f32[8,8] parameter(0)
+  r = f32[8,8] all-reduce(in), replica_groups={{0,1}}, to_apply=sum
+  zero = u32[] constant(0)
+  id = u32[] partition-id()
+  four = u32[] constant(4)
+  off = u32[] multiply(id, four)
+  ROOT part = f32[8,4] dynamic-slice(r, zero, off), dynamic_slice_sizes={8,4}
+}
+
+ars.r {
+  in.r = f32[8,8] parameter(0)
+  r.r = f32[8,8] all-reduce(in.r), replica_groups={{0,1}}, to_apply=sum
+  zero.r = u32[] constant(0)
+  id.r = u32[] partition-id()
+  four.r = u32[] constant(4)
+  off.r = u32[] multiply(id.r, four.r)
+  ROOT part.r = f32[8,4] dynamic-slice(r.r, zero.r, off.r), dynamic_slice_sizes={8,4}
+}
+
+fwd {
+  p0 = f32[8,4] parameter(0)
+  p2 = f32[4] parameter(1)
+  bb = f32[8,4] broadcast(p2), dimensions={1}, metadata={op_name="@F/Dense_0/add"}
+  y = f32[8,4] add(p0, bb), metadata={op_name="@F/Dense_0/add"}
+  sq = f32[8,4] multiply(y, y), metadata={op_name="jit(loss)/jvp()/square"}
+  z = f32[] constant(0)
+  ROOT l = f32[] reduce(sq, z), dimensions={0,1}, to_apply=sum, metadata={op_name="jit(loss)/jvp()/reduce_sum"}
+}
+
+grad {
+  q0 = f32[8,4] parameter(0)
+  q2 = f32[4] parameter(1)
+  q3 = f32[] parameter(2)
+  bb.r = f32[8,4] broadcast(q2), dimensions={1}, metadata={op_name="@R/Dense_0/add"}
+  y.r = f32[8,4] add(q0, bb.r), metadata={op_name="@R/Dense_0/add"}
+  s = f32[8,4] broadcast(q3), dimensions={}, metadata={op_name="@B/mul"}
+  g = f32[8,4] multiply(y.r, s), metadata={op_name="@B/mul"}
+  z.1 = f32[] constant(0)
+  gb = f32[4] reduce(g, z.1), dimensions={0}, to_apply=sum, metadata={op_name="@B/Dense_0/reduce_sum"}
+  gc = bf16[8,4] convert(g)
+  ROOT t = (f32[4], bf16[8,4]) tuple(gb, gc)
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,8] parameter(1)
+  b = f32[4] parameter(2)
+  c = f32[] parameter(3)
+  h = f32[8,8] dot(x, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
+  hs = f32[8,4] fusion(h), kind=kCustom, calls=ars, metadata={op_name="@F/Dense_0/dot_general"}
+  l = f32[] fusion(hs, b), kind=kLoop, calls=fwd
+  h.r = f32[8,8] dot(x, w), @D, metadata={op_name="@R/Dense_0/dot_general"}
+  hs.r = f32[8,4] fusion(h.r), kind=kCustom, calls=ars.r, metadata={op_name="@R/Dense_0/dot_general"}
+  gr = (f32[4], bf16[8,4]) fusion(hs.r, b, c), kind=kLoop, calls=grad
+  ROOT out = (f32[], (f32[4], bf16[8,4])) tuple(l, gr)
+}
+"""
+
+
+def test_a_recomputed_bias_add_after_the_collective_completing_its_matmul_is_recompute():
+    index = find_remat(_parsed(SCATTERED))
+    assert ("main", "h.r") in index and ("ars.r", "r.r") in index and ("ars.r", "off.r") in index
+    assert ("grad", "y.r") in index and ("grad", "g") not in index and ("fwd", "y") not in index

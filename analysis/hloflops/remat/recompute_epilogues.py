@@ -37,18 +37,23 @@ _VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})  # read through 
 def recompute_epilogues(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
                         remat: set[SiteKey], copies: set[SiteKey]) -> set[SiteKey]:
     """Of the remat-named cheap ops paired with a forward twin that rule 4 took for copies (`copies`),
-    those that read a recomputed matmul of their own fusion
-    (directly or through other such ops), where a forward twin of theirs (`_Homes`) shares a fusion
-    with one of that matmul's."""
+    those that read a recomputed matmul of their own fusion (directly or through other such ops and
+    views), where a forward twin of theirs (`_Homes`) shares a fusion with one of that matmul's, or
+    read at a parameter of their fusion a recomputed collective completing a matmul's sums, where
+    a forward twin of theirs reads a forward collective at a parameter of its fusion."""
     by_key = {op.key: op for op in ops if op.key[0] in fused}
-    matmuls = {key for key, op in by_key.items() if key in remat and op.marked and op.inst.opcode in MATMUL_OPCODES}
-    if not matmuls:
+    if not any(key in copies for key in by_key):
         return set()
+    matmuls = {key for key, op in by_key.items() if key in remat and op.marked and op.inst.opcode in MATMUL_OPCODES}
     every = {op.key: op for op in ops}
     callers = one_call_site(module)
     homes = _Homes(ops, fused)
     collected: set[SiteKey] = set()  # the recomputed collectives read at a fusion's parameter
     reads: dict[SiteKey, frozenset[SiteKey]] = {}  # op -> the recomputed matmuls it reads in its fusion
+    after_collective: dict[str, bool] = {}  # a forward fusion -> does it read a forward collective?
+
+    def source(comp: str, name: str, site: int) -> SiteOp | None:
+        return source_op(module, callers, every, module.by_name[comp], name, site, _hands_on, 16)
 
     def read(key: SiteKey) -> frozenset[SiteKey]:
         if key in reads:
@@ -57,25 +62,34 @@ def recompute_epilogues(module: Module, ops: list[SiteOp], fused: Mapping[str, f
         op = by_key.get(key)
         if key in matmuls:
             reads[key] = frozenset({key})
-        elif op is None:
-            source = source_op(module, callers, every, module.by_name[key[0]], key[1], key[2], _hands_on, 16)
-            if source is not None and source.key in matmuls and source.key[0] == key[0]:  # through a view
-                reads[key] = frozenset({source.key})
-            elif source is not None and source.key in remat and source.inst.opcode in REDUCING:
-                collected.add(source.key)
-                reads[key] = frozenset({source.key})
+        elif op is None:  # a parameter or a view XLA left unpaired
+            found = source(*key)
+            if found is not None and found.key in matmuls and found.key[0] == key[0]:  # through a view
+                reads[key] = frozenset({found.key})
+            elif found is not None and found.key in remat and found.inst.opcode in REDUCING:
+                collected.add(found.key)
+                reads[key] = frozenset({found.key})
         elif _cheap_marked(op) or op.inst.opcode in _VIEWS:
             reads[key] = frozenset().union(*(read((key[0], name, key[2])) for name in op.inst.operands))
         return reads[key]
 
-    found: set[SiteKey] = set()
+    def reads_a_collective(home: str) -> bool:
+        if home not in after_collective:
+            params = [inst.name for inst in module.by_name[home].instructions if inst.opcode == "parameter"]
+            after_collective[home] = any(
+                (found := source(home, name, 0)) is not None and not found.marked and found.inst.opcode in REDUCING
+                for name in params)
+        return after_collective[home]
+
+    out: set[SiteKey] = set()
     for key, op in by_key.items():
         if key not in copies or key in remat or not _cheap_marked(op):
             continue
         here = homes.of(op)
-        if here and any(value in collected or here & homes.of(by_key[value]) for value in read(key)):
-            found.add(key)
-    return found
+        if here and any(any(reads_a_collective(home) for home in here) if value in collected
+                        else here & homes.of(by_key[value]) for value in read(key)):
+            out.add(key)
+    return out
 
 
 def _hands_on(inst: Instruction) -> bool:
