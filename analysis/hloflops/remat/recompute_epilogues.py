@@ -11,12 +11,18 @@ remat makes in its gradient fusion too. Not one that reads a recomputed matmul o
 XLA never duplicates a matmul, so what reads this one here reads a value only the recompute
 computes, and the program without remat reads its forward's value instead; where its forward
 computes the cheap op in the forward matmul's own output fusion (the bias add, fused with the
-matmul), it stores the sum there and its gradient fusions copy no bias add (TPU draws 2, 6 and 24:
-the head's bias add, add -8,192, -8,192, -512 after optimization). So a remat-named cheap op that
-reads, within its fusion, a recomputed matmul of that fusion (through other such ops and views) is recompute
-where a forward twin of it (by its name inside the checkpoint) shares a fusion with a forward
-twin of the matmul. It rests on how XLA
-fused both programs, as every fusion rule's cheap op does: in the range, not `paired_by_value`."""
+matmul), it stores the sum there, or fuses the cotangent's first ops into that fusion: its
+gradient fusions copy no bias add (TPU draws 2 and 24: the head's bias add, add -8,192 and -512
+after optimization). So a remat-named cheap op that reads, within its fusion, a recomputed matmul of
+that fusion (through other such ops and views) is recompute where a forward twin of it (by its name
+inside the checkpoint: the recompute may read other recomputes, and match by signature only)
+shares a fusion with a forward twin of the matmul. Under FSDP the partial sums are completed first,
+by an all-reduce-scatter fusion, and the bias add reads that fusion's slice at a parameter: the same
+holds where the op reads a recomputed collective there and its forward twin's fusion reads a
+forward collective (TPU draw 6: add -8,192; the program without remat fuses the loss's cotangent, the bias add
+and the loss's square into one fusion). Only ops a pairing found a forward twin for: the linearization's own
+coefficients (gelu's `3 * x * x`) stay model FLOPs. It rests on how XLA fused the program without
+remat, as every fusion rule's cheap op does: in the range, not `paired_by_value`."""
 
 from __future__ import annotations
 
