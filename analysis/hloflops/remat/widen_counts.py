@@ -45,6 +45,8 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 # Ops that hand a value on unchanged (a widen's source is looked for through them), and an
 # unnamed convert (float normalization's narrowing of the op's result, or another widen).
 _HANDS_ON = frozenset({"bitcast", "copy", "reshape", "transpose"})
+_MOVES = frozenset({"bitcast", "broadcast", "concatenate", "constant", "copy", "dynamic-slice", "iota", "pad",
+                    "reshape", "slice", "transpose", "get-tuple-element", "tuple", "parameter"})
 Callers = dict[str, "tuple[Computation, Instruction] | None"]
 
 
@@ -53,7 +55,7 @@ def balanced_widens(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> t
     widens of it (see the module's docstring), and the widens this rule decided."""
     fused = fused_outputs(module)
     if not fused:
-        return remat, set()
+        return remat, set(), set()
     index = _Index(module, ops, remat, fused)
     groups: dict[tuple, list[tuple[str, SiteOp]]] = {}
     forward_named: list[tuple[SiteOp, SiteOp]] = []  # (source, widen) of forward widens of named forward ops
@@ -96,7 +98,116 @@ def balanced_widens(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> t
         for n, op in enumerate(in_recompute):
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
-    return out, decided
+    model = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
+    return out, decided, model
+
+
+def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: "_Index", remat: set[SiteKey],
+                            out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey]) -> set[SiteKey]:
+    """Where the recompute reads nothing the forward computed (a checkpoint around the whole
+    model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs
+    (see the module's docstring); updates `out` and `decided`, returns the recompute's widens
+    settled as model FLOPs."""
+    found = _CheckpointedForward(module, ops, index)
+    widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
+    if not any(side == "forward" for _, _, side in widens) or found.recompute_reads_forward():
+        return set()
+    model: set[SiteKey] = set()
+    for op, comp, side in widens:
+        if side is None or (side == "recompute" and op.key in relaid):
+            continue
+        source = index.source(comp, op.inst.operands[0], op.key[2])
+        if source is None or not (source.marked or source.key in remat or found.checkpointed(source)):
+            continue  # a program input (a weight's slice): the value-by-value count above holds
+        decided.add(op.key)
+        if side == "forward":
+            out.add(op.key)
+        else:
+            out.discard(op.key)
+            model.add(op.key)
+    return model
+
+
+class _CheckpointedForward:
+    """The fusions computing the forward of what a checkpoint recomputes, and those computing
+    the recompute, told by names: a forward op is checkpointed where a remat-marked op computes
+    its value too (an equal value number) or carries its name inside the checkpoint
+    (`inner_tail`, two components at least, as in `balanced_widens`)."""
+
+    def __init__(self, module: Module, ops: list[SiteOp], index: "_Index"):
+        self.module, self.ops, self.index = module, ops, index
+        self.marked_values = {op.exact for op in ops if op.marked}
+        self.tails: dict[str, set[tuple[str, ...]]] = {}
+        for op in ops:
+            tail = inner_tail(op.op_name) if op.marked and op.op_name else ()
+            if len(tail) >= 2:
+                self.tails.setdefault(op.inst.opcode, set()).add(tail)
+        self.sides: dict[tuple[str, int], str | None] = {}
+
+    def checkpointed(self, op: SiteOp) -> bool:
+        if op.marked or not op.op_name or phase(op.op_name) != "forward":
+            return False
+        return op.exact in self.marked_values or \
+            any(ends_with(op.op_name, tail) for tail in self.tails.get(op.inst.opcode, ()))
+
+    def side(self, comp_name: str, site: int) -> str | None:
+        """`recompute`: a fusion of remat-marked ops (and no backward op computing anything);
+        `forward`: a fusion of forward ops computing a checkpointed one, or of unnamed ops only
+        (a round trip, a relayout) read by forward ops alone, widening a checkpointed value or
+        read by a checkpointed op; else None."""
+        if (comp_name, site) not in self.sides:
+            self.sides[(comp_name, site)] = self._side(comp_name, site)
+        return self.sides[(comp_name, site)]
+
+    def _side(self, comp_name: str, site: int) -> str | None:
+        comp = self.module.by_name[comp_name]
+        by_key = self.index.by_key
+        members = [op for op in (by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
+        if any(m.marked for m in members):
+            backward = any(m.op_name and not m.marked and phase(m.op_name) == "backward"
+                           and m.inst.opcode not in _MOVES for m in members)
+            return None if backward else "recompute"
+        if any(m.op_name and phase(m.op_name) != "forward" for m in members):
+            return None
+        if any(self.checkpointed(m) for m in members):
+            return "forward"
+        if any(m.op_name for m in members):
+            return None
+        readers = self.index.reader_ops(comp_name, site)
+        if not readers or not all(r is not None and not r.marked and r.op_name and phase(r.op_name) == "forward"
+                                  for r in readers):
+            return None
+        sources = [self.index.source(comp, inst.operands[0], site) for inst in comp.instructions
+                   if is_normalization_widen(inst, comp.by_name.get(inst.operands[0]) if inst.operands else None)]
+        return "forward" if any(self.checkpointed(r) for r in readers) or \
+            any(x is not None and self.checkpointed(x) for x in sources) else None
+
+    def recompute_reads_forward(self) -> bool:
+        """Does an op named in the recompute (or a fusion holding one) read a value a forward op
+        computed: the checkpoint's input handed from the forward (a checkpoint per layer)? Not a
+        cast of a weight, a view, or a policy's saved residual (its identity rounding)."""
+        by_key, fused = self.index.by_key, self.index.fused
+        sites: dict[str, set[int]] = {}
+        for op in self.ops:
+            sites.setdefault(op.key[0], set()).add(op.key[2])
+        for comp in self.module.computations:
+            if comp.name in fused:
+                continue
+            for inst in comp.instructions:
+                callee = inst.called(CallRole.FUSION) if inst.opcode == "fusion" else ()
+                body = self.module.by_name[callee[0]] if callee else None
+                for site in sites.get(body.name if body else comp.name, ()):
+                    held = body.instructions if body else (inst,)
+                    home = body.name if body else comp.name
+                    if not any(op is not None and op.named for op in (by_key.get((home, i.name, site)) for i in held)):
+                        continue
+                    for operand in inst.operands:
+                        source = self.index.source(comp, operand, site)
+                        if source is not None and not source.marked and source.op_name \
+                                and phase(source.op_name) == "forward" \
+                                and source.inst.opcode not in _MOVES | {"reduce-precision", "convert"}:
+                            return True
+        return False
 
 
 class _Index:
@@ -170,6 +281,31 @@ class _Index:
                 else:
                     op = self.by_key.get((outer.name, user.name, site))
                     found.append((op.op_name, op.marked) if op is not None else ("", False))
+        return found
+
+    def reader_ops(self, comp_name: str, site: int) -> list[SiteOp | None]:
+        """The ops reading the fusion's value (as `readers`), None for one outside `ops`."""
+        caller = self.callers.get(comp_name)
+        if caller is None:
+            return []
+        outer, call = caller
+        pending, seen, found = [call.name], set(), []
+        while pending:
+            name = pending.pop()
+            for user in outer.users.get(name, ()):
+                if user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.opcode in ("bitcast", "copy", "get-tuple-element", "reshape"):
+                    pending.append(user.name)
+                elif user.opcode == "fusion":
+                    callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
+                    numbers = {k for k, operand in enumerate(user.operands) if operand == name}
+                    inside = [self.by_key.get((callee.name, reader.name, site)) for p in callee.parameters
+                              if parameter_number(p) in numbers for reader in callee.users.get(p.name, ())]
+                    found += [op for op in inside if op is not None and op.op_name]
+                else:
+                    found.append(self.by_key.get((outer.name, user.name, site)))
         return found
 
     def source(self, comp: Computation, name: str, site: int, depth: int = 16) -> SiteOp | None:
