@@ -110,7 +110,11 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: "_Index", 
     settled as model FLOPs."""
     found = _CheckpointedForward(module, ops, index)
     widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
-    if not any(side == "forward" for _, _, side in widens) or found.recompute_reads_forward():
+    # The forward and its recompute in one computation (not a scan's two loop bodies, the
+    # forward's values handed through the loop's stacks).
+    frames = {op.frame for op, _, side in widens if side is not None}
+    if not any(side == "forward" for _, _, side in widens) or len(frames) != 1 \
+            or found.recompute_reads_forward() or found.forward_hands_backward():
         return set()
     model: set[SiteKey] = set()
     for op, comp, side in widens:
@@ -183,10 +187,12 @@ class _CheckpointedForward:
             any(x is not None and self.checkpointed(x) for x in sources) else None
 
     def recompute_reads_forward(self) -> bool:
-        """Does an op named in the recompute (or a fusion holding one) read a value a forward op
-        computed: the checkpoint's input handed from the forward (a checkpoint per layer)? Not a
-        cast of a weight, a view, or a policy's saved residual (its identity rounding)."""
-        by_key, fused = self.index.by_key, self.index.fused
+        """Does a recompute (a fusion of the recompute, or an unfused op named in it) read a
+        value a forward op computed: the checkpoint's input handed from the forward (a
+        checkpoint per layer)? Not a program input, a cast of one (a weight cast to bf16, which
+        CSE may share between the forward and the recompute) or a policy's saved residual (its
+        rounding, narrowed for the barrier)."""
+        fused = self.index.fused
         sites: dict[str, set[int]] = {}
         for op in self.ops:
             sites.setdefault(op.key[0], set()).add(op.key[2])
@@ -195,19 +201,38 @@ class _CheckpointedForward:
                 continue
             for inst in comp.instructions:
                 callee = inst.called(CallRole.FUSION) if inst.opcode == "fusion" else ()
-                body = self.module.by_name[callee[0]] if callee else None
-                for site in sites.get(body.name if body else comp.name, ()):
-                    held = body.instructions if body else (inst,)
-                    home = body.name if body else comp.name
-                    if not any(op is not None and op.named for op in (by_key.get((home, i.name, site)) for i in held)):
-                        continue
-                    for operand in inst.operands:
-                        source = self.index.source(comp, operand, site)
-                        if source is not None and not source.marked and source.op_name \
-                                and phase(source.op_name) == "forward" \
-                                and source.inst.opcode not in _MOVES | {"reduce-precision", "convert"}:
-                            return True
+                for site in sites.get(callee[0] if callee else comp.name, ()):
+                    if callee:
+                        if self.side(callee[0], site) != "recompute":
+                            continue
+                    else:
+                        op = self.index.by_key.get((comp.name, inst.name, site))
+                        if op is None or not op.named:
+                            continue
+                    if any(self._forward_value(self.index.source(comp, operand, site)) for operand in inst.operands):
+                        return True
         return False
+
+    def forward_hands_backward(self) -> bool:
+        """Does a fusion of the checkpointed forward hand its value to the backward (a fusion
+        computing a backward op, or an unfused one)? The forward of a whole-model checkpoint
+        stores nothing but the policy's residuals (their fusions are of no side)."""
+        for (comp_name, site), side in list(self.sides.items()):
+            if side != "forward":
+                continue
+            for reader in self.index.reader_fusions(comp_name, site):
+                if any(op.marked or (op.op_name and phase(op.op_name) == "backward" and op.inst.opcode not in _MOVES)
+                       for op in reader):
+                    return True
+        return False
+
+    def _forward_value(self, op: SiteOp | None) -> bool:
+        """Is the value (through the converts narrowing it) one the program computed outside the
+        recompute (an unmarked op's, not a policy's saved residual)?"""
+        while op is not None and op.inst.opcode == "convert" and op.inst.operands:
+            op = self.index.source(self.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
+        return op is not None and not op.marked and bool(op.op_name) \
+            and op.inst.opcode not in _MOVES and op.inst.opcode != "reduce-precision"
 
 
 class _Index:
@@ -281,6 +306,30 @@ class _Index:
                 else:
                     op = self.by_key.get((outer.name, user.name, site))
                     found.append((op.op_name, op.marked) if op is not None else ("", False))
+        return found
+
+    def reader_fusions(self, comp_name: str, site: int) -> list[list[SiteOp]]:
+        """The ops of each fusion (or the unfused op) reading the fusion's value."""
+        caller = self.callers.get(comp_name)
+        if caller is None:
+            return []
+        outer, call = caller
+        pending, seen, found = [call.name], set(), []
+        while pending:
+            name = pending.pop()
+            for user in outer.users.get(name, ()):
+                if user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.opcode in ("bitcast", "copy", "get-tuple-element", "reshape"):
+                    pending.append(user.name)
+                elif user.opcode == "fusion":
+                    callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
+                    found.append([op for op in (self.by_key.get((callee.name, i.name, site))
+                                                for i in callee.instructions) if op is not None])
+                else:
+                    op = self.by_key.get((outer.name, user.name, site))
+                    found.append([op] if op is not None else [])
         return found
 
     def reader_ops(self, comp_name: str, site: int) -> list[SiteOp | None]:
