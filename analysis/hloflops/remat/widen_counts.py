@@ -39,8 +39,9 @@ its value to the backward. A checkpoint per layer or per scan step hands its inp
 forward (the recompute reads it, or the stacks carry it): there the value-by-value count holds.
 
 How XLA fused the program without remat is not in sight: these counts rest on fusion (the range
-covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one `loose`; the
-whole-model rule's recompute widens are settled as model FLOPs, its forward widens `loose`)."""
+covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one `loose`); the
+whole-model rule's, which stand on the recompute being the program without remat's forward, are
+settled both ways."""
 
 from __future__ import annotations
 
@@ -111,16 +112,15 @@ def balanced_widens(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> t
         for n, op in enumerate(in_recompute):
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
-    model = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
-    return out, decided, model
+    settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
+    return out, decided, settled
 
 
 def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: "_Index", remat: set[SiteKey],
                             out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey]) -> set[SiteKey]:
     """Where the recompute reads nothing the forward computed (a checkpoint around the whole
     model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs
-    (see the module's docstring); updates `out` and `decided`, returns the recompute's widens
-    settled as model FLOPs."""
+    (see the module's docstring); updates `out` and `decided`, returns the widens it settled."""
     found = _CheckpointedForward(module, ops, index)
     widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
     # The forward and its recompute in one computation (not a scan's two loop bodies, the
@@ -129,7 +129,7 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: "_Index", 
     if not any(side == "forward" for _, _, side in widens) or len(frames) != 1 \
             or found.recompute_reads_forward() or found.forward_hands_backward():
         return set()
-    model: set[SiteKey] = set()
+    settled: set[SiteKey] = set()
     for op, comp, side in widens:
         if side is None or (side == "recompute" and op.key in relaid):
             continue
@@ -137,12 +137,9 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: "_Index", 
         if source is None or not (source.marked or source.key in remat or found.checkpointed(source)):
             continue  # a program input (a weight's slice): the value-by-value count above holds
         decided.add(op.key)
-        if side == "forward":
-            out.add(op.key)
-        else:
-            out.discard(op.key)
-            model.add(op.key)
-    return model
+        settled.add(op.key)
+        (out.add if side == "forward" else out.discard)(op.key)
+    return settled
 
 
 class _CheckpointedForward:
