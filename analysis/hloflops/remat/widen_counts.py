@@ -159,6 +159,7 @@ class _CheckpointedForward:
         self.sides: dict[tuple[str, int], str | None] = {}
 
     def checkpointed(self, op: SiteOp) -> bool:
+        """Is the op a forward op whose value the checkpoint recomputes?"""
         if op.marked or not op.op_name or phase(op.op_name) != "forward":
             return False
         return op.exact in self.marked_values or \
@@ -291,14 +292,15 @@ class _Index:
         return "forward" if named and all(not marked and phase(name) == "forward" for name, marked in named) \
             else None
 
-    def readers(self, comp_name: str, site: int) -> list[tuple[str, bool]]:
-        """The op_name and mark of each op reading the fusion's value (through the ops that hand
-        it on, into the fusions reading it); an op without one (a library fusion's matmul) as ''."""
+    def _users(self, comp_name: str, site: int) -> Iterator[tuple[Instruction, list[SiteOp | None]]]:
+        """Each instruction reading the fusion's value (through the ops that hand it on), with
+        the ops reading it: a fusion's ops reading the parameters it comes in at, else the
+        instruction's own op (None outside `ops`)."""
         caller = self.callers.get(comp_name)
         if caller is None:
-            return []
+            return
         outer, call = caller
-        pending, seen, found = [call.name], set(), []
+        pending, seen = [call.name], set()
         while pending:
             name = pending.pop()
             for user in outer.users.get(name, ()):
@@ -310,61 +312,38 @@ class _Index:
                 elif user.opcode == "fusion":
                     callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
                     numbers = {k for k, operand in enumerate(user.operands) if operand == name}
-                    inside = [self.by_key.get((callee.name, reader.name, site)) for p in callee.parameters
-                              if parameter_number(p) in numbers for reader in callee.users.get(p.name, ())]
-                    found += [(op.op_name, op.marked) for op in inside if op is not None]
+                    yield user, [self.by_key.get((callee.name, reader.name, site)) for p in callee.parameters
+                                 if parameter_number(p) in numbers for reader in callee.users.get(p.name, ())]
                 else:
-                    op = self.by_key.get((outer.name, user.name, site))
-                    found.append((op.op_name, op.marked) if op is not None else ("", False))
+                    yield user, [self.by_key.get((outer.name, user.name, site))]
+
+    def readers(self, comp_name: str, site: int) -> list[tuple[str, bool]]:
+        """The op_name and mark of each op reading the fusion's value (through the ops that hand
+        it on, into the fusions reading it); an op without one (a library fusion's matmul) as ''."""
+        found = []
+        for user, inside in self._users(comp_name, site):
+            if user.opcode == "fusion":
+                found += [(op.op_name, op.marked) for op in inside if op is not None]
+            else:
+                found += [(op.op_name, op.marked) if op is not None else ("", False) for op in inside]
+        return found
+
+    def reader_ops(self, comp_name: str, site: int) -> list[SiteOp | None]:
+        """The ops reading the fusion's value (as `readers`; inside a fusion the named ones),
+        None for one outside `ops`."""
+        found: list[SiteOp | None] = []
+        for user, inside in self._users(comp_name, site):
+            found += [op for op in inside if op is not None and op.op_name] if user.opcode == "fusion" else inside
         return found
 
     def reader_fusions(self, comp_name: str, site: int) -> list[list[SiteOp]]:
         """The ops of each fusion (or the unfused op) reading the fusion's value."""
-        caller = self.callers.get(comp_name)
-        if caller is None:
-            return []
-        outer, call = caller
-        pending, seen, found = [call.name], set(), []
-        while pending:
-            name = pending.pop()
-            for user in outer.users.get(name, ()):
-                if user.name in seen:
-                    continue
-                seen.add(user.name)
-                if user.opcode in ("bitcast", "copy", "get-tuple-element", "reshape"):
-                    pending.append(user.name)
-                elif user.opcode == "fusion":
-                    callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
-                    found.append([op for op in (self.by_key.get((callee.name, i.name, site))
-                                                for i in callee.instructions) if op is not None])
-                else:
-                    op = self.by_key.get((outer.name, user.name, site))
-                    found.append([op] if op is not None else [])
-        return found
-
-    def reader_ops(self, comp_name: str, site: int) -> list[SiteOp | None]:
-        """The ops reading the fusion's value (as `readers`), None for one outside `ops`."""
-        caller = self.callers.get(comp_name)
-        if caller is None:
-            return []
-        outer, call = caller
-        pending, seen, found = [call.name], set(), []
-        while pending:
-            name = pending.pop()
-            for user in outer.users.get(name, ()):
-                if user.name in seen:
-                    continue
-                seen.add(user.name)
-                if user.opcode in ("bitcast", "copy", "get-tuple-element", "reshape"):
-                    pending.append(user.name)
-                elif user.opcode == "fusion":
-                    callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
-                    numbers = {k for k, operand in enumerate(user.operands) if operand == name}
-                    inside = [self.by_key.get((callee.name, reader.name, site)) for p in callee.parameters
-                              if parameter_number(p) in numbers for reader in callee.users.get(p.name, ())]
-                    found += [op for op in inside if op is not None and op.op_name]
-                else:
-                    found.append(self.by_key.get((outer.name, user.name, site)))
+        found = []
+        for user, inside in self._users(comp_name, site):
+            if user.opcode == "fusion":
+                callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
+                inside = [self.by_key.get((callee.name, i.name, site)) for i in callee.instructions]
+            found.append([op for op in inside if op is not None])
         return found
 
     def source(self, comp: Computation, name: str, site: int, depth: int = 16) -> SiteOp | None:
