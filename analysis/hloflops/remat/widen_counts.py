@@ -133,9 +133,13 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: "_Index", 
     for op, comp, side in widens:
         if side is None or (side == "recompute" and op.key in relaid):
             continue
+        # A value the checkpoint computes, named so (a policy's residual, which the recompute
+        # reads, a program input, a weight's slice, and an op named by its readers, a library
+        # matmul without metadata, are counted value by value above).
         source = index.source(comp, op.inst.operands[0], op.key[2])
-        if source is None or not (source.marked or source.key in remat or found.checkpointed(source)):
-            continue  # a program input (a weight's slice): the value-by-value count above holds
+        if source is None or not (source.named and not source.inherited if side == "recompute" else
+                                  source.key in remat or found.checkpointed(source)):
+            continue
         decided.add(op.key)
         settled.add(op.key)
         (out.add if side == "forward" else out.discard)(op.key)
