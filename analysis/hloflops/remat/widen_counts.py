@@ -30,13 +30,16 @@ A checkpoint around the whole model (`whole_checkpoint_widens`) turns this aroun
 stores nothing but the policy's residuals, so XLA copies each cheap value into every fusion
 reading it and widens what it reads there (the embedding's gather, widened in each layer norm's
 and residual add's fusion; base seeds 11, 63, 112), more often than the recompute, and often a
-value the recompute widens under another name (the gather before its mask). The recompute is
-split as the program without remat's forward: its widens are model FLOPs, and the forward's
-widens of checkpointed values, all of them, are remat. Told by names and reads: the forward and
-the recompute run in one computation, the recompute reads nothing computed outside it but a
-policy's residuals and casts of program inputs, and no fusion of the checkpointed forward hands
-its value to the backward. A checkpoint per layer or per scan step hands its input from the
-forward (the recompute reads it, or the stacks carry it): there the value-by-value count holds.
+value the recompute widens under another name (the gather before its mask). The recompute is split
+as the program without remat's forward: its widens of values it computes (named in the recompute)
+are model FLOPs, and the forward's widens of checkpointed values, all of them, are remat. Widens
+of a policy's residual, of a program input (a weight's slice) and of a library matmul named by its
+readers keep the value-by-value count (the program without remat's forward fuses the residual's
+readers with its computation: held-out base 293). Told by names and reads: the forward and the
+recompute run in one computation, the recompute reads nothing computed outside it but a policy's
+residuals and casts of program inputs, and no fusion of the checkpointed forward hands its value
+to the backward. A checkpoint per layer or per scan step hands its input from the forward (the
+recompute reads it, or the stacks carry it): there the value-by-value count holds.
 
 How XLA fused the program without remat is not in sight: these counts rest on fusion (the range
 covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one `loose`); the
