@@ -283,8 +283,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
     # And a float normalization's widen inside a recompute's fusion that no rule counted: how many
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
+    # Not the widens hloflops.remat.widen_counts settled, nor beside them only (a forward fusion).
+    unsure_widens = unsure_normalization_widens(module, ops, remat - trips - settled_widens) - settled_widens \
+        if module.is_scheduled else set()
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
-        | {key[:2] for key in stand_ins | (unsure_normalization_widens(module, ops, remat - trips) - settled_widens)} \
+        | {key[:2] for key in stand_ins | unsure_widens} \
         | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
