@@ -493,12 +493,16 @@ def test_float_normalization_widens_in_a_recompute_fusion_count_as_the_forwards(
     without remat's forward, whose backward reads gelu's intermediates, into three as well: one
     widen per layer runs because of remat. The recompute's widens count as many as the forward's
     fusions make (hloflops.remat.widen_counts; convert -256 before); the count rests on fusion,
-    and the range still holds the two uncounted widens per layer."""
+    and the range still holds uncounted widens. The forward hands the backward nothing but the
+    policy's saved dots and the recompute reads nothing else the forward computed, so the
+    forward's widens of recomputed values are the ones counted and the recompute's are settled as
+    the program without remat's forward (`whole_checkpoint_widens`): the range's top is 256 lower
+    than before that rule (14,336)."""
     form = Form(form='scan_unrolled', arch='mlp', policy='dots_saveable', prevent_cse=True, batch=4, width=64,
                 hidden=32, heads=4, tokens=32, layers=2, micro=4, unroll=True, adam=False, dtype='bfloat16',
                 act='gelu', head=False)
     outcome = check(form)
     after = outcome._at("after")
     assert after.ok, outcome.describe()
-    assert after.bounds == (12800, 14336), outcome.describe()
+    assert after.bounds == (12800, 14080), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()

@@ -211,17 +211,20 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    of the backward). The FLOPs such an op runs beyond those on the broadcast's operand are remat:
    a share of its row (`Row.remat_part`; hloflops.remat.unsunk_broadcasts).
 9. Float normalization's widens (after optimization, CPU: a bf16 value widened to f32 once per
-   fusion reading it) follow the fusions: the program without remat's forward, whose backward
-   reads every intermediate, is split into fusions as the recompute is, where the forward of a
-   checkpointed block fuses its chains into few. So of a value's widens in the recompute's
-   fusions, as many as the forward's fusions widen it run because of remat, the rest are the
-   program without remat's too; a recompute fusion that only relays its value out for backward
-   matmuls widens as that program's relayout of the forward's value does: model FLOPs
-   (hloflops.remat.widen_counts; rests on fusion). A checkpoint input the forward left in f32
-   (a bf16 residual add) crosses the checkpoint's barrier narrowed (`.../remat2`): the backward
-   fusions reading it widen it again, where the program without remat's backward reads the wide
-   value; those widens are remat, where only the next block's residual add reads the narrow value
-   in the forward (hloflops.remat.pinned_inputs; rests on fusion).
+   fusion reading it) follow the fusions: the program without remat's forward, whose backward reads
+   every intermediate, is split into fusions as the recompute is, where the forward of a
+   checkpointed block fuses its chains into few. So of a value's widens in the recompute's fusions,
+   as many as the forward's fusions widen it run because of remat, the rest are the program without
+   remat's too; a recompute fusion that only relays its value out for backward matmuls widens as
+   that program's relayout of the forward's value does: model FLOPs (hloflops.remat.widen_counts;
+   rests on fusion). Under a checkpoint around the whole model (the recompute reads nothing the
+   forward computed but the policy's residuals, the forward hands nothing to the backward) the
+   forward, storing nothing, widens values in every reader: all its widens of checkpointed values
+   are remat, the recompute's model FLOPs. A checkpoint input the forward left in f32 (a bf16
+   residual add) crosses the checkpoint's barrier narrowed (`.../remat2`): the backward fusions
+   reading it widen it again, where the program without remat's backward reads the wide value;
+   those widens are remat, where only the next block's residual add reads the narrow value in the
+   forward (hloflops.remat.pinned_inputs; rests on fusion).
 10. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without

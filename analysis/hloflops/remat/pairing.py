@@ -216,6 +216,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         remat |= unstored_forward_copies(module, ops, classes, remat)
     certain |= copies
     remat, laid_out = view_copies(module, ops, remat)
+    settled_widens: set[SiteKey] = set()  # widens hloflops.remat.widen_counts settled either way
     certain -= laid_out  # model FLOPs on how XLA fused the program without remat: unsure
     remat, materialized = natural_layouts(module, ops, remat)  # and a layout the forward leaves out
     certain -= materialized
@@ -268,8 +269,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
-            remat, balanced = balanced_widens(module, ops, remat)
+            remat, balanced, settled_widens = balanced_widens(module, ops, remat)
             certain |= balanced
+            paired_by_value |= settled_widens & remat
             if remat_named:
                 # The backward's widens of a checkpoint input its barrier pinned narrow, which
                 # the program without remat reads wide (hloflops.remat.pinned_inputs).
@@ -319,8 +321,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
     # And a float normalization's widen inside a recompute's fusion that no rule counted: how many
     # the program without remat runs follows how XLA fused its forward (hloflops.remat.normalization).
+    # Not the widens hloflops.remat.widen_counts settled, nor beside them only (a forward fusion).
+    unsure_widens = unsure_normalization_widens(module, ops, remat - trips - settled_widens) - settled_widens \
+        if module.is_scheduled else set()
     unsure = {op.key[:2] for op in listed if op.key not in remat and op.key not in certain} \
-        | {key[:2] for key in stand_ins | unsure_normalization_widens(module, ops, remat - trips)} \
+        | {key[:2] for key in stand_ins | unsure_widens} \
         | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
