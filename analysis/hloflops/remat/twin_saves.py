@@ -79,6 +79,7 @@ from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.values import Val
 from hloparse.ir import CallRole, Instruction, Module, parameter_number
 
@@ -144,6 +145,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
     read_as: dict[Val, set[Val]] = {}  # per value, the values of the backward ops reading its residuals
     held: dict[Val, set[Val]] = {}  # per value, the residuals on whose chains it is
     gradient_sites: set[tuple[str, int]] = set()
+    chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]] = {}  # per gradient site, its residuals
     for site_key, members in sorted(by_site.items(), key=lambda item: min(op.order for op in item[1].values())):
         reads = [(op, r) for op in members.values() if not op.marked and op.op_name
                  for name in op.inst.operands
@@ -166,7 +168,9 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
                     and any(folded_read(comp, op.inst, name) for name in op.inst.operands
                             if _through_moves(members, name) is r)}
             residuals = ({r.exact} if readers - fold else set()) | ({("2x", r.exact)} if fold else set())
-            for v in _chain(members, r):
+            chain_ops = _chain_ops(members, r)
+            chains.setdefault(site_key, []).append((r, {op.key for op in chain_ops}))
+            for v in {op.exact for op in chain_ops}:
                 held.setdefault(v, set()).update(residuals)
                 saves.setdefault(v, 0)
                 if not readers <= read_as.get(v, set()):
@@ -216,6 +220,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         stand_ins = sum((op.key[0], op.key[2]) in settled_sites and
                         not (outputs_of.get((op.key[0], op.key[2]), set()) & residuals_of) for op in copies)
         keep = in_forward + gradient.get(v, 0) + sum(op.key in relaid for op in members) - n - stand_ins
+        import sys; print("DBGK", members[0].inst.name, members[0].op_name[-40:], shape_key(members[0].inst.shape), in_forward, gradient.get(v, 0), n, saves.get(v, 0), stand_ins, keep, len(copies), sum(op.key in remat for op in copies), file=sys.stderr)
         if keep < 0:
             short.append((members, -keep))
             keep = 0
@@ -234,6 +239,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
             overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves.get(v, 0)]}
     decided |= _offsetting(ops, short, (remat - decided) | added | overflow, in_gradient)
+    decided |= _stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow)
     return (remat - decided) | added | overflow, decided, added
 
 
@@ -388,10 +394,10 @@ def _through_moves(members: Mapping[str, SiteOp], name: str) -> SiteOp | None:
     return op
 
 
-def _chain(members: Mapping[str, SiteOp], residual: SiteOp) -> set[Val]:
-    """The values of the remat-named cheap ops a residual is computed from inside its fusion, itself
-    included (through moves; not past a parameter or an op of another kind)."""
-    out: set[Val] = set()
+def _chain_ops(members: Mapping[str, SiteOp], residual: SiteOp) -> list[SiteOp]:
+    """The remat-named cheap ops a residual is computed from inside its fusion, itself included
+    (through moves; not past a parameter or an op of another kind)."""
+    out: list[SiteOp] = []
     pending, seen = [residual], set()
     while pending:
         op = pending.pop()
@@ -401,7 +407,7 @@ def _chain(members: Mapping[str, SiteOp], residual: SiteOp) -> set[Val]:
         if op.inst.opcode in _MOVES:
             pass
         elif op.named and op.inst.opcode in CHEAP:
-            out.add(op.exact)
+            out.append(op)
         else:
             continue
         pending += [members[name] for name in op.inst.operands if name in members]
@@ -486,3 +492,66 @@ def _read_by_backward_reduce(module: Module, site: tuple[str, Instruction],
             if reader.opcode == "reduce":
                 return True
     return False
+
+
+def _stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, int], dict[str, SiteOp]],
+                    chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]],
+                    remat: set[SiteKey]) -> set[SiteKey]:
+    """A cheap value this program's forward loop stores (a policy saves gelu's bias add `h`) that
+    the backward loop reads from the stack: the recompute fusions reading it there stand for the
+    program without remat's forward fusions, which compute it (XLA copies the cheap chain into each
+    consumer), and each residual a gradient fusion computes from it (`3 * h * h`), or `h` itself
+    read by a gradient op, is a fusion of that program saving it, copying the chain too. Where
+    those exceed this program's forward copies of the value, the program without remat runs it
+    more often: as many counted recomputes of its opcode and size in the reading recompute fusions
+    are model FLOPs in the per-opcode sum (as `_offsetting`; more seed 37, an offload policy: the
+    tanh's and the product's recompute fusions read `h`, the program without remat copies it into
+    its tanh, product, `h` and `3 * h * h` fusions, this one into its forward and saving fusions)."""
+    callers = one_call_site(module)
+    sites_of: dict[str, list[tuple[str, int]]] = {}
+    for site_key in by_site:
+        sites_of.setdefault(site_key[0], []).append(site_key)
+    by_value: dict[Val, list[SiteOp]] = {}
+    for op in ops:
+        by_value.setdefault(op.exact, []).append(op)
+    out: set[SiteKey] = set()
+    for (comp_name, site), members in by_site.items():
+        comp = module.by_name[comp_name]
+        caller = callers.get(comp_name)
+        if comp.root.opcode != "dynamic-update-slice" or caller is None or len(comp.root.operands) < 2:
+            continue
+        name = comp.root.operands[1]
+        while name in comp.by_name and comp.by_name[name].opcode in _MOVES and comp.by_name[name].operands:
+            name = comp.by_name[name].operands[0]
+        value = members.get(name)
+        if value is None or value.marked or value.inst.opcode not in CHEAP or not value.op_name \
+                or phase(value.op_name) == "backward" or value.inst.name not in cheap_chain(
+                    comp, frozenset({value.inst.name})):
+            continue
+        readers = stack_readers(module, caller[0].name, caller[1].name)
+        if not readers:
+            continue
+        recomputes: set[tuple[str, int]] = set()
+        saves: set[Val] = set()
+        for reader_comp, reader in readers:
+            for reader_site in sites_of.get(reader_comp, ()):
+                op = by_site[reader_site].get(reader.name)
+                if op is None:
+                    continue
+                if reader_site in chains:
+                    held = [r.exact for r, keys in chains[reader_site] if op.key in keys]
+                    saves |= set(held) if held else ({value.exact} if not op.marked else set())
+                elif op.marked:
+                    recomputes.add(reader_site)
+                else:
+                    saves.add(value.exact)
+        forward = sum(not op.marked and phase(op.op_name) != "backward" for op in by_value[value.exact])
+        short = len(recomputes) + len(saves) - forward
+        if short <= 0:
+            continue
+        kind = (value.inst.opcode, shape_key(value.inst.shape))
+        offsets = sorted((op for reader_site in recomputes for op in by_site[reader_site].values()
+                          if op.key in remat and op.key not in out
+                          and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
+        out |= {op.key for op in offsets[:short]}
+    return out
