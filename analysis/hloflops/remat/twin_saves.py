@@ -220,7 +220,6 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         stand_ins = sum((op.key[0], op.key[2]) in settled_sites and
                         not (outputs_of.get((op.key[0], op.key[2]), set()) & residuals_of) for op in copies)
         keep = in_forward + gradient.get(v, 0) + sum(op.key in relaid for op in members) - n - stand_ins
-        import sys; print("DBGK", members[0].inst.name, members[0].op_name[-40:], shape_key(members[0].inst.shape), in_forward, gradient.get(v, 0), n, saves.get(v, 0), stand_ins, keep, len(copies), sum(op.key in remat for op in copies), file=sys.stderr)
         if keep < 0:
             short.append((members, -keep))
             keep = 0
