@@ -154,6 +154,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    where that program's forward does (both materialize what the gradient reads). So as many of
    the recompute's copies run because of remat as the forward's copies and the gradient fusions'
    exceed the saving fusions': gelu's bias add none, `1 + tanh` one (hloflops.remat.twin_saves).
+   A cheap value a policy stores instead (gelu's `h`), read back by the recompute fusions and the
+   gradient's residual chains, is computed by that program's counterparts of those fusions: where
+   they exceed this program's forward copies, as many counted recomputes of its opcode and size in
+   the reading fusions are model FLOPs.
    A residual read is one saving fusion unless an earlier gradient fusion repeats it (the same
    reading values: XLA copies the chains into each of a gradient's unfusable readers, input,
    weight and bias gradients, and repeats a layer norm's backward per layout), and a

@@ -63,7 +63,13 @@ query's gradient) stands for the saving fusion: its copies count with the recomp
 `forward + gradient - saves` is negative, the program without remat runs the value more often than
 this one (gelu's bias add `h`: saved itself, in `3 * h * h` and in the product, five copies
 against this program's four): as many counted recomputes of its opcode and size in the fusions
-copying it are model FLOPs in the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`)."""
+copying it are model FLOPs in the per-opcode sum (`_offsetting`; the tanh fusion's `h + 0.044715 * h**3`).
+The same holds for a cheap value this program's forward stores (a policy saves gelu's `h`) and its
+backward reads back from the stack, which `_offsetting` never sees (no copy of it is recomputed):
+the recompute fusions reading it stand for forward fusions of the program without remat that
+compute it, and each residual a gradient fusion computes from it (`3 * h * h`, or `h` itself) for a
+fusion saving it that copies it; what these exceed this program's forward copies offsets counted
+recomputes in the reading fusions (`_stored_offsets`; more seed 37: add +20,480 before)."""
 
 from __future__ import annotations
 
