@@ -81,7 +81,7 @@ from hloflops.remat.folded_coefficients import coefficient_offsets, folded_read,
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array, shape_key
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
@@ -174,7 +174,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
                     and any(folded_read(comp, op.inst, name) for name in op.inst.operands
                             if _through_moves(members, name) is r)}
             residuals = ({r.exact} if readers - fold else set()) | ({("2x", r.exact)} if fold else set())
-            chain_ops = _chain_ops(members, r)
+            chain_ops = _chain_ops(comp, members, r)
             chains.setdefault(site_key, []).append((r, {op.key for op in chain_ops}))
             for v in {op.exact for op in chain_ops}:
                 held.setdefault(v, set()).update(residuals)
@@ -194,8 +194,12 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         return remat, set(), set()
     by_value: dict[Val, list[SiteOp]] = {}
     for op in ops:
-        if op.exact in total:
+        if op.exact in total or op.exact in gradient:
             by_value.setdefault(op.exact, []).append(op)
+    # Values the program without remat stores once rather than copies: counted whole (below).
+    once = {v for v in gradient if all(_stored_once(module.by_name[op.key[0]], op.inst, by_site.get(
+        (op.key[0], op.key[2]), {})) for op in by_value[v])}
+    total.update({v: 0 for v in once if v not in total})
     forward = _Forward(module, ops)
     settled = decided
     settled_sites = {(key[0], key[2]) for key in settled} | set(stand_in_sites)
@@ -222,6 +226,14 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         split |= {op.frame for op in members}
         # A settled stand-in site whose output is already a residual handed to a backward matmul
         # is that residual's saving copy: counted once.
+        if v in once:
+            # Computed by the program without remat in its forward fusion alone: every copy of the
+            # backward loop, recompute or gradient, runs because of remat (over another rule's
+            # stand-in, which assumed a saving fusion copying it).
+            decided -= {op.key for op in copies}
+            added |= {op.key for op in copies if op.key not in remat}
+            overflow |= {op.key for op in members if op.key in in_gradient and op.key not in remat}
+            continue
         residuals_of = held[v]
         stand_ins = sum((op.key[0], op.key[2]) in settled_sites and
                         not (outputs_of.get((op.key[0], op.key[2]), set()) & residuals_of) for op in copies)
@@ -399,9 +411,43 @@ def _through_moves(members: Mapping[str, SiteOp], name: str) -> SiteOp | None:
     return op
 
 
-def _chain_ops(members: Mapping[str, SiteOp], residual: SiteOp) -> list[SiteOp]:
+def _reads_two_values(comp, inst) -> bool:
+    """Does an op read two distinct values as large as its own, each carrying data of that size (a
+    product of broadcasts, a layer norm's `scale * r`, carries none; a square `x * x` reads one)?"""
+    size = largest_array(inst.shape)
+    return sum(_carries(comp, o, size, 6) for o in set(inst.operands)) >= 2
+
+
+def _carries(comp, name: str, size: int, depth: int) -> bool:
+    inst = comp.by_name.get(name)
+    if inst is None or largest_array(inst.shape) < size or inst.opcode in ("broadcast", "iota", "constant"):
+        return False
+    if inst.opcode in CHEAP and depth > 0:
+        return any(_carries(comp, o, size, depth - 1) for o in inst.operands)
+    return True
+
+
+def _stored_once(comp, inst, members: Mapping[str, SiteOp], depth: int = 8) -> bool:
+    """Is a remat-named cheap op one XLA never copies into the fusions reading it: one reading two
+    whole values (a residual add `x + attn`, which XLA stores rather than duplicate), or one read
+    inside its fusion only by such ops (the projection's bias add under it)? The program without
+    remat computes it in its forward fusion alone and saves it as computed; the program with remat
+    may still copy it into every fusion of its backward loop (more held-out seed 167)."""
+    op = members.get(inst.name)
+    if op is None or not op.named or inst.opcode not in CHEAP:
+        return False
+    if _reads_two_values(comp, inst):
+        return True
+    if depth <= 0 or inst is comp.root:
+        return False
+    users = comp.users.get(inst.name, ())
+    return bool(users) and all(_stored_once(comp, user, members, depth - 1) for user in users)
+
+
+def _chain_ops(comp, members: Mapping[str, SiteOp], residual: SiteOp) -> list[SiteOp]:
     """The remat-named cheap ops a residual is computed from inside its fusion, itself included
-    (through moves; not past a parameter or an op of another kind)."""
+    (through moves; not past a parameter, an op of another kind, or one the program without remat
+    stores rather than copies, `_stored_once`)."""
     out: list[SiteOp] = []
     pending, seen = [residual], set()
     while pending:
@@ -411,7 +457,7 @@ def _chain_ops(members: Mapping[str, SiteOp], residual: SiteOp) -> list[SiteOp]:
         seen.add(op.key)
         if op.inst.opcode in _MOVES:
             pass
-        elif op.named and op.inst.opcode in CHEAP:
+        elif op.named and op.inst.opcode in CHEAP and not _stored_once(comp, op.inst, members):
             out.append(op)
         else:
             continue
@@ -462,7 +508,8 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
                 continue
             for name in chain:
                 op = members.get(name)
-                if op is not None and op.named and op.inst.opcode in CHEAP:
+                if op is not None and op.named and op.inst.opcode in CHEAP and \
+                        not _stored_once(comp, op.inst, members):
                     out.setdefault(op.exact, set()).add(r.exact)
         if not recomputed and any(op.exact in for_recompute for op in outputs):
             stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
