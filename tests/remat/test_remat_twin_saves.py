@@ -107,3 +107,13 @@ def test_stored_cheap_value_read_by_recomputes_runs_more_often_in_the_twin():
     of the reading fusions in the per-opcode sum (add +20,480 before)."""
     outcome = check(draw(37, "more"))
     assert outcome.all_ok("after"), outcome.describe()
+
+
+def test_value_stored_once_by_the_twin_is_remat_in_every_backward_copy():
+    """held-out more seed 167 (hk.layer_stack attention, dots_with_no_batch_dims_saveable): the
+    residual add `x + attn` reads two whole values, so the program without remat computes it (and
+    the output projection's bias add under it) once in its forward fusion and stores it; the
+    backward loop here copies both into ten fusions, recompute and gradient, all remat. Counted
+    against saving fusions that copy them, half were taken out (add -61,440 before)."""
+    outcome = check(draw(167, "more"))
+    assert outcome.all_ok("after"), outcome.describe()

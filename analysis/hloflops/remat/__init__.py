@@ -157,7 +157,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    A cheap value a policy stores instead (gelu's `h`), read back by the recompute fusions and the
    gradient's residual chains, is computed by that program's counterparts of those fusions: where
    they exceed this program's forward copies, as many counted recomputes of its opcode and size in
-   the reading fusions are model FLOPs.
+   the reading fusions are model FLOPs. A recomputed value XLA stores rather than copies (it reads
+   two whole values: a residual add `x + attn`, and the bias add read only by it) is on no saving
+   fusion's chain: that program computes it once in its forward, so every backward copy is remat.
    A residual read is one saving fusion unless an earlier gradient fusion repeats it (the same
    reading values: XLA copies the chains into each of a gradient's unfusable readers, input,
    weight and bias gradients, and repeats a layer norm's backward per layout), and a

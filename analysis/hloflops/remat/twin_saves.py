@@ -69,7 +69,13 @@ backward reads back from the stack, which `_offsetting` never sees (no copy of i
 the recompute fusions reading it stand for forward fusions of the program without remat that
 compute it, and each residual a gradient fusion computes from it (`3 * h * h`, or `h` itself) for a
 fusion saving it that copies it; what these exceed this program's forward copies offsets counted
-recomputes in the reading fusions (`_stored_offsets`; more seed 37: add +20,480 before)."""
+recomputes in the reading fusions (hloflops.remat.stored_twin_copies; more seed 37: add +20,480 before).
+A recomputed value XLA stores rather than copies never joins a saving fusion's chain: one reading
+two whole values (the residual add `x + attn`) or read only by such ops in its fusion (the
+projection's bias add under it). The program without remat computes it once, in its forward fusion,
+and saves it as computed; every copy the backward loop makes of it, recompute or gradient, runs
+because of remat (`_stored_once`; held-out more seed 167, hk.layer_stack attention: add -61,440
+before, the recompute's 5 of 10 copies of each counted against saving fusions that read it)."""
 
 from __future__ import annotations
 
@@ -85,7 +91,7 @@ from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array, shape_
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
-from hloflops.remat.stack_readers import stack_readers
+from hloflops.remat.stored_twin_copies import stored_offsets
 from hloflops.remat.values import Val
 from hloparse.ir import CallRole, Instruction, Module, parameter_number
 
@@ -256,7 +262,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
             overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves.get(v, 0)]}
     decided |= _offsetting(ops, short, (remat - decided) | added | overflow, in_gradient)
-    decided |= _stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow)
+    decided |= stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow)
     return (remat - decided) | added | overflow, decided, added
 
 
@@ -544,66 +550,3 @@ def _read_by_backward_reduce(module: Module, site: tuple[str, Instruction],
             if reader.opcode == "reduce":
                 return True
     return False
-
-
-def _stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, int], dict[str, SiteOp]],
-                    chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]],
-                    remat: set[SiteKey]) -> set[SiteKey]:
-    """A cheap value this program's forward loop stores (a policy saves gelu's bias add `h`) that
-    the backward loop reads from the stack: the recompute fusions reading it there stand for the
-    program without remat's forward fusions, which compute it (XLA copies the cheap chain into each
-    consumer), and each residual a gradient fusion computes from it (`3 * h * h`), or `h` itself
-    read by a gradient op, is a fusion of that program saving it, copying the chain too. Where
-    those exceed this program's forward copies of the value, the program without remat runs it
-    more often: as many counted recomputes of its opcode and size in the reading recompute fusions
-    are model FLOPs in the per-opcode sum (as `_offsetting`; more seed 37, an offload policy: the
-    tanh's and the product's recompute fusions read `h`, the program without remat copies it into
-    its tanh, product, `h` and `3 * h * h` fusions, this one into its forward and saving fusions)."""
-    callers = one_call_site(module)
-    sites_of: dict[str, list[tuple[str, int]]] = {}
-    for site_key in by_site:
-        sites_of.setdefault(site_key[0], []).append(site_key)
-    by_value: dict[Val, list[SiteOp]] = {}
-    for op in ops:
-        by_value.setdefault(op.exact, []).append(op)
-    out: set[SiteKey] = set()
-    for (comp_name, site), members in by_site.items():
-        comp = module.by_name[comp_name]
-        caller = callers.get(comp_name)
-        if comp.root.opcode != "dynamic-update-slice" or caller is None or len(comp.root.operands) < 2:
-            continue
-        name = comp.root.operands[1]
-        while name in comp.by_name and comp.by_name[name].opcode in _MOVES and comp.by_name[name].operands:
-            name = comp.by_name[name].operands[0]
-        value = members.get(name)
-        if value is None or value.marked or value.inst.opcode not in CHEAP or not value.op_name \
-                or phase(value.op_name) == "backward" or value.inst.name not in cheap_chain(
-                    comp, frozenset({value.inst.name})):
-            continue
-        readers = stack_readers(module, caller[0].name, caller[1].name)
-        if not readers:
-            continue
-        recomputes: set[tuple[str, int]] = set()
-        saves: set[Val] = set()
-        for reader_comp, reader in readers:
-            for reader_site in sites_of.get(reader_comp, ()):
-                op = by_site[reader_site].get(reader.name)
-                if op is None:
-                    continue
-                if reader_site in chains:
-                    held = [r.exact for r, keys in chains[reader_site] if op.key in keys]
-                    saves |= set(held) if held else ({value.exact} if not op.marked else set())
-                elif op.marked:
-                    recomputes.add(reader_site)
-                else:
-                    saves.add(value.exact)
-        forward = sum(not op.marked and phase(op.op_name) != "backward" for op in by_value[value.exact])
-        short = len(recomputes) + len(saves) - forward
-        if short <= 0:
-            continue
-        kind = (value.inst.opcode, shape_key(value.inst.shape))
-        offsets = sorted((op for reader_site in recomputes for op in by_site[reader_site].values()
-                          if op.key in remat and op.key not in out
-                          and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
-        out |= {op.key for op in offsets[:short]}
-    return out

@@ -1,0 +1,89 @@
+"""A cheap value the forward loop stores, which the program without remat computes more often
+(hloflops.remat.twin_saves calls `stored_offsets` after counting the residuals' chains).
+
+A policy may save a cheap value itself (gelu's bias add `h` under an offload policy): the backward
+loop reads it back from the stack, in the recompute fusions (tanh's, the product's) and in the
+gradient fusion's residual chains (`3 * h * h`). The program without remat computes it in its
+counterparts of those recompute fusions (XLA copies a cheap producer into each consumer fusion)
+and copies it into each fusion saving such a residual, so it may run the value more often than
+this program, whose copies all sit in its forward. Remat FLOPs are judged per opcode, so the
+difference is taken off counted recomputes of the value's opcode and size in the reading fusions
+(more seed 37: add +20,480 before; more 78, 86, 90, 114 and held-out 246 closer)."""
+
+from __future__ import annotations
+
+from hloflops.remat.across_loops import cheap_chain
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.stack_readers import stack_readers
+from hloflops.remat.values import Val
+from hloflops.scopes import phase
+from hloparse.ir import Module
+
+# What a saving fusion copies (as hloflops.remat.twin_saves): cheap elementwise ops.
+CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
+_MOVES = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose"})
+
+
+def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, int], dict[str, SiteOp]],
+                    chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]],
+                    remat: set[SiteKey]) -> set[SiteKey]:
+    """A cheap value this program's forward loop stores (a policy saves gelu's bias add `h`) that
+    the backward loop reads from the stack: the recompute fusions reading it there stand for the
+    program without remat's forward fusions, which compute it (XLA copies the cheap chain into each
+    consumer), and each residual a gradient fusion computes from it (`3 * h * h`), or `h` itself
+    read by a gradient op, is a fusion of that program saving it, copying the chain too. Where
+    those exceed this program's forward copies of the value, the program without remat runs it
+    more often: as many counted recomputes of its opcode and size in the reading recompute fusions
+    are model FLOPs in the per-opcode sum (as twin_saves' `_offsetting`; more seed 37, an offload
+    policy: the tanh's and the product's recompute fusions read `h`, the program without remat
+    copies it into its tanh, product, `h` and `3 * h * h` fusions, this one into its forward and
+    saving fusions)."""
+    callers = one_call_site(module)
+    sites_of: dict[str, list[tuple[str, int]]] = {}
+    for site_key in by_site:
+        sites_of.setdefault(site_key[0], []).append(site_key)
+    by_value: dict[Val, list[SiteOp]] = {}
+    for op in ops:
+        by_value.setdefault(op.exact, []).append(op)
+    out: set[SiteKey] = set()
+    for (comp_name, site), members in by_site.items():
+        comp = module.by_name[comp_name]
+        caller = callers.get(comp_name)
+        if comp.root.opcode != "dynamic-update-slice" or caller is None or len(comp.root.operands) < 2:
+            continue
+        name = comp.root.operands[1]
+        while name in comp.by_name and comp.by_name[name].opcode in _MOVES and comp.by_name[name].operands:
+            name = comp.by_name[name].operands[0]
+        value = members.get(name)
+        if value is None or value.marked or value.inst.opcode not in CHEAP or not value.op_name \
+                or phase(value.op_name) == "backward" or value.inst.name not in cheap_chain(
+                    comp, frozenset({value.inst.name})):
+            continue
+        readers = stack_readers(module, caller[0].name, caller[1].name)
+        if not readers:
+            continue
+        recomputes: set[tuple[str, int]] = set()
+        saves: set[Val] = set()
+        for reader_comp, reader in readers:
+            for reader_site in sites_of.get(reader_comp, ()):
+                op = by_site[reader_site].get(reader.name)
+                if op is None:
+                    continue
+                if reader_site in chains:
+                    held = [r.exact for r, keys in chains[reader_site] if op.key in keys]
+                    saves |= set(held) if held else ({value.exact} if not op.marked else set())
+                elif op.marked:
+                    recomputes.add(reader_site)
+                else:
+                    saves.add(value.exact)
+        forward = sum(not op.marked and phase(op.op_name) != "backward" for op in by_value[value.exact])
+        short = len(recomputes) + len(saves) - forward
+        if short <= 0:
+            continue
+        kind = (value.inst.opcode, shape_key(value.inst.shape))
+        offsets = sorted((op for reader_site in recomputes for op in by_site[reader_site].values()
+                          if op.key in remat and op.key not in out
+                          and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
+        out |= {op.key for op in offsets[:short]}
+    return out
