@@ -157,6 +157,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
     read_as: dict[Val, set[Val]] = {}  # per value, the values of the backward ops reading its residuals
     held: dict[Val, set[Val]] = {}  # per value, the residuals on whose chains it is
     gradient_sites: set[tuple[str, int]] = set()
+    once = _stored_once_values(module, by_site)
     chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]] = {}  # per gradient site, its residuals
     for site_key, members in sorted(by_site.items(), key=lambda item: min(op.order for op in item[1].values())):
         reads = [(op, r) for op in members.values() if not op.marked and op.op_name
@@ -180,7 +181,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
                     and any(folded_read(comp, op.inst, name) for name in op.inst.operands
                             if _through_moves(members, name) is r)}
             residuals = ({r.exact} if readers - fold else set()) | ({("2x", r.exact)} if fold else set())
-            chain_ops = _chain_ops(comp, members, r)
+            chain_ops = _chain_ops(members, r, once)
             chains.setdefault(site_key, []).append((r, {op.key for op in chain_ops}))
             for v in {op.exact for op in chain_ops}:
                 held.setdefault(v, set()).update(residuals)
@@ -191,7 +192,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         gradient_sites.add(site_key)
     # Residuals handed to a backward matmul are saving copies too, once per residual value; the cap
     # on gradient copies below counts only the gradient fusions' saves (`saves`).
-    handed, relaid = _read_by_backward_matmuls(module, by_site, gradient_sites, fused, op_names)
+    handed, relaid = _read_by_backward_matmuls(module, by_site, gradient_sites, fused, op_names, once)
     total = dict(saves)
     for v, values in handed.items():
         total[v] = total.get(v, 0) + len(values - held.get(v, set()))
@@ -202,9 +203,9 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
     for op in ops:
         if op.exact in total or op.exact in gradient:
             by_value.setdefault(op.exact, []).append(op)
-    # Values the program without remat stores once rather than copies: counted whole (below).
-    once = {v for v in gradient if all(_stored_once(module.by_name[op.key[0]], op.inst, by_site.get(
-        (op.key[0], op.key[2]), {})) for op in by_value[v])}
+    # Values the program without remat stores once rather than copies (in a gradient fusion too):
+    # counted whole (below).
+    once &= set(gradient)
     total.update({v: 0 for v in once if v not in total})
     forward = _Forward(module, ops)
     settled = decided
@@ -418,19 +419,21 @@ def _through_moves(members: Mapping[str, SiteOp], name: str) -> SiteOp | None:
 
 
 def _reads_two_values(comp, inst) -> bool:
-    """Does an op read two distinct values as large as its own, each carrying data of that size (a
-    product of broadcasts, a layer norm's `scale * r`, carries none; a square `x * x` reads one)?"""
+    """Does an op read two whole values, from distinct sources (broadcasts aside: a layer norm's
+    `scale * r` carries none; sigmoid's `s * (1 - s)` and a square read one)?"""
     size = largest_array(inst.shape)
-    return sum(_carries(comp, o, size, 6) for o in set(inst.operands)) >= 2
+    found = [_sources(comp, o, size, 6) for o in set(inst.operands)]
+    return sum(bool(f) for f in found) >= 2 and len(set().union(*found)) >= 2
 
 
-def _carries(comp, name: str, size: int, depth: int) -> bool:
+def _sources(comp, name: str, size: int, depth: int) -> set[str]:
+    """The whole-size values an operand is computed from through cheap ops (itself where it is not one)."""
     inst = comp.by_name.get(name)
     if inst is None or largest_array(inst.shape) < size or inst.opcode in ("broadcast", "iota", "constant"):
-        return False
-    if inst.opcode in CHEAP and depth > 0:
-        return any(_carries(comp, o, size, depth - 1) for o in inst.operands)
-    return True
+        return set()
+    if (inst.opcode in CHEAP or inst.opcode in _MOVES) and inst.operands and depth > 0:
+        return set().union(*(_sources(comp, o, size, depth - 1) for o in inst.operands))
+    return {name}
 
 
 def _stored_once(comp, inst, members: Mapping[str, SiteOp], depth: int = 8) -> bool:
@@ -450,7 +453,20 @@ def _stored_once(comp, inst, members: Mapping[str, SiteOp], depth: int = 8) -> b
     return bool(users) and all(_stored_once(comp, user, members, depth - 1) for user in users)
 
 
-def _chain_ops(comp, members: Mapping[str, SiteOp], residual: SiteOp) -> list[SiteOp]:
+def _stored_once_values(module: Module, by_site: dict[tuple[str, int], dict[str, SiteOp]]) -> set[Val]:
+    """The values every remat-named copy of which, in every fusion, XLA would store rather than copy
+    (`_stored_once`): a bias add read by a residual add in one fusion and by a sigmoid in another
+    (silu's `h`, seed 000) is copied into the other's fusion, and is not one."""
+    verdict: dict[Val, bool] = {}
+    for (comp_name, _), members in by_site.items():
+        comp = module.by_name[comp_name]
+        for op in members.values():
+            if op.named and op.inst.opcode in CHEAP:
+                verdict[op.exact] = verdict.get(op.exact, True) and _stored_once(comp, op.inst, members)
+    return {v for v, stored in verdict.items() if stored}
+
+
+def _chain_ops(members: Mapping[str, SiteOp], residual: SiteOp, once: set[Val]) -> list[SiteOp]:
     """The remat-named cheap ops a residual is computed from inside its fusion, itself included
     (through moves; not past a parameter, an op of another kind, or one the program without remat
     stores rather than copies, `_stored_once`)."""
@@ -463,7 +479,7 @@ def _chain_ops(comp, members: Mapping[str, SiteOp], residual: SiteOp) -> list[Si
         seen.add(op.key)
         if op.inst.opcode in _MOVES:
             pass
-        elif op.named and op.inst.opcode in CHEAP and not _stored_once(comp, op.inst, members):
+        elif op.named and op.inst.opcode in CHEAP and op.exact not in once:
             out.append(op)
         else:
             continue
@@ -473,7 +489,7 @@ def _chain_ops(comp, members: Mapping[str, SiteOp], residual: SiteOp) -> list[Si
 
 def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dict[str, SiteOp]],
                               gradient_sites: set[tuple[str, int]], fused: dict[str, frozenset[str]],
-                              op_names: OpNames) -> tuple[dict[Val, set[Val]], set[SiteKey]]:
+                              op_names: OpNames, once: set[Val]) -> tuple[dict[Val, set[Val]], set[SiteKey]]:
     """The residuals a recompute fusion of a backward loop hands out to a matmul outside the
     recompute (a weight's gradient reads the recomputed layer norm output and gelu's product, the
     keys' gradient the projected query): each value of their chains, with the residuals whose
@@ -514,8 +530,7 @@ def _read_by_backward_matmuls(module: Module, by_site: dict[tuple[str, int], dic
                 continue
             for name in chain:
                 op = members.get(name)
-                if op is not None and op.named and op.inst.opcode in CHEAP and \
-                        not _stored_once(comp, op.inst, members):
+                if op is not None and op.named and op.inst.opcode in CHEAP and op.exact not in once:
                     out.setdefault(op.exact, set()).add(r.exact)
         if not recomputed and any(op.exact in for_recompute for op in outputs):
             stand_ins |= {op.key for op in members.values() if op.named and op.inst.opcode in CHEAP}
