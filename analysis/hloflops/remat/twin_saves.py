@@ -231,8 +231,6 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
         if not in_forward:
             continue  # no forward in another loop body (an accumulation loop runs both passes)
         split |= {op.frame for op in members}
-        # A settled stand-in site whose output is already a residual handed to a backward matmul
-        # is that residual's saving copy: counted once.
         if v in once:
             # Computed by the program without remat in its forward fusion alone: every copy of the
             # backward loop, recompute or gradient, runs because of remat (over another rule's
@@ -241,6 +239,8 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
             added |= {op.key for op in copies if op.key not in remat}
             overflow |= {op.key for op in members if op.key in in_gradient and op.key not in remat}
             continue
+        # A settled stand-in site whose output is already a residual handed to a backward matmul
+        # is that residual's saving copy: counted once.
         residuals_of = held[v]
         stand_ins = sum((op.key[0], op.key[2]) in settled_sites and
                         not (outputs_of.get((op.key[0], op.key[2]), set()) & residuals_of) for op in copies)
