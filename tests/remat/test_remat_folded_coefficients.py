@@ -54,3 +54,16 @@ def test_folded_centred_square_reads_its_own_residual(seed):
     for opcode in COUNTER_OPCODES:
         assert abs(after.misses.get(opcode, 0)) <= LOOP_TOLERANCE * after.loops, outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+# Haiku's `jnp.var` centres first, `mean(square(x - mean))`, in an hk.layer_stack loop: the recomputed
+# `square` multiplies a fusion parameter by itself (the `subtract` in another fusion), the twin saves
+# `2 * (x - mean)`, and the fold leaves `(x - mean) * broadcast(s * (2 / n))`. Without the give-back,
+# multiply +2,097,152 on more 94 (two layer norms), +1,048,576 on more 86 (an offload policy; its add
+# over, the offloaded residual's, is another cause) and +16,384 on more 98.
+@pytest.mark.parametrize("seed", [94, 86, 98])
+def test_folded_centred_square_in_a_haiku_layer_stack(seed):
+    outcome = check(draw(seed, "more"))
+    after = outcome._at("after")
+    assert "multiply" not in after.misses, outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
