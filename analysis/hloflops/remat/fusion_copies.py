@@ -16,7 +16,7 @@ from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_id
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
-from hloflops.remat.sites import Key, SiteKey, SiteOp
+from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
@@ -440,16 +440,8 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
                 callers[callee] = (comp.name, inst.name)
     found: set[SiteKey] = set()
     for op in ops:
-        if not op.marked or op.inst.opcode != "add" or len(op.inst.operands) != 2:
-            continue
-        comp = module.by_name[op.key[0]]
-        kinds = [comp.by_name.get(name) for name in op.inst.operands]
-        if any(inst is None for inst in kinds):
-            continue
-        if sum(inst.opcode == "broadcast" for inst in kinds) != 1:
-            continue
-        other = next(inst for inst in kinds if inst.opcode != "broadcast")
-        if _is_saved_matmul(module, callers, comp.name, other):
+        other = bias_add_input(module, op)
+        if other is not None and _is_saved_matmul(module, callers, op.key[0], other):
             found.add(op.key)
     return found
 

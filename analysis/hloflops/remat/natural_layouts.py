@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from hloflops.remat.fusion_copies import outputs_through
 from hloflops.remat.view_copies import CHEAP, _laid_out
-from hloparse.ir import CallRole, Computation, Module
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloparse.ir import Computation, Module
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_call_counts
 
 # Fused ops besides the cheap ones that a fusion handing out a cheap value may hold.
 _MOVES = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "iota"})
@@ -40,11 +40,7 @@ def natural_layouts(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> t
     the ops this rule found to be model FLOPs."""
     if not module.is_scheduled:
         return remat, set()
-    callers: dict[str, int] = {}
-    for _, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers[callee] = callers.get(callee, 0) + 1
+    callers = fusion_call_counts(module)
     single = {name for name, n in callers.items() if n == 1 and name in module.by_name}
     by_key = {op.key: op for op in ops if op.key[0] in single}
     in_place: dict[str, SiteOp] = {}  # fused computation -> the cheap value it hands out in place

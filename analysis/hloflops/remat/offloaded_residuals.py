@@ -28,7 +28,7 @@ from hloflops.remat.moved_values import HOST_MEMORY_SPACE
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
 from hloflops.scopes import phase
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.sites import SiteKey, SiteOp, bias_add_input, one_call_site, source_op
 from hloparse.ir import Instruction, Module
 
 # Ops that hand a value on unchanged, and the two halves of a copy between memory spaces.
@@ -44,13 +44,10 @@ def offloaded_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey
     by_key = {op.key: op for op in ops}
     found: set[SiteKey] = set()
     for op in ops:
-        if not op.marked or op.inst.opcode != "add" or len(op.inst.operands) != 2:
+        other = bias_add_input(module, op)
+        if other is None:
             continue
         comp = module.by_name[op.key[0]]
-        kinds = [comp.by_name.get(name) for name in op.inst.operands]
-        if any(inst is None for inst in kinds) or sum(inst.opcode == "broadcast" for inst in kinds) != 1:
-            continue
-        other = next(inst for inst in kinds if inst.opcode != "broadcast")
         hops: list[Instruction] = []
 
         def passes(inst: Instruction) -> bool:

@@ -69,6 +69,28 @@ def _round_trip_of(module: Module, comp: Computation, operand: Instruction | Non
     return None if narrow is None else (comp.name, operand, narrow)
 
 
+class LoopFusions:
+    """What the rules on a loop body's saving fusions look up: the ops of each fused computation
+    called from a loop body (per call site), each value's sites, ops by key, the forward's
+    unmarked named ops of loop bodies by opcode, and each fused computation's caller."""
+
+    def __init__(self, module: Module, ops: list[SiteOp]) -> None:
+        entry = module.entry.name
+        self.comps: dict[tuple[str, int], list[SiteOp]] = {}
+        self.values: dict[object, set[tuple[str, int]]] = {}
+        for op in ops:
+            self.values.setdefault(op.exact, set()).add((op.key[0], op.key[2]))
+            if op.frame != entry and op.frame != op.key[0]:
+                self.comps.setdefault((op.key[0], op.key[2]), []).append(op)
+        self.by_key = {op.key[:2]: op for op in ops}
+        self.forward: dict[str, list[SiteOp]] = {}  # unmarked ops of a loop body, by opcode
+        for op in ops:
+            if not op.marked and op.op_name and op.frame != entry:
+                self.forward.setdefault(op.inst.opcode, []).append(op)
+        self.callers = {callee: (comp.name, inst.name) for comp, inst in module.instructions()
+                        if inst.opcode == "fusion" for callee in inst.called(CallRole.FUSION)}
+
+
 def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]
                       ) -> tuple[set[SiteKey], set[SiteKey]]:
     """Forward ops XLA copied into the fusion that stores a policy's saved residual into a loop's
@@ -86,38 +108,20 @@ def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]
     they read (relu's `h > 0`, held-out more seed 209: its forward has no such compare).
     Elsewhere whether it does is its fusion's business: unsure, not counted. Returns the copies
     unsure and those counted."""
-    entry = module.entry.name
-    comps = {}
-    values: dict[object, set[tuple[str, int]]] = {}
-    for op in ops:
-        values.setdefault(op.exact, set()).add((op.key[0], op.key[2]))
-        if op.frame != entry and op.frame != op.key[0]:
-            comps.setdefault((op.key[0], op.key[2]), []).append(op)
+    fusions = LoopFusions(module, ops)
+    comps, values, by_key, forward, callers = (fusions.comps, fusions.values, fusions.by_key, fusions.forward,
+                                               fusions.callers)
     found: set[SiteKey] = set()
     counted: set[SiteKey] = set()
-    by_key = {op.key[:2]: op for op in ops}
-    forward: dict[str, list[SiteOp]] = {}  # unmarked ops of a loop body, by opcode
-    for op in ops:
-        if not op.marked and op.op_name and op.frame != entry:
-            forward.setdefault(op.inst.opcode, []).append(op)
-    callers = {callee: (comp.name, inst.name) for comp, inst in module.instructions() if inst.opcode == "fusion"
-               for callee in inst.called(CallRole.FUSION)}
     for (comp_name, site), members in comps.items():
         comp = module.by_name[comp_name]
         roundings = [i for i in comp.instructions if is_identity_rounding(i)]
         if not roundings or not any(i.opcode == "dynamic-update-slice" for i in comp.instructions):
             continue
         readers = stack_readers(module, *callers[comp_name]) if comp_name in callers else None
-        recompute_only = bool(readers) and all(_recomputes_forward(by_key.get((c, i.name)), forward)
+        recompute_only = bool(readers) and all(recomputes_forward(by_key.get((c, i.name)), forward)
                                                for c, i in readers)
-        under: set[str] = set()
-        pending = [o for r in roundings for o in r.operands]
-        while pending:
-            name = pending.pop()
-            if name in under or name not in comp.by_name:
-                continue
-            under.add(name)
-            pending += comp.by_name[name].operands
+        under = computed_from(comp, [o for r in roundings for o in r.operands])
         copies = {op.key for op in members if op.inst.name in under and not op.marked and op.key not in remat
                   and op.inst.opcode in DUPLICATED and op.inst.opcode not in EXPENSIVE
                   and len(values[op.exact]) > 1}
@@ -128,7 +132,20 @@ def copied_into_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey]
     return found, counted
 
 
-def _recomputes_forward(op: SiteOp | None, forward: dict[str, list[SiteOp]]) -> bool:
+def computed_from(comp: Computation, names: list[str]) -> set[str]:
+    """The ops of `comp` named in `names` and every op of `comp` they are computed from."""
+    under: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in under or name not in comp.by_name:
+            continue
+        under.add(name)
+        pending += comp.by_name[name].operands
+    return under
+
+
+def recomputes_forward(op: SiteOp | None, forward: dict[str, list[SiteOp]]) -> bool:
     """Is `op` a remat-named recompute of a forward op (one of its opcode and inner name in another
     loop body), not jvp's own work named in the recompute?"""
     if op is None or not op.named or not op.op_name:

@@ -48,6 +48,28 @@ def one_call_site(module: Module) -> dict[str, tuple[Computation, Instruction] |
     return callers
 
 
+def bias_add_input(module: Module, op: SiteOp) -> Instruction | None:
+    """What a remat-marked bias add adds its broadcast to: the other operand of a marked `add` of
+    exactly one broadcast (None for any other op)."""
+    if not op.marked or op.inst.opcode != "add" or len(op.inst.operands) != 2:
+        return None
+    comp = module.by_name[op.key[0]]
+    operands = [comp.by_name.get(name) for name in op.inst.operands]
+    if any(inst is None for inst in operands) or sum(inst.opcode == "broadcast" for inst in operands) != 1:
+        return None
+    return next(inst for inst in operands if inst.opcode != "broadcast")
+
+
+def fusion_call_counts(module: Module) -> dict[str, int]:
+    """How many fusion instructions call each fused computation."""
+    counts: dict[str, int] = {}
+    for _, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                counts[callee] = counts.get(callee, 0) + 1
+    return counts
+
+
 def value_readers(module: Module) -> dict[Key, list[Instruction]]:
     """Each value's readers: (computation, name) -> the instructions reading it, in text order."""
     readers: dict[Key, list[Instruction]] = {}
@@ -71,24 +93,39 @@ def source_op(module: Module, callers: Mapping[str, tuple[Computation, Instructi
             return None
         if passes(inst) and inst.operands:
             name = inst.operands[0]
-        elif inst.opcode == "parameter":
-            caller = callers.get(comp.name)
-            number = parameter_number(inst)
-            if caller is None or not 0 <= number < len(caller[1].operands):
+        elif inst.opcode in FUSION_BOUNDARY:
+            step = across_fusion_boundary(module, callers, comp, inst)
+            if step is None:
                 return None
-            comp, name = caller[0], caller[1].operands[number]
-        elif inst.opcode in ("fusion", "get-tuple-element"):
-            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
-            if producer is None or producer.opcode != "fusion":
-                return None
-            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
-            root = callee.root
-            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
-                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
-            elif root.opcode != "tuple" and inst.opcode == "fusion":
-                comp, name = callee, root.name
-            else:
-                return None
+            comp, name = step
         else:
             return by_key.get((comp.name, inst.name, site))
+    return None
+
+
+# Where a walk to a value's source crosses a fusion's boundary (`across_fusion_boundary`).
+FUSION_BOUNDARY = frozenset({"parameter", "fusion", "get-tuple-element"})
+
+
+def across_fusion_boundary(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
+                           comp: Computation, inst: Instruction) -> tuple[Computation, str] | None:
+    """One step of a walk to a value's source across a fusion's boundary: a fused parameter to its
+    call site's operand (`callers`: `one_call_site`), a fusion (or an output of a multi-output
+    fusion) to its root (its tuple's element). None where the walk cannot go on: an unfused
+    parameter, a fusion called from several sites, a tuple-shaped value."""
+    if inst.opcode == "parameter":
+        caller = callers.get(comp.name)
+        number = parameter_number(inst)
+        if caller is None or not 0 <= number < len(caller[1].operands):
+            return None
+        return caller[0], caller[1].operands[number]
+    producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
+    if producer is None or producer.opcode != "fusion":
+        return None
+    callee = module.by_name[producer.called(CallRole.FUSION)[0]]
+    root = callee.root
+    if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
+        return callee, root.operands[int(inst.attributes.get("index", "0"))]
+    if root.opcode != "tuple" and inst.opcode == "fusion":
+        return callee, root.name
     return None

@@ -90,10 +90,10 @@ from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, largest_array, shape_key
 from hloflops.remat.saved_copies import read_by_backward_matmul, sites_and_readers
 from hloflops.scopes import phase
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary, one_call_site
 from hloflops.remat.stored_twin_copies import stored_offsets
 from hloflops.remat.values import Val
-from hloparse.ir import CallRole, Instruction, Module, parameter_number
+from hloparse.ir import CallRole, Instruction, Module
 
 # What a saving fusion copies: cheap elementwise ops (never a transcendental or a divide).
 CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
@@ -348,24 +348,11 @@ def _tree(module: Module, callers, comp, name: str, depth: int) -> tuple:
             return ("input",)
         if inst.opcode in _VIEWS - {"dynamic-slice", "slice"} and inst.operands:
             name = inst.operands[0]
-        elif inst.opcode == "parameter":
-            caller = callers.get(comp.name)
-            number = parameter_number(inst)
-            if caller is None or not 0 <= number < len(caller[1].operands):
+        elif inst.opcode in FUSION_BOUNDARY:
+            step = across_fusion_boundary(module, callers, comp, inst)
+            if step is None:
                 return ("input",)
-            comp, name = caller[0], caller[1].operands[number]
-        elif inst.opcode in ("fusion", "get-tuple-element"):
-            producer = inst if inst.opcode == "fusion" else comp.by_name.get(inst.operands[0])
-            if producer is None or producer.opcode != "fusion":
-                return ("input",)
-            callee = module.by_name[producer.called(CallRole.FUSION)[0]]
-            root = callee.root
-            if inst.opcode == "get-tuple-element" and root.opcode == "tuple":
-                comp, name = callee, root.operands[int(inst.attributes.get("index", "0"))]
-            elif root.opcode != "tuple" and inst.opcode == "fusion":
-                comp, name = callee, root.name
-            else:
-                return ("input",)
+            comp, name = step
         elif inst.opcode in ("dynamic-slice", "slice"):
             return ("input",)
         elif inst.opcode == "constant":

@@ -19,9 +19,9 @@ without the marker the stack may be any residual of the program's own."""
 
 from __future__ import annotations
 
-from hloparse.ir import CallRole, Module
+from hloparse.ir import Module
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, is_identity_rounding
-from hloflops.remat.rounding import _recomputes_forward
+from hloflops.remat.rounding import LoopFusions, computed_from, recomputes_forward
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stack_readers import stack_readers
 
@@ -32,20 +32,9 @@ def copied_into_unmarked_saves(module: Module, ops: list[SiteOp], remat: set[Sit
     forward ops, whose value the forward computes in another fusion too: remat (module docstring)."""
     if not module.is_scheduled:
         return set()
-    entry = module.entry.name
-    comps: dict[tuple[str, int], list[SiteOp]] = {}
-    values: dict[object, set[tuple[str, int]]] = {}
-    for op in ops:
-        values.setdefault(op.exact, set()).add((op.key[0], op.key[2]))
-        if op.frame != entry and op.frame != op.key[0]:
-            comps.setdefault((op.key[0], op.key[2]), []).append(op)
-    by_key = {op.key[:2]: op for op in ops}
-    forward: dict[str, list[SiteOp]] = {}  # unmarked ops of a loop body, by opcode
-    for op in ops:
-        if not op.marked and op.op_name and op.frame != entry:
-            forward.setdefault(op.inst.opcode, []).append(op)
-    callers = {callee: (comp.name, inst.name) for comp, inst in module.instructions() if inst.opcode == "fusion"
-               for callee in inst.called(CallRole.FUSION)}
+    fusions = LoopFusions(module, ops)
+    comps, values, by_key, forward, callers = (fusions.comps, fusions.values, fusions.by_key, fusions.forward,
+                                               fusions.callers)
     counted: set[SiteKey] = set()
     for (comp_name, _site), members in comps.items():
         comp = module.by_name[comp_name]
@@ -53,16 +42,9 @@ def copied_into_unmarked_saves(module: Module, ops: list[SiteOp], remat: set[Sit
         if not updates or comp_name not in callers or any(is_identity_rounding(i) for i in comp.instructions):
             continue
         readers = stack_readers(module, *callers[comp_name])
-        if not readers or not all(_recomputes_forward(by_key.get((c, i.name)), forward) for c, i in readers):
+        if not readers or not all(recomputes_forward(by_key.get((c, i.name)), forward) for c, i in readers):
             continue
-        under: set[str] = set()
-        pending = [u.operands[1] for u in updates]
-        while pending:
-            name = pending.pop()
-            if name in under or name not in comp.by_name:
-                continue
-            under.add(name)
-            pending += comp.by_name[name].operands
+        under = computed_from(comp, [u.operands[1] for u in updates])
         counted |= {op.key for op in members if op.inst.name in under and not op.marked and op.key not in remat
                     and op.inst.opcode in DUPLICATED and op.inst.opcode not in EXPENSIVE
                     and len(values[op.exact]) > 1}

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
-from hloparse.ir import CallRole, Computation, Module
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloparse.ir import Computation, Module
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_call_counts
 
 
 # A convert is left out, as by `saved_by_the_twin`: a recomputed cast (a bf16 activation laid out
@@ -45,11 +45,7 @@ def view_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple
     and the ops this rule found to be model FLOPs."""
     if not module.is_scheduled:
         return remat, set()
-    callers: dict[str, int] = {}
-    for _, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers[callee] = callers.get(callee, 0) + 1
+    callers = fusion_call_counts(module)
     by_key = {op.key: op for op in ops if callers.get(op.key[0]) == 1}
     laid_out: dict[str, tuple[SiteOp, SiteOp]] = {}  # fused computation -> (its value, the view it writes)
     for name in callers:
