@@ -100,8 +100,8 @@ def test_a_value_widened_by_more_recompute_fusions_than_forward_ones_counts_the_
     # h: the forward widens it once (hw), the recompute twice (rhw1, rhw2): one runs because of
     # remat. The recompute reads nothing the forward computed and the forward hands nothing to the
     # backward (a checkpoint around the whole module): that one is the forward's own widen, the
-    # recompute's are the program without remat's forward (hloflops.remat.widen_counts,
-    # `whole_checkpoint_widens`).
+    # recompute's are the program without remat's forward
+    # (hloflops.remat.whole_checkpoint_widens).
     assert len({"hw", "rhw1", "rhw2"} & remat) == 1, remat
     assert "hw" in remat, remat
     # the square: once in each

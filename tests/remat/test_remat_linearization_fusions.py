@@ -111,7 +111,7 @@ def test_the_recompute_and_its_own_widens_stay_remat():
     # One widen of `s` beyond the program without remat's: the module is a checkpoint around the
     # whole model (the recompute reads only program inputs, the forward hands nothing to the
     # backward), so it is the forward's own (`sw`), the recompute's `rsw` standing for the program
-    # without remat's forward (hloflops.remat.widen_counts, `whole_checkpoint_widens`).
+    # without remat's forward (hloflops.remat.whole_checkpoint_widens).
     assert len({"sw", "rsw"} & remat) == 1 and "sw" in remat, remat
     low, high = acc.remat_flops_bounds
     assert low <= acc.remat_flops <= high

@@ -1,5 +1,5 @@
 """Float normalization's widens under a checkpoint around the whole model (after optimization,
-CPU; analysis/hloflops/remat/widen_counts.py, `whole_checkpoint_widens`).
+CPU; analysis/hloflops/remat/whole_checkpoint_widens.py).
 
 The forward of a whole-model `nn.remat` stores nothing but the policy's residuals: XLA copies each
 cheap value into every fusion reading it, widening what it reads there (the embedding's gather in

@@ -226,11 +226,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    rests on fusion). Under a checkpoint around the whole model (the recompute reads nothing the
    forward computed but the policy's residuals, the forward hands nothing to the backward) the
    forward, storing nothing, widens values in every reader: all its widens of checkpointed values
-   are remat, the recompute's model FLOPs. A checkpoint input the forward left in f32 (a bf16
-   residual add) crosses the checkpoint's barrier narrowed (`.../remat2`): the backward fusions
-   reading it widen it again, where the program without remat's backward reads the wide value;
-   those widens are remat, where only the next block's residual add reads the narrow value in the
-   forward (hloflops.remat.pinned_inputs; rests on fusion).
+   are remat, the recompute's model FLOPs (hloflops.remat.whole_checkpoint_widens). A checkpoint
+   input the forward left in f32 (a bf16 residual add) crosses the checkpoint's barrier narrowed
+   (`.../remat2`): the backward fusions reading it widen it again, where the program without
+   remat's backward reads the wide value; those widens are remat, where only the next block's
+   residual add reads the narrow value in the forward (hloflops.remat.pinned_inputs; rests on
+   fusion).
 10. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without

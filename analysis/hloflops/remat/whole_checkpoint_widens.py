@@ -1,0 +1,162 @@
+"""The widens of a checkpoint around the whole model (after optimization, CPU).
+
+A checkpoint around the whole model (`whole_checkpoint_widens`) turns this around: its forward
+stores nothing but the policy's residuals, so XLA copies each cheap value into every fusion
+reading it and widens what it reads there (the embedding's gather, widened in each layer norm's
+and residual add's fusion; base seeds 11, 63, 112), more often than the recompute, and often a
+value the recompute widens under another name (the gather before its mask). The recompute is split
+as the program without remat's forward: its widens of values it computes (named in the recompute)
+are model FLOPs, and the forward's widens of checkpointed values, all of them, are remat. Widens
+of a policy's residual, of a program input (a weight's slice) and of a library matmul named by its
+readers keep the value-by-value count (the program without remat's forward fuses the residual's
+readers with its computation: held-out base 293). Told by names and reads: the forward and the
+recompute run in one computation, the recompute reads nothing computed outside it but a policy's
+residuals and casts of program inputs, and no fusion of the checkpointed forward hands its value
+to the backward. A checkpoint per layer or per scan step hands its input from the forward (the
+recompute reads it, or the stacks carry it): there the value-by-value count holds.
+
+These stand on the recompute being the program without remat's forward: settled both ways, not
+in the range (hloflops.remat.widen_counts counts the value-by-value case)."""
+
+from __future__ import annotations
+
+from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.normalization import is_normalization_widen
+from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.widen_index import MOVING_OPS, WidenIndex
+from hloflops.scopes import phase
+from hloparse.ir import CallRole, Module
+
+
+def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex, remat: set[SiteKey],
+                            out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey]) -> set[SiteKey]:
+    """Where the recompute reads nothing the forward computed (a checkpoint around the whole
+    model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs
+    (see the module's docstring); updates `out` and `decided`, returns the widens it settled."""
+    found = _CheckpointedForward(module, ops, index)
+    widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
+    # The forward and its recompute in one computation (not a scan's two loop bodies, the
+    # forward's values handed through the loop's stacks).
+    frames = {op.frame for op, _, side in widens if side is not None}
+    if not any(side == "forward" for _, _, side in widens) or len(frames) != 1 \
+            or found.recompute_reads_forward() or found.forward_hands_backward():
+        return set()
+    settled: set[SiteKey] = set()
+    for op, comp, side in widens:
+        if side is None or (side == "recompute" and op.key in relaid):
+            continue
+        # A value the checkpoint computes, named so (a policy's residual, which the recompute
+        # reads, a program input, a weight's slice, and an op named by its readers, a library
+        # matmul without metadata, are counted value by value: hloflops.remat.widen_counts).
+        source = index.source(comp, op.inst.operands[0], op.key[2])
+        if source is None or not (source.named and not source.inherited if side == "recompute" else
+                                  source.key in remat or found.checkpointed(source)):
+            continue
+        decided.add(op.key)
+        settled.add(op.key)
+        (out.add if side == "forward" else out.discard)(op.key)
+    return settled
+
+
+class _CheckpointedForward:
+    """The fusions computing the forward of what a checkpoint recomputes, and those computing
+    the recompute, told by names: a forward op is checkpointed where a remat-marked op computes
+    its value too (an equal value number) or carries its name inside the checkpoint
+    (`inner_tail`, two components at least, as in `balanced_widens`)."""
+
+    def __init__(self, module: Module, ops: list[SiteOp], index: WidenIndex):
+        self.module, self.ops, self.index = module, ops, index
+        self.marked_values = {op.exact for op in ops if op.marked}
+        self.tails: dict[str, set[tuple[str, ...]]] = {}
+        for op in ops:
+            tail = inner_tail(op.op_name) if op.marked and op.op_name else ()
+            if len(tail) >= 2:
+                self.tails.setdefault(op.inst.opcode, set()).add(tail)
+        self.sides: dict[tuple[str, int], str | None] = {}
+
+    def checkpointed(self, op: SiteOp) -> bool:
+        """Is the op a forward op whose value the checkpoint recomputes?"""
+        if op.marked or not op.op_name or phase(op.op_name) != "forward":
+            return False
+        return op.exact in self.marked_values or \
+            any(ends_with(op.op_name, tail) for tail in self.tails.get(op.inst.opcode, ()))
+
+    def side(self, comp_name: str, site: int) -> str | None:
+        """`recompute`: a fusion of remat-marked ops (and no backward op computing anything);
+        `forward`: a fusion of forward ops computing a checkpointed one, or of unnamed ops only
+        (a round trip, a relayout) read by forward ops alone, widening a checkpointed value or
+        read by a checkpointed op; else None."""
+        if (comp_name, site) not in self.sides:
+            self.sides[(comp_name, site)] = self._side(comp_name, site)
+        return self.sides[(comp_name, site)]
+
+    def _side(self, comp_name: str, site: int) -> str | None:
+        comp = self.module.by_name[comp_name]
+        by_key = self.index.by_key
+        members = [op for op in (by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
+        if any(m.marked for m in members):
+            backward = any(m.op_name and not m.marked and phase(m.op_name) == "backward"
+                           and m.inst.opcode not in MOVING_OPS for m in members)
+            return None if backward else "recompute"
+        if any(m.op_name and phase(m.op_name) != "forward" for m in members):
+            return None
+        if any(self.checkpointed(m) for m in members):
+            return "forward"
+        if any(m.op_name for m in members):
+            return None
+        readers = self.index.reader_ops(comp_name, site)
+        if not readers or not all(r is not None and not r.marked and r.op_name and phase(r.op_name) == "forward"
+                                  for r in readers):
+            return None
+        sources = [self.index.source(comp, inst.operands[0], site) for inst in comp.instructions
+                   if is_normalization_widen(inst, comp.by_name.get(inst.operands[0]) if inst.operands else None)]
+        return "forward" if any(self.checkpointed(r) for r in readers) or \
+            any(x is not None and self.checkpointed(x) for x in sources) else None
+
+    def recompute_reads_forward(self) -> bool:
+        """Does a recompute (a fusion of the recompute, or an unfused op named in it) read a
+        value a forward op computed: the checkpoint's input handed from the forward (a
+        checkpoint per layer)? Not a program input, a cast of one (a weight cast to bf16, which
+        CSE may share between the forward and the recompute) or a policy's saved residual (its
+        rounding, narrowed for the barrier)."""
+        fused = self.index.fused
+        sites: dict[str, set[int]] = {}
+        for op in self.ops:
+            sites.setdefault(op.key[0], set()).add(op.key[2])
+        for comp in self.module.computations:
+            if comp.name in fused:
+                continue
+            for inst in comp.instructions:
+                callee = inst.called(CallRole.FUSION) if inst.opcode == "fusion" else ()
+                for site in sites.get(callee[0] if callee else comp.name, ()):
+                    if callee:
+                        if self.side(callee[0], site) != "recompute":
+                            continue
+                    else:
+                        op = self.index.by_key.get((comp.name, inst.name, site))
+                        if op is None or not op.named:
+                            continue
+                    if any(self._forward_value(self.index.source(comp, operand, site)) for operand in inst.operands):
+                        return True
+        return False
+
+    def forward_hands_backward(self) -> bool:
+        """Does a fusion of the checkpointed forward hand its value to the backward (a fusion
+        computing a backward op, or an unfused one)? The forward of a whole-model checkpoint
+        stores nothing but the policy's residuals (their fusions are of no side)."""
+        for (comp_name, site), side in list(self.sides.items()):
+            if side != "forward":
+                continue
+            for reader in self.index.reader_fusions(comp_name, site):
+                if any(op.marked or (op.op_name and phase(op.op_name) == "backward"
+                                     and op.inst.opcode not in MOVING_OPS) for op in reader):
+                    return True
+        return False
+
+    def _forward_value(self, op: SiteOp | None) -> bool:
+        """Is the value (through the converts narrowing it) one the program computed outside the
+        recompute (an unmarked op's, not a policy's saved residual)?"""
+        while op is not None and op.inst.opcode == "convert" and op.inst.operands:
+            op = self.index.source(self.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
+        return op is not None and not op.marked and bool(op.op_name) \
+            and op.inst.opcode not in MOVING_OPS and op.inst.opcode != "reduce-precision"
