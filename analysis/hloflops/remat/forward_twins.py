@@ -9,7 +9,7 @@ from collections import Counter
 
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import ends_with, inner_tail, remat_level
-from hloflops.remat.signature import signature
+from hloflops.remat.signature import signature, unit_dimension_free_signature
 from hloflops.remat.op_kinds import is_identity_rounding, shape_key
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
@@ -102,7 +102,7 @@ class ForwardTwins:
                 self.first.setdefault(op.exact, op.order)
                 self.frames.setdefault(op.exact, set()).add(op.frame)
                 if op.op_name and phase(op.op_name) != "backward":
-                    self.pool.setdefault(signature(op, self.shapes), []).append(op)
+                    self.pool.setdefault(unit_dimension_free_signature(signature(op, self.shapes)), []).append(op)
 
     def values(self, members: list[SiteOp]) -> frozenset[Val]:
         """The forward's values of the class's signature and name (each with all its copies)."""
@@ -111,7 +111,7 @@ class ForwardTwins:
         if not tail or not op.op_name:
             return frozenset()
         level = remat_level(op.op_name, op.inherited)
-        return frozenset(twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
+        return frozenset(twin.exact for twin in self.pool.get(unit_dimension_free_signature(signature(op, self.shapes)), ())
                          if ends_with(twin.op_name, tail)
                          and level not in self.recomputed.get(twin.exact, ())
                          and (twin.frame != op.frame or same_inputs(self.inputs, op, twin)))
@@ -156,3 +156,4 @@ def same_inputs(inputs: FrameInputs, op: SiteOp, twin: SiteOp) -> bool:
     """Do two ops of one frame read the same inputs of it (`FrameInputs`)? Unknown counts as yes."""
     mine, theirs = inputs.of(*op.key[:2]), inputs.of(*twin.key[:2])
     return mine is None or theirs is None or mine == theirs
+

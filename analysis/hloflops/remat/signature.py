@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Mapping
 
-from hloflops.remat.op_kinds import result_attributes, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, result_attributes, shape_key
 from hloflops.remat.sites import SiteOp
 
 
@@ -93,3 +93,20 @@ def spatial_order_free(attributes: tuple) -> tuple:
         best = candidate if best is None or candidate < best else best
     kept["dim_labels"], kept["window"] = best
     return tuple(sorted(kept.items()))
+
+
+def unit_dimension_free_signature(key: tuple) -> tuple:
+    """An elementwise op's `signature` with the unit dimensions of its result and operands left
+    out: XLA may give one copy of a value a unit dimension (a bitcast it moved into the fusion)
+    that the other lacks, the same elements and FLOPs. Other opcodes' signatures are kept whole."""
+    opcode, result, operands, attributes = key
+    if opcode not in DUPLICATED:
+        return key
+    return opcode, _squeezed(result), tuple(_squeezed(s) for s in operands), attributes
+
+
+def _squeezed(key: object) -> object:
+    """An array's `shape_key` without its unit dimensions (a tuple's is kept whole)."""
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], tuple) and 1 in key[1]:
+        return key[0], tuple(e for e in key[1] if e != 1)
+    return key
