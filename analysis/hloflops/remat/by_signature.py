@@ -117,7 +117,8 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # recompute left without a twin of its own signature takes one equal but for unit dimensions,
     # after every recompute has had its own signature's (more 170). Not an expensive op: its
     # twin read through unit-dimension views is hloflops.remat.expensive_chains' (a layer norm's
-    # `[b, t, 1]` rsqrt), with the chain under it.
+    # `[b, t, 1]` rsqrt), with the chain under it; nor a cast (a bias's bf16 cast, read from the
+    # saved stack of f32 biases: the widen and cast counts decide those, more 60).
     squeezed: dict[tuple, list[SiteOp]] = {}
     for key, twins in pool.items():
         squeezed.setdefault(unit_dimension_free_signature(key), []).extend(twins)
@@ -138,8 +139,8 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
         level = _level(op)
         own_signature = signature(op, shapes)
         twins = pool.get(own_signature, [])
-        if fallback and op.inst.opcode in EXPENSIVE:
-            continue  # its reshaped twin, the chain under it too, is hloflops.remat.expensive_chains'
+        if fallback and (op.inst.opcode in EXPENSIVE or op.inst.opcode == "convert"):
+            continue  # an expensive op's reshaped twin is hloflops.remat.expensive_chains', a cast's the widens'
         if fallback:
             twins = [twin for twin in squeezed.get(unit_dimension_free_signature(own_signature), ())
                      if twin not in twins]
