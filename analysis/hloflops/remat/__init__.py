@@ -34,7 +34,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    is marked, either the forward computes it elsewhere under another number (ops of its
    signature and name reading the same inputs, whose value no recompute of the class's depth
    matched exactly: as many copies are recompute; classes that
-   find the same forward values share them, one value each: layer norm's mean and mean square)
+   find the same forward values share them, one value each: layer norm's mean and mean square;
+   across loop bodies an elementwise op's twins are first those that multiply by the very
+   constants it does, unit dimensions aside: one attention head's scores `s * (1 / sqrt(d))`,
+   `[b, 1, q, k]` in the recompute and `[b, q, k]` in the forward, are not the probabilities
+   `e * broadcast(1 / sum)` of the recompute's shape and name)
    or CSE merged the forward away and one of them is model FLOPs.
    A callee that several `call` sites run (before optimization an unrolled scan's step, or a
    checkpointed block lowered once for every layer) is numbered at each site and named there
@@ -59,7 +63,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    copy: the program without remat has it too). A twin serves one recompute per level (remat
    depth, checkpoints around the recompute: nested remat recomputes a layer at two levels), also
    where another level's recompute matched its value exactly (rule 1) and this one's was
-   numbered apart (hloflops.remat.by_signature). Sharded,
+   numbered apart (hloflops.remat.by_signature). A cheap recompute left without a twin of its
+   signature then takes one equal but for unit dimensions (those scores again). Sharded,
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
@@ -86,7 +91,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    runs there only because of remat, and so does one an expensive recompute reads in its fusion
    where the expensive op's forward twin reads a copy of the same value in its own (a layer norm's
    variance chain under the recompute's rsqrt; not above a policy's saved residual, and no more
-   copies than the forward's fusions hold). An unpaired marked expensive op of one operand pairs
+   copies than the forward's fusions hold, a fusion handing out a forward value widened by an
+   unnamed convert among them: a layer norm's output for a matmul, which copies the mean). An unpaired marked expensive op of one operand pairs
    with the unmarked op of its opcode reading the same value through unit-dimension views (the
    recompute's rsqrt over a `[b, t, 1]` bitcast of the forward's `[b, t]` variance;
    hloflops.remat.expensive_chains). The fusion's outputs and unfused ops keep the answer of rules
