@@ -97,9 +97,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    the same value through unit-dimension views (the recompute's rsqrt over a `[b, t, 1]` bitcast
    of the forward's `[b, t]` variance; hloflops.remat.expensive_chains). The fusion's outputs
    and unfused ops keep the answer of rules 1-3, and so do marked copies counted against the
-   forward's copies (rule 1's cap), except where no fusion of the forward twins of the fusion's outputs computes the copied value (the forward
-   reads it stored: a nested remat's outer recompute of one block's output inside the next
-   one's). A forward op copied into a recompute
+   forward's copies (rule 1's cap), except where no fusion of the forward twins of the fusion's
+   outputs computes the copied value (the forward reads it stored: a nested remat's outer
+   recompute of one block's output inside the next one's). A forward op copied into a recompute
    whose forward runs inside a library fusion (CPU's `__ynn_fusion`: it reads that op stored,
    where the program without remat copies it into a loop fusion) is model FLOPs, unsure, but
    for a residual the policy saves (the program with remat stores it: that is the extra copy).
