@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.expensive_chains import unit_free
 from hloflops.remat.forward_twins import same_inputs
 from hloflops.remat.fusion_copies import fused_outputs
@@ -119,8 +120,11 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # twin read through unit-dimension views is hloflops.remat.expensive_chains' (a layer norm's
     # `[b, t, 1]` rsqrt), with the chain under it; nor a cast (a bias's bf16 cast, read from the
     # saved stack of f32 biases: the widen and cast counts decide those, more 60).
+    # Not on TPU, whose tiled layouts keep a scan's stacked unit dimension in both copies (TPU
+    # draw 29, flax's remat_scan: a layer norm's chain of its inner recompute loop took such twins
+    # and its multiplies moved further over).
     squeezed: dict[tuple, list[SiteOp]] = {}
-    for key, twins in pool.items():
+    for key, twins in pool.items() if not is_tpu_module(module) else ():
         squeezed.setdefault(unit_dimension_free_signature(key), []).extend(twins)
     for op, fallback in [(op, False) for op in candidates] + [(op, True) for op in candidates]:
         if op.key in found:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import ends_with, inner_tail, remat_level
 from hloflops.remat.signature import ConstantOperands, signature, unit_dimension_free_signature
@@ -89,6 +90,10 @@ class ForwardTwins:
         self.pool: dict[tuple, list[SiteOp]] = {}
         self.squeezed: dict[tuple, list[SiteOp]] = {}  # the pool by signature without unit dimensions
         self.constants = ConstantOperands(module)
+        # Not TPU's: its backward loop's copies are counted per value by
+        # hloflops.remat.backward_loop_copies, which took the twins of the signature alone (TPU
+        # draw 49, an offloaded hk.layer_stack, moved further under with the preference below).
+        self.tpu = is_tpu_module(module)
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
         self.frames: dict[Val, set[str]] = {}  # the frames each value's unmarked ops run in
@@ -130,7 +135,7 @@ class ForwardTwins:
         # recompute of those probabilities, handed as it is to the values' gradient matmul, stands
         # for the program without remat's forward fusion laying them out for it, which no rule
         # settles yet, and the old count of one matched value offset that (base 82).
-        if own[0] in DUPLICATED:
+        if own[0] in DUPLICATED and not self.tpu:
             constants = self.constants.of(op.key[0], op.inst)
             if any(c is not None for c in constants):
                 same = [twin for twin in twins(self.squeezed.get(unit_dimension_free_signature(own), ()))
