@@ -12,9 +12,12 @@ difference is taken off counted recomputes of the value's opcode and size in the
 
 from __future__ import annotations
 
-from hloflops.remat.across_loops import cheap_chain
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.across_loops import cheap_chain, reads_two_whole
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.names import OpNames
+from hloflops.remat.saved_copies import read_by_backward_matmul
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, is_identity_rounding, shape_key
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
@@ -27,7 +30,7 @@ _MOVES = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose"})
 
 def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, int], dict[str, SiteOp]],
                     chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]],
-                    remat: set[SiteKey]) -> set[SiteKey]:
+                    remat: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
     """A cheap value this program's forward loop stores (a policy saves gelu's bias add `h`) that
     the backward loop reads from the stack: the recompute fusions reading it there stand for the
     program without remat's forward fusions, which compute it (XLA copies the cheap chain into each
@@ -46,6 +49,8 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
     by_value: dict[Val, list[SiteOp]] = {}
     for op in ops:
         by_value.setdefault(op.exact, []).append(op)
+    fused = fused_outputs(module)
+    readers_of = value_readers(module)
     out: set[SiteKey] = set()
     for (comp_name, site), members in by_site.items():
         comp = module.by_name[comp_name]
@@ -53,7 +58,10 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
         if comp.root.opcode != "dynamic-update-slice" or caller is None or len(comp.root.operands) < 2:
             continue
         name = comp.root.operands[1]
-        while name in comp.by_name and comp.by_name[name].opcode in _MOVES and comp.by_name[name].operands:
+        # Through views, and the identity rounding that marks a checkpoint policy's saved residual
+        # (hloflops.remat.rounding): the value stored is the cheap op under it.
+        while name in comp.by_name and comp.by_name[name].operands and (
+                comp.by_name[name].opcode in _MOVES or is_identity_rounding(comp.by_name[name])):
             name = comp.by_name[name].operands[0]
         value = members.get(name)
         if value is None or value.marked or value.inst.opcode not in CHEAP or not value.op_name \
@@ -75,6 +83,8 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
                     saves |= set(held) if held else ({value.exact} if not op.marked else set())
                 elif op.marked:
                     recomputes.add(reader_site)
+                    saves |= _handed_to_gradient(module, reader_site, op, by_site[reader_site], fused, callers,
+                                                 readers_of, op_names)
                 else:
                     saves.add(value.exact)
         forward = sum(not op.marked and phase(op.op_name) != "backward" for op in by_value[value.exact])
@@ -86,4 +96,27 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
                           if op.key in remat and op.key not in out
                           and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
         out |= {op.key for op in offsets[:short]}
+    return out
+
+
+def _handed_to_gradient(module: Module, site_key: tuple[str, int], reader: SiteOp, members: dict[str, SiteOp],
+                        fused, callers, readers_of, op_names: OpNames) -> set[Val]:
+    """The outputs of a recompute fusion reading the stored value that it hands to a matmul outside
+    the recompute (a weight's gradient reads gelu's product `h * 0.5 * (1 + t)`), where the value's
+    reader lies on their cheap chains: the program without remat saves each such output for that
+    matmul by a fusion of its own, into which XLA copies the chain down to the value (as
+    hloflops.remat.twin_saves' handed residuals)."""
+    caller = callers.get(site_key[0])
+    if caller is None or not read_by_backward_matmul(module, (caller[0].name, caller[1]), readers_of, op_names):
+        return set()
+    comp = module.by_name[site_key[0]]
+    out: set[Val] = set()
+    for name in fused.get(site_key[0], ()):
+        output = members.get(name)
+        if output is None or not output.named or output.inst.opcode not in CHEAP:
+            continue
+        if reads_two_whole(comp, output.inst) and comp.root.opcode not in ("bitcast", "reshape"):
+            continue  # stored as computed, no chain copied (hloflops.remat.across_loops)
+        if reader.inst.name in cheap_chain(comp, frozenset({name})):
+            out.add(output.exact)
     return out

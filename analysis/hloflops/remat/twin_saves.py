@@ -263,7 +263,7 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
             overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves.get(v, 0)]}
     decided |= _offsetting(ops, short, (remat - decided) | added | overflow, in_gradient)
-    decided |= stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow)
+    decided |= stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow, op_names)
     return (remat - decided) | added | overflow, decided, added
 
 
