@@ -76,6 +76,9 @@ class RematIndex:
     # denominator) of that share (an op left on the broadcast side of a checkpoint's barrier:
     # hloflops.remat.unsunk_broadcasts). Each is in `remat` too.
     partial: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
+    # Values the program without remat computes more often than this one, beyond the recomputes
+    # they offset: key -> how many more copies (hloflops.remat.stored_twin_copies; lowers the range).
+    twin_copies: Mapping[Key, int] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -176,6 +179,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
+    twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
@@ -238,7 +242,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # those the saving fusions make, the rest model FLOPs, and a count taken back from a
         # gradient fusion's copy moves to a recompute's (hloflops.remat.twin_saves): settled.
         remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, op_names, saved,
-                                                          weight_gradient_copies(module, ops, op_names))
+                                                          weight_gradient_copies(module, ops, op_names),
+                                                          twin_copies)
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves
@@ -335,7 +340,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure) - index.remat - frozenset(partial), partial)
+                      frozenset(unsure) - index.remat - frozenset(partial), partial,
+                      {key[:2]: n for key, n in twin_copies.items()})
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:

@@ -30,7 +30,8 @@ _MOVES = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose"})
 
 def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, int], dict[str, SiteOp]],
                     chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]],
-                    remat: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
+                    remat: set[SiteKey], op_names: OpNames, twin_copies: dict[SiteKey, int] | None = None
+                    ) -> set[SiteKey]:
     """A cheap value this program's forward loop stores (a policy saves gelu's bias add `h`) that
     the backward loop reads from the stack: the recompute fusions reading it there stand for the
     program without remat's forward fusions, which compute it (XLA copies the cheap chain into each
@@ -96,6 +97,9 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
                           if op.key in remat and op.key not in out
                           and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
         out |= {op.key for op in offsets[:short]}
+        if twin_copies is not None and short > len(offsets):
+            # Copies left with no recompute to offset: the twin's alone (the range's low end).
+            twin_copies[value.key] = twin_copies.get(value.key, 0) + short - len(offsets)
     return out
 
 
