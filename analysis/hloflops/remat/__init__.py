@@ -281,7 +281,12 @@ on CPU: a stack only recomputes read, hloflops.remat.unmarked_saves); an
 uncounted float normalization widen (bf16 to f32)
 inside a recompute's fusion, whose count follows how XLA fused the program without remat's
 forward, hloflops.remat.normalization) the report gives a range
-(`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
+(`remat_flops_bounds`). Its low end drops too by the copies the program without remat makes of a
+value a policy stores (gelu's `h`: copied into the twin's forward fusions and each fusion saving a
+residual computed from it) beyond this program's and beyond the recomputes they offset
+(`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies): the per-opcode truth is negative
+there, and no split of this program's ops can match it. Remat-named ops that pair with nothing,
+or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata, but

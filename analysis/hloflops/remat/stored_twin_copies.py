@@ -8,7 +8,20 @@ counterparts of those recompute fusions (XLA copies a cheap producer into each c
 and copies it into each fusion saving such a residual, so it may run the value more often than
 this program, whose copies all sit in its forward. Remat FLOPs are judged per opcode, so the
 difference is taken off counted recomputes of the value's opcode and size in the reading fusions
-(more seed 37: add +20,480 before; more 78, 86, 90, 114 and held-out 246 closer)."""
+(more seed 37: add +20,480 before).
+
+The value a policy saves may sit under the identity rounding that marks a checkpoint policy's
+residual (`save_only_these_names`; base seed 41): the stored value is the op under it. A recompute
+fusion reading the value that hands its output to a matmul outside the recompute (gelu's product
+`h * 0.5 * (1 + t)`, read by the next weight's gradient) stands for two fusions of the program
+without remat: its forward's, and the one saving that output for the matmul, which copies the
+chain down to `h` too (five copies of `h` there against this program's two, hk_layer_stack
+attention more seeds 78, 86, 90, 114, held-out linen_scan 246). Where the twin's extra copies
+exceed the recomputes they can offset (the tanh fusion's `h + 0.044715 * h**3` is the one counted
+recompute of that kind), the per-opcode truth is negative and no split of this program's ops
+reaches it: the copies left over are reported as `twin_copies` (hloflops.results.RematHinge), by
+whose FLOPs the range's low end drops (on all five draws exactly the add the twin runs beyond
+this program)."""
 
 from __future__ import annotations
 
@@ -42,7 +55,10 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
     are model FLOPs in the per-opcode sum (as twin_saves' `_offsetting`; more seed 37, an offload
     policy: the tanh's and the product's recompute fusions read `h`, the program without remat
     copies it into its tanh, product, `h` and `3 * h * h` fusions, this one into its forward and
-    saving fusions)."""
+    saving fusions). A recompute fusion handing its output to a backward matmul stands for one
+    more saving fusion of the program without remat (`_handed_to_gradient`). Copies left over with
+    no counted recompute to offset go to `twin_copies` (the stored value's key -> how many): the
+    program without remat's alone, which lower the range (module docstring)."""
     callers = one_call_site(module)
     sites_of: dict[str, list[tuple[str, int]]] = {}
     for site_key in by_site:
