@@ -67,7 +67,7 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
     for op in ops:
         by_value.setdefault(op.exact, []).append(op)
     fused = fused_outputs(module)
-    readers_of = value_readers(module)
+    readers_of: dict = {}  # each value's readers, taken once a stored value is found
     out: set[SiteKey] = set()
     for (comp_name, site), members in by_site.items():
         comp = module.by_name[comp_name]
@@ -88,6 +88,7 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
         readers = stack_readers(module, caller[0].name, caller[1].name)
         if not readers:
             continue
+        readers_of = readers_of or value_readers(module)
         recomputes: set[tuple[str, int]] = set()
         saves: set[Val] = set()
         for reader_comp, reader in readers:
