@@ -33,6 +33,27 @@ def test_without_twin_copies_the_bounds_are_the_hinges_alone():
     assert _accounting(hinges).remat_flops_bounds == (900, 1_030)
 
 
+def test_twin_copies_are_said_in_the_json_and_the_summary():
+    import dataclasses
+    import json
+
+    import hloparse
+    from hloflops.accounting import account
+    from hloflops.report.report import Report
+    from tests.remat.test_remat_report import UNSURE
+
+    acc = account(hloparse.parse(UNSURE), xla={"flops": 0.0})
+    twin = RematHinge("f", "main", "dot", 128, False, twin_copies=1)
+    report = Report(dataclasses.replace(acc, remat_hinges=acc.remat_hinges + (twin,)))
+    assert report.remat_flops_bounds == (-128, 128)
+    hinges = json.loads(report.to_json())["remat_hinges"]
+    assert hinges == [{"name": "r", "computation": "main", "opcode": "dot", "flops": 128, "counted": False},
+                      {"name": "f", "computation": "main", "opcode": "dot", "flops": 128, "counted": False,
+                       "twin_copies": 1}]
+    assert "128 remat-named without a twin, counted as model, 128 in copies the program without remat " \
+           "makes beyond this one's)" in report.summary()
+
+
 pytest.importorskip("jax")
 pytest.importorskip("flax")
 
