@@ -340,8 +340,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure) - index.remat - frozenset(partial), partial,
-                      {key[:2]: n for key, n in twin_copies.items()})
+                      # a value the program without remat copies more often than this one: no copy of
+                      # it here can be remat (hloflops.remat.stored_twin_copies)
+                      frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies},
+                      partial, {key[:2]: n for key, n in twin_copies.items()})
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:
