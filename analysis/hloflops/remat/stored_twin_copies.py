@@ -21,7 +21,9 @@ exceed the recomputes they can offset (the tanh fusion's `h + 0.044715 * h**3` i
 recompute of that kind), the per-opcode truth is negative and no split of this program's ops
 reaches it: the copies left over are reported as `twin_copies` (hloflops.results.RematHinge), by
 whose FLOPs the range's low end drops (on all five draws exactly the add the twin runs beyond
-this program)."""
+this program). Such a value's forward copy in the fusion storing it is then no "maybe remat" hinge
+(hloflops.remat.rounding's `copied_into_saves` says the twin may not copy it into a saving fusion;
+here it copies it more often than this program in all)."""
 
 from __future__ import annotations
 
