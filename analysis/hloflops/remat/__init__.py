@@ -103,10 +103,14 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    all). But a bias add of a matmul output the policy saves (through an identity rounding, or an
    offload policy's round trip through the host) is recompute in every fusion that copies it:
    without remat XLA fuses it into the matmul's output fusion and stores the sum, which the backward
-   reads. Through that round trip no recompute has a forward op's exact value: a nested one is model
-   FLOPs where every forward op of its opcode, shape, frame and name inside the checkpoint is nested
-   too (hloflops.remat.offloaded_residuals). XLA's fusion pass never duplicates an
-   expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
+   reads. Through that round trip no recompute has a forward op's exact value, nor where it reads
+   its matmul's output in another precision (an f32 product against the forward's bf16 one
+   widened): a nested one is model FLOPs where every forward op of its opcode, shape, frame and name
+   inside the checkpoint is nested too, but a bias add of a matmul's output or saved residual
+   (hloflops.remat.offloaded_residuals). TPU computes a bf16 transcendental in f32 between a widen
+   and a narrow: where a recompute's leaves its fusion narrowed, both converts are its own and take
+   its answer (not in a scan's backward loop; hloflops.remat.type_corrections). XLA's fusion pass
+   never duplicates an expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion

@@ -40,6 +40,7 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
+from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -271,6 +272,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             remat = (remat - nested) | epilogues
             certain |= nested | epilogues
             stand_ins -= epilogues
+            # The widen and narrow TPU wraps around an expensive recompute it computes in f32: the
+            # recompute's own (hloflops.remat.type_corrections), as sure as it.
+            corrections = type_corrections(module, ops, remat, backward_loops)
+            remat |= set(corrections)
+            certain |= set(corrections)
+            paired_by_value |= {key for key, of in corrections.items() if of in paired_by_value}
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
