@@ -25,10 +25,12 @@ from typing import Iterable
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.sites import SiteKey, SiteOp
-from hloparse.ir import Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 # The float types float normalization widens to f32 for an op computed in f32.
 NARROW_FLOATS = frozenset({"bf16", "f16"})
+# Ops that hand a value on unchanged.
+_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 
 
 def is_normalization_widen(inst: Instruction, operand: Instruction | None) -> bool:
@@ -57,3 +59,17 @@ def unsure_normalization_widens(module: Module, ops: Iterable[SiteOp], remat: se
             found.add(op.key)
     return found
 
+
+
+def widens_only(comp: Computation) -> bool:
+    """Does the fused computation only widen what it reads (normalization widens, and views)? XLA
+    wraps a widen alone in a fusion of its own where the value's readers are not elementwise (a
+    library fusion's conv): one per group of readers it widens for."""
+    widens = False
+    for inst in comp.instructions:
+        if inst.opcode in _VIEWS or inst.opcode == "parameter":
+            continue
+        if not is_normalization_widen(inst, comp.by_name.get(inst.operands[0]) if inst.operands else None):
+            return False
+        widens = True
+    return widens
