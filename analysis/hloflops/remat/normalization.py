@@ -29,8 +29,8 @@ from hloparse.ir import Computation, Instruction, Module
 
 # The float types float normalization widens to f32 for an op computed in f32.
 NARROW_FLOATS = frozenset({"bf16", "f16"})
-# Ops that hand a value on unchanged.
-_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
+# Ops that hand a value on unchanged, in its layout.
+_VIEWS = frozenset({"bitcast", "reshape"})
 
 
 def is_normalization_widen(inst: Instruction, operand: Instruction | None) -> bool:
