@@ -17,7 +17,14 @@ remat's forward three times as well: one widen per layer runs because of remat, 
 the recompute computes anything new). Where the forward's widens of the value are in sight,
 hloflops.remat.widen_counts counts the recompute's as many; those it leaves, and the widens of a
 value whose forward is not in sight, are model FLOPs, unsure: the range's high end holds them
-(`RematIndex.unsure`)."""
+(`RematIndex.unsure`).
+
+A fusion that only widens a value (`widens_only`: XLA's lone widen in front of a library fusion's
+conv, which reads f32) widens it for its readers alone; where they are all recomputes (held-out
+more 186, a nested remat's recompute of a block's first conv, whose forward widened the block's
+input inside its own library fusion of the whole block), it is one of the recompute's widens of
+the value, counted by hloflops.remat.widen_counts after those in fusions computing the recompute
+(which one of equal widens is counted changes no count, and an uncounted one of those is unsure).
 
 from __future__ import annotations
 

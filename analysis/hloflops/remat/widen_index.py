@@ -43,7 +43,8 @@ class WidenIndex:
                 yield op, comp
 
     def side(self, comp_name: str, site: int) -> str | None:
-        """`recompute`: a fusion one of whose outputs is remat (no backward op in it);
+        """`recompute`: a fusion one of whose outputs is remat (no backward op in it), or one only
+        widening a value for recomputes (`normalization.widens_only`);
         `relayout`: such a fusion handing its value out only relaid out for backward ops;
         `forward`: a fusion of forward ops only (named so, or read only by such); else None."""
         if (comp_name, site) not in self.sides:
