@@ -24,7 +24,7 @@ conv, which reads f32) widens it for its readers alone; where they are all recom
 more 186, a nested remat's recompute of a block's first conv, whose forward widened the block's
 input inside its own library fusion of the whole block), it is one of the recompute's widens of
 the value, counted by hloflops.remat.widen_counts after those in fusions computing the recompute
-(which one of equal widens is counted changes no count, and an uncounted one of those is unsure).
+(which of equal widens is counted changes no count, and keeps a range as it was)."""
 
 from __future__ import annotations
 
