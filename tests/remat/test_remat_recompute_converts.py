@@ -24,6 +24,8 @@ def _meta(name: str) -> str:
 FORWARD = "jit(loss)/jvp(Net)/block/add"
 RECOMPUTE = "jit(loss)/transpose(jvp(Net))/jvp(Net)/checkpoint/rematted_computation/block/add"
 BACKWARD = "jit(loss)/transpose(jvp(Net))/jvp(Net)/dot_general"
+FORWARD_DOT = "jit(loss)/jvp(Net)/dot_general"
+RECOMPUTED_MUL = "jit(loss)/transpose(jvp(Net))/jvp(Net)/checkpoint/rematted_computation/block/mul"
 
 RELAYOUT = f"""
 HloModule relaid_recompute, is_scheduled=true
@@ -65,7 +67,7 @@ ENTRY main {{
   f = bf16[8,16]{{1,0}} fusion(x, c), kind=kLoop, calls=forward_fusion
   wf = f32[8,16]{{1,0}} fusion(f), kind=kLoop, calls=widen_fusion
   k = f32[16,4]{{1,0}} parameter(3)
-  y = f32[8,4]{{1,0}} dot(wf, k), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {_meta("jit(loss)/jvp(Net)/dot_general")}
+  y = f32[8,4]{{1,0}} dot(wf, k), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {_meta(FORWARD_DOT)}
   r = f32[16,8]{{1,0}} fusion(x, c), kind=kLoop, calls=relayout_fusion
   dk = f32[16,4]{{1,0}} dot(r, g), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {_meta(BACKWARD)}
   ROOT out = (f32[8,4]{{1,0}}, f32[16,4]{{1,0}}) tuple(y, dk)
@@ -105,7 +107,7 @@ ENTRY main {{
   x = bf16[8,16]{{1,0}} multiply(x0, x0), {_meta("jit(loss)/jvp(Net)/stem/mul")}
   f = bf16[8,16]{{1,0}} fusion(x), kind=kLoop, calls=forward_fusion
   w = f32[8,16]{{1,0}} fusion(x), kind=kLoop, calls=widen_fusion
-  m = f32[8,16]{{1,0}} multiply(w, w), {_meta("jit(loss)/transpose(jvp(Net))/jvp(Net)/checkpoint/rematted_computation/block/mul")}
+  m = f32[8,16]{{1,0}} multiply(w, w), {_meta(RECOMPUTED_MUL)}
   b = f32[8,16]{{1,0}} multiply(g, m), {_meta("jit(loss)/transpose(jvp(Net))/jvp(Net)/block/mul")}
   ROOT out = (bf16[8,16]{{1,0}}, f32[8,16]{{1,0}}) tuple(f, b)
 }}
