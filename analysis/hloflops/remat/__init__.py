@@ -235,7 +235,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
    remat's backward reads the wide value; those widens are remat, where only the next block's
    residual add reads the narrow value in the forward (hloflops.remat.pinned_inputs; rests on
-   fusion).
+   fusion). A recompute relaid out for backward matmuls runs every convert of its chain because of
+   remat (the widens of what it reads, the roundings of its ops and of an f32 value it reads) but
+   one widen of the value it hands out: the program without remat relays out its stored value,
+   widening it once (hloflops.remat.recompute_converts; rests on fusion). A fusion only widening a
+   forward value for recomputes is on the recompute's side of the widen count, counted last.
 10. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without

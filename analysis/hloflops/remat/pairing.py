@@ -35,6 +35,7 @@ from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.remat.pinned_inputs import pinned_input_widens
+from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.widen_counts import balanced_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
@@ -290,6 +291,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 pinned = pinned_input_widens(module, ops)
                 remat |= pinned
                 certain |= pinned
+            # A recompute relaid out for backward matmuls: its converts but the one widen standing for
+            # the program without remat's (hloflops.remat.recompute_converts).
+            relaid, stand_ins_of_stored = relaid_recompute_converts(module, ops, remat)
+            remat = (remat | relaid) - stand_ins_of_stored
+            certain |= relaid | stand_ins_of_stored
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
     # reads the stored value, else unsure (hloflops.remat.rounding).
