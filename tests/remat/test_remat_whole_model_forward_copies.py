@@ -24,6 +24,10 @@ def _m(name: str) -> str:
     return f'metadata={{op_name="{name}"}}'
 
 
+DOT = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+V = "f32[4,32]{1,0}"
+
+
 TEXT = f"""
 HloModule whole_model_forward_copies, is_scheduled=true
 
@@ -73,11 +77,11 @@ ENTRY main {{
   x = f32[4,32]{{1,0}} parameter(0)
   w = f32[32,32]{{1,0}} parameter(1)
   g = f32[4,32]{{1,0}} parameter(2)
-  h = f32[4,32]{{1,0}} dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {_m(FWD + "/Dense_0/dot_general")}
+  h = {V} dot(x, w), {DOT}, {_m(FWD + "/Dense_0/dot_general")}
   ft = f32[4,32]{{1,0}} fusion(x, h), kind=kLoop, calls=forward_tanh
   fq = f32[4,32]{{1,0}} fusion(x, h), kind=kLoop, calls=forward_square
   fh = f32[4,32]{{1,0}} fusion(h), kind=kLoop, calls=forward_head
-  rh = f32[4,32]{{1,0}} dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, {_m(REC + "/Dense_0/dot_general")}
+  rh = {V} dot(x, w), {DOT}, {_m(REC + "/Dense_0/dot_general")}
   rs = f32[4,32]{{1,0}} fusion(x, rh), kind=kLoop, calls=recompute_sum
   rt = f32[4,32]{{1,0}} fusion(rs), kind=kLoop, calls=recompute_tanh
   rq = f32[4,32]{{1,0}} fusion(rs), kind=kLoop, calls=recompute_square
@@ -85,7 +89,7 @@ ENTRY main {{
   gq = f32[4,32]{{1,0}} multiply(g, rq), {_m(BWD + "/mul_grad")}
   gs = f32[4,32]{{1,0}} multiply(gt, rs), {_m(BWD + "/add_grad")}
   gb = f32[4,32]{{1,0}} fusion(rh, g), kind=kLoop, calls=head_gradient
-  ROOT out = (f32[4,32]{{1,0}}, f32[4,32]{{1,0}}, f32[4,32]{{1,0}}, f32[4,32]{{1,0}}, f32[4,32]{{1,0}}, f32[4,32]{{1,0}}) tuple(ft, fq, fh, gs, gq, gb)
+  ROOT out = ({V}, {V}, {V}, {V}, {V}, {V}) tuple(ft, fq, fh, gs, gq, gb)
 }}
 """
 

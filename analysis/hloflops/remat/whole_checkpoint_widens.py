@@ -1,4 +1,5 @@
-"""The widens of a checkpoint around the whole model (after optimization, CPU).
+"""The widens and the forward copies of a checkpoint around the whole model (after optimization,
+CPU).
 
 A checkpoint around the whole model (`whole_checkpoint_widens`) turns this around: its forward
 stores nothing but the policy's residuals, so XLA copies each cheap value into every fusion
@@ -14,6 +15,20 @@ recompute run in one computation, the recompute reads nothing computed outside i
 residuals and casts of program inputs, and no fusion of the checkpointed forward hands its value
 to the backward. A checkpoint per layer or per scan step hands its input from the forward (the
 recompute reads it, or the stacks carry it): there the value-by-value count holds.
+
+The same holds for the forward's other cheap copies (`_forward_copies`): a value the forward never
+stores is computed again in each fusion reading it (a residual sum `x + h`, copied into a layer
+norm's mean, its variance and the next block's input: base 83, held-out base 289), where the
+recompute, whose value the backward reads, computes and stores it once, as the program without
+remat's forward does. So the program with remat runs that value as often more as its forward
+computes it: of a value a recompute fusion (or an unfused recompute) computes, the forward's copies
+not yet counted are remat, up to as many counted copies as the forward makes. A value only the
+gradient fusions recompute (the head's bias add, copied into the loss gradient's fusions) is one
+the program without remat's forward computes for the loss as this one's does: its forward copies
+stay model FLOPs. The value is told by opcode, shape and the name inside the checkpoint (two
+components at least), in one frame: value numbers do not serve, the forward's fused copies reading
+unrounded values where the recompute's read rounded ones (held-out base 289's recomputed residual
+sums matched nothing by value).
 
 These stand on the recompute being the program without remat's forward: settled both ways, not
 in the range (hloflops.remat.widen_counts counts the value-by-value case)."""
@@ -32,8 +47,9 @@ from hloparse.ir import CallRole, Module
 def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex, remat: set[SiteKey],
                             out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey]) -> set[SiteKey]:
     """Where the recompute reads nothing the forward computed (a checkpoint around the whole
-    model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs
-    (see the module's docstring); updates `out` and `decided`, returns the widens it settled."""
+    model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs,
+    and so are the forward's copies of a recomputed value beyond those counted (see the module's
+    docstring); updates `out` and `decided`, returns the ops it settled."""
     found = _CheckpointedForward(module, ops, index)
     if found.recompute_reads_forward() or found.forward_hands_backward():
         return set()
