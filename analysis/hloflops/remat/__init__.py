@@ -230,7 +230,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    rests on fusion). Under a checkpoint around the whole model (the recompute reads nothing the
    forward computed but the policy's residuals, the forward hands nothing to the backward) the
    forward, storing nothing, widens values in every reader: all its widens of checkpointed values
-   are remat, the recompute's model FLOPs (hloflops.remat.whole_checkpoint_widens). A checkpoint
+   are remat, the recompute's model FLOPs; and it copies a value it never stores (a residual sum)
+   into each fusion reading it, where the recompute stores it once as the program without remat's
+   forward does: all those forward copies are remat, for a value a recompute fusion computes
+   (hloflops.remat.whole_checkpoint_widens). A checkpoint
    input the forward left in f32 (a bf16 residual add) crosses the checkpoint's barrier narrowed
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
    remat's backward reads the wide value; those widens are remat, where only the next block's
