@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.normalization import widens_only
 from hloflops.remat.op_kinds import shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.whole_checkpoint_widens import whole_checkpoint_widens
@@ -88,7 +89,9 @@ def balanced_widens(module: Module, ops: list[SiteOp],
     decided = set(relaid)
     for members in groups.values():
         forward = sum(side == "forward" for side, _ in members)
-        in_recompute = sorted((op for side, op in members if side == "recompute"), key=lambda op: op.order)
+        # A fusion only widening the value for recomputes is counted last (hloflops.remat.normalization).
+        in_recompute = sorted((op for side, op in members if side == "recompute"),
+                              key=lambda op: (widens_only(module.by_name[op.key[0]]), op.order))
         if not forward:
             continue  # the forward's widens are not in sight (another loop body): as decided
         for n, op in enumerate(in_recompute):

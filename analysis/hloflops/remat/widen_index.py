@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from hloflops.remat.normalization import is_normalization_widen
+from hloflops.remat.normalization import is_normalization_widen, widens_only
 from hloflops.remat.saved_copies import hands_out_relayout
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.scopes import phase
@@ -43,7 +43,8 @@ class WidenIndex:
                 yield op, comp
 
     def side(self, comp_name: str, site: int) -> str | None:
-        """`recompute`: a fusion one of whose outputs is remat (no backward op in it);
+        """`recompute`: a fusion one of whose outputs is remat (no backward op in it), or one only
+        widening a value for recomputes (`normalization.widens_only`);
         `relayout`: such a fusion handing its value out only relaid out for backward ops;
         `forward`: a fusion of forward ops only (named so, or read only by such); else None."""
         if (comp_name, site) not in self.sides:
@@ -65,8 +66,13 @@ class WidenIndex:
         if any(m.op_name for m in members):
             return "forward"
         named = [(name, marked) for name, marked in self.readers(comp_name, site) if name]
-        return "forward" if named and all(not marked and phase(name) == "forward" for name, marked in named) \
-            else None
+        if named and all(not marked and phase(name) == "forward" for name, marked in named):
+            return "forward"
+        # A fusion only widening a value for recomputes (hloflops.remat.normalization).
+        readers = self.reader_ops(comp_name, site)
+        if widens_only(comp) and readers and all(op is not None and op.key in self.remat for op in readers):
+            return "recompute"
+        return None
 
     def _users(self, comp_name: str, site: int) -> Iterator[tuple[Instruction, list[SiteOp | None]]]:
         """Each instruction reading the fusion's value (through the ops that hand it on), with
