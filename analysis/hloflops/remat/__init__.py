@@ -256,7 +256,8 @@ long reduce (its partial sums) where every reader is a remat-named reduce; views
 pairs itself (it computes nothing again); so, after optimization, is a move TPU makes on the
 device before each read of a weight, the forward's and the recompute's apart: a prefetch into
 another memory space (`copy-start` / `copy-done`) and an FSDP gather's async collective (the
-shard its start carries on, what its done's collective gathers), but not a round trip through
+shard its start carries on, what its done's collective gathers, also where the shard rides a
+loop's state the body hands back unchanged: a loop's such element is its initial value), but not a round trip through
 the host (the offload policy's saved residual, which the recompute reads as an input;
 hloflops.remat.moved_values); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round

@@ -11,7 +11,10 @@ Every instruction gets two value numbers (ints; equal numbers mean equal values)
   caller's operands), so a recompute fused differently from its forward still matches it; and
   TPU's moves on the device (a prefetch's `copy-start` / `copy-done`, an async collective's
   start and done: hloflops.remat.moved_values), so a recompute reading a weight moved again
-  for the backward matches the forward that read its first move.
+  for the backward matches the forward that read its first move. A loop's result is a value of
+  its own, but for a state element its body hands back unchanged: that is the loop's initial
+  value after any number of trips (TPU carries an async all-gather's shard through a windowed
+  einsum's loop to the fusion that finishes the gather, which a recompute then reads).
 * `abstract`: the same, except that every input of the computation (ENTRY's parameters, a loop
   body's state, and slices, reshapes and copies of those) is keyed by its shape only. A forward
   op in the forward loop body and its recompute in the backward loop body read their inputs
