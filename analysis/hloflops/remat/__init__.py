@@ -63,7 +63,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
-   name and per-device FLOPs reading the same known inputs (hloflops.remat.partitioned). A
+   name and per-device FLOPs reading the same known inputs; and a reduce summing a shard of the
+   dimension its forward sums whole (its partial sums all-reduced) with that forward reduce of
+   its name, result and kept extents (hloflops.remat.partitioned). A
    forward's name may carry the module's name inside `jvp(...)`, brackets and all (equinox's
    `jvp(vmap(eqx.nn.Linear))/dot_general` ends as its recompute's `vmap(eqx.nn.Linear)/dot_general`).
    A remat-named op the forward computes nothing like (no op outside the backward

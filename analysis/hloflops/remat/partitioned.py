@@ -1,4 +1,4 @@
-"""A sharded matmul's recompute partitioned another way than its forward (`partitioned_key`).
+"""A sharded matmul's or reduce's recompute partitioned another way than its forward (`partitioned_key`).
 
 Under SPMD (tensor parallelism, FSDP) XLA's partitioner decides how each matmul is split across
 the devices, and it decides for the recompute apart from the forward: the same einsum can come
@@ -10,7 +10,15 @@ plus an all-reduce in the recompute). The two have other local shapes, so neithe
 numbers nor their signatures meet, yet each device runs the same number of FLOPs: the global
 matmul split over the same devices. hloflops.remat.by_signature pairs such a recompute with a
 forward matmul of its opcode, its name and its per-device FLOPs that reads the same frame inputs
-(both known): the same weights and activations, so the same layer's einsum."""
+(both known): the same weights and activations, so the same layer's einsum.
+
+A reduce is split the same way: the forward sums a layer norm's features whole on each device,
+the recompute sums a shard of them and all-reduces the partial sums (TPU draw 45, FSDP). Its
+per-device FLOPs are fewer, so a reduce pairs on what the partitioner keeps: its result, the
+dimensions it reduces and the extents of those it keeps, with each reduced extent of one a
+whole multiple of the other's (`partitioned_alike`), reading the same known inputs under the
+same name. The all-reduce completing its partial sums is then recompute with it
+(hloflops.remat.collectives)."""
 
 from __future__ import annotations
 
