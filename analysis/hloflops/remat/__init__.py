@@ -68,7 +68,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
-   name and per-device FLOPs reading the same known inputs (hloflops.remat.partitioned). A
+   name and per-device FLOPs reading the same known inputs; and a reduce summing a shard of the
+   dimension its forward sums whole (its partial sums all-reduced) with that forward reduce of
+   its name, result and kept extents (hloflops.remat.partitioned). A
    forward's name may carry the module's name inside `jvp(...)`, brackets and all (equinox's
    `jvp(vmap(eqx.nn.Linear))/dot_general` ends as its recompute's `vmap(eqx.nn.Linear)/dot_general`).
    A remat-named op the forward computes nothing like (no op outside the backward
@@ -269,7 +271,8 @@ long reduce (its partial sums) where every reader is a remat-named reduce; views
 pairs itself (it computes nothing again); so, after optimization, is a move TPU makes on the
 device before each read of a weight, the forward's and the recompute's apart: a prefetch into
 another memory space (`copy-start` / `copy-done`) and an FSDP gather's async collective (the
-shard its start carries on, what its done's collective gathers), but not a round trip through
+shard its start carries on, what its done's collective gathers, also where the shard rides a
+loop's state the body hands back unchanged: a loop's such element is its initial value), but not a round trip through
 the host (the offload policy's saved residual, which the recompute reads as an input;
 hloflops.remat.moved_values); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round

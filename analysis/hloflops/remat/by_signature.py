@@ -14,7 +14,7 @@ from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth, remat_level
 from hloflops.remat.op_kinds import EXPENSIVE, MATMUL_OPCODES, shape_key
-from hloflops.remat.partitioned import is_partitioned, partitioned_key
+from hloflops.remat.partitioned import is_partitioned, partitioned_alike, partitioned_key
 from hloflops.remat.signature import signature, unit_dimension_free_signature
 from hloflops.remat.sites import SiteKey, SiteOp, by_number
 from hloflops.remat.values import Val
@@ -151,7 +151,8 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
         if arrays and (flops := partitioned_key(op.inst, arrays)) is not None:
             twins = [*twins, *(twin for key, twin in by_flops.get(flops, ())
                                if key != own_signature and twin.frame == op.frame
-                               and _known_same_inputs(inputs, op, twin))]
+                               and _known_same_inputs(inputs, op, twin)
+                               and partitioned_alike(op.inst, twin.inst, arrays))]
         if structural and op.abstract in structural:
             twins = sorted(twins, key=lambda twin: twin.abstract != op.abstract)
         for twin in twins:
