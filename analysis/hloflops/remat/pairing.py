@@ -42,6 +42,7 @@ from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.type_corrections import type_corrections
+from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -279,6 +280,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             remat |= set(corrections)
             certain |= set(corrections)
             paired_by_value |= {key for key, of in corrections.items() if of in paired_by_value}
+            # The program without remat saves tanh's `1 - t` narrowed, from a widened constant: two
+            # converts offsetting the recompute's (hloflops.remat.saved_residual_narrows).
+            narrows = saved_residual_narrows(module, ops, remat, backward_loops)
+            remat -= narrows
+            certain |= narrows
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
