@@ -117,7 +117,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    inside the checkpoint is nested too, but a bias add of a matmul's output or saved residual
    (hloflops.remat.offloaded_residuals). TPU computes a bf16 transcendental in f32 between a widen
    and a narrow: where a recompute's leaves its fusion narrowed, both converts are its own and take
-   its answer (not in a scan's backward loop; hloflops.remat.type_corrections). XLA's fusion pass
+   its answer (not in a scan's backward loop; hloflops.remat.type_corrections). In a scan's backward
+   loop the program without remat saves tanh's `1 - t` narrowed, widening the bf16 constant: two
+   converts that offset two counted ones of the recompute's wrappers per such residual its gradient
+   fusion computes (hloflops.remat.saved_residual_narrows). XLA's fusion pass
    never duplicates an expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the

@@ -27,13 +27,13 @@ from hloparse.ir import Computation, Instruction, Module
 
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "broadcast"})
 # The linearization's residuals of a constant and a value (tanh's `1 - t`).
-_RESIDUAL_OPS = frozenset({"add", "subtract", "multiply"})
+_RESIDUAL_OPS = frozenset({"add", "subtract"})
 _CORRECTED = "float_type_correction_info"
 
 
 def saved_residual_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey], backward_loops: set[str]
                            ) -> set[SiteKey]:
-    """Counted converts to give back: two per residual `c - t` (or `c + t`, `c * t`) a gradient
+    """Counted converts to give back: two per residual `c - t` (or `c + t`) a gradient
     fusion of a backward loop body computes from a wide type-corrected recompute `t` and a widened
     narrow constant `c` (module docstring), taken from the converts wrapping the loop body's
     type-corrected recomputes of `t`'s size whose value leaves narrowed."""

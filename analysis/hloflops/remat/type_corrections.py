@@ -19,7 +19,8 @@ would count more than the two programs differ by. Not in a backward loop body wh
 in another loop body (a scan's): the program without remat saves the linearization's residuals
 into its stacks, narrowing each (tanh's `1 - t` beside `t`), converts this program does not run;
 how many rests on how XLA fused its saving fusions (TPU draw 37: the recompute's two converts
-against the twin's two for `1 - t`), and the pairing's answer stands."""
+against the twin's two for `1 - t`): the pairing's answer stands, less the converts
+hloflops.remat.saved_residual_narrows gives back for those residuals."""
 
 from __future__ import annotations
 
