@@ -63,7 +63,7 @@ bwd_body {
   dy = bf16[8,16] get-tuple-element(b), index=2
   w = bf16[16,8] get-tuple-element(b), index=3
   t = bf16[8,16] fusion(x), kind=kLoop, calls=tanh_bwd
-  dw = bf16[16,16] dot(t, dy), lhs_contracting_dims={0}, rhs_contracting_dims={0}, metadata={op_name="@B/dense/transpose"}, @T
+  dw = bf16[16,16] dot(t, dy), @G, metadata={op_name="@B/dense/transpose"}, @T
   dx = bf16[8,16] fusion(dy, x), kind=kLoop, calls=gradient
   k = s32[] constant(1)
   j = s32[] add(i, k)
@@ -75,7 +75,7 @@ ENTRY main {
   dy = bf16[8,16] parameter(1)
   w = bf16[16,8] parameter(2)
   h = bf16[8,16] fusion(x0), kind=kLoop, calls=tanh_fwd
-  y = bf16[8,8] dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="@F/dense/dot_general"}, @T
+  y = bf16[8,8] dot(h, w), @D, metadata={op_name="@F/dense/dot_general"}, @T
   z = s32[] constant(0)
   s = (s32[], bf16[8,16], bf16[8,16], bf16[16,8]) tuple(z, x0, dy, w)
   l = (s32[], bf16[8,16], bf16[8,16], bf16[16,8]) while(s), condition=bwd_cond, body=bwd_body
@@ -87,10 +87,12 @@ ENTRY main {
 
 def _parsed(op: str = "subtract", text: str = SCAN):
     """The module, its op_name prefixes written out: @F the forward, @R the checkpoint's
-    recompute, @B its backward; @L the entry's layout and @T TPU's backend config (what makes it a
+    recompute, @B its backward; @D a matmul's dimension numbers, @G a weight gradient's; @L the entry's layout and @T TPU's backend config (what makes it a
     TPU module), @C a type correction's; @OP the residual's op."""
     for short, long in (("@R", "jit(loss)/transpose(jvp())/while/body/checkpoint/rematted_computation"),
                         ("@B", "jit(loss)/transpose(jvp())/while/body/checkpoint"), ("@F", "jit(loss)/jvp()"),
+                        ("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
+                        ("@G", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
                         ("@L", "{(bf16[8,16]{1,0:T(8,128)(2,1)})->bf16[8,8]{1,0:T(8,128)(2,1)}}"),
                         ("@T", 'backend_config={"scoped_memory_configs":[]}'), ("@C", _CORRECTED), ("@OP", op)):
         text = text.replace(short, long)
