@@ -87,8 +87,9 @@ ENTRY main {
 
 def _parsed(op: str = "subtract", text: str = SCAN):
     """The module, its op_name prefixes written out: @F the forward, @R the checkpoint's
-    recompute, @B its backward; @D a matmul's dimension numbers, @G a weight gradient's; @L the entry's layout and @T TPU's backend config (what makes it a
-    TPU module), @C a type correction's; @OP the residual's op."""
+    recompute, @B its backward; @D a matmul's dimension numbers, @G a weight gradient's; @L the
+    entry's layout and @T TPU's backend config (what makes it a TPU module), @C a type
+    correction's; @OP the residual's op."""
     for short, long in (("@R", "jit(loss)/transpose(jvp())/while/body/checkpoint/rematted_computation"),
                         ("@B", "jit(loss)/transpose(jvp())/while/body/checkpoint"), ("@F", "jit(loss)/jvp()"),
                         ("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
