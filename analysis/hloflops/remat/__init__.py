@@ -222,8 +222,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    checkpointed block fuses its chains into few. So of a value's widens in the recompute's fusions,
    as many as the forward's fusions widen it run because of remat, the rest are the program without
    remat's too; a recompute fusion that only relays its value out for backward matmuls widens as
-   that program's relayout of the forward's value does: model FLOPs (hloflops.remat.widen_counts;
-   rests on fusion). Under a checkpoint around the whole model (the recompute reads nothing the
+   that program's relayout of the forward's value does: model FLOPs, but for a bias it broadcasts
+   in (hloflops.remat.widen_counts; rests on fusion). A value is matched by its name inside the
+   checkpoint, or by its value number where the name is a bare primitive's or the value a
+   program input. Under a checkpoint around the whole model (the recompute reads nothing the
    forward computed but the policy's residuals, the forward hands nothing to the backward) the
    forward, storing nothing, widens values in every reader: all its widens of checkpointed values
    are remat, the recompute's model FLOPs (hloflops.remat.whole_checkpoint_widens). A checkpoint
