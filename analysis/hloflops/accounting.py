@@ -469,13 +469,18 @@ def _unpaired(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematU
 
 def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHinge, ...]:
     """The rows the remat split hinges on (`RematIndex.weak` counted, `RematIndex.unsure` not): a
-    counted one with the FLOPs it counts (a `Row.remat_part`'s share)."""
-    if not (index.weak or index.unsure):
+    counted one with the FLOPs it counts (a `Row.remat_part`'s share); and the values the program
+    without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
+    twin = getattr(index, "twin_copies", {})
+    if not (index.weak or index.unsure or twin):
         return ()
     return tuple(RematHinge(r.name, r.computation, r.opcode, r.remat_flops if r.remat else r.total.flops, r.remat)
                  for r in rows
                  if r.total.flops and ((r.computation, r.name) in index.weak if r.remat
-                                       else (r.computation, r.name) in index.unsure))
+                                       else (r.computation, r.name) in index.unsure)) + \
+        tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops * twin[(r.computation, r.name)], r.remat,
+                         twin[(r.computation, r.name)])
+              for r in rows if r.total.flops and (r.computation, r.name) in twin)
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,

@@ -139,13 +139,18 @@ class RematUnpaired:
 class RematHinge:
     """An op the remat split hinges on (`Accounting.remat_flops_bounds`): `counted` as remat on a
     pairing weaker than an equal value (it may be model FLOPs), or not counted though it carries
-    a remat name and no rule showed it to be model FLOPs (it may be recompute)."""
+    a remat name and no rule showed it to be model FLOPs (it may be recompute). With
+    `twin_copies`: a value the program without remat computes that many times more often than
+    this program does (XLA copies it into more of its fusions) beyond the recomputes it offsets
+    (hloflops.remat.stored_twin_copies); `flops` are those copies', by which the remat FLOPs of
+    its opcode may be lower than any split of this program's ops shows."""
 
     name: str
     computation: str
     opcode: str
     flops: int  # over all its executions
     counted: bool
+    twin_copies: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +185,8 @@ class Accounting:
 
     @property
     def remat_flops_bounds(self) -> tuple[int, int]:
-        """[low, high] of the remat FLOPs: `remat_flops` less the hinges counted, plus those not."""
+        """[low, high] of the remat FLOPs: `remat_flops` less the hinges counted and the twin's
+        extra copies, plus the hinges not counted."""
         hinges = getattr(self, "remat_hinges", ())
-        return (self.remat_flops - sum(h.flops for h in hinges if h.counted),
-                self.remat_flops + sum(h.flops for h in hinges if not h.counted))
+        return (self.remat_flops - sum(h.flops for h in hinges if h.counted or h.twin_copies),
+                self.remat_flops + sum(h.flops for h in hinges if not h.counted and not h.twin_copies))

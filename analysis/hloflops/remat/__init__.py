@@ -103,10 +103,14 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    all). But a bias add of a matmul output the policy saves (through an identity rounding, or an
    offload policy's round trip through the host) is recompute in every fusion that copies it:
    without remat XLA fuses it into the matmul's output fusion and stores the sum, which the backward
-   reads. Through that round trip no recompute has a forward op's exact value: a nested one is model
-   FLOPs where every forward op of its opcode, shape, frame and name inside the checkpoint is nested
-   too (hloflops.remat.offloaded_residuals). XLA's fusion pass never duplicates an
-   expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
+   reads. Through that round trip no recompute has a forward op's exact value, nor where it reads
+   its matmul's output in another precision (an f32 product against the forward's bf16 one
+   widened): a nested one is model FLOPs where every forward op of its opcode, shape, frame and name
+   inside the checkpoint is nested too, but a bias add of a matmul's output or saved residual
+   (hloflops.remat.offloaded_residuals). TPU computes a bf16 transcendental in f32 between a widen
+   and a narrow: where a recompute's leaves its fusion narrowed, both converts are its own and take
+   its answer (not in a scan's backward loop; hloflops.remat.type_corrections). XLA's fusion pass
+   never duplicates an expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
@@ -233,7 +237,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
    remat's backward reads the wide value; those widens are remat, where only the next block's
    residual add reads the narrow value in the forward (hloflops.remat.pinned_inputs; rests on
-   fusion).
+   fusion). A recompute relaid out for backward matmuls runs every convert of its chain because of
+   remat (the widens of what it reads, the roundings of its ops and of an f32 value it reads) but
+   one widen of the value it hands out: the program without remat relays out its stored value,
+   widening it once (hloflops.remat.recompute_converts; rests on fusion). A fusion only widening a
+   forward value for recomputes is on the recompute's side of the widen count, counted last.
 10. A recomputed reciprocal the backward shares (after optimization): XLA rewrites `e / s` as
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without
@@ -283,7 +291,12 @@ on CPU: a stack only recomputes read, hloflops.remat.unmarked_saves); an
 uncounted float normalization widen (bf16 to f32)
 inside a recompute's fusion, whose count follows how XLA fused the program without remat's
 forward, hloflops.remat.normalization) the report gives a range
-(`remat_flops_bounds`). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
+(`remat_flops_bounds`). Its low end drops too by the copies the program without remat makes of a
+value a policy stores (gelu's `h`: copied into the twin's forward fusions and each fusion saving a
+residual computed from it) beyond this program's and beyond the recomputes they offset
+(`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies): the per-opcode truth is negative
+there, and no split of this program's ops can match it. Remat-named ops that pair with nothing,
+or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata, but

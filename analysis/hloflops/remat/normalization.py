@@ -17,7 +17,14 @@ remat's forward three times as well: one widen per layer runs because of remat, 
 the recompute computes anything new). Where the forward's widens of the value are in sight,
 hloflops.remat.widen_counts counts the recompute's as many; those it leaves, and the widens of a
 value whose forward is not in sight, are model FLOPs, unsure: the range's high end holds them
-(`RematIndex.unsure`)."""
+(`RematIndex.unsure`).
+
+A fusion that only widens a value (`widens_only`: XLA's lone widen in front of a library fusion's
+conv, which reads f32) widens it for its readers alone; where they are all recomputes (held-out
+more 186, a nested remat's recompute of a block's first conv, whose forward widened the block's
+input inside its own library fusion of the whole block), it is one of the recompute's widens of
+the value, counted by hloflops.remat.widen_counts after those in fusions computing the recompute
+(which of equal widens is counted changes no count, and keeps a range as it was)."""
 
 from __future__ import annotations
 
@@ -25,10 +32,12 @@ from typing import Iterable
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.sites import SiteKey, SiteOp
-from hloparse.ir import Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 # The float types float normalization widens to f32 for an op computed in f32.
 NARROW_FLOATS = frozenset({"bf16", "f16"})
+# Ops that hand a value on unchanged, in its layout.
+_VIEWS = frozenset({"bitcast", "reshape"})
 
 
 def is_normalization_widen(inst: Instruction, operand: Instruction | None) -> bool:
@@ -57,3 +66,17 @@ def unsure_normalization_widens(module: Module, ops: Iterable[SiteOp], remat: se
             found.add(op.key)
     return found
 
+
+
+def widens_only(comp: Computation) -> bool:
+    """Does the fused computation only widen what it reads (normalization widens, and views)? XLA
+    wraps a widen alone in a fusion of its own where the value's readers are not elementwise (a
+    library fusion's conv): one per group of readers it widens for."""
+    widens = False
+    for inst in comp.instructions:
+        if inst.opcode in _VIEWS or inst.opcode == "parameter":
+            continue
+        if not is_normalization_widen(inst, comp.by_name.get(inst.operands[0]) if inst.operands else None):
+            return False
+        widens = True
+    return widens

@@ -78,11 +78,13 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
                                 fused: Mapping[str, frozenset[str]]) -> set[SiteKey]:
     """Remat-counted cheap recomputes nested inside a backward matmul's fusion (one handing out a
     matmul's output and no marked value) whose value no unmarked op computes exactly (the offloaded
-    residual's round trip), where every forward op of its opcode, shape and frame whose name ends
-    as the recompute's inside its checkpoint is nested in a fusion too (see the module's docstring):
-    model FLOPs. Not an expensive op's (a recompute of its own: XLA's fusion never copies one)."""
-    if not offloads(module):
-        return set()
+    residual's round trip; without one, a recompute reading its matmul's output in another precision
+    than the forward's fusion does: an f32 output against a bf16 one widened), where every forward
+    op of its opcode, shape and frame whose name ends as the recompute's inside its checkpoint is
+    nested in a fusion too (see the module's docstring): model FLOPs. Not an expensive op's (a
+    recompute of its own: XLA's fusion never copies one), nor a bias add of a matmul's output (the
+    program without remat fuses it into its matmul's output fusion and stores the sum, which its
+    backward reads: `offloaded_matmul_epilogues`, and `fusion_copies.saved_matmul_epilogues`)."""
     homes = outermost_fusions(module)
     unmarked_values = {op.exact for op in ops if not op.marked}
     twins: dict[tuple, list[SiteOp]] = {}
@@ -90,12 +92,15 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if not op.marked and op.op_name and phase(op.op_name) == "forward":
             twins.setdefault((op.frame, op.inst.opcode, shape_key(op.inst.shape)), []).append(op)
     by_key = {op.key: op for op in ops}
+    callers = one_call_site(module)
     gradient: dict[tuple[str, int], bool] = {}
     found: set[SiteKey] = set()
     for op in ops:
         home = homes.get(op.key[0])
         if home is None or op.key not in remat or not op.marked or op.inst.opcode not in DUPLICATED or \
                 op.inst.opcode in EXPENSIVE or op.exact in unmarked_values or not op.op_name:
+            continue
+        if _adds_to_matmul(module, callers, by_key, op):
             continue
         tail = inner_tail(op.op_name)
         like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
@@ -110,3 +115,19 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if gradient[site]:
             found.add(op.key)
     return found
+
+
+def _adds_to_matmul(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], op: SiteOp) -> bool:
+    """Is the op a bias add of a matmul's output: computed in another fusion, or a residual read
+    back from a loop's state (a policy's saved `x @ w`), through views, slices and round trips
+    between memories? Where the walk cannot tell (a fusion of several call sites), yes: the rule
+    above then keeps the pairing's answer."""
+    other = bias_add_input(module, op)
+    if other is None:
+        return False
+    source = source_op(module, callers, by_key, module.by_name[op.key[0]], other.name, op.key[2],
+                       lambda inst: inst.opcode in _PASSES or inst.opcode in _SLICES, 64)
+    return source is None or source.inst.opcode in MATMUL_OPCODES
+
+
+_SLICES = frozenset({"dynamic-slice", "slice"})

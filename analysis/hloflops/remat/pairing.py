@@ -35,11 +35,13 @@ from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
 from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.remat.pinned_inputs import pinned_input_widens
+from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.widen_counts import balanced_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
+from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -76,6 +78,9 @@ class RematIndex:
     # denominator) of that share (an op left on the broadcast side of a checkpoint's barrier:
     # hloflops.remat.unsunk_broadcasts). Each is in `remat` too.
     partial: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
+    # Values the program without remat computes more often than this one, beyond the recomputes
+    # they offset: key -> how many more copies (hloflops.remat.stored_twin_copies; lowers the range).
+    twin_copies: Mapping[Key, int] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -176,6 +181,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
+    twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
@@ -238,7 +244,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # those the saving fusions make, the rest model FLOPs, and a count taken back from a
         # gradient fusion's copy moves to a recompute's (hloflops.remat.twin_saves): settled.
         remat, twin_saves, moved = copied_into_twin_saves(module, ops, remat, by_class, op_names, saved,
-                                                          weight_gradient_copies(module, ops, op_names))
+                                                          weight_gradient_copies(module, ops, op_names),
+                                                          twin_copies)
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves
@@ -266,6 +273,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             remat = (remat - nested) | epilogues
             certain |= nested | epilogues
             stand_ins -= epilogues
+            # The widen and narrow TPU wraps around an expensive recompute it computes in f32: the
+            # recompute's own (hloflops.remat.type_corrections), as sure as it.
+            corrections = type_corrections(module, ops, remat, backward_loops)
+            remat |= set(corrections)
+            certain |= set(corrections)
+            paired_by_value |= {key for key, of in corrections.items() if of in paired_by_value}
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
@@ -278,6 +291,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 pinned = pinned_input_widens(module, ops)
                 remat |= pinned
                 certain |= pinned
+            # A recompute relaid out for backward matmuls: its converts but the one widen standing for
+            # the program without remat's (hloflops.remat.recompute_converts).
+            relaid, stand_ins_of_stored = relaid_recompute_converts(module, ops, remat)
+            remat = (remat | relaid) - stand_ins_of_stored
+            certain |= relaid | stand_ins_of_stored
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
     # reads the stored value, else unsure (hloflops.remat.rounding).
@@ -335,7 +353,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
-                      frozenset(unsure) - index.remat - frozenset(partial), partial)
+                      # a value the program without remat copies more often than this one: no copy of
+                      # it here can be remat (hloflops.remat.stored_twin_copies)
+                      frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies},
+                      partial, {key[:2]: n for key, n in twin_copies.items()})
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:

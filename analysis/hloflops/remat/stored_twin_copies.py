@@ -8,13 +8,31 @@ counterparts of those recompute fusions (XLA copies a cheap producer into each c
 and copies it into each fusion saving such a residual, so it may run the value more often than
 this program, whose copies all sit in its forward. Remat FLOPs are judged per opcode, so the
 difference is taken off counted recomputes of the value's opcode and size in the reading fusions
-(more seed 37: add +20,480 before; more 78, 86, 90, 114 and held-out 246 closer)."""
+(more seed 37: add +20,480 before).
+
+The value a policy saves may sit under the identity rounding that marks a checkpoint policy's
+residual (`save_only_these_names`; base seed 41): the stored value is the op under it. A recompute
+fusion reading the value that hands its output to a matmul outside the recompute (gelu's product
+`h * 0.5 * (1 + t)`, read by the next weight's gradient) stands for two fusions of the program
+without remat: its forward's, and the one saving that output for the matmul, which copies the
+chain down to `h` too (five copies of `h` there against this program's two, hk_layer_stack
+attention more seeds 78, 86, 90, 114, held-out linen_scan 246). Where the twin's extra copies
+exceed the recomputes they can offset (the tanh fusion's `h + 0.044715 * h**3` is the one counted
+recompute of that kind), the per-opcode truth is negative and no split of this program's ops
+reaches it: the copies left over are reported as `twin_copies` (hloflops.results.RematHinge), by
+whose FLOPs the range's low end drops (on all five draws exactly the add the twin runs beyond
+this program). Such a value's forward copy in the fusion storing it is then no "maybe remat" hinge
+(hloflops.remat.rounding's `copied_into_saves` says the twin may not copy it into a saving fusion;
+here it copies it more often than this program in all)."""
 
 from __future__ import annotations
 
-from hloflops.remat.across_loops import cheap_chain
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, shape_key
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
+from hloflops.remat.across_loops import cheap_chain, reads_two_whole
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.names import OpNames
+from hloflops.remat.saved_copies import read_by_backward_matmul
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, is_identity_rounding, shape_key
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
@@ -27,7 +45,8 @@ _MOVES = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose"})
 
 def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, int], dict[str, SiteOp]],
                     chains: dict[tuple[str, int], list[tuple[SiteOp, set[SiteKey]]]],
-                    remat: set[SiteKey]) -> set[SiteKey]:
+                    remat: set[SiteKey], op_names: OpNames, twin_copies: dict[SiteKey, int] | None = None
+                    ) -> set[SiteKey]:
     """A cheap value this program's forward loop stores (a policy saves gelu's bias add `h`) that
     the backward loop reads from the stack: the recompute fusions reading it there stand for the
     program without remat's forward fusions, which compute it (XLA copies the cheap chain into each
@@ -38,7 +57,10 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
     are model FLOPs in the per-opcode sum (as twin_saves' `_offsetting`; more seed 37, an offload
     policy: the tanh's and the product's recompute fusions read `h`, the program without remat
     copies it into its tanh, product, `h` and `3 * h * h` fusions, this one into its forward and
-    saving fusions)."""
+    saving fusions). A recompute fusion handing its output to a backward matmul stands for one
+    more saving fusion of the program without remat (`_handed_to_gradient`). Copies left over with
+    no counted recompute to offset go to `twin_copies` (the stored value's key -> how many): the
+    program without remat's alone, which lower the range (module docstring)."""
     callers = one_call_site(module)
     sites_of: dict[str, list[tuple[str, int]]] = {}
     for site_key in by_site:
@@ -46,6 +68,8 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
     by_value: dict[Val, list[SiteOp]] = {}
     for op in ops:
         by_value.setdefault(op.exact, []).append(op)
+    fused = fused_outputs(module)
+    readers_of: dict = {}  # each value's readers, taken once a stored value is found
     out: set[SiteKey] = set()
     for (comp_name, site), members in by_site.items():
         comp = module.by_name[comp_name]
@@ -53,7 +77,10 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
         if comp.root.opcode != "dynamic-update-slice" or caller is None or len(comp.root.operands) < 2:
             continue
         name = comp.root.operands[1]
-        while name in comp.by_name and comp.by_name[name].opcode in _MOVES and comp.by_name[name].operands:
+        # Through views, and the identity rounding that marks a checkpoint policy's saved residual
+        # (hloflops.remat.rounding): the value stored is the cheap op under it.
+        while name in comp.by_name and comp.by_name[name].operands and (
+                comp.by_name[name].opcode in _MOVES or is_identity_rounding(comp.by_name[name])):
             name = comp.by_name[name].operands[0]
         value = members.get(name)
         if value is None or value.marked or value.inst.opcode not in CHEAP or not value.op_name \
@@ -63,6 +90,7 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
         readers = stack_readers(module, caller[0].name, caller[1].name)
         if not readers:
             continue
+        readers_of = readers_of or value_readers(module)
         recomputes: set[tuple[str, int]] = set()
         saves: set[Val] = set()
         for reader_comp, reader in readers:
@@ -75,6 +103,8 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
                     saves |= set(held) if held else ({value.exact} if not op.marked else set())
                 elif op.marked:
                     recomputes.add(reader_site)
+                    saves |= _handed_to_gradient(module, reader_site, op, by_site[reader_site], fused, callers,
+                                                 readers_of, op_names)
                 else:
                     saves.add(value.exact)
         forward = sum(not op.marked and phase(op.op_name) != "backward" for op in by_value[value.exact])
@@ -86,4 +116,30 @@ def stored_offsets(module: Module, ops: list[SiteOp], by_site: dict[tuple[str, i
                           if op.key in remat and op.key not in out
                           and (op.inst.opcode, shape_key(op.inst.shape)) == kind), key=lambda op: op.order)
         out |= {op.key for op in offsets[:short]}
+        if twin_copies is not None and short > len(offsets):
+            # Copies left with no recompute to offset: the twin's alone (the range's low end).
+            twin_copies[value.key] = twin_copies.get(value.key, 0) + short - len(offsets)
+    return out
+
+
+def _handed_to_gradient(module: Module, site_key: tuple[str, int], reader: SiteOp, members: dict[str, SiteOp],
+                        fused, callers, readers_of, op_names: OpNames) -> set[Val]:
+    """The outputs of a recompute fusion reading the stored value that it hands to a matmul outside
+    the recompute (a weight's gradient reads gelu's product `h * 0.5 * (1 + t)`), where the value's
+    reader lies on their cheap chains: the program without remat saves each such output for that
+    matmul by a fusion of its own, into which XLA copies the chain down to the value (as
+    hloflops.remat.twin_saves' handed residuals)."""
+    caller = callers.get(site_key[0])
+    if caller is None or not read_by_backward_matmul(module, (caller[0].name, caller[1]), readers_of, op_names):
+        return set()
+    comp = module.by_name[site_key[0]]
+    out: set[Val] = set()
+    for name in fused.get(site_key[0], ()):
+        output = members.get(name)
+        if output is None or not output.named or output.inst.opcode not in CHEAP:
+            continue
+        if reads_two_whole(comp, output.inst) and comp.root.opcode not in ("bitcast", "reshape"):
+            continue  # stored as computed, no chain copied (hloflops.remat.across_loops)
+        if reader.inst.name in cheap_chain(comp, frozenset({name})):
+            out.add(output.exact)
     return out

@@ -105,7 +105,8 @@ _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "dynamic-slice", 
 
 def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey],
                            op_names: OpNames, decided: set[SiteKey] = frozenset(),
-                           stand_in_sites: set[tuple[str, int]] = frozenset()
+                           stand_in_sites: set[tuple[str, int]] = frozenset(),
+                           twin_copies: dict[SiteKey, int] | None = None
                            ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     """The recompute less the copies of a recomputed cheap value beyond `forward + gradient -
     saves` (module docstring): `forward` is how many copies the forward computes of each value
@@ -137,14 +138,14 @@ def copied_into_twin_saves(module: Module, ops: list[SiteOp], remat: set[SiteKey
     # where the fold left it (`x * broadcast(2 * s)`) is the read of that residual, not of `x`.
     folded = folded_squares(module, ops)
     remat, decided, added = _copied(module, ops, remat, by_class, op_names, decided, stand_in_sites,
-                                    {(square.frame, x) for square, x in folded})
+                                    {(square.frame, x) for square, x in folded}, twin_copies)
     given_back = coefficient_offsets(ops, folded, remat)
     return remat - given_back, decided | given_back, added - given_back
 
 
 def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: set[SiteKey], op_names: OpNames,
-            decided: set[SiteKey], stand_in_sites: set[tuple[str, int]], folded_x: set[tuple[str, Val]]
-            ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+            decided: set[SiteKey], stand_in_sites: set[tuple[str, int]], folded_x: set[tuple[str, Val]],
+            twin_copies: dict[SiteKey, int] | None = None) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
     entry = module.entry.name
     fused = fused_outputs(module)
     by_site: dict[tuple[str, int], dict[str, SiteOp]] = {}
@@ -263,7 +264,8 @@ def _copied(module: Module, ops: list[SiteOp], remat: set[SiteKey], by_class: se
             extra = [op for op in members if op.key in in_gradient and op.key not in remat]
             overflow |= {op.key for op in extra[:gradient.get(v, 0) - saves.get(v, 0)]}
     decided |= _offsetting(ops, short, (remat - decided) | added | overflow, in_gradient)
-    decided |= stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow)
+    decided |= stored_offsets(module, ops, by_site, chains, (remat - decided) | added | overflow, op_names,
+                              twin_copies)
     return (remat - decided) | added | overflow, decided, added
 
 

@@ -23,10 +23,9 @@ recompute is matched by its value number, which is the forward's where it reads 
 in the same frame (a Python loop's layers, base seed 129: `h = x @ w1` widened by three recompute
 fusions and one forward one); where the numbers differ nothing is matched. A program input (the
 first layer's input, read by the forward's and the recompute's residual adds, base seed 5) is
-counted the same way, by the parameter it reads; so is a weight cast again in a fusion only
-recomputes read (base seed 103: each attention weight widened for the forward's matmul and again
-for the recompute's, once in the program without remat). Such a cast comes after the fusions
-computing a recompute when the forward's count is shared out.
+counted the same way, by the parameter it reads (a weight cast again in a fusion only recomputes
+read, `normalization.widens_only`: base seed 103, each attention weight widened for the forward's
+matmul and again for the recompute's, once in the program without remat).
 
 A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
 transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
@@ -50,6 +49,7 @@ import math
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.normalization import widens_only
 from hloflops.remat.op_kinds import shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.whole_checkpoint_widens import whole_checkpoint_widens
@@ -114,9 +114,9 @@ def balanced_widens(module: Module, ops: list[SiteOp],
     decided = set(relaid)
     for members in groups.values():
         forward = sum(side == "forward" for side, _ in members)
-        # The fusions computing a recompute first, then the casts only recomputes read.
+        # A fusion only widening the value for recomputes is counted last (hloflops.remat.normalization).
         in_recompute = sorted((op for side, op in members if side == "recompute"),
-                              key=lambda op: (not index.computes_recompute(op.key[0], op.key[2]), op.order))
+                              key=lambda op: (widens_only(module.by_name[op.key[0]]), op.order))
         if not forward:
             continue  # the forward's widens are not in sight (another loop body): as decided
         for n, op in enumerate(in_recompute):

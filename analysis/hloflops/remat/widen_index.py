@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from hloflops.remat.names import REMAT_SCOPE
-from hloflops.remat.normalization import is_normalization_widen
+from hloflops.remat.normalization import is_normalization_widen, widens_only
 from hloflops.remat.saved_copies import hands_out_relayout
 from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary, one_call_site, source_op
 from hloflops.scopes import phase
@@ -44,9 +43,8 @@ class WidenIndex:
                 yield op, comp
 
     def side(self, comp_name: str, site: int) -> str | None:
-        """`recompute`: a fusion one of whose outputs is remat (no backward op in it), or one of
-        casts that only recomputes read (a weight widened again for the recompute's matmul, where
-        the forward's matmul reads its own cast);
+        """`recompute`: a fusion one of whose outputs is remat (no backward op in it), or one only
+        widening a value for recomputes (`normalization.widens_only`);
         `relayout`: such a fusion handing its value out only relaid out for backward ops;
         `forward`: a fusion of forward ops only (named so, or read only by such); else None.
         An op named by the checkpoint primitive itself (`.../remat2`) that only rounds or moves a
@@ -57,14 +55,10 @@ class WidenIndex:
             self.sides[(comp_name, site)] = self._side(comp_name, site)
         return self.sides[(comp_name, site)]
 
-    def computes_recompute(self, comp_name: str, site: int) -> bool:
-        """Is one of the fusion's outputs remat (not a cast only recomputes read)?"""
-        return any((comp_name, name, site) in self.remat for name in self.fused[comp_name])
-
     def _side(self, comp_name: str, site: int) -> str | None:
         comp = self.module.by_name[comp_name]
         members = [op for op in (self.by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
-        if self.computes_recompute(comp_name, site):
+        if any((comp_name, name, site) in self.remat for name in self.fused[comp_name]):
             if any(m.op_name and not m.marked and phase(m.op_name) == "backward" and not _checkpoint_boundary(m)
                    for m in members):
                 return None  # a gradient fusion copying recomputes: the fusion rules decided
@@ -78,10 +72,13 @@ class WidenIndex:
         if any(m.op_name for m in members):
             return "forward"
         named = [(name, marked) for name, marked in self.readers(comp_name, site) if name]
-        if named and all(marked and REMAT_SCOPE in name for name, marked in named):
-            return "recompute"  # a cast only recomputes read (a weight widened again for them)
-        return "forward" if named and all(not marked and phase(name) == "forward" for name, marked in named) \
-            else None
+        if named and all(not marked and phase(name) == "forward" for name, marked in named):
+            return "forward"
+        # A fusion only widening a value for recomputes (hloflops.remat.normalization).
+        readers = self.reader_ops(comp_name, site)
+        if widens_only(comp) and readers and all(op is not None and op.key in self.remat for op in readers):
+            return "recompute"
+        return None
 
     def _users(self, comp_name: str, site: int) -> Iterator[tuple[Instruction, list[SiteOp | None]]]:
         """Each instruction reading the fusion's value (through the ops that hand it on), with

@@ -467,7 +467,7 @@ class Report(SourceViews):
             "remat_flops_bounds": list(self.remat_flops_bounds),
             "remat_hinges": [
                 {"name": h.name, "computation": h.computation, "opcode": h.opcode, "flops": h.flops,
-                 "counted": h.counted}
+                 "counted": h.counted, **({"twin_copies": h.twin_copies} if h.twin_copies else {})}
                 for h in self.remat_hinges
             ],
             "remat_unpaired": [

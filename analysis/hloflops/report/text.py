@@ -92,8 +92,11 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
     if (low, high) != (report.remat_flops, report.remat_flops):
         hinges = report.remat_hinges
         lines.append(f"remat flops between {low:,} and {high:,}: the split hinges on {len(hinges):,} ops "
-                     f"({sum(h.flops for h in hinges if h.counted):,} flops counted as remat without an equal value, "
-                     f"{sum(h.flops for h in hinges if not h.counted):,} remat-named without a twin, counted as model)"
+                     f"({sum(h.flops for h in hinges if h.counted and not h.twin_copies):,} flops counted as remat "
+                     f"without an equal value, {sum(h.flops for h in hinges if not h.counted and not h.twin_copies):,} "
+                     f"remat-named without a twin, counted as model"
+                     + (f", {sum(h.flops for h in hinges if h.twin_copies):,} in copies the program without remat "
+                        f"makes beyond this one's" if any(h.twin_copies for h in hinges) else "") + ")"
                      + (": the remat split may be low" if high > report.remat_flops else ""))
     phases = report.phase_flops
     lines.append(
