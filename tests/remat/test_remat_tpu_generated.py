@@ -29,8 +29,11 @@ from tests.remat.judge import STAGES  # noqa: E402
 # 6, 10, 22 and 49 missed recompute convolutions after optimization where XLA rounded one copy's
 # output to bf16 and not the other's (-524,288, -262,144, -98,304, -786,432), before the signature
 # left out the result's element type; 16 (nested nn.remat conv net, FSDP: -13,565,952) before a
-# forward served both the outer and the inner checkpoint's recompute of its layer (i28h).
-SEEDS = (0, 2, 5, 6, 8, 10, 12, 13, 15, 16, 17, 19, 22, 24, 27, 49)
+# forward served both the outer and the inner checkpoint's recompute of its layer (i28h). 32 (a
+# `linen_loop` conv net, tensor parallel: -554,696,704 after optimization) before a loop's state
+# element its body hands back unchanged was numbered as the loop's initial value (remat/values.py:
+# the recompute's conv reads an all-gather TPU finishes after a windowed einsum's loop).
+SEEDS = (0, 2, 5, 6, 8, 10, 12, 13, 15, 16, 17, 19, 22, 24, 27, 32, 49)
 KNOWN: dict[int, str] = {}  # seed: what it misses (reported - truth), for draws known to fail
 
 

@@ -34,7 +34,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    is marked, either the forward computes it elsewhere under another number (ops of its
    signature and name reading the same inputs, whose value no recompute of the class's depth
    matched exactly: as many copies are recompute; classes that
-   find the same forward values share them, one value each: layer norm's mean and mean square)
+   find the same forward values share them, one value each: layer norm's mean and mean square;
+   across loop bodies an elementwise op's twins are first those that multiply by the very
+   constants it does, unit dimensions aside: one attention head's scores `s * (1 / sqrt(d))`,
+   `[b, 1, q, k]` in the recompute and `[b, q, k]` in the forward, are not the probabilities
+   `e * broadcast(1 / sum)` of the recompute's shape and name)
    or CSE merged the forward away and one of them is model FLOPs.
    A callee that several `call` sites run (before optimization an unrolled scan's step, or a
    checkpointed block lowered once for every layer) is numbered at each site and named there
@@ -59,11 +63,14 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    copy: the program without remat has it too). A twin serves one recompute per level (remat
    depth, checkpoints around the recompute: nested remat recomputes a layer at two levels), also
    where another level's recompute matched its value exactly (rule 1) and this one's was
-   numbered apart (hloflops.remat.by_signature). Sharded,
+   numbered apart (hloflops.remat.by_signature). A cheap recompute left without a twin of its
+   signature then takes one equal but for unit dimensions (those scores again). Sharded,
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
-   name and per-device FLOPs reading the same known inputs (hloflops.remat.partitioned). A
+   name and per-device FLOPs reading the same known inputs; and a reduce summing a shard of the
+   dimension its forward sums whole (its partial sums all-reduced) with that forward reduce of
+   its name, result and kept extents (hloflops.remat.partitioned). A
    forward's name may carry the module's name inside `jvp(...)`, brackets and all (equinox's
    `jvp(vmap(eqx.nn.Linear))/dot_general` ends as its recompute's `vmap(eqx.nn.Linear)/dot_general`).
    A remat-named op the forward computes nothing like (no op outside the backward
@@ -86,14 +93,15 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    runs there only because of remat, and so does one an expensive recompute reads in its fusion
    where the expensive op's forward twin reads a copy of the same value in its own (a layer norm's
    variance chain under the recompute's rsqrt; not above a policy's saved residual, and no more
-   copies than the forward's fusions hold). An unpaired marked expensive op of one operand pairs
-   with the unmarked op of its opcode reading the same value through unit-dimension views (the
-   recompute's rsqrt over a `[b, t, 1]` bitcast of the forward's `[b, t]` variance;
-   hloflops.remat.expensive_chains). The fusion's outputs and unfused ops keep the answer of rules
-   1-3, and so do marked copies counted against the forward's copies (rule 1's cap), except where
-   no fusion of the forward twins of the fusion's outputs computes the copied value (the forward
-   reads it stored: a nested remat's outer recompute of one block's output inside the next
-   one's). A forward op copied into a recompute
+   copies than the forward's fusions hold, a fusion handing out a forward value widened by an
+   unnamed convert among them: a layer norm's output for a matmul, which copies the mean). An
+   unpaired marked expensive op of one operand pairs with the unmarked op of its opcode reading
+   the same value through unit-dimension views (the recompute's rsqrt over a `[b, t, 1]` bitcast
+   of the forward's `[b, t]` variance; hloflops.remat.expensive_chains). The fusion's outputs
+   and unfused ops keep the answer of rules 1-3, and so do marked copies counted against the
+   forward's copies (rule 1's cap), except where no fusion of the forward twins of the fusion's
+   outputs computes the copied value (the forward reads it stored: a nested remat's outer
+   recompute of one block's output inside the next one's). A forward op copied into a recompute
    whose forward runs inside a library fusion (CPU's `__ynn_fusion`: it reads that op stored,
    where the program without remat copies it into a loop fusion) is model FLOPs, unsure, but
    for a residual the policy saves (the program with remat stores it: that is the extra copy).
@@ -232,7 +240,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    program input. Under a checkpoint around the whole model (the recompute reads nothing the
    forward computed but the policy's residuals, the forward hands nothing to the backward) the
    forward, storing nothing, widens values in every reader: all its widens of checkpointed values
-   are remat, the recompute's model FLOPs (hloflops.remat.whole_checkpoint_widens). A checkpoint
+   are remat, the recompute's model FLOPs; and it copies a value it never stores (a residual sum)
+   into each fusion reading it, where the recompute stores it once as the program without remat's
+   forward does: all those forward copies are remat, for a value a recompute fusion computes
+   (hloflops.remat.whole_checkpoint_widens). A checkpoint
    input the forward left in f32 (a bf16 residual add) crosses the checkpoint's barrier narrowed
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
    remat's backward reads the wide value; those widens are remat, where only the next block's
@@ -262,7 +273,8 @@ long reduce (its partial sums) where every reader is a remat-named reduce; views
 pairs itself (it computes nothing again); so, after optimization, is a move TPU makes on the
 device before each read of a weight, the forward's and the recompute's apart: a prefetch into
 another memory space (`copy-start` / `copy-done`) and an FSDP gather's async collective (the
-shard its start carries on, what its done's collective gathers), but not a round trip through
+shard its start carries on, what its done's collective gathers, also where the shard rides a
+loop's state the body hands back unchanged: a loop's such element is its initial value), but not a round trip through
 the host (the offload policy's saved residual, which the recompute reads as an input;
 hloflops.remat.moved_values); an identity reduce-precision (a policy's saved residual; after XLA's float
 normalization a bfloat16 residual widened to f32 and rounded to bfloat16's bits, with its round

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.expensive_chains import unit_free
 from hloflops.remat.forward_twins import same_inputs
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth, remat_level
-from hloflops.remat.op_kinds import MATMUL_OPCODES, shape_key
-from hloflops.remat.partitioned import is_partitioned, partitioned_key
-from hloflops.remat.signature import signature
+from hloflops.remat.op_kinds import EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.remat.partitioned import is_partitioned, partitioned_alike, partitioned_key
+from hloflops.remat.signature import signature, unit_dimension_free_signature
 from hloflops.remat.sites import SiteKey, SiteOp, by_number
 from hloflops.remat.values import Val
 from hloflops.scopes import model_components, phase, split_components
@@ -112,7 +113,22 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # too: an LSTM cell's recompute names sigmoid's `s * (1 - s)`, which took the twin of the
     # forward's `o * tanh(c)`, a value the backward never recomputes (base seeds 107, 138).
     jvp_own = linearization_only(ops, settled)
-    for op in candidates:
+    # XLA may lay out a recompute's elementwise op with a unit dimension its forward lacks (one
+    # attention head: the scaled scores `[b, 1, q, k]` against the forward's `[b, q, k]`): a
+    # recompute left without a twin of its own signature takes one equal but for unit dimensions,
+    # after every recompute has had its own signature's (more 170). Not an expensive op: its
+    # twin read through unit-dimension views is hloflops.remat.expensive_chains' (a layer norm's
+    # `[b, t, 1]` rsqrt), with the chain under it; nor a cast (a bias's bf16 cast, read from the
+    # saved stack of f32 biases: the widen and cast counts decide those, more 60).
+    # Not on TPU, whose tiled layouts keep a scan's stacked unit dimension in both copies (TPU
+    # draw 29, flax's remat_scan: a layer norm's chain of its inner recompute loop took such twins
+    # and its multiplies moved further over).
+    squeezed: dict[tuple, list[SiteOp]] = {}
+    for key, twins in pool.items() if not is_tpu_module(module) else ():
+        squeezed.setdefault(unit_dimension_free_signature(key), []).extend(twins)
+    for op, fallback in [(op, False) for op in candidates] + [(op, True) for op in candidates]:
+        if op.key in found:
+            continue
         if any((op.key[0], name, op.key[2]) in own for name in op.inst.operands):
             continue  # reads the linearization's own copy: the linearization's work too
         if op.key in jvp_own:
@@ -127,10 +143,16 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
         level = _level(op)
         own_signature = signature(op, shapes)
         twins = pool.get(own_signature, [])
+        if fallback and (op.inst.opcode in EXPENSIVE or op.inst.opcode == "convert"):
+            continue  # an expensive op's reshaped twin is hloflops.remat.expensive_chains', a cast's the widens'
+        if fallback:
+            twins = [twin for twin in squeezed.get(unit_dimension_free_signature(own_signature), ())
+                     if twin not in twins]
         if arrays and (flops := partitioned_key(op.inst, arrays)) is not None:
             twins = [*twins, *(twin for key, twin in by_flops.get(flops, ())
                                if key != own_signature and twin.frame == op.frame
-                               and _known_same_inputs(inputs, op, twin))]
+                               and _known_same_inputs(inputs, op, twin)
+                               and partitioned_alike(op.inst, twin.inst, arrays))]
         if structural and op.abstract in structural:
             twins = sorted(twins, key=lambda twin: twin.abstract != op.abstract)
         for twin in twins:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import ends_with, inner_tail, remat_level
-from hloflops.remat.signature import signature
-from hloflops.remat.op_kinds import is_identity_rounding, shape_key
+from hloflops.remat.signature import ConstantOperands, signature, unit_dimension_free_signature
+from hloflops.remat.op_kinds import DUPLICATED, is_identity_rounding, shape_key
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
 from hloparse.ir import Module
@@ -87,6 +88,12 @@ class ForwardTwins:
         self.shapes = {inst.name: shape_key(inst.shape) for _, inst in module.instructions()}
         self.inputs = FrameInputs(module)
         self.pool: dict[tuple, list[SiteOp]] = {}
+        self.squeezed: dict[tuple, list[SiteOp]] = {}  # the pool by signature without unit dimensions
+        self.constants = ConstantOperands(module)
+        # Not TPU's: its backward loop's copies are counted per value by
+        # hloflops.remat.backward_loop_copies, which took the twins of the signature alone (TPU
+        # draw 49, an offloaded hk.layer_stack, moved further under with the preference below).
+        self.tpu = is_tpu_module(module)
         self.copies = Counter()  # how many unmarked ops compute each value
         self.first: dict[Val, int] = {}  # each value's first unmarked op, in module order
         self.frames: dict[Val, set[str]] = {}  # the frames each value's unmarked ops run in
@@ -102,7 +109,9 @@ class ForwardTwins:
                 self.first.setdefault(op.exact, op.order)
                 self.frames.setdefault(op.exact, set()).add(op.frame)
                 if op.op_name and phase(op.op_name) != "backward":
-                    self.pool.setdefault(signature(op, self.shapes), []).append(op)
+                    own = signature(op, self.shapes)
+                    self.pool.setdefault(own, []).append(op)
+                    self.squeezed.setdefault(unit_dimension_free_signature(own), []).append(op)
 
     def values(self, members: list[SiteOp]) -> frozenset[Val]:
         """The forward's values of the class's signature and name (each with all its copies)."""
@@ -111,10 +120,29 @@ class ForwardTwins:
         if not tail or not op.op_name:
             return frozenset()
         level = remat_level(op.op_name, op.inherited)
-        return frozenset(twin.exact for twin in self.pool.get(signature(op, self.shapes), ())
-                         if ends_with(twin.op_name, tail)
-                         and level not in self.recomputed.get(twin.exact, ())
-                         and (twin.frame != op.frame or same_inputs(self.inputs, op, twin)))
+        own = signature(op, self.shapes)
+
+        def twins(pool: list[SiteOp]) -> list[SiteOp]:
+            return [twin for twin in pool if ends_with(twin.op_name, tail)
+                    and level not in self.recomputed.get(twin.exact, ())
+                    and (twin.frame != op.frame or same_inputs(self.inputs, op, twin))]
+        # An elementwise op's twins that multiply by the very constants it does, unit dimensions
+        # aside: XLA may lay out the recompute's copy with a unit dimension the forward's lacks
+        # (one attention head: the scores `s * (1 / sqrt(d))` as `[b, 1, q, k]` against the
+        # forward's `[b, q, k]`), where the probabilities `e * broadcast(1 / sum)`, of the
+        # recompute's very shape and name (`div`), are another value (more 80). Only a forward in
+        # other loop bodies (a scan's backward loop against its forward loop): in one frame the
+        # recompute of those probabilities, handed as it is to the values' gradient matmul, stands
+        # for the program without remat's forward fusion laying them out for it, which no rule
+        # settles yet, and the old count of one matched value offset that (base 82).
+        if own[0] in DUPLICATED and not self.tpu:
+            constants = self.constants.of(op.key[0], op.inst)
+            if any(c is not None for c in constants):
+                same = [twin for twin in twins(self.squeezed.get(unit_dimension_free_signature(own), ()))
+                        if self.constants.of(twin.key[0], twin.inst) == constants]
+                if same and all(twin.frame not in {m.frame for m in members} for twin in same):
+                    return frozenset(twin.exact for twin in same)
+        return frozenset(twin.exact for twin in twins(self.pool.get(own, ())))
 
     def counts(self, classes: list[list[SiteOp]]) -> dict[int, int]:
         """How many forward copies each class (by `id`) counts. Classes that find the same

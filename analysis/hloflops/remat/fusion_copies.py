@@ -298,10 +298,20 @@ def outermost_fusions(module: Module) -> dict[str, str]:
 
 def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, SiteOp]) -> bool:
     """Does the fusion hand out a value of the forward's own (an output named in the forward
-    pass, not remat-named)?"""
-    for name in outputs:
-        op = by_key.get((comp_name, name, site))
-        if op is not None and op.op_name and not op.marked and phase(op.op_name) == "forward":
+    pass, not remat-named)? An output XLA added without a name (float normalization's round trip
+    of a bf16 value through f32, handed out to a matmul) is the value it converts (more 50: a layer
+    norm's output, whose fusion copies the mean as the recompute's does)."""
+    pending, seen = list(outputs), set(outputs)
+    while pending:
+        op = by_key.get((comp_name, pending.pop(), site))
+        if op is None:
+            continue
+        if not op.op_name:
+            if op.inst.opcode == "convert":
+                fresh = [name for name in op.inst.operands if name not in seen]
+                seen.update(fresh)
+                pending += fresh
+        elif not op.marked and phase(op.op_name) == "forward":
             return True
     return False
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Mapping
 
-from hloflops.remat.op_kinds import result_attributes, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, result_attributes, shape_key
 from hloflops.remat.sites import SiteOp
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 
 def signature(op: SiteOp, shapes: Mapping[str, object]) -> tuple:
@@ -93,3 +94,63 @@ def spatial_order_free(attributes: tuple) -> tuple:
         best = candidate if best is None or candidate < best else best
     kept["dim_labels"], kept["window"] = best
     return tuple(sorted(kept.items()))
+
+
+def unit_dimension_free_signature(key: tuple) -> tuple:
+    """An elementwise op's `signature` with the unit dimensions of its result and operands left
+    out: XLA may give one copy of a value a unit dimension (a bitcast it moved into the fusion)
+    that the other lacks, the same elements and FLOPs. Other opcodes' signatures are kept whole."""
+    opcode, result, operands, attributes = key
+    if opcode not in DUPLICATED:
+        return key
+    return opcode, _squeezed(result), tuple(_squeezed(s) for s in operands), attributes
+
+
+def _squeezed(key: object) -> object:
+    """An array's `shape_key` without its unit dimensions (a tuple's is kept whole)."""
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], tuple) and 1 in key[1]:
+        return key[0], tuple(e for e in key[1] if e != 1)
+    return key
+
+
+# What an operand's constant reaches the op through: views, broadcasts and casts of it.
+_CARRIERS = frozenset({"broadcast", "bitcast", "reshape", "copy", "transpose", "convert"})
+
+
+class ConstantOperands:
+    """Which operands of an elementwise op are constants, and which: per operand the constant's
+    literal (through broadcasts, views and casts, out of a fusion through its parameter to what
+    the caller passes), or None for a computed value. Two ops of one signature computing
+    different things often differ here (softmax's scores `s * (1 / sqrt(d))` against its
+    probabilities `e * broadcast(1 / sum)`, both named `div`)."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.callers: dict[str, tuple[Computation, Instruction] | None] = {}
+        for comp, inst in module.instructions():
+            if inst.opcode == "fusion":
+                for callee in inst.called(CallRole.FUSION):
+                    self.callers[callee] = None if callee in self.callers else (comp, inst)
+
+    def of(self, comp_name: str, inst: Instruction) -> tuple:
+        comp = self.module.by_name[comp_name]
+        return tuple(self._literal(comp, name) for name in inst.operands)
+
+    def _literal(self, comp: Computation, name: str) -> str | None:
+        for _ in range(16):
+            inst = comp.by_name.get(name)
+            if inst is None:
+                return None
+            if inst.opcode == "constant":
+                return inst.attributes.get("literal")
+            if inst.opcode == "parameter":
+                caller = self.callers.get(comp.name)
+                number = parameter_number(inst)
+                if caller is None or number is None or number >= len(caller[1].operands):
+                    return None
+                comp, name = caller[0], caller[1].operands[number]
+            elif inst.opcode in _CARRIERS and len(inst.operands) == 1:
+                name = inst.operands[0]
+            else:
+                return None
+        return None

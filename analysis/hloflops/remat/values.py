@@ -11,7 +11,10 @@ Every instruction gets two value numbers (ints; equal numbers mean equal values)
   caller's operands), so a recompute fused differently from its forward still matches it; and
   TPU's moves on the device (a prefetch's `copy-start` / `copy-done`, an async collective's
   start and done: hloflops.remat.moved_values), so a recompute reading a weight moved again
-  for the backward matches the forward that read its first move.
+  for the backward matches the forward that read its first move. A loop's result is a value of
+  its own, but for a state element its body hands back unchanged: that is the loop's initial
+  value after any number of trips (TPU carries an async all-gather's shard through a windowed
+  einsum's loop to the fusion that finishes the gather, which a recompute then reads).
 * `abstract`: the same, except that every input of the computation (ENTRY's parameters, a loop
   body's state, and slices, reshapes and copies of those) is keyed by its shape only. A forward
   op in the forward loop body and its recompute in the backward loop body read their inputs
@@ -469,10 +472,18 @@ class _Numbering:
             return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
         if inst.opcode == "while":
             self._chain = (caller, comp.name, inst.name)
-            yield from self._while(inst, ops)
+            kept = yield from self._while(inst, ops)
             self._chain = caller
             tag = ("while", comp.name, inst.name, ops[0][0] if ops else None)  # per initial state, as its body
-            return self.opaque(tag, inst.shape), self.leaf(inst.shape), taint
+            exact, abstract = self.opaque(tag, inst.shape), self.leaf(inst.shape)
+            if kept and isinstance(exact, tuple) and isinstance(ops[0][0], tuple) \
+                    and isinstance(ops[0][1], tuple) and len(ops[0][0]) == len(exact) == len(ops[0][1]):
+                # A state element the body hands back unchanged is the loop's initial value after any
+                # number of trips (an async collective's shard that TPU carries through a windowed
+                # einsum's loop to the fusion that finishes the gather).
+                exact = tuple(ops[0][0][i] if i in kept else e for i, e in enumerate(exact))
+                abstract = tuple(ops[0][1][i] if i in kept else a for i, a in enumerate(abstract))
+            return exact, abstract, taint
         return self._plain(comp, inst, ops)
 
     def _plain(self, comp: Computation, inst: Instruction, ops: list[Number]) -> Number:
@@ -524,8 +535,11 @@ class _Numbering:
         abstract = abstract[index] if isinstance(abstract, tuple) else self.leaf(inst.shape)
         return exact, abstract, taint
 
-    def _while(self, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, None]:
+    def _while(self, inst: Instruction, ops: list[Number]) -> Generator[Any, Any, set[int]]:
+        """Number the loop's condition and body; returns the indices of the state elements the
+        body hands back unchanged (its root's element is its parameter's)."""
         saved = self._frame_name
+        kept: set[int] = set()
         for role in (CallRole.WHILE_CONDITION, CallRole.WHILE_BODY):
             for name in inst.called(role):
                 comp = self.module.by_name.get(name)
@@ -537,8 +551,12 @@ class _Numbering:
                 # several sites (a scan of microbatches, unrolled) runs on another state at each
                 init = ops[0][0] if ops else None
                 state = (self.opaque(("loop", name, init), shape), self.leaf(shape), False)
-                yield self._frame(comp, [state])
+                root = yield self._frame(comp, [state])
+                if role == CallRole.WHILE_BODY and isinstance(state[0], tuple) and isinstance(root[0], tuple) \
+                        and len(root[0]) == len(state[0]):
+                    kept = {i for i, (out, into) in enumerate(zip(root[0], state[0])) if out == into}
         self._frame_name = saved
+        return kept
 
     _frame_name: str = ""
     _chain: Chain = None  # the calls that reach the computation being numbered

@@ -1,4 +1,5 @@
-"""The widens of a checkpoint around the whole model (after optimization, CPU).
+"""The widens and the forward copies of a checkpoint around the whole model (after optimization,
+CPU).
 
 A checkpoint around the whole model (`whole_checkpoint_widens`) turns this around: its forward
 stores nothing but the policy's residuals, so XLA copies each cheap value into every fusion
@@ -15,6 +16,20 @@ residuals and casts of program inputs, and no fusion of the checkpointed forward
 to the backward. A checkpoint per layer or per scan step hands its input from the forward (the
 recompute reads it, or the stacks carry it): there the value-by-value count holds.
 
+The same holds for the forward's other cheap copies (`_forward_copies`): a value the forward never
+stores is computed again in each fusion reading it (a residual sum `x + h`, copied into a layer
+norm's mean, its variance and the next block's input: base 83, held-out base 289), where the
+recompute, whose value the backward reads, computes and stores it once, as the program without
+remat's forward does. So the program with remat runs that value as often more as its forward
+computes it: of a value a recompute fusion (or an unfused recompute) computes, the forward's copies
+not yet counted are remat, up to as many counted copies as the forward makes. A value only the
+gradient fusions recompute (the head's bias add, copied into the loss gradient's fusions) is one
+the program without remat's forward computes for the loss as this one's does: its forward copies
+stay model FLOPs. The value is told by opcode, shape and the name inside the checkpoint (two
+components at least), in one frame: value numbers do not serve, the forward's fused copies reading
+unrounded values where the recompute's read rounded ones (held-out base 289's recomputed residual
+sums matched nothing by value).
+
 These stand on the recompute being the program without remat's forward: settled both ways, not
 in the range (hloflops.remat.widen_counts counts the value-by-value case)."""
 
@@ -22,6 +37,7 @@ from __future__ import annotations
 
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.normalization import is_normalization_widen
+from hloflops.remat.op_kinds import DUPLICATED, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.widen_index import MOVING_OPS, WidenIndex
 from hloflops.scopes import phase
@@ -31,17 +47,20 @@ from hloparse.ir import CallRole, Module
 def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex, remat: set[SiteKey],
                             out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey]) -> set[SiteKey]:
     """Where the recompute reads nothing the forward computed (a checkpoint around the whole
-    model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs
-    (see the module's docstring); updates `out` and `decided`, returns the widens it settled."""
+    model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs,
+    and so are the forward's copies of a recomputed value beyond those counted (see the module's
+    docstring); updates `out` and `decided`, returns the ops it settled."""
     found = _CheckpointedForward(module, ops, index)
+    if found.recompute_reads_forward() or found.forward_hands_backward():
+        return set()
+    settled = _forward_copies(ops, found, out)
     widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
     # The forward and its recompute in one computation (not a scan's two loop bodies, the
     # forward's values handed through the loop's stacks).
     frames = {op.frame for op, _, side in widens if side is not None}
-    if not any(side == "forward" for _, _, side in widens) or len(frames) != 1 \
-            or found.recompute_reads_forward() or found.forward_hands_backward():
-        return set()
-    settled: set[SiteKey] = set()
+    if not any(side == "forward" for _, _, side in widens) or len(frames) != 1:
+        decided |= settled
+        return settled
     for op, comp, side in widens:
         if side is None or (side == "recompute" and op.key in relaid):
             continue
@@ -55,7 +74,46 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
         decided.add(op.key)
         settled.add(op.key)
         (out.add if side == "forward" else out.discard)(op.key)
+    decided |= settled
     return settled
+
+
+def _forward_copies(ops: list[SiteOp], found: "_CheckpointedForward", out: set[SiteKey]) -> set[SiteKey]:
+    """The forward's copies of a checkpointed elementwise value beyond those counted (see the
+    module's docstring): remat, as many as make the value's count its forward copies. A value is
+    the ops of one opcode and shape named alike inside the checkpoint (`inner_tail`, two
+    components at least) in one frame: the recompute's copies by that name, the forward's ops whose
+    name ends so (each with the longest such name). Only where a recompute fusion (or an unfused
+    op) computes it: the program without remat's forward then computes it as the recompute does,
+    once where the recompute stores it (a residual sum, which the forward, storing nothing, copies
+    into each of the fusions reading it: base seeds 83, 289); a value only gradient fusions
+    recompute (the head's bias add, copied into the loss gradient's fusions) is one that program's
+    forward computes as this one's does, for the loss. Adds them to `out`; returns them."""
+    values: dict[tuple, tuple[list[SiteOp], list[SiteOp]]] = {}
+    for op in ops:
+        if op.marked and not op.inherited and op.op_name and op.inst.opcode in DUPLICATED \
+                and op.inst.opcode != "convert" and len(tail := inner_tail(op.op_name)) >= 2:
+            values.setdefault((op.inst.opcode, shape_key(op.inst.shape), op.frame, tail), ([], []))[0].append(op)
+    by_kind: dict[tuple, list[tuple[str, ...]]] = {}
+    for key in values:
+        by_kind.setdefault(key[:3], []).append(key[3])
+    for op in ops:
+        if op.marked or not op.op_name or phase(op.op_name) != "forward" or op.inst.opcode not in DUPLICATED:
+            continue
+        kind = (op.inst.opcode, shape_key(op.inst.shape), op.frame)
+        tails = [tail for tail in by_kind.get(kind, ()) if ends_with(op.op_name, tail)]
+        if tails:
+            values[(*kind, max(tails, key=len))][1].append(op)
+    fused = found.index.fused
+    extra: set[SiteKey] = set()
+    for recomputes, forward in values.values():
+        if not any(op.key[0] not in fused or found.side(op.key[0], op.key[2]) == "recompute" for op in recomputes):
+            continue
+        missing = len(forward) - sum(op.key in out for op in recomputes + forward)
+        for op in [op for op in forward if op.key not in out][:max(missing, 0)]:
+            extra.add(op.key)
+            out.add(op.key)
+    return extra
 
 
 class _CheckpointedForward:
