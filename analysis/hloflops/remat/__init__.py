@@ -122,7 +122,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
-   (one whose unnamed bf16 convert output is named by what it converts), unsure. On TPU, a cheap
+   (one whose unnamed bf16 convert output is named by what it converts), unsure. The forward's cap
+   on such a value's counted copies says how many, not which: where the copy it picked is the
+   gradient fusion's, so dropped, a sibling copy in a fusion whose output is recompute takes the
+   count (hloflops.remat.fusion_copies, `_counts_passed_on`). On TPU, a cheap
    forward value the forward never stores (copied into each fusion reading it) while the
    recompute's copy is stored (a backward reader reads it whole) is stored once by the forward
    without remat, which its backward reads: the forward's copies beyond one, with the cheap chain
