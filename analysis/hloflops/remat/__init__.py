@@ -125,7 +125,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
    same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
-   (one whose unnamed bf16 convert output is named by what it converts), unsure. On TPU, a cheap
+   (one whose unnamed bf16 convert output is named by what it converts), unsure. The forward's cap
+   on such a value's counted copies says how many, not which: where the copy it picked is the
+   gradient fusion's, so dropped, a sibling copy in a fusion whose output is recompute takes the
+   count (hloflops.remat.fusion_copies, `_counts_passed_on`). On TPU, a cheap
    forward value the forward never stores (copied into each fusion reading it) while the
    recompute's copy is stored (a backward reader reads it whole) is stored once by the forward
    without remat, which its backward reads: the forward's copies beyond one, with the cheap chain
@@ -237,8 +240,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    checkpointed block fuses its chains into few. So of a value's widens in the recompute's fusions,
    as many as the forward's fusions widen it run because of remat, the rest are the program without
    remat's too; a recompute fusion that only relays its value out for backward matmuls widens as
-   that program's relayout of the forward's value does: model FLOPs (hloflops.remat.widen_counts;
-   rests on fusion). Under a checkpoint around the whole model (the recompute reads nothing the
+   that program's relayout of the forward's value does: model FLOPs, but for a bias it broadcasts
+   in (hloflops.remat.widen_counts; rests on fusion). A value is matched by its name inside the
+   checkpoint, or by its value number where the name is a bare primitive's or the value a
+   program input. Under a checkpoint around the whole model (the recompute reads nothing the
    forward computed but the policy's residuals, the forward hands nothing to the backward) the
    forward, storing nothing, widens values in every reader: all its widens of checkpointed values
    are remat, the recompute's model FLOPs; and it copies a value it never stores (a residual sum)

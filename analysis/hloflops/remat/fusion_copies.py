@@ -49,7 +49,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
     transcendental XLA duplicated (`duplicated_expensive`: TPU copies gelu's tanh into each
     gradient fusion, in both programs) is a copy like a cheap op, and so is the chain under it,
-    model FLOPs in a gradient fusion, unsure. A fusion whose outputs are only the linearization's
+    model FLOPs in a gradient fusion, unsure; where the copy `_same_value` counted was such a
+    gradient fusion's, a sibling copy whose fusion computes a recompute takes its count
+    (`_counts_passed_on`). A fusion whose outputs are only the linearization's
     own work jax named in the recompute (`own`, `by_signature.linearization_only`: softmax's
     `1 / (s * s)`) is one the program without remat has too, reading its forward's value: its
     copies (float normalization's widen of the recomputed `s`) are model FLOPs, and the expensive
@@ -134,6 +136,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             (stand_ins if op.key[:2] in under_duplicated else decided_copies).add(op.key)
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
+    out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
     # twin too, is the recompute's copy of it, as long as the recompute's copies of its value
     # number fewer than the forward fusions' (each forward copy is recomputed once: gelu's bias
@@ -154,6 +157,35 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     epilogues = saved_matmul_epilogues(module, ops)
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
         stand_ins | read_stored.copied_more_than_once()
+
+
+def _counts_passed_on(by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], out: set[SiteKey],
+                      by_value: set[SiteKey], duplicated: set[Key],
+                      decided: Mapping[tuple[str, int], bool | None]) -> set[SiteKey]:
+    """The copies of a duplicated transcendental that take the count of the ones dropped above.
+    `_same_value` caps a value's recompute copies at its forward's count, picking which by order;
+    that cap says how many copies are recompute, not which. Where the copy it picked sits in a
+    fusion whose outputs are not recompute (a gradient fusion, into which XLA copies the forward's
+    value in the program without remat too), that copy was dropped as the program without remat's;
+    the recompute's copy is then a sibling (same value, same name, same call site) in a fusion
+    whose outputs are recompute, left uncounted by the cap (TPU draw 7: tanh copied into the input
+    gradient's and the weight gradient's fusions of each layer; the first by order is the input
+    gradient's for two of three layers). One sibling takes each dropped copy's count."""
+    dropped: dict[tuple, int] = {}
+    for key, op in by_key.items():
+        if op.marked and key[:2] in duplicated and key in by_value and key in remat and key not in out:
+            group = (op.exact, op.op_name, op.frame, key[2])
+            dropped[group] = dropped.get(group, 0) + 1
+    passed: set[SiteKey] = set()
+    if not dropped:
+        return passed
+    for key, op in sorted(by_key.items(), key=lambda item: item[1].order):
+        group = (op.exact, op.op_name, op.frame, key[2])
+        if dropped.get(group) and op.marked and key[:2] in duplicated and key not in remat and \
+                key not in out and decided.get((key[0], key[2])) is True:
+            passed.add(key)
+            dropped[group] -= 1
+    return passed
 
 
 def backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:

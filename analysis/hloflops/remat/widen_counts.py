@@ -16,15 +16,26 @@ the fusions computing the recompute, the first as many as the forward fusions' w
 forward's value are remat, the rest are the program without remat's too. A forward value the
 recompute reads (a bias, widened by the forward's fusion and by the recompute's) counts the same
 way. The recompute's value is matched to the forward's by opcode, shape and name inside the
-checkpoint (`inner_tail`, of two components at least: a bare primitive's name, in a model
-without module scopes, tells no value from another), in the same frame (value numbers differ where
-the recompute reads other inputs than the forward); a value of the forward by its number.
+checkpoint (`inner_tail`, of two components at least), in the same frame (value numbers differ
+where the recompute reads other inputs than the forward); a value of the forward by its number.
+A bare primitive's name (a model without module scopes) tells no value from another: such a
+recompute is matched by its value number, which is the forward's where it reads the same inputs
+in the same frame (a Python loop's layers, base seed 129: `h = x @ w1` widened by three recompute
+fusions and one forward one); where the numbers differ nothing is matched. A program input (the
+first layer's input, read by the forward's and the recompute's residual adds, base seed 5) is
+counted the same way, by the parameter it reads (a weight cast again in a fusion only recomputes
+read, `normalization.widens_only`: base seed 103, each attention weight widened for the forward's
+matmul and again for the recompute's, once in the program without remat).
 
 A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
 transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
 relayout fusion the program without remat builds of its forward's value, widening it as well: its
 widens of what it reads are model FLOPs (seed 30 of `more`, a conv net's `relu(h)` relaid out for
 the kernel gradient; seed 113, attention's query relaid out for the backward's `bqhd,bkhd->bhqk`).
+Not its widen of a smaller operand it broadcasts in (a bias): the relayout of the program without
+remat reads the finished value, so that widen is the recompute's, counted value by value against
+the forward fusion's (held-out more seed 214: the key's `k + b`, relaid out by the forward and by
+the recompute, the program without remat adding the bias once).
 
 A checkpoint around the whole model turns this around (hloflops.remat.whole_checkpoint_widens).
 
@@ -33,6 +44,8 @@ covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one
 whole-model rule's are settled both ways."""
 
 from __future__ import annotations
+
+import math
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
@@ -62,11 +75,19 @@ def balanced_widens(module: Module, ops: list[SiteOp],
         if side is None:
             continue
         if side == "relayout":
-            if _reads_parameter(comp, op.inst):
+            if not _reads_parameter(comp, op.inst):
+                continue
+            if not _broadcast_operand(comp, op.inst):
                 relaid.add(op.key)
-            continue
+                continue
+            side = "recompute"  # a bias the relayout's recompute adds: counted value by value
         source = index.source(comp, op.inst.operands[0], op.key[2])
         if source is None:
+            # A program input (the first layer's input, read by the recompute's residual add):
+            # counted value by value as well.
+            read = index.program_input(comp, op.inst.operands[0])
+            if read is not None:
+                groups.setdefault(("input", read, op.frame), []).append((side, op))
             continue
         if source.marked:
             # A name of one component (the primitive's, a model without module scopes) tells no
@@ -75,6 +96,10 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             if side == "recompute" and len(tail) >= 2:
                 key = ("recompute", source.inst.opcode, shape_key(source.inst.shape), tail, op.frame)
                 groups.setdefault(key, []).append((side, op))
+            elif side == "recompute":
+                # Its value number, which it shares with the forward's value where it reads the
+                # same inputs (one frame: a Python loop's layers, base seed 129).
+                groups.setdefault(("value", source.exact, op.frame), []).append((side, op))
             continue
         if side == "forward" and source.op_name and phase(source.op_name) == "forward":
             forward_named.append((source, op))
@@ -99,6 +124,14 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             (out.add if n < forward else out.discard)(op.key)
     settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
     return out, decided, settled
+
+
+def _broadcast_operand(comp: Computation, inst: Instruction) -> bool:
+    """Does the widen widen fewer elements than the fusion hands out (a bias, a row statistic
+    broadcast into the value), not the value the fusion relays out?"""
+    root = comp.root
+    shapes = root.shape.tuple_shapes if root.shape.is_tuple else (root.shape,)
+    return math.prod(inst.shape.dims) < max(math.prod(shape.dims) for shape in shapes)
 
 
 def _reads_parameter(comp: Computation, inst: Instruction) -> bool:

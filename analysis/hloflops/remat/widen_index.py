@@ -9,7 +9,7 @@ from typing import Iterator
 
 from hloflops.remat.normalization import is_normalization_widen, widens_only
 from hloflops.remat.saved_copies import hands_out_relayout
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary, one_call_site, source_op
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
@@ -46,7 +46,11 @@ class WidenIndex:
         """`recompute`: a fusion one of whose outputs is remat (no backward op in it), or one only
         widening a value for recomputes (`normalization.widens_only`);
         `relayout`: such a fusion handing its value out only relaid out for backward ops;
-        `forward`: a fusion of forward ops only (named so, or read only by such); else None."""
+        `forward`: a fusion of forward ops only (named so, or read only by such); else None.
+        An op named by the checkpoint primitive itself (`.../remat2`) that only rounds or moves a
+        value is no gradient op: a value crossing a nested checkpoint's barrier is narrowed so in
+        the recompute's fusion computing it (held-out base seed 217), a saved residual is viewed so
+        in the forward fusion reading it (held-out more seed 214)."""
         if (comp_name, site) not in self.sides:
             self.sides[(comp_name, site)] = self._side(comp_name, site)
         return self.sides[(comp_name, site)]
@@ -55,13 +59,15 @@ class WidenIndex:
         comp = self.module.by_name[comp_name]
         members = [op for op in (self.by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
         if any((comp_name, name, site) in self.remat for name in self.fused[comp_name]):
-            if any(m.op_name and not m.marked and phase(m.op_name) == "backward" for m in members):
+            if any(m.op_name and not m.marked and phase(m.op_name) == "backward" and not _checkpoint_boundary(m)
+                   for m in members):
                 return None  # a gradient fusion copying recomputes: the fusion rules decided
             readers = self.readers(comp_name, site)
             backward_only = bool(readers) and all(not marked and (not name or phase(name) == "backward")
                                                   for name, marked in readers)
             return "relayout" if backward_only and hands_out_relayout(comp) else "recompute"
-        if any(m.marked or (m.op_name and phase(m.op_name) != "forward") for m in members):
+        if any(m.marked or (m.op_name and phase(m.op_name) != "forward" and not _checkpoint_boundary(m))
+               for m in members):
             return None
         if any(m.op_name for m in members):
             return "forward"
@@ -132,6 +138,38 @@ class WidenIndex:
         """The op whose value a widen widens: through views and unnamed converts
         (`sites.source_op`)."""
         return source_op(self.module, self.callers, self.by_key, comp, name, site, _passes_widen, depth)
+
+
+    def program_input(self, comp: Computation, name: str, depth: int = 16) -> tuple[str, str] | None:
+        """The program input (a parameter of ENTRY or of a loop body, or an element of a loop's
+        state) a widen widens, through views, unnamed converts and fusion boundaries, as
+        (computation, instruction); None where it widens a computed value."""
+        while depth:
+            depth -= 1
+            inst = comp.by_name.get(name)
+            if inst is None:
+                return None
+            if _passes_widen(inst) and inst.operands:
+                name = inst.operands[0]
+                continue
+            if inst.opcode not in FUSION_BOUNDARY:
+                return None
+            step = across_fusion_boundary(self.module, self.callers, comp, inst)
+            if step is not None:
+                comp, name = step
+                continue
+            if comp.name in self.callers:
+                return None  # a fusion called from several sites
+            state = inst if inst.opcode == "parameter" else comp.by_name.get(inst.operands[0]) \
+                if inst.opcode == "get-tuple-element" else None
+            return (comp.name, inst.name) if state is not None and state.opcode == "parameter" else None
+        return None
+
+
+def _checkpoint_boundary(op: SiteOp) -> bool:
+    """An op named by the checkpoint primitive itself (`.../remat2`) that only rounds or moves a
+    value: the narrowing of a value crossing a checkpoint's barrier, no gradient computation."""
+    return op.op_name.rsplit("/", 1)[-1] == "remat2" and (op.inst.opcode == "convert" or op.inst.opcode in MOVING_OPS)
 
 
 def _passes_widen(inst: Instruction) -> bool:
