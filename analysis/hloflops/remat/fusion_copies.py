@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 from weakref import WeakKeyDictionary
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
@@ -333,19 +333,8 @@ def _computes_forward(comp_name: str, site: int, outputs: frozenset[str], by_key
     pass, not remat-named)? An output XLA added without a name (float normalization's round trip
     of a bf16 value through f32, handed out to a matmul) is the value it converts (more 50: a layer
     norm's output, whose fusion copies the mean as the recompute's does)."""
-    pending, seen = list(outputs), set(outputs)
-    while pending:
-        op = by_key.get((comp_name, pending.pop(), site))
-        if op is None:
-            continue
-        if not op.op_name:
-            if op.inst.opcode == "convert":
-                fresh = [name for name in op.inst.operands if name not in seen]
-                seen.update(fresh)
-                pending += fresh
-        elif not op.marked and phase(op.op_name) == "forward":
-            return True
-    return False
+    return any(not op.marked and phase(op.op_name) == "forward"
+               for op in _named_outputs(comp_name, site, outputs, by_key))
 
 
 def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, SiteOp]) -> bool:
@@ -357,20 +346,26 @@ def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_ke
     (TPU draw 48: gelu's gradient fusion, copying gelu, tanh and all, hands out its sum converted
     to bf16); one converting a backward relayout of a recompute (a conv kernel's reverse, `more`
     draw 30) or nothing named tells nothing."""
+    return any(not op.marked and phase(op.op_name) == "backward"
+               and (op.inst.name in outputs or op.inst.opcode in DUPLICATED)
+               for op in _named_outputs(comp_name, site, outputs, by_key))
+
+
+def _named_outputs(comp_name: str, site: int, outputs: frozenset[str],
+                   by_key: Mapping[SiteKey, SiteOp]) -> Iterator[SiteOp]:
+    """The fusion's named outputs, and the named ops its unnamed converting outputs convert
+    (through other unnamed converts)."""
     pending, seen = list(outputs), set(outputs)
     while pending:
         op = by_key.get((comp_name, pending.pop(), site))
         if op is None:
             continue
-        if not op.op_name:
-            if op.inst.opcode == "convert":
-                fresh = [name for name in op.inst.operands if name not in seen]
-                seen.update(fresh)
-                pending += fresh
-        elif not op.marked and phase(op.op_name) == "backward" and \
-                (op.inst.name in outputs or op.inst.opcode in DUPLICATED):
-            return True
-    return False
+        if op.op_name:
+            yield op
+        elif op.inst.opcode == "convert":
+            fresh = [name for name in op.inst.operands if name not in seen]
+            seen.update(fresh)
+            pending += fresh
 
 
 def feeding_marked_expensive(module: Module, fused: Mapping[str, frozenset[str]], marked: set[Key]) -> set[Key]:
