@@ -117,3 +117,25 @@ def test_value_stored_once_by_the_twin_is_remat_in_every_backward_copy():
     against saving fusions that copy them, half were taken out (add -61,440 before)."""
     outcome = check(draw(167, "more"))
     assert outcome.all_ok("after"), outcome.describe()
+
+
+def test_forward_copies_of_a_value_read_from_a_saved_matmul_output_count_alike():
+    """The recompute of a layer norm's mean reads as a loop input the matmul output an offload
+    policy saved, where the forward computes that matmul in place: its computation tree matches
+    the forward's mean on that input, not the mean square's, so the forward counts two copies of
+    the mean, not three, and the gradient fusions' copies beyond the saves are remat (held-out
+    hk_layer_stack attention under offload_dot_with_no_batch_dims: multiply 3 rows short)."""
+    from hloflops.remat.twin_saves import _reads_as_input
+
+    mine = ("multiply", ("reduce", ("add", ("input",), ("add", ("input",), ("broadcast",))), ("constant",)),
+            ("broadcast", ("constant",)))
+    mean = ("multiply", ("reduce", ("add", ("input",), ("add", ("dot",), ("broadcast",))), ("constant",)),
+            ("broadcast", ("constant",)))
+    square = ("multiply", ("reduce", ("multiply", ("subtract", ("add",), ("broadcast",)),
+                                      ("subtract", ("add",), ("broadcast",))), ("constant",)),
+              ("broadcast", ("constant",)))
+    assert _reads_as_input(mine, mean)
+    assert not _reads_as_input(mine, square)
+    assert not _reads_as_input(("add", ("input",)), ("add", ("constant",)))
+    outcome = check(draw(247, "more"))
+    assert outcome.all_ok("after"), outcome.describe()

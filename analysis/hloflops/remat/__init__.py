@@ -191,7 +191,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    more often than this program (gelu's bias add), its extra copies offset counted recomputes of
    that opcode in the fusions copying it: the split is per opcode. The forward's copies of a
    value are the forward ops of its name that compute it (its abstract value or computation
-   tree), not every op of that name: a layer norm's mean and mean square are both `div`. A
+   tree, or where none matches, that tree with the recompute's loop inputs, such as an offloaded
+   matmul output the forward computes in place, standing for any computation), not every op of
+   that name: a layer norm's mean and mean square are both `div`. A
    reduced square's coefficient `2 * x` (a variance's) is computed and saved by the program
    without remat's forward; here XLA folds its 2 into the reduce's broadcast cotangent in the
    backward loop, so one multiply of the square's size runs in the twin alone and offsets a

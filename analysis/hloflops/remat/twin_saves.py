@@ -42,7 +42,10 @@ gelu's `0.5 * (1 + tanh)` beside the other `mlp/mul`s), and the gradient fusions
 model's count. The forward's copies of a value are counted per value where the forward ops of its
 name tell values apart: those of the recompute's abstract value or computation tree (a layer norm's
 mean `sum(x) / n` against its mean square `sum(x * x) / n`, both `div`: counting both had left one
-backward copy of the mean remat, base seeds 16, 135 and more 116).
+backward copy of the mean remat, base seeds 16, 135 and more 116). Where none of them holds it, a recompute
+that reads as a loop input what the forward computes in place (the matmul output an offload policy
+saved) matches the forward ops computing the same on that input: the mean's two copies, not the
+mean square's (held-out more seed 247: three gradient copies of the mean left uncounted).
 
 Residuals are also what a recompute fusion hands out to a matmul outside the recompute, where a
 recomputed matmul reads it too or the forward builds it too (a weight's gradient reads the
@@ -299,7 +302,8 @@ class _Forward:
     most in one frame. Where some of a frame's ops hold the copy's abstract value (the same
     computation on inputs of the same shapes), only those count: the others compute other values
     under that name (a layer norm's mean `sum(x) / n` and mean square `sum(x * x) / n`, both
-    `div`; gelu's `0.5 * (1 + t)` beside the other `mlp/mul`s)."""
+    `div`; gelu's `0.5 * (1 + t)` beside the other `mlp/mul`s), or, where none does, those
+    computing the same but where the recompute reads a loop input (`_reads_as_input`)."""
 
     def __init__(self, module: Module, ops: list[SiteOp]):
         self.module = module
@@ -330,6 +334,10 @@ class _Forward:
                      and _alike(kinds, _kinds(self.module, twin))]
             mine = self._tree(m)
             alike = [twin for twin in named if twin.abstract == m.abstract or self._tree(twin) == mine]
+            if not alike:
+                # The recompute may read as a loop input what the forward computes in place (the
+                # matmul output an offload policy saved): its inputs then stand for any computation.
+                alike = [twin for twin in named if _reads_as_input(mine, self._tree(twin))]
             same = {(twin.frame, twin.key[2]) for twin in alike}
             per_frame = Counter((twin.frame, twin.key[2]) for twin in named
                                 if (twin.frame, twin.key[2]) not in same or twin in alike)
@@ -338,6 +346,16 @@ class _Forward:
 
 
 _TREE_DEPTH = 4
+
+
+def _reads_as_input(mine: tuple, theirs: tuple) -> bool:
+    """Whether the computation `theirs` is `mine` where `mine` reads as a loop input (a slice of
+    a saved stack) a value `theirs` computes: the same opcodes, operand by operand, but below
+    `mine`'s inputs, which match any computation but a constant."""
+    if mine == ("input",):
+        return theirs != ("constant",)
+    return (len(mine) == len(theirs) and mine[0] == theirs[0]
+            and all(_reads_as_input(a, b) for a, b in zip(mine[1:], theirs[1:])))
 
 
 def _tree(module: Module, callers, comp, name: str, depth: int) -> tuple:
