@@ -19,7 +19,10 @@ What the fix needs: which residuals the program without remat stacks that this p
 per-element cost of a stack on this backend, measured on this program's own stacks in the same
 forward loop (their dynamic-update-slice fusions' converts and the hoisted widens); then a
 negative share on the recompute's re-narrowing (`Row.remat_part`), which the rows do not carry
-yet."""
+yet. The cost model holds on all three draws (60, 71: two trips; 161: three trips, each kernel stack
+110,592 * 8, the activation stack 3,145,728 * 8). More 60 also leaves its recompute's re-narrowing
+of the bias uncounted (an unsure hinge, convert -128), so it stays short by that after a fix of the
+kernel's; 71 then passes."""
 
 from __future__ import annotations
 
