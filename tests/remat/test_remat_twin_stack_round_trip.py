@@ -1,0 +1,44 @@
+"""A known gap, held as a strict xfail so that its fix shows up: the converts the program without
+remat spends storing a bfloat16 residual in a scan's stack on CPU, which this program does not run.
+
+`nn.scan` of conv blocks in bfloat16 under `dots_saveable` (more 60, 71): the program without
+remat saves each layer's narrowed kernel (`convert(W[i], bf16)`, read by the backward's
+transposed conv) into a bfloat16 stack. XLA's float normalization computes that stack's
+dynamic-update-slice in f32, so every iteration widens the whole stack and the slice and narrows
+the stack back (2 * stack + slice per iteration), and the backward loop's read of the stack is a
+widen of the whole stack hoisted out of the loop: stack * (2 * trips + 2) converts per saved value.
+This program saves no kernel (its recompute re-narrows `W[i]` in the backward, matched one for one
+by the program without remat's own narrow-widen round trip of the widened stack there), so the
+convert truth is that much below any split of this program's counted converts (-110,592 per
+conv, two convs; reported convert +221,056 / +221,184, in range). The same cost of the twin's
+saves shows in held-out more 161 (`nothing_saveable`, three layers: kernels and activations),
+where the convert truth is negative.
+
+What the fix needs: which residuals the program without remat stacks that this program does not
+(the recompute's values read by gradient ops, less the ones this program stacks), and the
+per-element cost of a stack on this backend, measured on this program's own stacks in the same
+forward loop (their dynamic-update-slice fusions' converts and the hoisted widens); then a
+negative share on the recompute's re-narrowing (`Row.remat_part`), which the rows do not carry
+yet. The cost model holds on all three draws (60, 71: two trips; 161: three trips, each kernel stack
+110,592 * 8, the activation stack 3,145,728 * 8). More 60 also leaves its recompute's re-narrowing
+of the bias uncounted (an unsure hinge, convert -128), so it stays short by that after a fix of the
+kernel's; 71 then passes."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+
+from tests.remat.generator import check, draw  # noqa: E402
+
+GAP = "the twin's stack round trip of the narrowed kernel is not taken off (convert +110,592 per conv)"
+
+
+@pytest.mark.xfail(strict=True, reason=GAP)
+@pytest.mark.parametrize("seed", [60, 71])
+def test_twin_stack_round_trip_of_a_recomputed_narrowing_is_not_remat(seed):
+    outcome = check(draw(seed, "more"))
+    assert outcome.all_ok("before"), outcome.describe()
+    assert outcome.all_ok("after"), outcome.describe()
