@@ -318,10 +318,10 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
     seed 145), nothing tells which copy the other program runs: left alone. A program without remat
     has no `remat2` frame, so this marks nothing there.
 
-    Also a cast of a program input (a weight, through ops that only move its elements) that only
+    Also a cast of a program input (a weight, through reshapes) that, reshaped alone, only
     the checkpoint's transpose reads (readers named `transpose(...)/.../checkpoint/...`): the cast
     is part of the checkpointed function, so its backward casts the weight again, while without
-    remat the backward reads the forward's cast of the same input. XLA may name the moving op
+    remat the backward reads the forward's cast of the same input. XLA may name the reshape
     after the input (`params['w1']`, base draw 103: `convert(bitcast(w))` read by the backward's
     dots only, convert -16,384) rather than `remat2`."""
     callers = _fusion_callers(module)
@@ -350,13 +350,16 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
                     op.named = op.marked = op.inherited = True
 
 
-# Ops that only move or reshape a value's elements, without changing one.
-MOVING = frozenset({"bitcast", "reshape", "copy", "transpose"})
+# Ops that only reshape a value, keeping its elements in their order. Not a transpose or a
+# copy: a weight's transposed copy for the backward's dot, with the cast fused in, runs in the
+# program without remat too (base draw 77, a whole-model checkpoint: convert +4,096 where they
+# counted).
+MOVING = frozenset({"bitcast", "reshape"})
 
 
 def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:
-    """Does the convert read an entry parameter (a program input), through ops that only move
-    elements and out of fusions to their call site's operand?"""
+    """Does the convert read an entry parameter (a program input), through reshapes and out of
+    fusions to their call site's operand?"""
     if len(op.inst.operands) != 1:
         return False
     where, inst = op.key[0], module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
@@ -379,8 +382,8 @@ def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str,
 
 def _value_readers(module: Module, op: SiteOp, users: Mapping[Key, list[Instruction]],
                    callers: Mapping[str, tuple[str, Instruction] | None]) -> list[tuple[str, Instruction]]:
-    """The instructions reading the op's value, through ops that only move its elements and out
-    of a fusion whose root it is (empty where something else reads it on the way)."""
+    """The instructions reading the op's value, through reshapes and out of a fusion whose root
+    it is (empty where something else reads it on the way)."""
     found: list[tuple[str, Instruction]] = []
     stack = [(op.key[0], op.inst)]
     while stack:
