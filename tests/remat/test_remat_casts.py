@@ -97,3 +97,19 @@ def test_a_weight_cast_the_backward_reads_outside_a_checkpoint_is_not_remat():
 
     acc = account(hloparse.parse(_cast_twice("params['w']")), xla={"flops": 0.0})
     assert not any(r.remat for r in acc.rows if r.opcode == "convert")
+
+
+def test_a_weight_cast_fused_into_its_transposed_copy_is_not_remat():
+    # base draw 77 (a whole-model checkpoint): the backward's dot reads the weight transposed;
+    # the copy that transposes it, with the cast fused in, runs in the program without remat too.
+    from hloflops.accounting import account
+
+    text = _cast_twice("params['w']", "jit(loss)/transpose(jvp())/closed_call/checkpoint/dot_general")
+    text = text.replace("again = f32[64,32]{1,0} convert(wb)",
+                        "wide = f32[64,32]{1,0} convert(wb)\n"
+                        "  turned = f32[32,64]{0,1} transpose(wide), dimensions={1,0}\n"
+                        "  again = f32[32,64]{1,0} copy(turned)")
+    text = text.replace("rhs_contracting_dims={1}, metadata", "rhs_contracting_dims={0}, metadata")
+    acc = account(hloparse.parse(text), xla={"flops": 0.0})
+    assert any(r.name == "wide" for r in acc.rows)
+    assert not any(r.remat for r in acc.rows if r.opcode == "convert")
