@@ -383,7 +383,8 @@ def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str,
 def _value_readers(module: Module, op: SiteOp, users: Mapping[Key, list[Instruction]],
                    callers: Mapping[str, tuple[str, Instruction] | None]) -> list[tuple[str, Instruction]]:
     """The instructions reading the op's value, through reshapes and out of a fusion whose root
-    it is (empty where something else reads it on the way)."""
+    it is (empty where something else reads it on the way, or an op of its own fusion does: a
+    widen inside a fusion is float normalization's, hloflops.remat.normalization decides it)."""
     found: list[tuple[str, Instruction]] = []
     stack = [(op.key[0], op.inst)]
     while stack:
@@ -398,6 +399,8 @@ def _value_readers(module: Module, op: SiteOp, users: Mapping[Key, list[Instruct
         for reader in readers:
             if reader.opcode in MOVING:
                 stack.append((where, reader))
+            elif where in callers:
+                return []
             else:
                 found.append((where, reader))
     return found
