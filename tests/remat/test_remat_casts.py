@@ -40,10 +40,9 @@ def test_casts_of_other_elements_or_another_order_stay_apart():
     assert len({values[("main", n)] for n in ("forward", "cast_half", "cast_transposed")}) == 3
 
 
-def _cast_twice(bitcast_name: str) -> str:
+def _cast_twice(bitcast_name: str, backward_dot: str = "jit(loss)/transpose(jvp())/closed_call/dot_general") -> str:
     meta = lambda name: f'metadata={{op_name="{name}"}}'  # noqa: E731
-    forward, backward = meta("jit(loss)/jvp()/closed_call/dot_general"), \
-        meta("jit(loss)/transpose(jvp())/closed_call/dot_general")
+    forward, backward = meta("jit(loss)/jvp()/closed_call/dot_general"), meta(backward_dot)
     return f"""
 HloModule cast_twice, is_scheduled=true
 
@@ -79,4 +78,38 @@ def test_a_second_cast_elsewhere_in_the_backward_is_not_remat():
     from hloflops.accounting import account
 
     acc = account(hloparse.parse(_cast_twice("jit(loss)/transpose(jvp())/closed_call/reshape")), xla={"flops": 0.0})
+    assert not any(r.remat for r in acc.rows if r.opcode == "convert")
+
+
+def test_a_weight_cast_only_the_checkpoints_transpose_reads_is_remat():
+    # The bitcast may carry the weight's own name rather than `remat2`: the cast read only by
+    # dots of the checkpoint's transpose is the checkpointed function's cast, done again.
+    from hloflops.accounting import account
+
+    text = _cast_twice("params['w']", "jit(loss)/transpose(jvp())/closed_call/checkpoint/dot_general")
+    acc = account(hloparse.parse(text), xla={"flops": 0.0})
+    assert [r.total.flops for r in acc.rows if r.remat and r.name == "again"] == [64 * 32]
+    assert not any(r.remat for r in acc.rows if r.name == "cast")
+
+
+def test_a_weight_cast_the_backward_reads_outside_a_checkpoint_is_not_remat():
+    from hloflops.accounting import account
+
+    acc = account(hloparse.parse(_cast_twice("params['w']")), xla={"flops": 0.0})
+    assert not any(r.remat for r in acc.rows if r.opcode == "convert")
+
+
+def test_a_weight_cast_fused_into_its_transposed_copy_is_not_remat():
+    # base draw 77 (a whole-model checkpoint): the backward's dot reads the weight transposed;
+    # the copy that transposes it, with the cast fused in, runs in the program without remat too.
+    from hloflops.accounting import account
+
+    text = _cast_twice("params['w']", "jit(loss)/transpose(jvp())/closed_call/checkpoint/dot_general")
+    text = text.replace("again = f32[64,32]{1,0} convert(wb)",
+                        "wide = f32[64,32]{1,0} convert(wb)\n"
+                        "  turned = f32[32,64]{0,1} transpose(wide), dimensions={1,0}\n"
+                        "  again = f32[32,64]{1,0} copy(turned)")
+    text = text.replace("rhs_contracting_dims={1}, metadata", "rhs_contracting_dims={0}, metadata")
+    acc = account(hloparse.parse(text), xla={"flops": 0.0})
+    assert any(r.name == "wide" for r in acc.rows)
     assert not any(r.remat for r in acc.rows if r.opcode == "convert")

@@ -316,7 +316,19 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
     which the checkpoint's transpose sliced again; without remat the backward reads the forward's
     cast. Where every copy reads that rule's output (a whole-model checkpoint's saved activations,
     seed 145), nothing tells which copy the other program runs: left alone. A program without remat
-    has no `remat2` frame, so this marks nothing there."""
+    has no `remat2` frame, so this marks nothing there.
+
+    Also a cast of a program input (a weight, through reshapes) that, reshaped alone, only
+    the checkpoint's transpose reads (readers named `transpose(...)/.../checkpoint/...`): the cast
+    is part of the checkpointed function, so its backward casts the weight again, while without
+    remat the backward reads the forward's cast of the same input. XLA may name the reshape
+    after the input (`params['w1']`, base draw 103: `convert(bitcast(w))` read by the backward's
+    dots only, convert -16,384) rather than `remat2`."""
+    callers = _fusion_callers(module)
+    users: dict[Key, list[Instruction]] = {}
+    for comp, inst in module.instructions():
+        for operand in inst.operands:
+            users.setdefault((comp.name, operand), []).append(inst)
     by_value: dict[object, list[tuple[SiteOp, bool]]] = {}
     for op in ops:
         if op.op_name or op.named or op.inst.opcode != "convert" or sizes[op.exact] < 2:
@@ -326,9 +338,69 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
                  for name in _passed_on_names(module, comp.name, comp.by_name[o], op_names, {})]
         again = bool(names) and all(name.rsplit("/", 1)[-1] == "remat2" and phase(name) != "forward"
                                     for name in names)
+        if not again and _casts_an_input(module, op, callers):
+            readers = _value_readers(module, op, users, callers)
+            again = bool(readers) and all(_in_checkpoint_transpose(op_names.of(where, reader))
+                                          for where, reader in readers)
         by_value.setdefault(op.exact, []).append((op, again))
     for copies in by_value.values():
         if not all(again for _, again in copies):
             for op, again in copies:
                 if again:
                     op.named = op.marked = op.inherited = True
+
+
+# Ops that only reshape a value, keeping its elements in their order. Not a transpose or a
+# copy: a weight's transposed copy for the backward's dot, with the cast fused in, runs in the
+# program without remat too (base draw 77, a whole-model checkpoint: convert +4,096 where they
+# counted).
+MOVING = frozenset({"bitcast", "reshape"})
+
+
+def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:
+    """Does the convert read an entry parameter (a program input), through reshapes and out of
+    fusions to their call site's operand?"""
+    if len(op.inst.operands) != 1:
+        return False
+    where, inst = op.key[0], module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
+    for _ in range(16):
+        if inst is None:
+            return False
+        if inst.opcode == "parameter":
+            if where == module.entry.name:
+                return True
+            caller, number = callers.get(where), int(inst.attributes.get("parameter_number", "0"))
+            if caller is None or number >= len(caller[1].operands):
+                return False
+            where, inst = caller[0], module.by_name[caller[0]].by_name.get(caller[1].operands[number])
+        elif inst.opcode in MOVING and len(inst.operands) == 1:
+            inst = module.by_name[where].by_name.get(inst.operands[0])
+        else:
+            return False
+    return False
+
+
+def _value_readers(module: Module, op: SiteOp, users: Mapping[Key, list[Instruction]],
+                   callers: Mapping[str, tuple[str, Instruction] | None]) -> list[tuple[str, Instruction]]:
+    """The instructions reading the op's value, through reshapes and out of a fusion whose root
+    it is (empty where something else reads it on the way, or an op of its own fusion does: a
+    widen inside a fusion is float normalization's, hloflops.remat.normalization decides it)."""
+    found: list[tuple[str, Instruction]] = []
+    stack = [(op.key[0], op.inst)]
+    while stack:
+        where, inst = stack.pop()
+        readers = users.get((where, inst.name), [])
+        if module.by_name[where].root.name == inst.name:
+            if readers or not callers.get(where):
+                return []
+            where, site = callers[where]
+            stack.append((where, site))
+            continue
+        for reader in readers:
+            if reader.opcode in MOVING:
+                stack.append((where, reader))
+            elif where in callers:
+                return []
+            else:
+                found.append((where, reader))
+    return found
