@@ -471,7 +471,7 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     """The rows the remat split hinges on (`RematIndex.weak` counted, `RematIndex.unsure` not): a
     counted one with the FLOPs it counts (a `Row.remat_part`'s share); and the values the program
     without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
-    twin = getattr(index, "twin_copies", {})
+    twin = index.twin_copies
     if not (index.weak or index.unsure or twin):
         return ()
     return tuple(RematHinge(r.name, r.computation, r.opcode, r.remat_flops if r.remat else r.total.flops, r.remat)

@@ -21,14 +21,13 @@ without remat's forward widens for its own use too."""
 
 from __future__ import annotations
 
-from hloflops.remat.op_kinds import EXPENSIVE
 from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.type_corrections import is_type_corrected, is_widen, narrowed_wrappers
 from hloparse.ir import Computation, Instruction, Module
 
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "broadcast"})
 # The linearization's residuals of a constant and a value (tanh's `1 - t`).
 _RESIDUAL_OPS = frozenset({"add", "subtract"})
-_CORRECTED = "float_type_correction_info"
 
 
 def saved_residual_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey], backward_loops: set[str]
@@ -41,19 +40,15 @@ def saved_residual_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey
     wrappers: dict[str, list[SiteOp]] = {}
     by_key = {op.key: op for op in ops}
     for op in ops:
-        if op.frame not in backward_loops or not op.marked or op.inst.opcode not in EXPENSIVE \
-                or len(op.inst.operands) != 1 or _CORRECTED not in op.inst.attributes.get("backend_config", ""):
+        if op.frame not in backward_loops or not op.marked or not is_type_corrected(op.inst):
             continue
         comp = module.by_name[op.key[0]]
-        readers = comp.users.get(op.inst.name, ())
-        if len(readers) == 1 and readers[0].opcode == "convert" and _bits(readers[0].shape) < _bits(op.inst.shape):
-            # leaves narrowed: its narrow, and the widen only it reads, wrap it
-            names = [readers[0].name] + [name for name in op.inst.operands if _is_widen(comp, name)
-                                         and all(u is op.inst for u in comp.users.get(name, ()))]
+        names = narrowed_wrappers(comp, op.inst)  # leaves narrowed: its narrow, and the widen only it reads
+        if names:
             keys = [(op.key[0], name, op.key[2]) for name in names]
             wrappers.setdefault(op.frame, []).extend(by_key[key] for key in keys if key in by_key)
             continue
-        for reader in readers:
+        for reader in comp.users.get(op.inst.name, ()):
             if reader.opcode in _RESIDUAL_OPS and len(reader.operands) == 2 and \
                     any(_is_widened_constant(comp, name) for name in reader.operands if name != op.inst.name):
                 site = by_key.get((op.key[0], reader.name, op.key[2]))
@@ -68,15 +63,10 @@ def saved_residual_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey
     return out
 
 
-def _is_widen(comp: Computation, name: str) -> bool:
-    inst = comp.by_name.get(name)
-    return inst is not None and inst.opcode == "convert" and _widens(comp, inst)
-
-
 def _is_widened_constant(comp: Computation, name: str) -> bool:
     """A widen (through views) of a constant narrower than its result, through broadcasts."""
     inst = _through_views(comp, comp.by_name.get(name))
-    if inst is None or inst.opcode != "convert" or not _widens(comp, inst):
+    if inst is None or not is_widen(comp, inst.name):
         return False
     source = _through_views(comp, comp.by_name.get(inst.operands[0]))
     return source is not None and source.opcode == "constant"
@@ -86,13 +76,3 @@ def _through_views(comp: Computation, inst: Instruction | None) -> Instruction |
     while inst is not None and inst.opcode in _VIEWS and inst.operands:
         inst = comp.by_name.get(inst.operands[0])
     return inst
-
-
-def _widens(comp: Computation, convert: Instruction) -> bool:
-    source = comp.by_name.get(convert.operands[0]) if convert.operands else None
-    return source is not None and 0 < _bits(source.shape) < _bits(convert.shape)
-
-
-def _bits(shape) -> int:
-    element = getattr(shape, "element_type", None) or ""
-    return {"bf16": 16, "f16": 16, "f32": 32, "f64": 64}.get(str(element).lower(), 0)

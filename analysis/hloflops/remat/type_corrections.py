@@ -28,7 +28,7 @@ from typing import Iterable
 
 from hloflops.remat.op_kinds import EXPENSIVE
 from hloflops.remat.sites import SiteKey, SiteOp
-from hloparse.ir import Module
+from hloparse.ir import Computation, Instruction, Module
 
 _CORRECTED = "float_type_correction_info"
 
@@ -39,35 +39,39 @@ def type_corrections(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey],
     docstring), each mapped to the recompute it belongs to."""
     found: dict[SiteKey, SiteKey] = {}
     for op in ops:
-        if op.key not in remat or not op.marked or op.inst.opcode not in EXPENSIVE or len(op.inst.operands) != 1 \
-                or op.frame in backward_loops \
-                or _CORRECTED not in op.inst.attributes.get("backend_config", ""):
+        if op.key not in remat or not op.marked or op.frame in backward_loops or not is_type_corrected(op.inst):
             continue
-        comp = module.by_name[op.key[0]]
-        users = comp.users
-        readers = users.get(op.inst.name, ())
-        if len(readers) != 1 or readers[0].opcode != "convert" or not _narrows(readers[0], op.inst):
-            continue  # read wide in its fusion: the program without remat widens its stored value there
-        found[(op.key[0], readers[0].name, op.key[2])] = op.key
-        for name in op.inst.operands:
-            widen = comp.by_name.get(name)
-            if widen is not None and widen.opcode == "convert" and _widens(widen, comp) \
-                    and all(user is op.inst for user in users.get(name, ())):
-                found[(op.key[0], name, op.key[2])] = op.key
+        # Read wide in its fusion (no wrappers): the program without remat widens its stored value there.
+        for name in narrowed_wrappers(module.by_name[op.key[0]], op.inst):
+            found[(op.key[0], name, op.key[2])] = op.key
     return found
 
 
-def _widens(convert, comp) -> bool:
-    """Does the convert widen a narrower float to the type of its result?"""
-    source = comp.by_name.get(convert.operands[0])
-    return source is not None and _bits(source.shape) < _bits(convert.shape)
+def is_type_corrected(inst: Instruction) -> bool:
+    """A unary expensive op TPU computes in a wider type than the one it stands for."""
+    return inst.opcode in EXPENSIVE and len(inst.operands) == 1 \
+        and _CORRECTED in inst.attributes.get("backend_config", "")
 
 
-def _narrows(convert, inst) -> bool:
-    """Does the convert narrow the op's result?"""
-    return _bits(convert.shape) < _bits(inst.shape)
+def narrowed_wrappers(comp: Computation, inst: Instruction) -> list[str]:
+    """Where the op's value leaves only narrowed (its one reader a narrowing convert): that
+    narrow and each widen of an operand only the op reads; else none."""
+    readers = comp.users.get(inst.name, ())
+    if len(readers) != 1 or readers[0].opcode != "convert" or not bits(readers[0].shape) < bits(inst.shape):
+        return []
+    return [readers[0].name] + [name for name in inst.operands if is_widen(comp, name)
+                                and all(user is inst for user in comp.users.get(name, ()))]
 
 
-def _bits(shape) -> int:
+def is_widen(comp: Computation, name: str) -> bool:
+    """Is the instruction a convert widening a narrower float to the type of its result?"""
+    inst = comp.by_name.get(name)
+    source = comp.by_name.get(inst.operands[0]) if inst is not None and inst.opcode == "convert" \
+        and inst.operands else None
+    return source is not None and 0 < bits(source.shape) < bits(inst.shape)
+
+
+def bits(shape) -> int:
+    """The width of a float element type (0 for any other)."""
     element = getattr(shape, "element_type", None) or ""
     return {"bf16": 16, "f16": 16, "f32": 32, "f64": 64}.get(str(element).lower(), 0)
