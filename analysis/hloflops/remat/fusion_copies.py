@@ -210,8 +210,29 @@ def _linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> set:
     `1 - tanh(c)`: subtract -24,736 and -49,168 before). A forward value's copies (gelu's
     `1 + tanh`) stay unsure: the program without remat may copy those into several of its saving
     fusions. Not a widen XLA left unnamed (float normalization's convert, one per fusion in both
-    programs: hloflops.remat.widen_counts decides those)."""
-    return {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
+    programs: hloflops.remat.widen_counts decides those).
+
+    A named op reading such a coefficient in its own fusion computes one too (sigmoid's
+    `s * (1 - s)` reads `1 - s`): the forward, which never computes the input,
+    cannot compute it, whatever op of its signature and name `ForwardTwins` found there (held-out
+    base 221, a BiLSTM: the gate's `mul`, taken for the forward's `f * c`, multiply -24,576)."""
+    found = {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
+    if not found:
+        return found
+    unmarked = {op.exact for op in ops if not op.marked}
+    by_key = {op.key: op for op in ops}
+    readers = [op for op in ops if op.named and op.op_name and not op.inherited
+               and op.exact not in unmarked and op.exact not in found]
+    grown = True
+    while grown:
+        grown = False
+        for op in readers:
+            if op.exact not in found and any(
+                    (operand := by_key.get((op.key[0], name, op.key[2]))) is not None and operand.exact in found
+                    for name in op.inst.operands):
+                found.add(op.exact)
+                grown = True
+    return found
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
