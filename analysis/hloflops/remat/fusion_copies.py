@@ -80,6 +80,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     coefficients = _linearization_coefficients(ops, model)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
+    dropped: dict[tuple, int] = {}  # (frame, value) -> its counted copies dropped in linearization-only fusions
     stand_ins: set[SiteKey] = set()
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
@@ -96,6 +97,12 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 decided[(comp_name, site)] = None
         runs = decided[(comp_name, site)]
         if runs is None:
+            continue
+        if runs is False and op.marked and op.key in remat and op.key in by_value and \
+                _linearization_only(comp_name, site, outputs, by_key, own):
+            out.discard(op.key)  # the copy the program without remat's forward makes for the coefficient
+            decided_copies.add(op.key)
+            dropped[(op.frame, op.exact)] = dropped.get((op.frame, op.exact), 0) + 1
             continue
         if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)) and \
                 not (runs and op.marked and op.exact in stored.get((comp_name, site), ())):
@@ -137,6 +144,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
     out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
+    out |= _coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
     # twin too, is the recompute's copy of it, as long as the recompute's copies of its value
     # number fewer than the forward fusions' (each forward copy is recomputed once: gelu's bias
@@ -185,6 +193,40 @@ def _counts_passed_on(by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], out
                 key not in out and decided.get((key[0], key[2])) is True:
             passed.add(key)
             dropped[group] -= 1
+    return passed
+
+
+def _linearization_only(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, SiteOp],
+                        own: set[SiteKey]) -> bool:
+    """Whether every output of a fusion is the linearization's own work (`own`)."""
+    keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
+    return bool(keys) and all(key in own for key in keys)
+
+
+def _coefficient_counts_passed_on(ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                                  by_key: Mapping[SiteKey, SiteOp], own: set[SiteKey], out: set[SiteKey],
+                                  decided_copies: set[SiteKey], dropped: Mapping[tuple, int]) -> set[SiteKey]:
+    """A recomputed cheap value copied into a fusion of only the linearization's own work (a layer
+    norm's `var + eps`, read by rsqrt's coefficient `rsqrt(v) / v`) has that copy in the program
+    without remat too, in the forward fusion computing the coefficient it saves; the forward with
+    remat computes no coefficient and makes no such copy. So of the recompute's copies, the one in
+    that fusion is model FLOPs, the others recompute (held-out base 265, a whole-model checkpoint:
+    add and multiply +32). `_same_value` caps a value's recompute copies at its forward's count,
+    picking which by order: where it picked the dropped copy, a sibling copy of the value (same
+    frame) it left, outside such fusions and undecided by this rule, takes the count."""
+    passed: set[SiteKey] = set()
+    if not dropped:
+        return passed
+    left = dict(dropped)
+    for op in sorted(ops, key=lambda o: o.order):
+        group = (op.frame, op.exact)
+        if not left.get(group) or not op.marked or op.key in out or op.key in decided_copies:
+            continue
+        outputs = fused.get(op.key[0])
+        if outputs is not None and _linearization_only(op.key[0], op.key[2], outputs, by_key, own):
+            continue
+        passed.add(op.key)
+        left[group] -= 1
     return passed
 
 
