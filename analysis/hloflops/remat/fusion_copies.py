@@ -77,7 +77,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
     backward_loops = backward_loop_bodies(module, ops)
-    coefficients = _linearization_coefficients(ops, model)
+    coefficients, derived = _linearization_coefficients(ops, model)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     dropped: dict[tuple, int] = {}  # (frame, value) -> its counted copies dropped in linearization-only fusions
@@ -143,6 +143,12 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             (stand_ins if op.key[:2] in under_duplicated else decided_copies).add(op.key)
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
+    # the values computed from a coefficient: the program without remat computes each once, saving it
+    for copies in _copies_in(ops, derived, backward_loops).values():
+        first, *others = sorted(copies, key=lambda o: o.order)
+        out.discard(first.key)
+        out.update(o.key for o in others)
+        decided_copies.update(o.key for o in copies)
     out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
     out |= _coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
@@ -254,13 +260,17 @@ def _linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> set:
     fusions. Not a widen XLA left unnamed (float normalization's convert, one per fusion in both
     programs: hloflops.remat.widen_counts decides those).
 
-    A named op reading such a coefficient in its own fusion computes one too (sigmoid's
-    `s * (1 - s)` reads `1 - s`): the forward, which never computes the input,
-    cannot compute it, whatever op of its signature and name `ForwardTwins` found there (held-out
-    base 221, a BiLSTM: the gate's `mul`, taken for the forward's `f * c`, multiply -24,576)."""
+    Returns those values, and those a named op computes from them in its fusion (sigmoid's
+    `s * (1 - s)` reads `1 - s`), all copies remat-marked: the
+    forward, which never computes the input, cannot compute them, whatever op of their signature
+    and name `ForwardTwins` found there and `_same_value` counted them against (held-out base
+    221, a BiLSTM: the gate's `s * (1 - s)`, taken for the forward's `f * c`, multiply -24,576).
+    The program without remat computes each of those once too: all copies but the first run
+    because of remat."""
     found = {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
     if not found:
-        return found
+        return found, set()
+    base = set(found)
     unmarked = {op.exact for op in ops if not op.marked}
     by_key = {op.key: op for op in ops}
     readers = [op for op in ops if op.named and op.op_name and not op.inherited
@@ -271,10 +281,25 @@ def _linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> set:
         for op in readers:
             if op.exact not in found and any(
                     (operand := by_key.get((op.key[0], name, op.key[2]))) is not None and operand.exact in found
-                    for name in op.inst.operands):
+                    and operand.inst.opcode not in _NO_WORK for name in op.inst.operands):
                 found.add(op.exact)
                 grown = True
-    return found
+    return base, found - base
+
+
+# A coefficient's copies that compute nothing: jvp's broadcast constant (gelu's `3` in `3 * x**2`,
+# whose `x**2` the forward computes too) says nothing of what reads it.
+_NO_WORK = frozenset({"broadcast", "constant", "iota", "bitcast", "reshape", "copy"})
+
+
+def _copies_in(ops: list[SiteOp], values: set, frames: set[str]) -> dict[tuple, list[SiteOp]]:
+    """The marked copies of each of `values` in each of `frames`."""
+    copies: dict[tuple, list[SiteOp]] = {}
+    if values and frames:
+        for op in ops:
+            if op.marked and op.exact in values and op.frame in frames:
+                copies.setdefault((op.frame, op.exact), []).append(op)
+    return copies
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
