@@ -21,7 +21,8 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset(),
-                   own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+                   own: set[SiteKey] = frozenset()
+                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -55,12 +56,13 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     own work jax named in the recompute (`own`, `by_signature.linearization_only`: softmax's
     `1 / (s * s)`) is one the program without remat has too, reading its forward's value: its
     copies (float normalization's widen of the recomputed `s`) are model FLOPs, and the expensive
-    op of that work (the divide) no recompute whose cheap inputs follow it. Returns the recompute,
-    the copies this rule decided (either way), and those of them it decided on how XLA fused the
-    program without remat."""
+    op of that work (the divide) no recompute whose cheap inputs follow it; a copy `_same_value`
+    counted there passes its count to a sibling (`_coefficient_counts_passed_on`). Returns the
+    recompute, the copies this rule decided (either way), those of them it decided on how XLA fused
+    the program without remat, and the siblings that took a count by value."""
     fused = fused_outputs(module)
     if not fused:
-        return remat, set(), set()
+        return remat, set(), set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     duplicated = duplicated_expensive(ops, fused)
     # (the linearization's own expensive op is no recompute: what it reads there is a plain copy)
@@ -150,7 +152,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         out.update(o.key for o in others)
         decided_copies.update(o.key for o in copies)
     out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
-    out |= _coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
+    moved = _coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
+    out |= moved
+    decided_copies |= moved
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
     # twin too, is the recompute's copy of it, as long as the recompute's copies of its value
     # number fewer than the forward fusions' (each forward copy is recomputed once: gelu's bias
@@ -170,7 +174,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
     epilogues = saved_matmul_epilogues(module, ops)
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
-        stand_ins | read_stored.copied_more_than_once()
+        stand_ins | read_stored.copied_more_than_once(), moved - nested
 
 
 def _counts_passed_on(by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], out: set[SiteKey],
