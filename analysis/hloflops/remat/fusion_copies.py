@@ -151,6 +151,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         out.discard(first.key)
         out.update(o.key for o in others)
         decided_copies.update(o.key for o in copies)
+        stand_ins.difference_update(o.key for o in copies)
     out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
     moved = _coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
     out |= moved
