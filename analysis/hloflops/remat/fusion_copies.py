@@ -13,6 +13,8 @@ from weakref import WeakKeyDictionary
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
 from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
+from hloflops.remat.linearization_copies import (
+    coefficient_counts_passed_on, copies_in, linearization_coefficients, only_linearization_outputs)
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
@@ -44,7 +46,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     a backward loop body (`backward_loop_bodies`), whose twin reads stored residuals and copies
     no forward op there (on TPU, hloflops.remat.backward_loop_copies counts those copies after);
     but a copy of the linearization's own coefficient, which no forward op computes, keeps its
-    pairing: the twin computes it once, saving it (`_linearization_coefficients`). A recompute
+    pairing: the twin computes it once, saving it (hloflops.remat.linearization_copies). A recompute
     TPU nests in a weight gradient's fusion is model FLOPs where
     the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
@@ -57,7 +59,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     `1 / (s * s)`) is one the program without remat has too, reading its forward's value: its
     copies (float normalization's widen of the recomputed `s`) are model FLOPs, and the expensive
     op of that work (the divide) no recompute whose cheap inputs follow it; a copy `_same_value`
-    counted there passes its count to a sibling (`_coefficient_counts_passed_on`). Returns the
+    counted there passes its count to a sibling (`coefficient_counts_passed_on`). Returns the
     recompute, the copies this rule decided (either way), those of them it decided on how XLA fused
     the program without remat, and the siblings that took a count by value."""
     fused = fused_outputs(module)
@@ -79,7 +81,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
     backward_loops = backward_loop_bodies(module, ops)
-    coefficients, derived = _linearization_coefficients(ops, model)
+    coefficients, derived = linearization_coefficients(ops, model)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     dropped: dict[tuple, int] = {}  # (frame, value) -> its counted copies dropped in linearization-only fusions
@@ -101,7 +103,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
         if runs is None:
             continue
         if runs is False and op.marked and op.key in remat and op.key in by_value and \
-                _linearization_only(comp_name, site, outputs, by_key, own):
+                only_linearization_outputs(comp_name, site, outputs, by_key, own):
             out.discard(op.key)  # the copy the program without remat's forward makes for the coefficient
             decided_copies.add(op.key)
             dropped[(op.frame, op.exact)] = dropped.get((op.frame, op.exact), 0) + 1
@@ -146,14 +148,14 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
     # the values computed from a coefficient: the program without remat computes each once, saving it
-    for copies in _copies_in(ops, derived, backward_loops).values():
+    for copies in copies_in(ops, derived, backward_loops).values():
         first, *others = sorted(copies, key=lambda o: o.order)
         out.discard(first.key)
         out.update(o.key for o in others)
         decided_copies.update(o.key for o in copies)
         stand_ins.difference_update(o.key for o in copies)
     out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
-    moved = _coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
+    moved = coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
     out |= moved
     decided_copies |= moved
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
@@ -207,40 +209,6 @@ def _counts_passed_on(by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], out
     return passed
 
 
-def _linearization_only(comp_name: str, site: int, outputs: frozenset[str], by_key: Mapping[SiteKey, SiteOp],
-                        own: set[SiteKey]) -> bool:
-    """Whether every output of a fusion is the linearization's own work (`own`)."""
-    keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
-    return bool(keys) and all(key in own for key in keys)
-
-
-def _coefficient_counts_passed_on(ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
-                                  by_key: Mapping[SiteKey, SiteOp], own: set[SiteKey], out: set[SiteKey],
-                                  decided_copies: set[SiteKey], dropped: Mapping[tuple, int]) -> set[SiteKey]:
-    """A recomputed cheap value copied into a fusion of only the linearization's own work (a layer
-    norm's `var + eps`, read by rsqrt's coefficient `rsqrt(v) / v`) has that copy in the program
-    without remat too, in the forward fusion computing the coefficient it saves; the forward with
-    remat computes no coefficient and makes no such copy. So of the recompute's copies, the one in
-    that fusion is model FLOPs, the others recompute (held-out base 265, a whole-model checkpoint:
-    add and multiply +32). `_same_value` caps a value's recompute copies at its forward's count,
-    picking which by order: where it picked the dropped copy, a sibling copy of the value (same
-    frame) it left, outside such fusions and undecided by this rule, takes the count."""
-    passed: set[SiteKey] = set()
-    if not dropped:
-        return passed
-    left = dict(dropped)
-    for op in sorted(ops, key=lambda o: o.order):
-        group = (op.frame, op.exact)
-        if not left.get(group) or not op.marked or op.key in out or op.key in decided_copies:
-            continue
-        outputs = fused.get(op.key[0])
-        if outputs is not None and _linearization_only(op.key[0], op.key[2], outputs, by_key, own):
-            continue
-        passed.add(op.key)
-        left[group] -= 1
-    return passed
-
-
 def backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
     """The loop bodies (frames other than ENTRY) that run no forward op: a scan's backward loop,
     which reads what its forward loop saved and computes nothing of the forward but recomputes."""
@@ -248,63 +216,6 @@ def backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
     frames = {op.frame for op in ops if op.frame != entry}
     forward = {op.frame for op in ops if not op.marked and op.op_name and phase(op.op_name) == "forward"}
     return frames - forward
-
-
-def _linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> set:
-    """The values only the recompute computes, named there by jax: `model` holds each one's copy
-    counted as model FLOPs where `_same_value` found no forward op of its value (nor `ForwardTwins`
-    one of its signature and name in another frame). These are the linearization's coefficients,
-    tanh's `1 - t` or sigmoid's `s * (1 - s)`, which the forward of a checkpointed block never
-    computes. The program without remat computes such a coefficient in its forward, once, into the
-    residual it saves, and its backward loop reads it stored; the program with remat recomputes it
-    in its backward loop, where XLA copies it into each gradient fusion reading it. So all copies
-    but the one counted as model FLOPs run because of remat, as `_same_value` paired them (base
-    seeds 107 and 138, a BiLSTM whose four gate gradient fusions each copy the cell's
-    `1 - tanh(c)`: subtract -24,736 and -49,168 before). A forward value's copies (gelu's
-    `1 + tanh`) stay unsure: the program without remat may copy those into several of its saving
-    fusions. Not a widen XLA left unnamed (float normalization's convert, one per fusion in both
-    programs: hloflops.remat.widen_counts decides those).
-
-    Returns those values, and those a named op computes from them in its fusion (sigmoid's
-    `s * (1 - s)` reads `1 - s`), all copies remat-marked: the
-    forward, which never computes the input, cannot compute them, whatever op of their signature
-    and name `ForwardTwins` found there and `_same_value` counted them against (held-out base
-    221, a BiLSTM: the gate's `s * (1 - s)`, taken for the forward's `f * c`, multiply -24,576).
-    The program without remat computes each of those once too: all copies but the first run
-    because of remat."""
-    found = {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
-    if not found:
-        return found, set()
-    base = set(found)
-    unmarked = {op.exact for op in ops if not op.marked}
-    by_key = {op.key: op for op in ops}
-    readers = [op for op in ops if op.named and op.op_name and not op.inherited
-               and op.exact not in unmarked and op.exact not in found]
-    grown = True
-    while grown:
-        grown = False
-        for op in readers:
-            if op.exact not in found and any(
-                    (operand := by_key.get((op.key[0], name, op.key[2]))) is not None and operand.exact in found
-                    and operand.inst.opcode not in _NO_WORK for name in op.inst.operands):
-                found.add(op.exact)
-                grown = True
-    return base, found - base
-
-
-# A coefficient's copies that compute nothing: jvp's broadcast constant (gelu's `3` in `3 * x**2`,
-# whose `x**2` the forward computes too) says nothing of what reads it.
-_NO_WORK = frozenset({"broadcast", "constant", "iota", "bitcast", "reshape", "copy"})
-
-
-def _copies_in(ops: list[SiteOp], values: set, frames: set[str]) -> dict[tuple, list[SiteOp]]:
-    """The marked copies of each of `values` in each of `frames`."""
-    copies: dict[tuple, list[SiteOp]] = {}
-    if values and frames:
-        for op in ops:
-            if op.marked and op.exact in values and op.frame in frames:
-                copies.setdefault((op.frame, op.exact), []).append(op)
-    return copies
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]
