@@ -24,12 +24,12 @@ def linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> tuple[
     its saving fusions. Not a widen XLA left unnamed (float normalization's convert, one per fusion
     in both programs: hloflops.remat.widen_counts decides those).
 
-    Returns those values, and those a named op computes from them in its fusion (sigmoid's `s * (1 -
-    s)` reads `1 - s`), all copies remat-marked: the forward, which never computes the input, cannot
-    compute them, whatever op of their signature and name `ForwardTwins` found there and
-    `_same_value` counted them against (held-out base 221, a BiLSTM: the gate's `s * (1 - s)`, taken
-    for the forward's `f * c`, multiply -24,576). The program without remat computes each of those
-    once too: all copies but the first run because of remat."""
+    Returns those values, and those a named op computes from them in its fusion (sigmoid's
+    `s * (1 - s)` reads `1 - s`), all copies remat-marked: the forward, which never computes the
+    input, cannot compute them, whatever op of their signature and name `ForwardTwins` found there
+    and `_same_value` counted them against (held-out base 221, a BiLSTM: the gate's `s * (1 - s)`,
+    taken for the forward's `f * c`, multiply -24,576). The program without remat computes each of
+    those once too: all copies but the first run because of remat."""
     found = {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
     if not found:
         return found, set()
