@@ -32,15 +32,3 @@ def test_a_python_loops_recomputed_reciprocal_stays_remat():
     # `more` draw 63: the same LM as a Python loop of nn.remat blocks, exact on every opcode.
     outcome = check(draw(63, "more"))
     assert outcome.all_ok("after"), outcome.describe()
-
-
-def test_an_unrolled_scans_recomputed_reciprocal_is_model_flops():
-    # base draw 106: a scan of three attention layers unrolled by two, whose loop XLA unrolled into
-    # the entry computation (forward, recompute and backward in one frame). The program without
-    # remat's backward still reads the stacked residual's slice of `s`, so it computes `1 / s`
-    # again: the recompute's, shared with the backward, is model FLOPs (divide +512 before; the
-    # draw's other opcodes still miss).
-    outcome = check(draw(106, "base"))
-    after = _after(outcome)
-    assert "divide" not in after.misses, outcome.describe()
-    assert outcome.in_bounds("after"), outcome.describe()

@@ -36,13 +36,11 @@ DIVISION = "div"
 _HANDS_ON = frozenset({"bitcast", "reshape", "copy", "broadcast", "transpose", "tuple", "get-tuple-element"})
 
 
-def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKey], op_names: OpNames,
-                       remat: set[SiteKey] = frozenset()) -> set[SiteKey]:
-    """The remat reciprocals (`divide(1, s)`) paired with a forward in another loop body (`across`),
-    or counted (`remat`) inside a scan's body XLA unrolled into one computation (`_in_a_scan`),
+def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
+    """The remat reciprocals (`divide(1, s)`) paired with a forward in another loop body (`across`)
     that a backward op of the same division reads."""
-    candidates = [op for op in ops if (op.key in across or (op.key in remat and _in_a_scan(op.op_name)))
-                  and op.named and op.inst.opcode == "divide" and REMAT_SCOPE in op.op_name]
+    candidates = [op for op in ops if op.key in across and op.named and op.inst.opcode == "divide"
+                  and REMAT_SCOPE in op.op_name]
     if not candidates:
         return set()
     callers = _fusion_callers(module)
@@ -58,16 +56,6 @@ def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKe
                for name in _reader_names(module, comp, op.inst, op_names, callers)):
             found.add(op.key)
     return found
-
-
-def _in_a_scan(op_name: str) -> bool:
-    """Whether jax named the op inside a scan's body (`while/body` before the checkpoint's scope).
-    The program without remat stacks a scan's residuals and its backward reads their slices, also
-    where XLA unrolled the loop into the computation running the forward: its backward's `1 / s`
-    reads a slice of the saved `s`, which CSE does not merge with the forward's (base draw 106, an
-    unrolled scan of attention layers: divide +512)."""
-    head = op_name.split(REMAT_SCOPE, 1)[0]
-    return "/while/body/" in head
 
 
 def _is_reciprocal(comp: Computation, inst: Instruction) -> bool:
