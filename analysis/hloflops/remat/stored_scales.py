@@ -14,9 +14,10 @@ twin runs the scale three or four times, this program once, so the per-opcode tr
 is negative and no split of this program's ops reaches it). The copies the program without remat
 may make beyond this program's, k - 1, are reported as `twin_copies` (hloflops.results.RematHinge):
 they lower the range's low end only, never the count, as the stored value's readers are a counted
-fact of this program and the copies XLA makes of a cheap producer are at most one per reader. On
-all eleven TPU draws where it applies, the twin's copies are exactly k (4, 8, 17, 22 out of the
-range before; 25, 27, 39, 48, 50, 55 and 52's two microbatches alike). A loop fusion (no matmul)
+fact of this program and the copies XLA makes of a cheap producer are at most one per reader. Of
+the thirteen TPU draws where it applies, the twin's copies are exactly k on eleven (4, 8, 17, 22
+out of the range before; 25, 27, 39, 48, 50, 52, 55), and k + 1 on two (23, 43: the twin keeps
+the stored copy too, beside one in each of its two readers): the low end is not too low. A loop fusion (no matmul)
 storing the scale is left alone: there the program without remat stores it too (TPU 41, 42)."""
 
 from __future__ import annotations
