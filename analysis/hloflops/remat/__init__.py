@@ -317,7 +317,9 @@ forward, hloflops.remat.normalization) the report gives a range
 (`remat_flops_bounds`). Its low end drops too by the copies the program without remat makes of a
 value a policy stores (gelu's `h`: copied into the twin's forward fusions and each fusion saving a
 residual computed from it) beyond this program's and beyond the recomputes they offset
-(`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies): the per-opcode truth is negative
+(`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies), and by those it may make of a loss
+gradient's scale `(pred - y) * c` that a matmul's output fusion here stores once for k readers,
+copying it into each (hloflops.remat.stored_scales): the per-opcode truth is negative
 there, and no split of this program's ops can match it. Remat-named ops that pair with nothing,
 or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on

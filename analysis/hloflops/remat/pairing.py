@@ -30,6 +30,7 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
+from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
@@ -251,6 +252,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves
+        if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
+            stored_scale_copies(module, ops, remat, twin_copies)
         if module.is_scheduled and is_tpu_module(module):
             # TPU's copies in a backward loop body whose forward runs in another loop body: each
             # recomputed value's copies but one (the program without remat's saving fusion's), and
