@@ -65,14 +65,14 @@ dw {
   u0 = f32[8,16] parameter(0)
   u1 = bf16[8,4] parameter(1)
   uw = f32[8,4] convert(u1)
-  ROOT gw = f32[16,4] dot(u0, uw), lhs_contracting_dims={0}, rhs_contracting_dims={0}, metadata={op_name="@B/Dense_0/dot_general"}
+  ROOT gw = f32[16,4] dot(u0, uw), @G0, metadata={op_name="@B/Dense_0/dot_general"}
 }
 
 dx {
   v0 = f32[16,4] parameter(0)
   v1 = bf16[8,4] parameter(1)
   vw = f32[8,4] convert(v1)
-  ROOT gx = f32[8,16] dot(vw, v0), lhs_contracting_dims={1}, rhs_contracting_dims={1}, metadata={op_name="@B/Dense_0/dot_general"}
+  ROOT gx = f32[8,16] dot(vw, v0), @G1, metadata={op_name="@B/Dense_0/dot_general"}
 }
 
 ENTRY main {
@@ -94,9 +94,11 @@ ENTRY main {
 
 
 def _parsed(text: str):
-    """@F the forward, @R the checkpoint's recompute, @B its backward; @D a matmul's dimensions; @L
+    """@F the forward, @R the checkpoint's recompute, @B its backward; @D a matmul's dimensions (@G0, @G1 the gradients'); @L
     the entry's layout and @T TPU's backend config (what makes it a TPU module)."""
     for short, long in (("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
+                        ("@G0", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
+                        ("@G1", "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
                         ("@L", "{(f32[8,16]{1,0:T(8,128)})->f32[]{:T(128)}}"),
                         ("@T", 'backend_config={"scoped_memory_configs":[]}'),
                         ("@R", "jit(loss)/transpose(jvp(jvp()))/checkpoint/rematted_computation/LM"),
@@ -118,7 +120,8 @@ def test_a_cotangent_the_recomputes_matmul_fusion_stores_narrowed_is_copied_by_t
 
 def test_a_narrowed_cotangent_read_by_a_matmul_outside_the_recompute_only_is_kept():
     # One reader is no matmul: XLA need not copy `g` into it, the rule says nothing.
-    text = HLO.replace("fx = f32[8,16] fusion(w, gc.1), kind=kOutput, calls=dx", "fx = f32[8,16] fusion(w, gc.1), kind=kOutput, calls=dx\n  gcw = f32[8,4] convert(gc.1)")
+    reader = "fx = f32[8,16] fusion(w, gc.1), kind=kOutput, calls=dx"
+    text = HLO.replace(reader, reader + "\n  gcw = f32[8,4] convert(gc.1)")
     module = _parsed(text)
     index = find_remat(module)
     assert ("grad", "gc") not in index and ("block.r", "a.r") in index
