@@ -94,8 +94,8 @@ ENTRY main {
 
 
 def _parsed(text: str):
-    """@F the forward, @R the checkpoint's recompute, @B its backward; @D a matmul's dimensions (@G0, @G1 the gradients'); @L
-    the entry's layout and @T TPU's backend config (what makes it a TPU module)."""
+    """@F the forward, @R the checkpoint's recompute, @B its backward; @D a matmul's dimensions
+    (@G0, @G1 the gradients'); @L the entry's layout and @T TPU's backend config (what makes it a TPU module)."""
     for short, long in (("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
                         ("@G0", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
                         ("@G1", "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
