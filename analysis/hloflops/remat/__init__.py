@@ -152,7 +152,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    recompute (the loss's cotangent `y * c`), handed out narrowed to gradient matmuls only, the
    program without remat computes in its forward's matmul fusion and again, wide, in each of those
    matmuls' fusions: the narrow is recompute, and the copies it makes beyond this program's one
-   offset counted recomputes of their opcode (TPU; hloflops.remat.stored_cotangents).
+   offset counted recomputes of their opcode (TPU; hloflops.remat.stored_cotangents). Where the
+   forward stores nothing of a layer's first matmul, TPU nests it with its activation in the next
+   matmul's fusion and narrows the activation there: the program without remat stores that
+   matmul's output for its backward and reads it wide, so the narrow is recompute, in the range
+   (hloflops.remat.nested_forward_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
