@@ -1,9 +1,9 @@
 """The forward's narrow of an activation nested whole, matmul and all, in the next matmul's fusion
 (analysis/hloflops/remat/nested_forward_narrows.py). A checkpointed layer's forward stores nothing
 of its first matmul and activation, so TPU nests both in the fusion of the next matmul and narrows
-the activation to bf16 for it (`inner`'s unnamed convert `c`). The program without remat stores
-the first matmul's output for its backward (tanh's derivative reads the layer's value) and its next
-matmul reads the stored value wide, narrowing nothing (TPU draws 48 and 1: convert -16,384 and
+the activation `x * tanh(x)` to bf16 for it (`inner`'s unnamed convert `c`). The program without
+remat stores the first matmul's output `x` for its backward (the derivative reads it) and its next
+matmul's fusion reads the stored value wide, narrowing nothing (TPU draws 48 and 1: convert -16,384 and
 -2,097,152 after optimization): the narrow is remat."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ inner {
   i1 = f32[16,32] parameter(1)
   d = f32[8,32] dot(i0, i1), @D, metadata={op_name="@F/linear/dot_general"}
   t = f32[8,32] tanh(d), metadata={op_name="@F/tanh"}
-  ROOT c = bf16[8,32] convert(t)
+  a = f32[8,32] multiply(d, t), metadata={op_name="@F/mul"}
+  ROOT c = bf16[8,32] convert(a)
 }
 
 outer {
@@ -74,6 +75,7 @@ STORED = HLO.replace("""inner {
   i1 = f32[16,32] parameter(1)
   d = f32[8,32] dot(i0, i1), @D, metadata={op_name="@F/linear/dot_general"}
   t = f32[8,32] tanh(d), metadata={op_name="@F/tanh"}
+  a = f32[8,32] multiply(d, t), metadata={op_name="@F/mul"}
 """, """first {
   f0 = f32[8,16] parameter(0)
   f1 = f32[16,32] parameter(1)
@@ -83,6 +85,7 @@ STORED = HLO.replace("""inner {
 inner {
   i0 = f32[8,32] parameter(0)
   t = f32[8,32] tanh(i0), metadata={op_name="@F/tanh"}
+  a = f32[8,32] multiply(i0, t), metadata={op_name="@F/mul"}
 """).replace("""  h = bf16[8,32] fusion(o0, o1), kind=kOutput, calls=inner""",
              """  h = bf16[8,32] fusion(o0), kind=kLoop, calls=inner""").replace(
     """  o0 = f32[8,16] parameter(0)
@@ -96,5 +99,14 @@ inner {
 def test_a_narrow_of_an_activation_read_from_the_stored_matmul_output_is_left_alone():
     # The forward stores the first matmul's output here: the program without remat's fusion too.
     index = find_remat(_parsed(STORED))
+    assert ("recompute", "d.r") in index
+    assert ("inner", "c") not in index
+
+
+def test_a_narrow_of_a_chain_of_single_reads_is_left_alone():
+    # `tanh(x)` alone: the program without remat saves its output, narrowed for the next matmul too.
+    text = HLO.replace("""  a = f32[8,32] multiply(d, t), metadata={op_name="@F/mul"}
+  ROOT c = bf16[8,32] convert(a)""", """  ROOT c = bf16[8,32] convert(t)""")
+    index = find_remat(_parsed(text))
     assert ("recompute", "d.r") in index
     assert ("inner", "c") not in index

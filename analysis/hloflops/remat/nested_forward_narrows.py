@@ -9,7 +9,11 @@ convert. The program without remat keeps the first matmul's output for its backw
 activation's derivative reads it: gelu's and tanh's input), so its first matmul runs in a fusion of
 its own storing the sum, and the next matmul's fusion nests only the activation chain, reading the
 stored f32 value and handing the product on wide: no narrow (TPU draws 48 and 1, gelu: convert
--16,384 and -2,097,152 after optimization). So that narrow runs only because of remat.
+-16,384 and -2,097,152 after optimization). So that narrow runs only because of remat. Only where
+the chain reads one of its values twice (gelu's `x * f(x)`, whose derivative reads `x`): a chain
+of single reads (a bias add alone, `tanh(x + b)`) is saved by its output, which the program
+without remat narrows for the next matmul as this one does (TPU draws 2, a whole-model
+checkpoint's key projection nested in the scores' fusion, and 13, an offloaded scan's tanh).
 
 Only where the nested fusion holds the matmul (unmarked: the forward's) that the chain reads, a
 recompute of that matmul exists (a remat matmul of its result and name inside the checkpoint), and
@@ -83,7 +87,15 @@ def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
             pending += step.operands
         else:
             return None
-    return found[0] if len(found) == 1 and found[0].op_name else None
+    if len(found) != 1 or not found[0].op_name:
+        return None
+    # The activation reads a value of the chain twice (gelu's `x * f(x)`): its derivative reads
+    # that value, which the program without remat stores wide. A chain of single reads (a bias
+    # add, `tanh(x + b)`) is saved by its output, which that program narrows as this one does.
+    chain = seen - {name for name in seen if comp.by_name.get(name) is None or comp.by_name[name].opcode in _FREE}
+    if not any(sum(user.name in chain for user in comp.users.get(value, ())) > 1 for value in chain):
+        return None
+    return found[0]
 
 
 def _read_by_a_matmul(outer: Computation, name: str) -> bool:
