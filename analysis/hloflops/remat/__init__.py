@@ -154,9 +154,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    matmuls' fusions: the narrow is recompute, and the copies it makes beyond this program's one
    offset counted recomputes of their opcode (TPU; hloflops.remat.stored_cotangents). Where the
    forward stores nothing of a layer's first matmul, TPU nests it with its activation in the next
-   matmul's fusion and narrows the activation there: the program without remat stores that
-   matmul's output for its backward and reads it wide, so the narrow is recompute, in the range
-   (hloflops.remat.nested_forward_narrows).
+   matmul's fusion and narrows the activation there: where the activation reads a value twice
+   (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
+   for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
+   range (hloflops.remat.nested_forward_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
