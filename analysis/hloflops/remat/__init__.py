@@ -86,10 +86,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    has it too, also where the forward's own copy is in sight; but a backward loop body's, where
    that program reads stored residuals and copies no forward op: unsure; but there a copy of a
    coefficient of the linearization that no forward op computes, tanh's `1 - t`, is recompute
-   beyond its one model copy: that program computes it once in its forward, saving it). Nor is a
-   copy in a fusion of the linearization's own work named in the recompute (rule 2's
-   `1 / (s * s)`): the program without remat has that fusion, reading its forward's `s`, widen
-   and all. A forward op XLA copied into a fusion that computes a recompute (an embedding lookup)
+   beyond its one model copy: that program computes it once in its forward, saving it; so is a
+   value computed from such a coefficient, sigmoid's `s * (1 - s)`, whatever forward op of its
+   signature and name it was counted against). Nor is a copy in a fusion of the linearization's
+   own work named in the recompute (rule 2's `1 / (s * s)`): the program without remat has that
+   fusion, reading its forward's `s`, widen and all; also where it was counted by value (a layer
+   norm's `var + eps` in rsqrt's coefficient's fusion), its count passing to a sibling copy.
+   A forward op XLA copied into a fusion that computes a recompute (an embedding lookup)
    runs there only because of remat, and so does one an expensive recompute reads in its fusion
    where the expensive op's forward twin reads a copy of the same value in its own (a layer norm's
    variance chain under the recompute's rsqrt; not above a policy's saved residual, and no more
