@@ -151,7 +151,16 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    XLA never duplicates a matmul, and where the forward computes the op in its matmul's fusion (a
    whole model's head bias add) the program without remat stores it there, or fuses its cotangent
    there, and its gradient fusions copy none: recompute, in the range
-   (hloflops.remat.recompute_epilogues).
+   (hloflops.remat.recompute_epilogues). The backward's own ops that fusion computes from the
+   recompute (the loss's cotangent `y * c`), handed out narrowed to gradient matmuls only, the
+   program without remat computes in its forward's matmul fusion and again, wide, in each of those
+   matmuls' fusions: the narrow is recompute, and the copies it makes beyond this program's one
+   offset counted recomputes of their opcode (TPU; hloflops.remat.stored_cotangents). Where the
+   forward stores nothing of a layer's first matmul, TPU nests it with its activation in the next
+   matmul's fusion and narrows the activation there: where the activation reads a value twice
+   (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
+   for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
+   range (hloflops.remat.nested_forward_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

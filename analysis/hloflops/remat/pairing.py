@@ -44,6 +44,8 @@ from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
+from hloflops.remat.stored_cotangents import stored_cotangents
+from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -289,6 +291,15 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             narrows = saved_residual_narrows(module, ops, remat, backward_loops)
             remat -= narrows
             certain |= narrows
+            # A cotangent the recompute's matmul fusion stores narrowed, which the program without
+            # remat copies wide into each matmul reader (hloflops.remat.stored_cotangents).
+            stored_narrows, given_back = stored_cotangents(module, ops, remat, backward_loops)
+            remat = (remat | stored_narrows) - given_back
+            certain |= stored_narrows | given_back
+            # The forward's narrow of an activation nested whole, matmul and all, in the next matmul's
+            # fusion: the program without remat stores that matmul's output and reads it wide
+            # (hloflops.remat.nested_forward_narrows; in the range).
+            remat |= nested_forward_narrows(module, ops, remat)
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
