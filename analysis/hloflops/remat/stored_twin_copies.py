@@ -23,7 +23,24 @@ reaches it: the copies left over are reported as `twin_copies` (hloflops.results
 whose FLOPs the range's low end drops (on all five draws exactly the add the twin runs beyond
 this program). Such a value's forward copy in the fusion storing it is then no "maybe remat" hinge
 (hloflops.remat.rounding's `copied_into_saves` says the twin may not copy it into a saving fusion;
-here it copies it more often than this program in all)."""
+here it copies it more often than this program in all).
+
+The twin's stores cost converts too (`stacked_residual_round_trips`). On CPU, float normalization
+computes a bfloat16 stack's dynamic-update-slice in f32: each forward trip widens the whole stack
+(trips slices) and the slice and narrows the stack back, the backward loop's read of the stack is
+a widen of the whole stack hoisted out of it, and each trip narrows the f32 slice it reads to the
+declared bfloat16 (the twin's stand-in for this program's narrowing in the recompute, which this
+program may count as remat): 2 * trips + 3 slice-sized converts per trip and residual, none of
+which this program runs for a residual it recomputes. A residual is a value the backward loop
+recomputes, narrows to 16 bits and hands to a gradient op (one named outside the checkpoint's
+recompute scope): the twin must store it. Two kinds tell it: float normalization's narrowing of a
+value computed from a recomputed matmul (tanh's `t` and `1 - t` under `nothing_saveable`, base
+seeds 25, 42, 89, 149), and the recompute's own cast of a kernel sliced from the loop's input
+(`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A value computed only
+from a matmul output the policy saved is left out: the program without remat may store another
+value in its place (a relu's mask where this program stores the conv output: more 60, 71). The
+count goes to `twin_copies` on the narrowing convert (the range's low end, not an exact count):
+which residuals the twin stores rests on jax's linearization, one stack per residual value."""
 
 from __future__ import annotations
 
