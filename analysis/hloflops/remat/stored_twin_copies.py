@@ -189,6 +189,7 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
             continue
         body = module.by_name[bodies[0]]
         seen: set = set()  # one stack per residual value (XLA may copy it into several fusions)
+        stored: set = set()  # this program's stacks standing for one of the twin's (`_inputs`)
         for comp_in in [body] + [module.by_name[callee] for fusion in body.instructions if fusion.opcode == "fusion"
                                  for callee in fusion.called(CallRole.FUSION) if callers.get(callee)]:
             for narrow in comp_in.instructions:
@@ -199,6 +200,11 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                 if value in seen or not _read_by_gradient(module, comp_in, narrow, op_names, callers, body.name):
                     continue
                 seen.add(value)
+                if residual[1] is not narrow:
+                    matmul, inputs = _inputs(module, *residual, op_names, callers, body.name)
+                    if not matmul and (not inputs or inputs not in stored):
+                        stored.add(inputs)  # the first of a stored value's residuals: this program's stack
+                        continue
                 out[(comp_in.name, narrow.name)] = 2 * trips + 3
     return out
 
@@ -215,14 +221,13 @@ def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, 
         if REMAT_SCOPE not in named or phase(named) != "backward" or not named.endswith("convert_element_type"):
             return None
         source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
-        return inst if source is not None and bits(source[1].shape) == 32 and _loop_input(
+        return (comp, inst) if source is not None and bits(source[1].shape) == 32 and _loop_input(
             module, *source, callers, body) else None
     source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
     if source is None or bits(source[1].shape) != 32:
         return None
     name = op_names.of(source[0].name, source[1])
-    return source[1] if REMAT_SCOPE in name and phase(name) == "backward" and _from_recomputed_matmul(
-        module, *source, op_names, callers, body) else None
+    return source if REMAT_SCOPE in name and phase(name) == "backward" else None
 
 
 def _source(module: Module, comp, inst, callers, body: str):
@@ -262,11 +267,10 @@ def _loop_input(module: Module, comp, inst, callers, body: str) -> bool:
     return False
 
 
-def _from_recomputed_matmul(module: Module, comp, inst, op_names: OpNames, callers, body: str) -> bool:
-    """Is the value computed, within the loop body, from a matmul of the recompute (one the policy
-    did not save)? A value computed from a saved matmul output alone is left out: the program without
-    remat may save that output as its residual instead (a relu's input)."""
-    todo, seen = [(comp, inst)], set()
+def _inputs(module: Module, comp, inst, op_names: OpNames, callers, body: str) -> tuple[bool, frozenset]:
+    """Whether the value is computed, within the loop body, from a matmul of the recompute (one the
+    policy did not save), and the loop inputs it reads otherwise (their get-tuple-elements)."""
+    todo, seen, inputs = [(comp, inst)], set(), set()
     while todo and len(seen) < 256:
         comp, inst = todo.pop()
         if (comp.name, inst.name) in seen:
@@ -275,16 +279,19 @@ def _from_recomputed_matmul(module: Module, comp, inst, op_names: OpNames, calle
         if inst.opcode in ("dot", "convolution"):
             name = op_names.of(comp.name, inst)
             if REMAT_SCOPE in name and phase(name) == "backward":
-                return True
+                return True, frozenset()
             continue
         found = _source(module, comp, inst, callers, body) if inst.opcode in ("parameter", "fusion") else (comp, inst)
-        if found is None or found[1].opcode in ("get-tuple-element", "parameter"):
+        if found is None:
+            continue
+        if found[1].opcode == "get-tuple-element" and found[0].name == body:
+            inputs.add(found[1].name)
             continue
         if found != (comp, inst):
             todo.append(found)
             continue
         todo += [(comp, comp.by_name[o]) for o in inst.operands if o in comp.by_name]
-    return False
+    return False, frozenset(inputs)
 
 
 def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, body: str, depth: int = 0) -> bool:
