@@ -14,7 +14,10 @@ conv, two convs; reported convert +221,056 / +221,184, in range). The same cost 
 saves shows in held-out more 161 (`nothing_saveable`, three layers: kernels and activations),
 where the convert truth is negative.
 
-What the fix needs: which residuals the program without remat stacks that this program does not
+The range's low end now takes these round trips off (hloflops.remat.stored_twin_copies'
+`stacked_residual_round_trips`: the recompute's cast of a kernel read by a gradient op, 2 * trips
++ 3 slice-sized converts per trip), as on the draws below; the split itself stays short.
+What an exact fix needs: which residuals the program without remat stacks that this program does not
 (the recompute's values read by gradient ops, less the ones this program stacks), and the
 per-element cost of a stack on this backend, measured on this program's own stacks in the same
 forward loop (their dynamic-update-slice fusions' converts and the hoisted widens); then a
