@@ -16,7 +16,7 @@ where the convert truth is negative.
 
 The range's low end now takes these round trips off (hloflops.remat.stored_twin_copies'
 `stacked_residual_round_trips`: the recompute's cast of a kernel read by a gradient op, 2 * trips
-+ 3 slice-sized converts per trip), as on the draws below; the split itself stays short.
++ 2 slice-sized converts per trip), as on the draws below; the split itself stays short.
 What an exact fix needs: which residuals the program without remat stacks that this program does not
 (the recompute's values read by gradient ops, less the ones this program stacks), and the
 per-element cost of a stack on this backend, measured on this program's own stacks in the same

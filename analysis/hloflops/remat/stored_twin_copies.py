@@ -29,9 +29,11 @@ The twin's stores cost converts too (`stacked_residual_round_trips`). On CPU, fl
 computes a bfloat16 stack's dynamic-update-slice in f32: each forward trip widens the whole stack
 (trips slices) and the slice and narrows the stack back, the backward loop's read of the stack is
 a widen of the whole stack hoisted out of it, and each trip narrows the f32 slice it reads to the
-declared bfloat16 (the twin's stand-in for this program's narrowing in the recompute, which this
-program may count as remat): 2 * trips + 3 slice-sized converts per trip and residual, none of
-which this program runs for a residual it recomputes. A residual is a value the backward loop
+declared bfloat16: 2 * trips + 3 slice-sized converts per trip and residual that float
+normalization narrows, none of which this program runs for a residual it recomputes (its narrowing
+there may be counted as remat: the twin's forward narrows the value too). A kernel's cast counts
+2 * trips + 2: the cast and its widen here stand for the twin's narrowing and widening of the slice
+it reads back (base 25: the low end then 8 above the truth, the loop counters' subtract). A residual is a value the backward loop
 recomputes, narrows to 16 bits and hands to a gradient op (one named outside the checkpoint's
 recompute scope): the twin must store it. Two kinds tell it: float normalization's narrowing of a
 value computed from a recomputed matmul (tanh's `t` and `1 - t` under `nothing_saveable`, base
@@ -205,7 +207,9 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                     if not matmul and (not inputs or inputs not in stored):
                         stored.add(inputs)  # the first of a stored value's residuals: this program's stack
                         continue
-                out[(comp_in.name, narrow.name)] = 2 * trips + 3
+                # A kernel's cast and its widen here stand for the twin's narrowing and widening of
+                # the slice it reads back: one slice fewer than a residual float normalization narrows.
+                out[(comp_in.name, narrow.name)] = 2 * trips + (3 if residual[1] is not narrow else 2)
     return out
 
 
