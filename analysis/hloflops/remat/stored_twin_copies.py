@@ -33,16 +33,19 @@ declared bfloat16: 2 * trips + 3 slice-sized converts per trip and residual that
 normalization narrows, none of which this program runs for a residual it recomputes (its narrowing
 there may be counted as remat: the twin's forward narrows the value too). A kernel's cast counts
 2 * trips + 2: the cast and its widen here stand for the twin's narrowing and widening of the slice
-it reads back (base 25: the low end then 8 above the truth, the loop counters' subtract). A residual is a value the backward loop
-recomputes, narrows to 16 bits and hands to a gradient op (one named outside the checkpoint's
-recompute scope): the twin must store it. Two kinds tell it: float normalization's narrowing of a
-value computed from a recomputed matmul (tanh's `t` and `1 - t` under `nothing_saveable`, base
-seeds 25, 42, 89, 149), and the recompute's own cast of a kernel sliced from the loop's input
-(`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A value computed only
-from a matmul output the policy saved is left out: the program without remat may store another
-value in its place (a relu's mask where this program stores the conv output: more 60, 71). The
-count goes to `twin_copies` on the narrowing convert (the range's low end, not an exact count):
-which residuals the twin stores rests on jax's linearization, one stack per residual value."""
+it reads back (base 25: the low end then 8 above the truth, the loop counters' subtract).
+
+A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
+(one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
+float normalization's narrowing of a recomputed value (tanh's `t` and `1 - t` under
+`nothing_saveable`, base seeds 42, 89, 149), and the recompute's own cast of a kernel sliced from
+the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A
+value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
+output's stack: of the residuals computed from one set of loop inputs, the first stands for this
+program's stack of the saved output (a relu's mask where this program stores the conv output:
+more 60, 71; gelu's residuals of a saved projection: more 73). The count goes to `twin_copies` on
+the narrowing convert (the range's low end, not an exact count): which residuals the twin stores
+rests on jax's linearization, one stack per residual value."""
 
 from __future__ import annotations
 
