@@ -31,6 +31,7 @@ from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
+from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
@@ -377,7 +378,15 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
                       frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies},
-                      partial, {key[:2]: n for key, n in twin_copies.items()})
+                      partial, _with_stacks({key[:2]: n for key, n in twin_copies.items()},
+                                            stacked_residual_round_trips(module, ops, op_names) if remat_named else {}))
+
+
+def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
+    """The twin's extra copies and its stacks' round trips (hloflops.remat.stored_twin_copies), summed."""
+    for key, n in stacks.items():
+        twin[key] = twin.get(key, 0) + n
+    return twin
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:
