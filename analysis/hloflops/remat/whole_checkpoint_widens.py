@@ -30,6 +30,25 @@ components at least), in one frame: value numbers do not serve, the forward's fu
 unrounded values where the recompute's read rounded ones (held-out base 289's recomputed residual
 sums matched nothing by value).
 
+A value CSE shares between the forward and the recompute (`shared_value_converts`): the recompute
+of a whole-model checkpoint reads only program inputs, so its first ops (the input's layer norm,
+the first layer's matmuls, which read the input and the weights' casts) are the forward's, op for
+op, and XLA's CSE keeps one of each; the recompute then reads the forward's value (held-out base
+202, 238: the attention's query, key and value; 222: an MLP's first matmul). Such a value is
+computed once, as in the program without remat, which narrows it once to store it for the
+backward and widens it in each fusion reading it: this program does the same for its recompute
+and backward (a narrowing fusion, relayout fusions widening it), and its forward, storing nothing,
+rounds the value again in place in fusions of its own (a narrow and a widen each). So of the
+value's unnamed converts, as many as the forward-only fusions make (fusions no recompute or
+backward op is in or reads) run because of remat, those counted already anywhere included (222:
+the recompute's tanh fusion rounds the matmul itself, its widen counted value by value). The value
+is told by what it is computed from: nothing back to the program's inputs (or a policy's saved
+residual) is a recompute or a forward op whose value number a recompute shares; a checkpoint per
+layer hands the next layer's recompute a value computed past the previous layer's attention,
+whose ops have recompute twins. The gate above still counts such reads as the recompute reading
+the forward (opened for them, its widen rule moved base 238 out of range); the shared values'
+converts are settled whichever way it goes.
+
 These stand on the recompute being the program without remat's forward: settled both ways, not
 in the range (hloflops.remat.widen_counts counts the value-by-value case)."""
 
@@ -290,6 +309,8 @@ class _CheckpointedForward:
             elif inst.opcode == "fusion":
                 callee = self.module.by_name[inst.called(CallRole.FUSION)[0]]
                 steps.append((callee.name, callee.root.name))
+            elif any(call.role in CallRole.CONTROL for call in inst.calls):
+                clean = False  # a loop's or a call's result: what its body computes is not followed
             else:
                 steps += [(comp_name, operand) for operand in inst.operands]
             clean = clean and all(self._before_recompute(c, n, site) for c, n in steps)
