@@ -287,35 +287,51 @@ class _CheckpointedForward:
         return not op.marked and self._before_recompute(op.key[0], op.inst.name, op.key[2])
 
     def _before_recompute(self, comp_name: str, name: str, site: int) -> bool:
-        key = (comp_name, name, site)
-        if key in self._clean:
-            return self._clean[key]
-        self._clean[key] = True  # a cycle guard
-        comp = self.module.by_name[comp_name]
-        inst = comp.by_name.get(name)
+        """Is nothing the value is computed from (through fusions, to the program's inputs or a
+        policy's saved residual) a recompute or a value a recompute computes too? A walk, each
+        instruction once; what a clean walk saw is clean (`_clean`)."""
+        start = (comp_name, name, site)
+        if start in self._clean:
+            return self._clean[start]
+        pending, seen = [start], {start}
+        while pending:
+            key = pending.pop()
+            if self._clean.get(key):
+                continue
+            steps = self._computed_from(key)
+            if steps is None:
+                self._clean[start] = False
+                return False
+            for step in steps:
+                if step not in seen:
+                    seen.add(step)
+                    pending.append(step)
+        for key in seen:
+            self._clean[key] = True
+        return True
+
+    def _computed_from(self, key: SiteKey) -> list[SiteKey] | None:
+        """The instructions the value at `key` is read from, or None where it is a recompute, a
+        value one computes too, a loop's or a call's result, or not followed."""
+        comp_name, name, site = key
+        inst = self.module.by_name[comp_name].by_name.get(name)
         op = self.index.by_key.get(key)
-        clean = inst is not None and not (op is not None and (op.marked or op.exact in self.marked_values))
-        if clean:
-            steps: list[tuple[str, str]] = []
-            if inst.opcode == "reduce-precision":
-                pass  # a policy's saved residual: the recompute reads it as the forward does
-            elif inst.opcode == "parameter":
-                caller = self.index.callers.get(comp_name)
-                number = parameter_number(inst)
-                if caller is not None and 0 <= number < len(caller[1].operands):
-                    steps.append((caller[0].name, caller[1].operands[number]))
-                elif comp_name in self.index.fused:
-                    clean = False  # a fusion called from several sites: not followed
-            elif inst.opcode == "fusion":
-                callee = self.module.by_name[inst.called(CallRole.FUSION)[0]]
-                steps.append((callee.name, callee.root.name))
-            elif any(call.role in CallRole.CONTROL for call in inst.calls):
-                clean = False  # a loop's or a call's result: what its body computes is not followed
-            else:
-                steps += [(comp_name, operand) for operand in inst.operands]
-            clean = clean and all(self._before_recompute(c, n, site) for c, n in steps)
-        self._clean[key] = clean
-        return clean
+        if inst is None or (op is not None and (op.marked or op.exact in self.marked_values)):
+            return None
+        if inst.opcode == "reduce-precision":
+            return []  # a policy's saved residual: the recompute reads it as the forward does
+        if inst.opcode == "parameter":
+            caller = self.index.callers.get(comp_name)
+            number = parameter_number(inst)
+            if caller is not None and 0 <= number < len(caller[1].operands):
+                return [(caller[0].name, caller[1].operands[number], site)]
+            return None if comp_name in self.index.fused else []  # a fusion called from several sites
+        if inst.opcode == "fusion":
+            callee = self.module.by_name[inst.called(CallRole.FUSION)[0]]
+            return [(callee.name, callee.root.name, site)]
+        if any(call.role in CallRole.CONTROL for call in inst.calls):
+            return None  # what a loop's or a call's body computes is not followed
+        return [(comp_name, operand, site) for operand in inst.operands]
 
     def _forward_source(self, op: SiteOp | None) -> SiteOp | None:
         """The value (through the converts narrowing it) where it is one the program computed
