@@ -263,7 +263,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    are remat, the recompute's model FLOPs; and it copies a value it never stores (a residual sum)
    into each fusion reading it, where the recompute stores it once as the program without remat's
    forward does: all those forward copies are remat, for a value a recompute fusion computes
-   (hloflops.remat.whole_checkpoint_widens). A checkpoint
+   (hloflops.remat.whole_checkpoint_widens). Where CSE kept one copy of a value the forward and
+   the recompute both compute from program inputs (the first layer's matmuls), the recompute reads
+   the forward's: that value is narrowed and widened for the recompute and the backward as the
+   program without remat does, and the converts the forward's own fusions make of it (a round
+   trip in place) are remat, as many as they are (`shared_value_converts`). A checkpoint
    input the forward left in f32 (a bf16 residual add) crosses the checkpoint's barrier narrowed
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
    remat's backward reads the wide value; those widens are remat, where only the next block's

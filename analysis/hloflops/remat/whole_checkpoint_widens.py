@@ -30,10 +30,31 @@ components at least), in one frame: value numbers do not serve, the forward's fu
 unrounded values where the recompute's read rounded ones (held-out base 289's recomputed residual
 sums matched nothing by value).
 
+A value CSE shares between the forward and the recompute (`shared_value_converts`): the recompute
+of a whole-model checkpoint reads only program inputs, so its first ops (the input's layer norm,
+the first layer's matmuls, which read the input and the weights' casts) are the forward's, op for
+op, and XLA's CSE keeps one of each; the recompute then reads the forward's value (held-out base
+202, 238: the attention's query, key and value; 222: an MLP's first matmul). Such a value is
+computed once, as in the program without remat, which narrows it once to store it for the
+backward and widens it in each fusion reading it: this program does the same for its recompute
+and backward (a narrowing fusion, relayout fusions widening it), and its forward, storing nothing,
+rounds the value again in place in fusions of its own (a narrow and a widen each). So of the
+value's unnamed converts, as many as the forward-only fusions make (fusions no recompute or
+backward op is in or reads) run because of remat, those counted already anywhere included (222:
+the recompute's tanh fusion rounds the matmul itself, its widen counted value by value). The value
+is told by what it is computed from: nothing back to the program's inputs (or a policy's saved
+residual) is a recompute or a forward op whose value number a recompute shares; a checkpoint per
+layer hands the next layer's recompute a value computed past the previous layer's attention,
+whose ops have recompute twins. The gate above still counts such reads as the recompute reading
+the forward (opened for them, its widen rule moved base 238 out of range); the shared values'
+converts are settled whichever way it goes.
+
 These stand on the recompute being the program without remat's forward: settled both ways, not
 in the range (hloflops.remat.widen_counts counts the value-by-value case)."""
 
 from __future__ import annotations
+
+from typing import Iterator
 
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.normalization import is_normalization_widen
@@ -41,7 +62,7 @@ from hloflops.remat.op_kinds import DUPLICATED, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.widen_index import MOVING_OPS, WidenIndex
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Module
+from hloparse.ir import CallRole, Module, parameter_number
 
 
 def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex, remat: set[SiteKey],
@@ -51,9 +72,11 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
     and so are the forward's copies of a recomputed value beyond those counted (see the module's
     docstring); updates `out` and `decided`, returns the ops it settled."""
     found = _CheckpointedForward(module, ops, index)
+    shared = shared_value_converts(found, out)
+    decided |= shared
     if found.recompute_reads_forward() or found.forward_hands_backward():
-        return set()
-    settled = _forward_copies(ops, found, out)
+        return shared
+    settled = _forward_copies(ops, found, out) | shared
     widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
     # The forward and its recompute in one computation (not a scan's two loop bodies, the
     # forward's values handed through the loop's stacks).
@@ -76,6 +99,31 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
         (out.add if side == "forward" else out.discard)(op.key)
     decided |= settled
     return settled
+
+
+def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey]) -> set[SiteKey]:
+    """The forward's converts of a value CSE shares between the forward and the recompute (see
+    the module's docstring): as many as the forward-only fusions make of it are remat, counted
+    ones anywhere included. Adds them to `out`; returns them."""
+    shared = found.shared_reads()
+    if not shared:
+        return set()
+    index = found.index
+    converts: dict[SiteKey, tuple[list[SiteOp], list[SiteOp]]] = {}
+    for op in index.ops:
+        if op.inst.opcode != "convert" or op.inst.op_name or op.key[0] not in index.fused or not op.inst.operands:
+            continue
+        source = index.source(found.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
+        if source is not None and source.key in shared:
+            forward = found.forward_only(op.key[0], op.key[2])
+            converts.setdefault(source.key, ([], []))[0 if forward else 1].append(op)
+    extra: set[SiteKey] = set()
+    for forward, elsewhere in converts.values():
+        missing = len(forward) - sum(op.key in out for op in forward + elsewhere)
+        for op in [op for op in forward if op.key not in out][:max(missing, 0)]:
+            extra.add(op.key)
+            out.add(op.key)
+    return extra
 
 
 def _forward_copies(ops: list[SiteOp], found: "_CheckpointedForward", out: set[SiteKey]) -> set[SiteKey]:
@@ -131,6 +179,7 @@ class _CheckpointedForward:
             if len(tail) >= 2:
                 self.tails.setdefault(op.inst.opcode, set()).add(tail)
         self.sides: dict[tuple[str, int], str | None] = {}
+        self._clean: dict[SiteKey, bool] = {}
 
     def checkpointed(self, op: SiteOp) -> bool:
         """Is the op a forward op whose value the checkpoint recomputes?"""
@@ -171,12 +220,34 @@ class _CheckpointedForward:
         return "forward" if any(self.checkpointed(r) for r in readers) or \
             any(x is not None and self.checkpointed(x) for x in sources) else None
 
+    def forward_only(self, comp_name: str, site: int) -> bool:
+        """Is the fusion one of the forward's alone: no op of it remat-marked or named outside
+        the forward, and every op reading its value a forward op?"""
+        comp = self.module.by_name[comp_name]
+        members = [op for op in (self.index.by_key.get((comp_name, inst.name, site)) for inst in comp.instructions)
+                   if op]
+        if any(m.marked or (m.op_name and phase(m.op_name) != "forward") for m in members):
+            return False
+        readers = self.index.reader_ops(comp_name, site)
+        return bool(readers) and all(r is not None and not r.marked and bool(r.op_name)
+                                     and phase(r.op_name) == "forward" for r in readers)
+
     def recompute_reads_forward(self) -> bool:
         """Does a recompute (a fusion of the recompute, or an unfused op named in it) read a
         value a forward op computed: the checkpoint's input handed from the forward (a
         checkpoint per layer)? Not a program input, a cast of one (a weight cast to bf16, which
         CSE may share between the forward and the recompute) or a policy's saved residual (its
         rounding, narrowed for the barrier)."""
+        return any(self._forward_source(source) is not None for source in self._recompute_reads())
+
+    def shared_reads(self) -> set[SiteKey]:
+        """The forward values the recompute reads that CSE shares with it (`shared`)."""
+        return {value.key for value in map(self._forward_source, self._recompute_reads())
+                if value is not None and self.shared(value)}
+
+    def _recompute_reads(self) -> Iterator[SiteOp | None]:
+        """What the recompute's fusions and unfused named ops read (through views and unnamed
+        converts)."""
         fused = self.index.fused
         sites: dict[str, set[int]] = {}
         for op in self.ops:
@@ -194,9 +265,8 @@ class _CheckpointedForward:
                         op = self.index.by_key.get((comp.name, inst.name, site))
                         if op is None or not op.named:
                             continue
-                    if any(self._forward_value(self.index.source(comp, operand, site)) for operand in inst.operands):
-                        return True
-        return False
+                    for operand in inst.operands:
+                        yield self.index.source(comp, operand, site)
 
     def forward_hands_backward(self) -> bool:
         """Does a fusion of the checkpointed forward hand its value to the backward (a fusion
@@ -211,10 +281,62 @@ class _CheckpointedForward:
                     return True
         return False
 
-    def _forward_value(self, op: SiteOp | None) -> bool:
-        """Is the value (through the converts narrowing it) one the program computed outside the
-        recompute (an unmarked op's, not a policy's saved residual)?"""
+    def shared(self, op: SiteOp) -> bool:
+        """Is the forward op one the recompute shares through CSE: nothing it is computed from,
+        back to the program's inputs, is a recompute or a forward op the checkpoint recomputes?"""
+        return not op.marked and self._before_recompute(op.key[0], op.inst.name, op.key[2])
+
+    def _before_recompute(self, comp_name: str, name: str, site: int) -> bool:
+        """Is nothing the value is computed from (through fusions, to the program's inputs or a
+        policy's saved residual) a recompute or a value a recompute computes too? A walk, each
+        instruction once; what a clean walk saw is clean (`_clean`)."""
+        start = (comp_name, name, site)
+        if start in self._clean:
+            return self._clean[start]
+        pending, seen = [start], {start}
+        while pending:
+            key = pending.pop()
+            if self._clean.get(key):
+                continue
+            steps = self._computed_from(key)
+            if steps is None:
+                self._clean[start] = False
+                return False
+            for step in steps:
+                if step not in seen:
+                    seen.add(step)
+                    pending.append(step)
+        for key in seen:
+            self._clean[key] = True
+        return True
+
+    def _computed_from(self, key: SiteKey) -> list[SiteKey] | None:
+        """The instructions the value at `key` is read from, or None where it is a recompute, a
+        value one computes too, a loop's or a call's result, or not followed."""
+        comp_name, name, site = key
+        inst = self.module.by_name[comp_name].by_name.get(name)
+        op = self.index.by_key.get(key)
+        if inst is None or (op is not None and (op.marked or op.exact in self.marked_values)):
+            return None
+        if inst.opcode == "reduce-precision":
+            return []  # a policy's saved residual: the recompute reads it as the forward does
+        if inst.opcode == "parameter":
+            caller = self.index.callers.get(comp_name)
+            number = parameter_number(inst)
+            if caller is not None and 0 <= number < len(caller[1].operands):
+                return [(caller[0].name, caller[1].operands[number], site)]
+            return None if comp_name in self.index.fused else []  # a fusion called from several sites
+        if inst.opcode == "fusion":
+            callee = self.module.by_name[inst.called(CallRole.FUSION)[0]]
+            return [(callee.name, callee.root.name, site)]
+        if any(call.role in CallRole.CONTROL for call in inst.calls):
+            return None  # what a loop's or a call's body computes is not followed
+        return [(comp_name, operand, site) for operand in inst.operands]
+
+    def _forward_source(self, op: SiteOp | None) -> SiteOp | None:
+        """The value (through the converts narrowing it) where it is one the program computed
+        outside the recompute (an unmarked op's, not a policy's saved residual); else None."""
         while op is not None and op.inst.opcode == "convert" and op.inst.operands:
             op = self.index.source(self.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
-        return op is not None and not op.marked and bool(op.op_name) \
-            and op.inst.opcode not in MOVING_OPS and op.inst.opcode != "reduce-precision"
+        return op if op is not None and not op.marked and bool(op.op_name) \
+            and op.inst.opcode not in MOVING_OPS and op.inst.opcode != "reduce-precision" else None
