@@ -48,14 +48,8 @@ def pinned_input_widens(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
         if caller is None or comp is None or not _pins_forward_value(module, comp, callers):
             continue
         outer, call = caller
-        widens = [(reader, widen, _fusion_phase(module, callers, reader))
-                  for reader, widen in _widens_of(module, outer, call.name)]
-        # One forward fusion reads the narrow value, the one rounding it anyway (the next block's
-        # residual add); where more do (a layer norm centering the narrow value), the program
-        # without remat holds the value narrow too and its backward widens it as well (base 129).
-        if sum(side == "forward" for _, _, side in widens) != 1:
-            continue
-        found |= {(reader.name, widen.name) for reader, widen, side in widens if side == "backward"}
+        found |= {(reader.name, widen.name) for reader, widen in _widens_of(module, outer, call.name)
+                  if _fusion_phase(module, callers, reader) == "backward"}
     return {op.key for op in ops if op.key[:2] in found}
 
 
