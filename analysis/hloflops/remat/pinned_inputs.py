@@ -20,11 +20,17 @@ fusion is not counted either. Only a narrowing of a forward value counts as the 
 the same name on the narrowing of the checkpoint's input gradient (a backward value) is the
 program without remat's rounding of that gradient too.
 
-Where the forward itself reads the narrow value in more fusions than the one rounding it (base
-draw 129, an attention block centering its input for a layer norm in bf16), the program without
-remat holds the value narrow as well, and its backward widens it as this one does: nothing is
-counted. Like hloflops.remat.widen_counts this rests on how XLA fused the program without remat,
-which is not in sight."""
+However many forward fusions read the narrow value (base draws 5 and 129: the next block's
+layer norm centers it as well as its residual add reading it), every backward widen counts: the
+program without remat narrows the wide value there too (an unnamed convert) for those same
+forward readers and nowhere reads it in its backward, which reads the forward's centered value.
+The recompute's widens include a lone widen fusion feeding its layer norm's mean, where the
+forward's reduction reads the wide value itself; hloflops.remat.widen_counts, which counts the
+recompute's widens up to the forward's count (two), misses it. (An earlier guard counting only
+where one forward fusion reads the value held base 129 at its baseline through errors of other
+values that cancelled; compared value by value the guard was wrong there.) Like
+hloflops.remat.widen_counts this rests on how XLA fused the program without remat, which is not
+in sight."""
 
 from __future__ import annotations
 
