@@ -337,7 +337,7 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
         names = [name for o in op.inst.operands if o in comp.by_name
                  for name in _passed_on_names(module, comp.name, comp.by_name[o], op_names, {})]
         again = bool(names) and all(name.rsplit("/", 1)[-1] == "remat2" and phase(name) != "forward"
-                                    for name in names)
+                                    for name in names) and not _transposed_in_place(comp, op.inst)
         if not again and _casts_an_input(module, op, callers):
             readers = _value_readers(module, op, users, callers)
             again = bool(readers) and all(_in_checkpoint_transpose(op_names.of(where, reader))
@@ -355,6 +355,25 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
 # program without remat too (base draw 77, a whole-model checkpoint: convert +4,096 where they
 # counted).
 MOVING = frozenset({"bitcast", "reshape"})
+
+
+def _transposed_in_place(comp: Computation, inst: Instruction) -> bool:
+    """Does the cast's own computation transpose its value (through reshapes): a weight's
+    transposed copy for the backward's dot, the cast fused in? The program without remat's
+    backward builds that copy too, casting the weight slice again in it (held-out base 151,
+    `dots_saveable`: its recompute reads no weight, and the transposed cast of each attention
+    projection is in both programs, convert +5,120 where it counted)."""
+    pending, seen = [inst.name], set()
+    while pending:
+        for reader in comp.users.get(pending.pop(), ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode == "transpose":
+                return True
+            if reader.opcode in MOVING:
+                pending.append(reader.name)
+    return False
 
 
 def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:
