@@ -323,7 +323,10 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
     is part of the checkpointed function, so its backward casts the weight again, while without
     remat the backward reads the forward's cast of the same input. XLA may name the reshape
     after the input (`params['w1']`, base draw 103: `convert(bitcast(w))` read by the backward's
-    dots only, convert -16,384) rather than `remat2`."""
+    dots only, convert -16,384) rather than `remat2`.
+
+    Neither is a cast its own fusion transposes (`_transposed_in_place`, `MOVING`): the backward
+    dot's transposed copy of the weight, which the program without remat builds as well."""
     callers = _fusion_callers(module)
     users: dict[Key, list[Instruction]] = {}
     for comp, inst in module.instructions():
