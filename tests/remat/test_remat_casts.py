@@ -113,3 +113,21 @@ def test_a_weight_cast_fused_into_its_transposed_copy_is_not_remat():
     acc = account(hloparse.parse(text), xla={"flops": 0.0})
     assert any(r.name == "wide" for r in acc.rows)
     assert not any(r.remat for r in acc.rows if r.opcode == "convert")
+
+
+def test_a_weight_cast_the_checkpoints_transpose_copies_transposed_is_not_remat():
+    # held-out base draw 151 (`dots_saveable`, its recompute reads no weight): the backward's dot
+    # reads the weight slice the checkpoint's transpose re-read (`remat2`), cast and transposed
+    # in one copy fusion; the program without remat builds that transposed copy, cast fused in,
+    # for the same dot (convert +5,120 where it counted). The plain cast stays remat (above).
+    from hloflops.accounting import account
+
+    text = _cast_twice("jit(loss)/transpose(jvp())/closed_call/remat2")
+    text = text.replace("again = f32[64,32]{1,0} convert(wb)",
+                        "wide = f32[64,32]{1,0} convert(wb)\n"
+                        "  turned = f32[32,64]{0,1} transpose(wide), dimensions={1,0}\n"
+                        "  again = f32[32,64]{1,0} copy(turned)")
+    text = text.replace("rhs_contracting_dims={1}, metadata", "rhs_contracting_dims={0}, metadata")
+    acc = account(hloparse.parse(text), xla={"flops": 0.0})
+    assert any(r.name == "wide" for r in acc.rows)
+    assert not any(r.remat for r in acc.rows if r.opcode == "convert")

@@ -270,9 +270,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    trip in place) are remat, as many as they are (`shared_value_converts`). A checkpoint
    input the forward left in f32 (a bf16 residual add) crosses the checkpoint's barrier narrowed
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
-   remat's backward reads the wide value; those widens are remat, where only the next block's
-   residual add reads the narrow value in the forward (hloflops.remat.pinned_inputs; rests on
-   fusion). A recompute relaid out for backward matmuls runs every convert of its chain because of
+   remat's backward reads the wide value; those widens are remat, however many forward fusions
+   read the narrow value (hloflops.remat.pinned_inputs; rests on fusion).
+   A recompute relaid out for backward matmuls runs every convert of its chain because of
    remat (the widens of what it reads, the roundings of its ops and of an f32 value it reads) but
    one widen of the value it hands out: the program without remat relays out its stored value,
    widening it once (hloflops.remat.recompute_converts; rests on fusion). A fusion only widening a

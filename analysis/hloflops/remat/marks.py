@@ -323,7 +323,11 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
     is part of the checkpointed function, so its backward casts the weight again, while without
     remat the backward reads the forward's cast of the same input. XLA may name the reshape
     after the input (`params['w1']`, base draw 103: `convert(bitcast(w))` read by the backward's
-    dots only, convert -16,384) rather than `remat2`."""
+    dots only, convert -16,384) rather than `remat2`.
+
+    Neither is a cast of a weight its own fusion transposes (`_transposed_in_place`, `MOVING`):
+    the backward dot's transposed copy of the weight, which the program without remat builds as
+    well. A saved activation's transposed cast under `remat2` stays (`_reads_an_input`)."""
     callers = _fusion_callers(module)
     users: dict[Key, list[Instruction]] = {}
     for comp, inst in module.instructions():
@@ -337,7 +341,8 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
         names = [name for o in op.inst.operands if o in comp.by_name
                  for name in _passed_on_names(module, comp.name, comp.by_name[o], op_names, {})]
         again = bool(names) and all(name.rsplit("/", 1)[-1] == "remat2" and phase(name) != "forward"
-                                    for name in names)
+                                    for name in names) \
+            and not (_transposed_in_place(comp, op.inst) and _reads_an_input(module, op, callers))
         if not again and _casts_an_input(module, op, callers):
             readers = _value_readers(module, op, users, callers)
             again = bool(readers) and all(_in_checkpoint_transpose(op_names.of(where, reader))
@@ -355,6 +360,58 @@ def casts_in_checkpoint_transpose(module: Module, ops: list[SiteOp], op_names: O
 # program without remat too (base draw 77, a whole-model checkpoint: convert +4,096 where they
 # counted).
 MOVING = frozenset({"bitcast", "reshape"})
+
+
+def _transposed_in_place(comp: Computation, inst: Instruction) -> bool:
+    """Does the cast's own computation transpose its value (through reshapes): a weight's
+    transposed copy for the backward's dot, the cast fused in? The program without remat's
+    backward builds that copy too, casting the weight slice again in it (held-out base 151,
+    `dots_saveable`: its recompute reads no weight, and the transposed cast of each attention
+    projection is in both programs, convert +5,120 where it counted)."""
+    pending, seen = [inst.name], set()
+    while pending:
+        for reader in comp.users.get(pending.pop(), ()):
+            if reader.name in seen:
+                continue
+            seen.add(reader.name)
+            if reader.opcode == "transpose":
+                return True
+            if reader.opcode in MOVING:
+                pending.append(reader.name)
+    return False
+
+
+# Ops that take a program input's elements as they are or narrow and widen them: a slice of a
+# stacked weight, cast for the slice (`convert(slice(convert(w)))`), is still the weight.
+_OF_INPUT = MOVING | {"slice", "convert", "copy"}
+
+
+def _reads_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:
+    """Does the convert read a program input (an entry parameter: a weight), through views,
+    slices and casts, into fusions from their root and out of them to their call site's operand?
+    Not an activation the forward computed (held-out more 214, a saved bf16 activation's
+    transposed cast under `remat2` is the recompute's: the program without remat reads it wide)."""
+    where, inst = op.key[0], module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
+    for _ in range(32):
+        if inst is None:
+            return False
+        if inst.opcode == "parameter":
+            if where == module.entry.name:
+                return True
+            caller, number = callers.get(where), int(inst.attributes.get("parameter_number", "0"))
+            if caller is None or number >= len(caller[1].operands):
+                return False
+            where, inst = caller[0], module.by_name[caller[0]].by_name.get(caller[1].operands[number])
+        elif inst.opcode == "fusion" and len(inst.called(CallRole.FUSION)) == 1:
+            callee = module.by_name.get(inst.called(CallRole.FUSION)[0])
+            if callee is None or callee.root is None:
+                return False
+            where, inst = callee.name, callee.root
+        elif inst.opcode in _OF_INPUT and len(inst.operands) == 1:
+            inst = module.by_name[where].by_name.get(inst.operands[0])
+        else:
+            return False
+    return False
 
 
 def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:

@@ -20,11 +20,17 @@ fusion is not counted either. Only a narrowing of a forward value counts as the 
 the same name on the narrowing of the checkpoint's input gradient (a backward value) is the
 program without remat's rounding of that gradient too.
 
-Where the forward itself reads the narrow value in more fusions than the one rounding it (base
-draw 129, an attention block centering its input for a layer norm in bf16), the program without
-remat holds the value narrow as well, and its backward widens it as this one does: nothing is
-counted. Like hloflops.remat.widen_counts this rests on how XLA fused the program without remat,
-which is not in sight."""
+However many forward fusions read the narrow value (base draws 5 and 129: the next block's
+layer norm centers it as well as its residual add reading it), every backward widen counts: the
+program without remat narrows the wide value there too (an unnamed convert) for those same
+forward readers and nowhere reads it in its backward, which reads the forward's centered value.
+The recompute's widens include a lone widen fusion feeding its layer norm's mean, where the
+forward's reduction reads the wide value itself; hloflops.remat.widen_counts, which counts the
+recompute's widens up to the forward's count (two), misses it. (An earlier guard counting only
+where one forward fusion reads the value held base 129 at its baseline through errors of other
+values that cancelled; compared value by value the guard was wrong there.) Like
+hloflops.remat.widen_counts this rests on how XLA fused the program without remat, which is not
+in sight."""
 
 from __future__ import annotations
 
@@ -48,14 +54,8 @@ def pinned_input_widens(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
         if caller is None or comp is None or not _pins_forward_value(module, comp, callers):
             continue
         outer, call = caller
-        widens = [(reader, widen, _fusion_phase(module, callers, reader))
-                  for reader, widen in _widens_of(module, outer, call.name)]
-        # One forward fusion reads the narrow value, the one rounding it anyway (the next block's
-        # residual add); where more do (a layer norm centering the narrow value), the program
-        # without remat holds the value narrow too and its backward widens it as well (base 129).
-        if sum(side == "forward" for _, _, side in widens) != 1:
-            continue
-        found |= {(reader.name, widen.name) for reader, widen, side in widens if side == "backward"}
+        found |= {(reader.name, widen.name) for reader, widen in _widens_of(module, outer, call.name)
+                  if _fusion_phase(module, callers, reader) == "backward"}
     return {op.key for op in ops if op.key[:2] in found}
 
 
