@@ -80,3 +80,23 @@ def widens_only(comp: Computation) -> bool:
             return False
         widens = True
     return widens
+
+
+def recompute_barrier_roundings(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+    """The narrowings named by the checkpoint primitive (`.../remat2`) that round a recompute of
+    their own fusion: a nested checkpoint's barrier pins the declared bf16 type of the value the
+    outer recompute hands to the inner checkpoint, and XLA names the recompute's rounding of it
+    after the barrier. It is still that op's rounding, run once per copy of the op, and follows
+    its answer like an unnamed one (held-out base seed 217: block 2's residual sum, rounded by the
+    forward and by the outer recompute, once in the program without remat)."""
+    found: set[SiteKey] = set()
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "convert" or op.key in remat or not inst.operands \
+                or op.op_name.rsplit("/", 1)[-1] != "remat2" or inst.shape.element_type not in NARROW_FLOATS:
+            continue
+        rounded = module.by_name[op.key[0]].by_name.get(inst.operands[0])
+        if rounded is not None and rounded.shape.element_type == "f32" and rounded.opcode != "parameter" \
+                and (op.key[0], rounded.name, op.key[2]) in remat:
+            found.add(op.key)
+    return found

@@ -49,7 +49,7 @@ import math
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.normalization import widens_only
+from hloflops.remat.normalization import NARROW_FLOATS, widens_only
 from hloflops.remat.op_kinds import shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.whole_checkpoint_widens import whole_checkpoint_widens
@@ -123,7 +123,40 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
     settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
+    for narrow, widen in _read_round_trips(module, index, decided):
+        decided.add(narrow)
+        (out.add if widen in out else out.discard)(narrow)
+        if widen in settled:
+            settled.add(narrow)
     return out, decided, settled
+
+
+def _read_round_trips(module: Module, index: WidenIndex, widens: set[SiteKey]) -> list[tuple[SiteKey, SiteKey]]:
+    """(narrow, widen) for each decided widen of a value its fusion rounds from what it reads: an
+    unnamed narrowing of a fusion parameter (an f32 value computed outside, a library fusion's
+    matmul) read by that widen alone. XLA copies the rounding into every fusion reading the value,
+    so it runs once per such fusion, as the widen does, and follows the widen's count."""
+    found = []
+    for key in widens:
+        op = index.by_key.get(key)
+        if op is None or not op.inst.operands:
+            continue
+        comp = module.by_name[key[0]]
+        narrow = comp.by_name.get(op.inst.operands[0])
+        if narrow is None or narrow.opcode != "convert" or narrow.op_name or not narrow.operands \
+                or narrow.shape.element_type not in NARROW_FLOATS:
+            continue
+        if [user.name for user in comp.users.get(narrow.name, ())] != [op.inst.name]:
+            continue
+        read = comp.by_name.get(narrow.operands[0])
+        while read is not None and read.opcode in ("bitcast", "reshape") and read.operands:
+            read = comp.by_name.get(read.operands[0])
+        if read is None or read.opcode != "parameter" or read.shape.element_type != "f32":
+            continue
+        narrow_key = (key[0], narrow.name, key[2])
+        if narrow_key in index.by_key:
+            found.append((narrow_key, key))
+    return found
 
 
 def _broadcast_operand(comp: Computation, inst: Instruction) -> bool:
