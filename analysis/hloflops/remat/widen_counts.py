@@ -123,11 +123,10 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
     settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
-    for narrow, widen in _read_round_trips(module, index, decided):
+    # Not the whole-model rule's widens: its forward and recompute widens are settled otherwise.
+    for narrow, widen in _read_round_trips(module, index, decided - settled):
         decided.add(narrow)
         (out.add if widen in out else out.discard)(narrow)
-        if widen in settled:
-            settled.add(narrow)
     return out, decided, settled
 
 
