@@ -6,8 +6,12 @@ fusions, not the values: a forward whose chain XLA fused into one fusion widens 
 the same chain split into three fusions (as the recompute is, or the program without remat's
 forward, whose backward reads the intermediates) widens it three times.
 
-A narrowing convert rounds one op's result, once per copy of the op, and follows that op's answer.
-A widening one runs once per value and per fusion reading it. So inside a fusion that computes a
+A narrowing convert rounds one op's result, once per copy of the op, and follows that op's answer,
+also where XLA names it after a nested checkpoint's barrier (`recompute_barrier_roundings`). But
+the narrowing of a value computed outside the fusion (a library fusion's matmul, whose f32 output
+XLA rounds in each loop fusion reading it) is copied per reading fusion as a widen is, and follows
+the widen of its result (hloflops.remat.widen_counts). A widening one runs once per value and per
+fusion reading it. So inside a fusion that computes a
 recompute, a widen that no rule counted (of a forward value the fusion reads) may still run
 because of remat: the program without remat widens that value in as many fusions as its own
 forward splits the chain into, which this program does not show (base draw 20, a gelu MLP

@@ -37,7 +37,14 @@ remat reads the finished value, so that widen is the recompute's, counted value 
 the forward fusion's (held-out more seed 214: the key's `k + b`, relaid out by the forward and by
 the recompute, the program without remat adding the bias once).
 
-A checkpoint around the whole model turns this around (hloflops.remat.whole_checkpoint_widens).
+A library fusion's f32 output (a matmul's) is rounded to bf16 in each loop fusion reading it, a
+narrow then a widen: where the recompute's bias add reads the forward's matmul (CSE merged the
+two), the forward's fusion and the recompute's each round it, the program without remat's one
+fusion once (held-out base seed 217). The narrowing, read by that widen alone, runs once per
+fusion as the widen does and takes the widen's count.
+
+A checkpoint around the whole model turns this around (hloflops.remat.whole_checkpoint_widens);
+its widens' round trips are left as that rule settled them.
 
 How XLA fused the program without remat is not in sight: these counts rest on fusion (the range
 covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one `loose`); the
