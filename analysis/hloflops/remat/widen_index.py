@@ -60,7 +60,7 @@ class WidenIndex:
         members = [op for op in (self.by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
         if any((comp_name, name, site) in self.remat for name in self.fused[comp_name]):
             if any(m.op_name and not m.marked and phase(m.op_name) == "backward" and not _checkpoint_boundary(m)
-                   for m in members):
+                   and m.inst.opcode not in MOVING_OPS for m in members):
                 return None  # a gradient fusion copying recomputes: the fusion rules decided
             readers = self.readers(comp_name, site)
             backward_only = bool(readers) and all(not marked and (not name or phase(name) == "backward")
