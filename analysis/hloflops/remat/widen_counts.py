@@ -131,10 +131,58 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             (out.add if n < forward else out.discard)(op.key)
     settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
     # Not the whole-model rule's widens: its forward and recompute widens are settled otherwise.
-    for narrow, widen in _read_round_trips(module, index, decided - settled):
+    trips = _read_round_trips(module, index, decided - settled)
+    for narrow, widen in trips:
         decided.add(narrow)
         (out.add if widen in out else out.discard)(narrow)
+    if not settled:
+        stored = _stored_roundings(module, index, remat)
+        out |= stored
+        decided |= stored
     return out, decided, settled
+
+
+def _stored_roundings(module: Module, index: WidenIndex, remat: set[SiteKey]) -> set[SiteKey]:
+    """The lone narrowing fusions (XLA's `wrapped_convert`: a value computed in f32 elsewhere,
+    stored rounded) that a recompute reads, of a value a forward fusion rounds itself from the
+    f32 value (a round trip, `_read_round_trips`): the program without remat's forward reads the
+    stored rounding instead, so one of the two roundings runs because of remat (base seed 54:
+    softmax's `exp`, rounded by the forward's `e / s` fusion and stored rounded for the
+    recompute's and the backward's; stored once in the program without remat, read by its
+    forward too). As many stored roundings as the forward's fusions round the value are remat."""
+    forward: dict[tuple, int] = {}
+    widens = {op.key for op, _ in index.widens() if index.side(op.key[0], op.key[2]) == "forward"}
+    for narrow, widen in _read_round_trips(module, index, widens):
+        comp = module.by_name[narrow[0]]
+        source = index.source(comp, comp.by_name[narrow[1]].operands[0], narrow[2])
+        if source is not None:
+            key = (source.exact, index.by_key[narrow].frame)
+            forward[key] = forward.get(key, 0) + 1
+    found: set[SiteKey] = set()
+    for op in index.ops:
+        comp = module.by_name.get(op.key[0])
+        if op.key in remat or op.key[0] not in index.fused or comp is None or not _narrows_only(comp, op.inst):
+            continue
+        if not any(reader.key in remat for fusion in index.reader_fusions(op.key[0], op.key[2]) for reader in fusion):
+            continue
+        source = index.source(comp, op.inst.operands[0], op.key[2])
+        if source is None:
+            continue
+        key = (source.exact, op.frame)
+        if forward.get(key, 0) > 0:
+            forward[key] -= 1
+            found.add(op.key)
+    return found
+
+
+def _narrows_only(comp: Computation, inst: Instruction) -> bool:
+    """Is the fused computation one unnamed narrowing of an f32 parameter, the instruction?"""
+    if inst.opcode != "convert" or inst.op_name or inst.shape.element_type not in NARROW_FLOATS \
+            or comp.root is not inst or not inst.operands:
+        return False
+    read = comp.by_name.get(inst.operands[0])
+    return read is not None and read.opcode == "parameter" and read.shape.element_type == "f32" \
+        and all(i.opcode == "parameter" or i is inst for i in comp.instructions)
 
 
 def _read_round_trips(module: Module, index: WidenIndex, widens: set[SiteKey]) -> list[tuple[SiteKey, SiteKey]]:
