@@ -26,3 +26,15 @@ def test_roundings_copied_into_recompute_fusions_follow_their_widen_and_op():
     outcome = check(draw(217, "base"))
     after = next(v for v in outcome.verdicts if v.stage == "after")
     assert not after.misses, outcome.describe()
+
+
+def test_a_stored_rounding_the_recompute_reads_is_remat_beside_the_forwards_own():
+    """Base draw 54 (bf16 attention, unrolled gradient accumulation): softmax's `exp` leaves its
+    fusion in f32; the forward's `e / s` fusion rounds it itself (narrow, widen), and a lone
+    narrowing fusion stores it rounded for the recompute's `e / s` and the backward. The program
+    without remat stores it once and its forward reads the stored value. Before the rule (and the
+    recompute fusion's side, which a backward-named broadcast of `1 / s` hid): convert -176,128;
+    what is left (-12,288) is under one stored rounding of `exp` (16,384 elements)."""
+    outcome = check(draw(54, "base"))
+    after = next(v for v in outcome.verdicts if v.stage == "after")
+    assert abs(after.misses.get("convert", 0)) < 16384, outcome.describe()
