@@ -245,7 +245,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    that program's relayout of the forward's value does: model FLOPs, but for a bias it broadcasts
    in (hloflops.remat.widen_counts; rests on fusion). The narrowing a fusion applies to a value
    it reads in f32 (a library matmul's output, rounded in each loop fusion reading it) before
-   widening it is copied per fusion too, and follows that widen; a recompute's rounding named
+   widening it is copied per fusion too, and follows that widen (a stored rounding the recompute
+   reads, beside the forward fusion's own round trip of the value, is remat); a recompute's rounding named
    after a nested checkpoint's barrier (`.../remat2`) follows the op it rounds
    (hloflops.remat.normalization). A value is matched by its name inside the
    checkpoint, or by its value number where the name is a bare primitive's or the value a

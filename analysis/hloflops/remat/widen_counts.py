@@ -41,7 +41,10 @@ A library fusion's f32 output (a matmul's) is rounded to bf16 in each loop fusio
 narrow then a widen: where the recompute's bias add reads the forward's matmul (CSE merged the
 two), the forward's fusion and the recompute's each round it, the program without remat's one
 fusion once (held-out base seed 217). The narrowing, read by that widen alone, runs once per
-fusion as the widen does and takes the widen's count.
+fusion as the widen does and takes the widen's count. Where the forward's fusion rounds such a
+value itself while a lone narrowing fusion stores it rounded for the recompute and the backward,
+the program without remat stores it once and its forward reads the stored value: as many stored
+roundings as the forward's round trips of the value are remat (base seed 54, softmax's `exp`).
 
 A checkpoint around the whole model turns this around (hloflops.remat.whole_checkpoint_widens);
 its widens' round trips are left as that rule settled them.
