@@ -98,3 +98,29 @@ def test_a_coefficient_computed_once_is_model_work():
         "tuple(i1, x, db, da)", "tuple(i1, x, da, da)")
     index = find_remat(_parsed(text))
     assert ("gradient_a", "sa") not in index.remat
+
+
+# Sigmoid's coefficient `s * (1 - s)`, copied into two gradient fusions of the backward loop, where
+# the forward (ENTRY, another frame) has a multiply of the same signature and name: `f * c`, not
+# this value, for it never computes `1 - s`.
+SIGMOID_LOOP = BACKWARD_LOOP
+for _g in ("a", "b"):
+    SIGMOID_LOOP = SIGMOID_LOOP.replace(
+        f"  m{_g} = f32[8,16] multiply({_g}1, s{_g}), ",
+        f'  c{_g} = f32[8,16] multiply({_g}0, s{_g}), metadata={{op_name="@R/mul"}}\n'
+        f"  m{_g} = f32[8,16] multiply({_g}1, c{_g}), ")
+SIGMOID_LOOP = SIGMOID_LOOP.replace(
+    """  y = f32[8,16] tanh(x0), metadata={op_name="@F/tanh"}""",
+    """  y0 = f32[8,16] tanh(x0), metadata={op_name="@F/tanh"}
+  y = f32[8,16] multiply(y0, g0), metadata={op_name="@F/mul"}""")
+
+
+def test_a_value_computed_from_a_coefficient_runs_once_more_than_without_remat():
+    # hloflops.remat.fusion_copies: the forward's `mul` of this signature is no copy of `s * (1 - s)`
+    # (held-out base draw 221, a BiLSTM: multiply -24,576); the program without remat computes it
+    # once, saving it, so one of the two copies is recompute.
+    index = find_remat(_parsed(SIGMOID_LOOP))
+    assert SIGMOID_LOOP.count('op_name="@R/mul"') == 2
+    copies = {("gradient_a", "ca"), ("gradient_b", "cb")}
+    assert len(copies & index.remat) == 1
+    assert len({("gradient_a", "sa"), ("gradient_b", "sb")} & index.remat) == 1

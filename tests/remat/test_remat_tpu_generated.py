@@ -90,16 +90,14 @@ def test_a_sharded_recomputes_all_reduces_are_recompute(seed, monkeypatch):
 # scatter fusion computes its slice offset again), under the loss's cotangent: a gradient fusion,
 # where the add was taken for a copy the program without remat makes too (add -8,192, -512, -8,192;
 # seed 6 multiply -1 after optimization). That program stores the sum from its forward's fusion
-# (remat/recompute_epilogues.py, remat/collectives.py). Seed 6 every opcode; 2 and 24 keep the
-# loss cotangent's copies, which the program without remat makes in each gradient matmul's fusion
-# and this one computes once, narrowed to bf16 (convert -8,192, multiply +16,384 for seed 2).
+# (remat/recompute_epilogues.py, remat/collectives.py). 2 and 24 also missed the loss cotangent's
+# copies, which the program without remat makes in each gradient matmul's fusion and this one
+# computes once, narrowed to bf16 (convert -8,192, multiply +16,384 for seed 2;
+# remat/stored_cotangents.py). Every opcode.
 @pytest.mark.parametrize("seed", [2, 24, 6])
 def test_a_recomputed_matmuls_bias_add_in_a_gradient_fusion_is_recompute(seed, monkeypatch):
     outcome = _checked(seed, monkeypatch)
-    after = next(v for v in outcome.verdicts if v.stage == "after")
-    assert "add" not in after.misses and outcome.in_bounds("after"), outcome.describe()
-    if seed == 6:
-        assert outcome.all_ok("after"), outcome.describe()
+    assert outcome.all_ok("after"), outcome.describe()
 
 
 # TPU nests a matmul's elementwise producers inside the matmul's fusion: a nested remat conv net's

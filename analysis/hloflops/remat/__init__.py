@@ -86,10 +86,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    has it too, also where the forward's own copy is in sight; but a backward loop body's, where
    that program reads stored residuals and copies no forward op: unsure; but there a copy of a
    coefficient of the linearization that no forward op computes, tanh's `1 - t`, is recompute
-   beyond its one model copy: that program computes it once in its forward, saving it). Nor is a
-   copy in a fusion of the linearization's own work named in the recompute (rule 2's
-   `1 / (s * s)`): the program without remat has that fusion, reading its forward's `s`, widen
-   and all. A forward op XLA copied into a fusion that computes a recompute (an embedding lookup)
+   beyond its one model copy: that program computes it once in its forward, saving it; so is a
+   value computed from such a coefficient, sigmoid's `s * (1 - s)`, whatever forward op of its
+   signature and name it was counted against). Nor is a copy in a fusion of the linearization's
+   own work named in the recompute (rule 2's `1 / (s * s)`): the program without remat has that
+   fusion, reading its forward's `s`, widen and all; also where it was counted by value (a layer
+   norm's `var + eps` in rsqrt's coefficient's fusion), its count passing to a sibling copy.
+   A forward op XLA copied into a fusion that computes a recompute (an embedding lookup)
    runs there only because of remat, and so does one an expensive recompute reads in its fusion
    where the expensive op's forward twin reads a copy of the same value in its own (a layer norm's
    variance chain under the recompute's rsqrt; not above a policy's saved residual, and no more
@@ -148,7 +151,16 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    XLA never duplicates a matmul, and where the forward computes the op in its matmul's fusion (a
    whole model's head bias add) the program without remat stores it there, or fuses its cotangent
    there, and its gradient fusions copy none: recompute, in the range
-   (hloflops.remat.recompute_epilogues).
+   (hloflops.remat.recompute_epilogues). The backward's own ops that fusion computes from the
+   recompute (the loss's cotangent `y * c`), handed out narrowed to gradient matmuls only, the
+   program without remat computes in its forward's matmul fusion and again, wide, in each of those
+   matmuls' fusions: the narrow is recompute, and the copies it makes beyond this program's one
+   offset counted recomputes of their opcode (TPU; hloflops.remat.stored_cotangents). Where the
+   forward stores nothing of a layer's first matmul, TPU nests it with its activation in the next
+   matmul's fusion and narrows the activation there: where the activation reads a value twice
+   (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
+   for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
+   range (hloflops.remat.nested_forward_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
@@ -319,9 +331,16 @@ forward, hloflops.remat.normalization) the report gives a range
 (`remat_flops_bounds`). Its low end drops too by the copies the program without remat makes of a
 value a policy stores (gelu's `h`: copied into the twin's forward fusions and each fusion saving a
 residual computed from it) beyond this program's and beyond the recomputes they offset
-(`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies): the per-opcode truth is negative
-there, and no split of this program's ops can match it. Remat-named ops that pair with nothing,
-or that rule 4 finds are copies,
+(`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies), and by those it may make of a loss
+gradient's scale `(pred - y) * c` that a matmul's output fusion here stores once for k readers,
+copying it into each (hloflops.remat.stored_scales): the per-opcode truth is negative
+there, and no split of this program's ops can match it. So it drops, on CPU, by the converts the
+program without remat spends storing a bfloat16 residual in a scan's stack (float normalization
+computes the stack's dynamic-update-slice in f32: 2 * trips + 2 or 3 slice-sized converts per trip,
+with the hoisted widen and the narrowing of the slice read back) for each residual this program's
+backward loop recomputes and narrows: a value computed from a recomputed matmul, or the
+recompute's cast of a kernel sliced from the loop's input, read by a gradient op. Remat-named ops
+that pair with nothing, or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata, but

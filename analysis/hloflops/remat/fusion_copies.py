@@ -13,6 +13,8 @@ from weakref import WeakKeyDictionary
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
 from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
+from hloflops.remat.linearization_copies import (
+    coefficient_counts_passed_on, copies_in, linearization_coefficients, only_linearization_outputs)
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
@@ -21,7 +23,8 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset(),
-                   own: set[SiteKey] = frozenset()) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey]]:
+                   own: set[SiteKey] = frozenset()
+                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -43,7 +46,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     a backward loop body (`backward_loop_bodies`), whose twin reads stored residuals and copies
     no forward op there (on TPU, hloflops.remat.backward_loop_copies counts those copies after);
     but a copy of the linearization's own coefficient, which no forward op computes, keeps its
-    pairing: the twin computes it once, saving it (`_linearization_coefficients`). A recompute
+    pairing: the twin computes it once, saving it (hloflops.remat.linearization_copies). A recompute
     TPU nests in a weight gradient's fusion is model FLOPs where
     the forward nests it too (`_nested_in_gradient_matmuls`), but for the bias add of a saved
     matmul output, which the program without remat stores (`saved_matmul_epilogues`). A
@@ -55,12 +58,13 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     own work jax named in the recompute (`own`, `by_signature.linearization_only`: softmax's
     `1 / (s * s)`) is one the program without remat has too, reading its forward's value: its
     copies (float normalization's widen of the recomputed `s`) are model FLOPs, and the expensive
-    op of that work (the divide) no recompute whose cheap inputs follow it. Returns the recompute,
-    the copies this rule decided (either way), and those of them it decided on how XLA fused the
-    program without remat."""
+    op of that work (the divide) no recompute whose cheap inputs follow it; a copy `_same_value`
+    counted there passes its count to a sibling (`coefficient_counts_passed_on`). Returns the
+    recompute, the copies this rule decided (either way), those of them it decided on how XLA fused
+    the program without remat, and the siblings that took a count by value."""
     fused = fused_outputs(module)
     if not fused:
-        return remat, set(), set()
+        return remat, set(), set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     duplicated = duplicated_expensive(ops, fused)
     # (the linearization's own expensive op is no recompute: what it reads there is a plain copy)
@@ -77,9 +81,10 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
     backward_loops = backward_loop_bodies(module, ops)
-    coefficients = _linearization_coefficients(ops, model)
+    coefficients, derived = linearization_coefficients(ops, model)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
+    dropped: dict[tuple, int] = {}  # (frame, value) -> its counted copies dropped in linearization-only fusions
     stand_ins: set[SiteKey] = set()
     for op in ops:
         comp_name, site = op.key[0], op.key[2]
@@ -96,6 +101,12 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 decided[(comp_name, site)] = None
         runs = decided[(comp_name, site)]
         if runs is None:
+            continue
+        if runs is False and op.marked and op.key in remat and op.key in by_value and \
+                only_linearization_outputs(comp_name, site, outputs, by_key, own):
+            out.discard(op.key)  # the copy the program without remat's forward makes for the coefficient
+            decided_copies.add(op.key)
+            dropped[(op.frame, op.exact)] = dropped.get((op.frame, op.exact), 0) + 1
             continue
         if op.key in by_value and (runs or not _computes_gradient(comp_name, site, outputs, by_key)) and \
                 not (runs and op.marked and op.exact in stored.get((comp_name, site), ())):
@@ -136,7 +147,17 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             (stand_ins if op.key[:2] in under_duplicated else decided_copies).add(op.key)
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
+    # the values computed from a coefficient: the program without remat computes each once, saving it
+    for copies in copies_in(ops, derived, backward_loops).values():
+        first, *others = sorted(copies, key=lambda o: o.order)
+        out.discard(first.key)
+        out.update(o.key for o in others)
+        decided_copies.update(o.key for o in copies)
+        stand_ins.difference_update(o.key for o in copies)
     out |= _counts_passed_on(by_key, remat, out, by_value, duplicated, decided)
+    moved = coefficient_counts_passed_on(ops, fused, by_key, own, out, decided_copies, dropped)
+    out |= moved
+    decided_copies |= moved
     # A forward op the expensive recompute reads, that its forward twin's fusion computes for the
     # twin too, is the recompute's copy of it, as long as the recompute's copies of its value
     # number fewer than the forward fusions' (each forward copy is recomputed once: gelu's bias
@@ -156,7 +177,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
     epilogues = saved_matmul_epilogues(module, ops)
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
-        stand_ins | read_stored.copied_more_than_once()
+        stand_ins | read_stored.copied_more_than_once(), moved - nested
 
 
 def _counts_passed_on(by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], out: set[SiteKey],
@@ -195,23 +216,6 @@ def backward_loop_bodies(module: Module, ops: list[SiteOp]) -> set[str]:
     frames = {op.frame for op in ops if op.frame != entry}
     forward = {op.frame for op in ops if not op.marked and op.op_name and phase(op.op_name) == "forward"}
     return frames - forward
-
-
-def _linearization_coefficients(ops: list[SiteOp], model: set[SiteKey]) -> set:
-    """The values only the recompute computes, named there by jax: `model` holds each one's copy
-    counted as model FLOPs where `_same_value` found no forward op of its value (nor `ForwardTwins`
-    one of its signature and name in another frame). These are the linearization's coefficients,
-    tanh's `1 - t` or sigmoid's `s * (1 - s)`, which the forward of a checkpointed block never
-    computes. The program without remat computes such a coefficient in its forward, once, into the
-    residual it saves, and its backward loop reads it stored; the program with remat recomputes it
-    in its backward loop, where XLA copies it into each gradient fusion reading it. So all copies
-    but the one counted as model FLOPs run because of remat, as `_same_value` paired them (base
-    seeds 107 and 138, a BiLSTM whose four gate gradient fusions each copy the cell's
-    `1 - tanh(c)`: subtract -24,736 and -49,168 before). A forward value's copies (gelu's
-    `1 + tanh`) stay unsure: the program without remat may copy those into several of its saving
-    fusions. Not a widen XLA left unnamed (float normalization's convert, one per fusion in both
-    programs: hloflops.remat.widen_counts decides those)."""
-    return {op.exact for op in ops if op.key in model and op.op_name and not op.inherited}
 
 
 def _forward_twins(ops: list[SiteOp], fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]

@@ -30,6 +30,8 @@ from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
+from hloflops.remat.stored_scales import stored_scale_copies
+from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
@@ -43,6 +45,8 @@ from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
+from hloflops.remat.stored_cotangents import stored_cotangents
+from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -207,7 +211,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # of it is the program without remat's too, and so are the copies in it.
     own = linearization_only(ops, remat | first_of_class) if module.is_scheduled and remat_named else set()
     recomputes = set(remat)  # paired with a forward value, before the fusion rules
-    remat, copies, stand_ins = fusion_copies(module, ops, remat, first_of_class, sizes, by_value, own)
+    remat, copies, stand_ins, moved = fusion_copies(module, ops, remat, first_of_class, sizes, by_value, own)
+    paired_by_value |= moved  # a count by value passed on to a sibling copy
     if module.is_scheduled and remat_named:
         # A paired cheap recompute reading a recomputed matmul in a gradient fusion, which rule 4
         # took for a copy: the program without remat stores it from its forward matmul's fusion
@@ -250,6 +255,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         certain |= twin_saves
         paired_by_value |= moved
         stand_ins -= twin_saves
+        if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
+            stored_scale_copies(module, ops, remat, twin_copies)
         if module.is_scheduled and is_tpu_module(module):
             # TPU's copies in a backward loop body whose forward runs in another loop body: each
             # recomputed value's copies but one (the program without remat's saving fusion's), and
@@ -285,6 +292,15 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             narrows = saved_residual_narrows(module, ops, remat, backward_loops)
             remat -= narrows
             certain |= narrows
+            # A cotangent the recompute's matmul fusion stores narrowed, which the program without
+            # remat copies wide into each matmul reader (hloflops.remat.stored_cotangents).
+            stored_narrows, given_back = stored_cotangents(module, ops, remat, backward_loops)
+            remat = (remat | stored_narrows) - given_back
+            certain |= stored_narrows | given_back
+            # The forward's narrow of an activation nested whole, matmul and all, in the next matmul's
+            # fusion: the program without remat stores that matmul's output and reads it wide
+            # (hloflops.remat.nested_forward_narrows; in the range).
+            remat |= nested_forward_narrows(module, ops, remat)
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
@@ -367,7 +383,15 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
                       frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies},
-                      partial, {key[:2]: n for key, n in twin_copies.items()})
+                      partial, _with_stacks({key[:2]: n for key, n in twin_copies.items()},
+                                            stacked_residual_round_trips(module, ops, op_names) if remat_named else {}))
+
+
+def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
+    """The twin's extra copies and its stacks' round trips (hloflops.remat.stored_twin_copies), summed."""
+    for key, n in stacks.items():
+        twin[key] = twin.get(key, 0) + n
+    return twin
 
 
 def _can_pair(inst: Instruction, moved: set[str]) -> bool:

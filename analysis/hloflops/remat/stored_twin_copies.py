@@ -23,20 +23,45 @@ reaches it: the copies left over are reported as `twin_copies` (hloflops.results
 whose FLOPs the range's low end drops (on all five draws exactly the add the twin runs beyond
 this program). Such a value's forward copy in the fusion storing it is then no "maybe remat" hinge
 (hloflops.remat.rounding's `copied_into_saves` says the twin may not copy it into a saving fusion;
-here it copies it more often than this program in all)."""
+here it copies it more often than this program in all).
+
+The twin's stores cost converts too (`stacked_residual_round_trips`). On CPU, float normalization
+computes a bfloat16 stack's dynamic-update-slice in f32: each forward trip widens the whole stack
+(trips slices) and the slice and narrows the stack back, the backward loop's read of the stack is
+a widen of the whole stack hoisted out of it, and each trip narrows the f32 slice it reads to the
+declared bfloat16: 2 * trips + 3 slice-sized converts per trip and residual that float
+normalization narrows, none of which this program runs for a residual it recomputes (its narrowing
+there may be counted as remat: the twin's forward narrows the value too). A kernel's cast counts
+2 * trips + 2: the cast and its widen here stand for the twin's narrowing and widening of the slice
+it reads back (base 25: the low end then 8 above the truth, the loop counters' subtract).
+
+A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
+(one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
+float normalization's narrowing of a recomputed value (tanh's `t` and `1 - t` under
+`nothing_saveable`, base seeds 42, 89, 149), and the recompute's own cast of a kernel sliced from
+the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A
+value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
+output's stack: of the residuals computed from one set of loop inputs, the first stands for this
+program's stack of the saved output (a relu's mask where this program stores the conv output:
+more 60, 71; gelu's residuals of a saved projection: more 73). The count goes to `twin_copies` on
+the narrowing convert (the range's low end, not an exact count): which residuals the twin stores
+rests on jax's linearization, one stack per residual value."""
 
 from __future__ import annotations
 
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.names import OpNames
+from hloflops.loops.tripcount import trip_count
+from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.names import REMAT_SCOPE, OpNames
 from hloflops.remat.saved_copies import read_by_backward_matmul
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, is_identity_rounding, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloflops.remat.stack_readers import stack_readers
+from hloflops.remat.type_corrections import bits
 from hloflops.remat.values import Val
 from hloflops.scopes import phase
-from hloparse.ir import Module
+from hloparse.ir import CallRole, Module, parameter_number
 
 # What a saving fusion copies (as hloflops.remat.twin_saves): cheap elementwise ops.
 CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
@@ -143,3 +168,174 @@ def _handed_to_gradient(module: Module, site_key: tuple[str, int], reader: SiteO
         if reader.inst.name in cheap_chain(comp, frozenset({name})):
             out.add(output.exact)
     return out
+
+
+# Ops a narrowed residual passes through unchanged on its way to a reader (float normalization's
+# widen of it, views, the fusion boundary).
+_HANDS_ON = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "parameter"})
+
+
+def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: OpNames) -> dict[tuple[str, str], int]:
+    """The converts the program without remat spends storing, in a scan's stack, each residual
+    this program's backward loop recomputes and narrows instead (the module docstring's last
+    paragraph): the recompute's narrowing convert of the residual -> how many slice-sized converts
+    per trip the program without remat runs for it (2 * trips + 3). Compiled CPU modules only."""
+    if not module.is_scheduled or is_tpu_module(module):
+        return {}
+    callers = one_call_site(module)
+    exact = {op.key[:2]: op.exact for op in ops}
+    out: dict[tuple[str, str], int] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode != "while" or phase(op_names.of(comp.name, inst)) != "backward":
+            continue
+        trips = trip_count(module, comp, inst).value
+        bodies = inst.called(CallRole.WHILE_BODY)
+        if not trips or trips < 2 or not bodies:
+            continue
+        body = module.by_name[bodies[0]]
+        seen: set = set()  # one stack per residual value (XLA may copy it into several fusions)
+        stored: set = set()  # this program's stacks standing for one of the twin's (`_inputs`)
+        for comp_in in [body] + [module.by_name[callee] for fusion in body.instructions if fusion.opcode == "fusion"
+                                 for callee in fusion.called(CallRole.FUSION) if callers.get(callee)]:
+            for narrow in comp_in.instructions:
+                residual = _narrowed_recompute(module, comp_in, narrow, op_names, callers, body.name)
+                if residual is None:
+                    continue
+                value = exact.get((comp_in.name, narrow.name), (comp_in.name, narrow.name))
+                if value in seen or not _read_by_gradient(module, comp_in, narrow, op_names, callers, body.name):
+                    continue
+                seen.add(value)
+                if residual[1] is not narrow:
+                    matmul, inputs = _inputs(module, *residual, op_names, callers, body.name)
+                    if not matmul and (not inputs or inputs not in stored):
+                        stored.add(inputs)  # the first of a stored value's residuals: this program's stack
+                        continue
+                # A kernel's cast and its widen here stand for the twin's narrowing and widening of
+                # the slice it reads back: one slice fewer than a residual float normalization narrows.
+                out[(comp_in.name, narrow.name)] = 2 * trips + (3 if residual[1] is not narrow else 2)
+    return out
+
+
+def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, body: str):
+    """The recomputed value a convert narrows from f32 to bfloat16 or f16 that the program without
+    remat saves in a stack: an unnamed convert (float normalization's) of an op in the checkpoint's
+    recompute scope computed from a recomputed matmul, or the recompute's own named cast of a value
+    the loop reads in (a layer's kernel, sliced from the stacked weights); None for any other."""
+    if inst.opcode != "convert" or not inst.operands or bits(inst.shape) != 16:
+        return None
+    named = op_names.of(comp.name, inst)
+    if named:  # a cast jax named: the recompute's cast of a loop input
+        if REMAT_SCOPE not in named or phase(named) != "backward" or not named.endswith("convert_element_type"):
+            return None
+        source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
+        return (comp, inst) if source is not None and bits(source[1].shape) == 32 and _loop_input(
+            module, *source, callers, body) else None
+    source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
+    if source is None or bits(source[1].shape) != 32:
+        return None
+    name = op_names.of(source[0].name, source[1])
+    return source if REMAT_SCOPE in name and phase(name) == "backward" else None
+
+
+def _source(module: Module, comp, inst, callers, body: str):
+    """(computation, instruction) computing a value, through views and fusion parameters."""
+    for _ in range(16):
+        if inst is None:
+            return None
+        if inst.opcode in ("bitcast", "reshape", "copy") and inst.operands:
+            inst = comp.by_name.get(inst.operands[0])
+        elif inst.opcode == "parameter" and comp.name != body:
+            caller = callers.get(comp.name)
+            if caller is None or caller[0].name != body:
+                return None
+            comp, inst = caller[0], caller[0].by_name.get(caller[1].operands[parameter_number(inst)])
+        elif inst.opcode == "fusion":
+            fused = inst.called(CallRole.FUSION)
+            if not fused:
+                return None
+            comp = module.by_name[fused[0]]
+            inst = comp.root
+        else:
+            return comp, inst
+    return None
+
+
+def _loop_input(module: Module, comp, inst, callers, body: str) -> bool:
+    """Is the value a slice of what the loop reads in (its parameter), through views and slices?"""
+    for _ in range(16):
+        if inst.opcode == "get-tuple-element" and comp.name == body:
+            return True
+        if inst.opcode not in ("dynamic-slice", "slice") or not inst.operands:
+            return False
+        found = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
+        if found is None:
+            return False
+        comp, inst = found
+    return False
+
+
+def _inputs(module: Module, comp, inst, op_names: OpNames, callers, body: str) -> tuple[bool, frozenset]:
+    """Whether the value is computed, within the loop body, from a matmul of the recompute (one the
+    policy did not save), and the loop inputs it reads otherwise (their get-tuple-elements)."""
+    todo, seen, inputs = [(comp, inst)], set(), set()
+    while todo and len(seen) < 256:
+        comp, inst = todo.pop()
+        if (comp.name, inst.name) in seen:
+            continue
+        seen.add((comp.name, inst.name))
+        if inst.opcode in ("dot", "convolution"):
+            name = op_names.of(comp.name, inst)
+            if REMAT_SCOPE in name and phase(name) == "backward":
+                return True, frozenset()
+            continue
+        found = _source(module, comp, inst, callers, body) if inst.opcode in ("parameter", "fusion") else (comp, inst)
+        if found is None:
+            continue
+        if found[1].opcode == "get-tuple-element" and found[0].name == body:
+            inputs.add(found[1].name)
+            continue
+        if found != (comp, inst):
+            todo.append(found)
+            continue
+        todo += [(comp, comp.by_name[o]) for o in inst.operands if o in comp.by_name]
+    return False, frozenset(inputs)
+
+
+def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, body: str, depth: int = 0) -> bool:
+    """Is the value read, through widens, views and fusion boundaries within the loop body, by a
+    gradient op (a named op of the backward outside the recompute scope)?"""
+    if depth > 8:
+        return False
+    readers = [r for r in comp.instructions if inst.name in r.operands]
+    if inst.is_root and comp.name != body:
+        caller = callers.get(comp.name)
+        if caller is not None and caller[0].name == body:
+            if _read_by_gradient(module, caller[0], caller[1], op_names, callers, body, depth + 1):
+                return True
+    for reader in readers:
+        name = op_names.of(comp.name, reader)
+        if reader.opcode == "fusion":
+            for callee in reader.called(CallRole.FUSION):
+                fused = module.by_name[callee]
+                indices = {i for i, operand in enumerate(reader.operands) if operand == inst.name}
+                params = [p for p in fused.instructions if p.opcode == "parameter" and parameter_number(p) in indices]
+                if any(_read_by_gradient(module, fused, p, op_names, callers, body, depth + 1) for p in params):
+                    return True
+            continue
+        if reader.opcode == "tuple" and reader.is_root and comp.name != body:  # a fusion's outputs
+            caller = callers.get(comp.name)
+            if caller is not None and any(
+                    _read_by_gradient(module, caller[0], out, op_names, callers, body, depth + 1)
+                    for out in caller[0].instructions if out.opcode == "get-tuple-element"
+                    and out.operands == (caller[1].name,)
+                    and int(out.attributes.get("index", "-1")) in [i for i, o in enumerate(reader.operands)
+                                                                   if o == inst.name]):
+                return True
+            continue
+        if name:
+            if REMAT_SCOPE not in name and phase(name) == "backward":
+                return True
+            continue
+        if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body, depth + 1):
+            return True
+    return False

@@ -1,0 +1,96 @@
+"""A cheap scale this program computes once and stores, which the program without remat may copy
+into each of its readers (hloflops.remat.pairing calls `stored_scale_copies` after
+hloflops.remat.twin_saves).
+
+The loss's gradient `g * c` (a mean's `2 / n`, jax's `broadcast_in_dim` times the cotangent)
+is a multiply of a value by a broadcast constant. XLA's instruction fusion copies such a cheap
+producer into each consumer fusion; where it instead makes it an output of a multi-output fusion
+(the loss fusion that also sums the square), the value is computed once and stored, and its k
+readers (the last weight's gradient matmul, the input gradient's fusion, the bias gradient's
+reduce) read it from memory. Which of the two XLA picks rests on how it fused the whole program,
+outside any checkpoint: the program without remat may output the unscaled value from that fusion
+and scale it in each reader, k copies against this program's one (TPU seeds 4, 8 and 22: the
+twin runs the scale three or four times, this program once, so the per-opcode truth of multiply
+is negative and no split of this program's ops reaches it). The copies the program without remat
+may make beyond this program's, k - 1, are reported as `twin_copies` (hloflops.results.RematHinge):
+they lower the range's low end only, never the count, as the stored value's readers are a counted
+fact of this program and the copies XLA makes of a cheap producer are at most one per reader. Of
+the thirteen TPU draws where it applies, the twin's copies are exactly k on eleven (4, 8, 17, 22
+out of the range before; 25, 27, 39, 48, 50, 52, 55), and k + 1 on two (23, 43: the twin keeps
+the stored copy too, beside one in each of its two readers): the low end is not too low. A loop fusion (no matmul)
+storing the scale is left alone: there the program without remat stores it too (TPU 41, 42)."""
+
+from __future__ import annotations
+
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
+from hloflops.scopes import phase
+from hloparse.ir import Computation, Instruction, Module
+
+# What a reader may be for the scale to be copied into it: a fusion, or an op XLA fuses its
+# producer into (a reduce, a matmul). Views and tuples hand the value on and compute nothing.
+_HANDS_ON = frozenset({"bitcast", "reshape", "copy", "tuple", "get-tuple-element", "copy-start",
+                       "copy-done", "dynamic-update-slice"})
+
+
+def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
+                        twin_copies: dict[SiteKey, int]) -> None:
+    """Each backward scale by a constant (module docstring) that a multi-output fusion outputs and
+    k > 1 computing instructions of its caller read: `twin_copies[key] += k - 1`. Not a remat-named
+    op nor one counted remat (the count is this program's own; only the low end moves)."""
+    callers = one_call_site(module)
+    readers_of = None
+    for op in ops:
+        inst = op.inst
+        if op.marked or op.key in remat or inst.opcode != "multiply" or phase(op.op_name) != "backward":
+            continue
+        comp = module.by_name.get(op.key[0])
+        caller = callers.get(op.key[0])
+        if comp is None or caller is None or comp.root.opcode != "tuple" \
+                or inst.name not in fused_outputs(module).get(comp.name, ()) or not _scales(comp, inst) \
+                or not any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+            continue
+        readers_of = readers_of if readers_of is not None else value_readers(module)
+        readers = _computing_readers(caller[0], caller[1], comp.root.operands.index(inst.name)
+                                     if inst.name in comp.root.operands else None, readers_of)
+        if len(readers) > 1:
+            twin_copies[op.key] = twin_copies.get(op.key, 0) + len(readers) - 1
+
+
+def _scales(comp: Computation, inst: Instruction) -> bool:
+    """A multiply of a value computed in this fusion by a broadcast scalar constant."""
+    kinds = []
+    for name in inst.operands:
+        operand = comp.by_name.get(name)
+        if operand is None:
+            return False
+        if operand.opcode == "broadcast" and operand.operands and \
+                getattr(comp.by_name.get(operand.operands[0]), "opcode", None) == "constant":
+            kinds.append("scale")
+        elif operand.opcode not in ("parameter", "constant", "broadcast"):
+            kinds.append("value")
+    return sorted(kinds) == ["scale", "value"]
+
+
+def _computing_readers(frame: Computation, fusion: Instruction, index: int | None, readers_of) -> set[str]:
+    """The instructions of the caller that compute from the fusion's output `index` (through the
+    get-tuple-element taking it and views)."""
+    if index is None:
+        return set()
+    start = [r.name for r in readers_of.get((frame.name, fusion.name), ())
+             if r.opcode == "get-tuple-element" and r.attributes.get("index") == str(index)]
+    out: set[str] = set()
+    seen: set[str] = set()
+    while start:
+        name = start.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for reader in readers_of.get((frame.name, name), ()):
+            if reader.opcode in _HANDS_ON:
+                if reader.opcode in ("bitcast", "reshape", "copy", "copy-start", "copy-done"):
+                    start.append(reader.name)
+                continue
+            out.add(reader.name)
+    return out
