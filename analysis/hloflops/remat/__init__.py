@@ -255,7 +255,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    as many as the forward's fusions widen it run because of remat, the rest are the program without
    remat's too; a recompute fusion that only relays its value out for backward matmuls widens as
    that program's relayout of the forward's value does: model FLOPs, but for a bias it broadcasts
-   in (hloflops.remat.widen_counts; rests on fusion). A value is matched by its name inside the
+   in (hloflops.remat.widen_counts; rests on fusion). The narrowing a fusion applies to a value
+   it reads in f32 (a library matmul's output, rounded in each loop fusion reading it) before
+   widening it is copied per fusion too, and follows that widen (a stored rounding the recompute
+   reads, beside the forward fusion's own round trip of the value, is remat); a recompute's rounding named
+   after a nested checkpoint's barrier (`.../remat2`) follows the op it rounds
+   (hloflops.remat.normalization). A value is matched by its name inside the
    checkpoint, or by its value number where the name is a bare primitive's or the value a
    program input. Under a checkpoint around the whole model (the recompute reads nothing the
    forward computed but the policy's residuals, the forward hands nothing to the backward) the

@@ -6,8 +6,12 @@ fusions, not the values: a forward whose chain XLA fused into one fusion widens 
 the same chain split into three fusions (as the recompute is, or the program without remat's
 forward, whose backward reads the intermediates) widens it three times.
 
-A narrowing convert rounds one op's result, once per copy of the op, and follows that op's answer.
-A widening one runs once per value and per fusion reading it. So inside a fusion that computes a
+A narrowing convert rounds one op's result, once per copy of the op, and follows that op's answer,
+also where XLA names it after a nested checkpoint's barrier (`recompute_barrier_roundings`). But
+the narrowing of a value computed outside the fusion (a library fusion's matmul, whose f32 output
+XLA rounds in each loop fusion reading it) is copied per reading fusion as a widen is, and follows
+the widen of its result (hloflops.remat.widen_counts). A widening one runs once per value and per
+fusion reading it. So inside a fusion that computes a
 recompute, a widen that no rule counted (of a forward value the fusion reads) may still run
 because of remat: the program without remat widens that value in as many fusions as its own
 forward splits the chain into, which this program does not show (base draw 20, a gelu MLP
@@ -80,3 +84,23 @@ def widens_only(comp: Computation) -> bool:
             return False
         widens = True
     return widens
+
+
+def recompute_barrier_roundings(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+    """The narrowings named by the checkpoint primitive (`.../remat2`) that round a recompute of
+    their own fusion: a nested checkpoint's barrier pins the declared bf16 type of the value the
+    outer recompute hands to the inner checkpoint, and XLA names the recompute's rounding of it
+    after the barrier. It is still that op's rounding, run once per copy of the op, and follows
+    its answer like an unnamed one (held-out base seed 217: block 2's residual sum, rounded by the
+    forward and by the outer recompute, once in the program without remat)."""
+    found: set[SiteKey] = set()
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "convert" or op.key in remat or not inst.operands \
+                or op.op_name.rsplit("/", 1)[-1] != "remat2" or inst.shape.element_type not in NARROW_FLOATS:
+            continue
+        rounded = module.by_name[op.key[0]].by_name.get(inst.operands[0])
+        if rounded is not None and rounded.shape.element_type == "f32" and rounded.opcode != "parameter" \
+                and (op.key[0], rounded.name, op.key[2]) in remat:
+            found.add(op.key)
+    return found

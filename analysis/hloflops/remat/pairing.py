@@ -35,7 +35,7 @@ from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
-from hloflops.remat.normalization import unsure_normalization_widens
+from hloflops.remat.normalization import recompute_barrier_roundings, unsure_normalization_widens
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.widen_counts import balanced_widens
@@ -307,6 +307,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             remat, balanced, settled_widens = balanced_widens(module, ops, remat)
             certain |= balanced
             paired_by_value |= settled_widens & remat
+            # A recompute's rounding named after a nested checkpoint's barrier follows the op it
+            # rounds (hloflops.remat.normalization).
+            barrier_roundings = recompute_barrier_roundings(module, ops, remat)
+            remat |= barrier_roundings
+            certain |= barrier_roundings
             if remat_named:
                 # The backward's widens of a checkpoint input its barrier pinned narrow, which
                 # the program without remat reads wide (hloflops.remat.pinned_inputs).

@@ -37,7 +37,17 @@ remat reads the finished value, so that widen is the recompute's, counted value 
 the forward fusion's (held-out more seed 214: the key's `k + b`, relaid out by the forward and by
 the recompute, the program without remat adding the bias once).
 
-A checkpoint around the whole model turns this around (hloflops.remat.whole_checkpoint_widens).
+A library fusion's f32 output (a matmul's) is rounded to bf16 in each loop fusion reading it, a
+narrow then a widen: where the recompute's bias add reads the forward's matmul (CSE merged the
+two), the forward's fusion and the recompute's each round it, the program without remat's one
+fusion once (held-out base seed 217). The narrowing, read by that widen alone, runs once per
+fusion as the widen does and takes the widen's count. Where the forward's fusion rounds such a
+value itself while a lone narrowing fusion stores it rounded for the recompute and the backward,
+the program without remat stores it once and its forward reads the stored value: as many stored
+roundings as the forward's round trips of the value are remat (base seed 54, softmax's `exp`).
+
+A checkpoint around the whole model turns this around (hloflops.remat.whole_checkpoint_widens);
+its widens' round trips are left as that rule settled them.
 
 How XLA fused the program without remat is not in sight: these counts rest on fusion (the range
 covers them: an uncounted widen in a recompute fusion is `unsure`, a counted one `loose`); the
@@ -49,7 +59,7 @@ import math
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.normalization import widens_only
+from hloflops.remat.normalization import NARROW_FLOATS, widens_only
 from hloflops.remat.op_kinds import shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.whole_checkpoint_widens import whole_checkpoint_widens
@@ -123,7 +133,87 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
     settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
+    # Not the whole-model rule's widens: its forward and recompute widens are settled otherwise.
+    trips = _read_round_trips(module, index, decided - settled)
+    for narrow, widen in trips:
+        decided.add(narrow)
+        (out.add if widen in out else out.discard)(narrow)
+    if not settled:
+        stored = _stored_roundings(module, index, remat)
+        out |= stored
+        decided |= stored
     return out, decided, settled
+
+
+def _stored_roundings(module: Module, index: WidenIndex, remat: set[SiteKey]) -> set[SiteKey]:
+    """The lone narrowing fusions (XLA's `wrapped_convert`: a value computed in f32 elsewhere,
+    stored rounded) that a recompute reads, of a value a forward fusion rounds itself from the
+    f32 value (a round trip, `_read_round_trips`): the program without remat's forward reads the
+    stored rounding instead, so one of the two roundings runs because of remat (base seed 54:
+    softmax's `exp`, rounded by the forward's `e / s` fusion and stored rounded for the
+    recompute's and the backward's; stored once in the program without remat, read by its
+    forward too). As many stored roundings as the forward's fusions round the value are remat."""
+    forward: dict[tuple, int] = {}
+    widens = {op.key for op, _ in index.widens() if index.side(op.key[0], op.key[2]) == "forward"}
+    for narrow, widen in _read_round_trips(module, index, widens):
+        comp = module.by_name[narrow[0]]
+        source = index.source(comp, comp.by_name[narrow[1]].operands[0], narrow[2])
+        if source is not None:
+            key = (source.exact, index.by_key[narrow].frame)
+            forward[key] = forward.get(key, 0) + 1
+    found: set[SiteKey] = set()
+    for op in index.ops:
+        comp = module.by_name.get(op.key[0])
+        if op.key in remat or op.key[0] not in index.fused or comp is None or not _narrows_only(comp, op.inst):
+            continue
+        if not any(reader.key in remat for fusion in index.reader_fusions(op.key[0], op.key[2]) for reader in fusion):
+            continue
+        source = index.source(comp, op.inst.operands[0], op.key[2])
+        if source is None:
+            continue
+        key = (source.exact, op.frame)
+        if forward.get(key, 0) > 0:
+            forward[key] -= 1
+            found.add(op.key)
+    return found
+
+
+def _narrows_only(comp: Computation, inst: Instruction) -> bool:
+    """Is the fused computation one unnamed narrowing of an f32 parameter, the instruction?"""
+    if inst.opcode != "convert" or inst.op_name or inst.shape.element_type not in NARROW_FLOATS \
+            or comp.root is not inst or not inst.operands:
+        return False
+    read = comp.by_name.get(inst.operands[0])
+    return read is not None and read.opcode == "parameter" and read.shape.element_type == "f32" \
+        and all(i.opcode == "parameter" or i is inst for i in comp.instructions)
+
+
+def _read_round_trips(module: Module, index: WidenIndex, widens: set[SiteKey]) -> list[tuple[SiteKey, SiteKey]]:
+    """(narrow, widen) for each decided widen of a value its fusion rounds from what it reads: an
+    unnamed narrowing of a fusion parameter (an f32 value computed outside, a library fusion's
+    matmul) read by that widen alone. XLA copies the rounding into every fusion reading the value,
+    so it runs once per such fusion, as the widen does, and follows the widen's count."""
+    found = []
+    for key in widens:
+        op = index.by_key.get(key)
+        if op is None or not op.inst.operands:
+            continue
+        comp = module.by_name[key[0]]
+        narrow = comp.by_name.get(op.inst.operands[0])
+        if narrow is None or narrow.opcode != "convert" or narrow.op_name or not narrow.operands \
+                or narrow.shape.element_type not in NARROW_FLOATS:
+            continue
+        if [user.name for user in comp.users.get(narrow.name, ())] != [op.inst.name]:
+            continue
+        read = comp.by_name.get(narrow.operands[0])
+        while read is not None and read.opcode in ("bitcast", "reshape") and read.operands:
+            read = comp.by_name.get(read.operands[0])
+        if read is None or read.opcode != "parameter" or read.shape.element_type != "f32":
+            continue
+        narrow_key = (key[0], narrow.name, key[2])
+        if narrow_key in index.by_key:
+            found.append((narrow_key, key))
+    return found
 
 
 def _broadcast_operand(comp: Computation, inst: Instruction) -> bool:

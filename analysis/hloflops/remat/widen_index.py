@@ -47,10 +47,12 @@ class WidenIndex:
         widening a value for recomputes (`normalization.widens_only`);
         `relayout`: such a fusion handing its value out only relaid out for backward ops;
         `forward`: a fusion of forward ops only (named so, or read only by such); else None.
-        An op named by the checkpoint primitive itself (`.../remat2`) that only rounds or moves a
-        value is no gradient op: a value crossing a nested checkpoint's barrier is narrowed so in
-        the recompute's fusion computing it (held-out base seed 217), a saved residual is viewed so
-        in the forward fusion reading it (held-out more seed 214)."""
+        An op that only moves a value (a broadcast) named by the backward is no gradient op (base
+        seed 54: the backward's `1 / s` broadcast into the recompute's `e / s`, CSE sharing the
+        reciprocal); nor is an op named by the checkpoint primitive itself (`.../remat2`) that
+        only rounds or moves a value: a value crossing a nested checkpoint's barrier is narrowed
+        so in the recompute's fusion computing it (held-out base seed 217), a saved residual is
+        viewed so in the forward fusion reading it (held-out more seed 214)."""
         if (comp_name, site) not in self.sides:
             self.sides[(comp_name, site)] = self._side(comp_name, site)
         return self.sides[(comp_name, site)]
@@ -60,7 +62,7 @@ class WidenIndex:
         members = [op for op in (self.by_key.get((comp_name, inst.name, site)) for inst in comp.instructions) if op]
         if any((comp_name, name, site) in self.remat for name in self.fused[comp_name]):
             if any(m.op_name and not m.marked and phase(m.op_name) == "backward" and not _checkpoint_boundary(m)
-                   for m in members):
+                   and m.inst.opcode not in MOVING_OPS for m in members):
                 return None  # a gradient fusion copying recomputes: the fusion rules decided
             readers = self.readers(comp_name, site)
             backward_only = bool(readers) and all(not marked and (not name or phase(name) == "backward")
