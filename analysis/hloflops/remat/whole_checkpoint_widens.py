@@ -66,13 +66,15 @@ from hloparse.ir import CallRole, Module, parameter_number
 
 
 def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex, remat: set[SiteKey],
-                            out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey]) -> set[SiteKey]:
+                            out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey],
+                            shared_converts: set[SiteKey]) -> set[SiteKey]:
     """Where the recompute reads nothing the forward computed (a checkpoint around the whole
     model), the forward's widens of checkpointed values are remat, the recompute's model FLOPs,
     and so are the forward's copies of a recomputed value beyond those counted (see the module's
-    docstring); updates `out` and `decided`, returns the ops it settled."""
+    docstring); updates `out` and `decided`, returns the ops it settled. Every convert of a value
+    CSE shares goes into `shared_converts`: that rule counted them all, so no later one may."""
     found = _CheckpointedForward(module, ops, index)
-    shared = shared_value_converts(found, out)
+    shared = shared_value_converts(found, out, shared_converts)
     decided |= shared
     if found.recompute_reads_forward() or found.forward_hands_backward():
         return shared
@@ -101,10 +103,12 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
     return settled
 
 
-def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey]) -> set[SiteKey]:
+def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey],
+                          considered: set[SiteKey]) -> set[SiteKey]:
     """The forward's converts of a value CSE shares between the forward and the recompute (see
     the module's docstring): as many as the forward-only fusions make of it are remat, counted
-    ones anywhere included. Adds them to `out`; returns them."""
+    ones anywhere included. Adds them to `out`; returns them. Adds every convert of such a value
+    to `considered`."""
     shared = found.shared_reads()
     if not shared:
         return set()
@@ -116,6 +120,7 @@ def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey]) -> s
         source = index.source(found.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
         if source is not None and source.key in shared:
             forward = found.forward_only(op.key[0], op.key[2])
+            considered.add(op.key)
             converts.setdefault(source.key, ([], []))[0 if forward else 1].append(op)
     extra: set[SiteKey] = set()
     for forward, elsewhere in converts.values():

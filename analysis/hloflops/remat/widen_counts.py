@@ -132,10 +132,14 @@ def balanced_widens(module: Module, ops: list[SiteOp],
         for n, op in enumerate(in_recompute):
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
-    settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid)
-    # Not the whole-model rule's widens: its forward and recompute widens are settled otherwise.
+    shared_converts: set[SiteKey] = set()
+    settled = whole_checkpoint_widens(module, ops, index, remat, out, decided, relaid, shared_converts)
+    # Not the whole-model rule's widens: its forward and recompute widens are settled otherwise,
+    # and a value CSE shares between the forward and the recompute has its converts counted there.
     trips = _read_round_trips(module, index, decided - settled)
     for narrow, widen in trips:
+        if narrow in shared_converts:
+            continue
         decided.add(narrow)
         (out.add if widen in out else out.discard)(narrow)
     if not settled:
