@@ -210,7 +210,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    without remat's forward; here XLA folds its 2 into the reduce's broadcast cotangent in the
    backward loop, so one multiply of the square's size runs in the twin alone and offsets a
    counted recompute (hloflops.remat.folded_coefficients); the gradient's `x * broadcast(2 * s)`
-   the fold leaves reads that residual, not `x`. A recompute fusion's value read by a backward
+   the fold leaves reads that residual, not `x`. On TPU, where that copy accounting is skipped,
+   a centred variance's counted square is itself the given-back multiply
+   (hloflops.remat.tpu_folded_squares). A recompute fusion's value read by a backward
    reduce (a library fusion: the rsqrt's gradient `sum((x - mean) * g)`) is saved by the twin too.
    On TPU the program without remat's forward loop computes the residuals' chain once, in one
    saving fusion, and its backward loop computes the gradient once from the stored residuals;

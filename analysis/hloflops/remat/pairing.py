@@ -29,6 +29,7 @@ from hloflops.remat.unit_free_values import StoredTwins
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
+from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
@@ -297,6 +298,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             stored_narrows, given_back = stored_cotangents(module, ops, remat, backward_loops)
             remat = (remat | stored_narrows) - given_back
             certain |= stored_narrows | given_back
+            # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of
+            # the square's size is model FLOPs (hloflops.remat.tpu_folded_squares).
+            folded = tpu_folded_square_offsets(module, ops, remat)
+            remat -= folded
+            certain |= folded
             # The forward's narrow of an activation nested whole, matmul and all, in the next matmul's
             # fusion: the program without remat stores that matmul's output and reads it wide
             # (hloflops.remat.nested_forward_narrows; in the range).
