@@ -7,8 +7,9 @@ and XLA folds the `2` into the reduced cotangent's broadcast: one full-size mult
 runs only in the program without remat, so the square's recompute is model FLOPs per opcode. TPU
 draw 1 (hk.layer_stack attention, one device) counted it: multiply +2,097,152 after optimization,
 half of it these squares (one per layer norm, two loop trips). What remains (+1,048,576) is the
-layer norms' `scale * rsqrt(var)` recomputed in both gradient fusions where the program without
-remat saves it once (tpu/backward_loop_copies counts the recompute's copies but one); reduce
+layer norms' `scale * rsqrt(var)`, copied into two recompute and two gradient fusions where the
+program without remat's forward computes it three times (two saving fusions); the TPU copy rules
+count the copies but one; reduce
 +261,632 is a bias gradient's partial sum the program without remat alone peels out of its loop.
 Skipped without libtpu, as tests/remat/test_remat_tpu_generated.py."""
 
