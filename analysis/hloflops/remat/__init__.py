@@ -344,9 +344,9 @@ there, and no split of this program's ops can match it. So it drops, on CPU, by 
 program without remat spends storing a bfloat16 residual in a scan's stack (float normalization
 computes the stack's dynamic-update-slice in f32: 2 * trips + 2 or 3 slice-sized converts per trip,
 with the hoisted widen and the narrowing of the slice read back) for each residual this program's
-backward loop recomputes and narrows: a value computed from a recomputed matmul, or the
-recompute's cast of a kernel sliced from the loop's input, read by a gradient op. Remat-named ops
-that pair with nothing, or that rule 4 finds are copies,
+backward loop recomputes and narrows (unnamed, or named for the call enclosing it): a value
+computed from a recomputed matmul, or the recompute's cast of a kernel sliced from the loop's input,
+read by a gradient op. Remat-named ops that pair with nothing, or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata, but

@@ -38,7 +38,9 @@ it reads back (base 25: the low end then 8 above the truth, the loop counters' s
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
 float normalization's narrowing of a recomputed value (tanh's `t` and `1 - t` under
-`nothing_saveable`, base seeds 42, 89, 149), and the recompute's own cast of a kernel sliced from
+`nothing_saveable`, base seeds 42, 89, 149; where the recompute calls a nested body, a jitted or
+scanned one, the narrowing of the call's result carries the call's name, a prefix of its operand's:
+held-out base 235, linen_remat_scan, six gelu residuals), and the recompute's own cast of a kernel sliced from
 the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A
 value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
 output's stack: of the residuals computed from one set of loop inputs, the first stands for this
@@ -218,22 +220,24 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
 
 def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, body: str):
     """The recomputed value a convert narrows from f32 to bfloat16 or f16 that the program without
-    remat saves in a stack: an unnamed convert (float normalization's) of an op in the checkpoint's
-    recompute scope computed from a recomputed matmul, or the recompute's own named cast of a value
-    the loop reads in (a layer's kernel, sliced from the stacked weights); None for any other."""
+    remat saves in a stack: an unnamed convert (float normalization's, or one named for its call)
+    of an op in the checkpoint's recompute scope computed from a recomputed matmul, or the
+    recompute's own named cast of a value the loop reads in (a layer's kernel, sliced from the
+    stacked weights); None for any other."""
     if inst.opcode != "convert" or not inst.operands or bits(inst.shape) != 16:
         return None
     named = op_names.of(comp.name, inst)
-    if named:  # a cast jax named: the recompute's cast of a loop input
+    source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
+    name = op_names.of(source[0].name, source[1]) if source is not None else ""
+    # A convert named for the call enclosing its operand (a prefix of the operand's name) is float
+    # normalization's narrowing of the call's result, as an unnamed one.
+    if named and not name.startswith(named + "/"):  # a cast jax named: the recompute's cast of a loop input
         if REMAT_SCOPE not in named or phase(named) != "backward" or not named.endswith("convert_element_type"):
             return None
-        source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
         return (comp, inst) if source is not None and bits(source[1].shape) == 32 and _loop_input(
             module, *source, callers, body) else None
-    source = _source(module, comp, comp.by_name.get(inst.operands[0]), callers, body)
     if source is None or bits(source[1].shape) != 32:
         return None
-    name = op_names.of(source[0].name, source[1])
     return source if REMAT_SCOPE in name and phase(name) == "backward" else None
 
 

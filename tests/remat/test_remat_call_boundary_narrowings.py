@@ -1,0 +1,90 @@
+"""hloflops.remat.stored_twin_copies' `stacked_residual_round_trips`: a recomputed residual whose
+float-normalization narrowing carries the name of the call enclosing it.
+
+Where the checkpointed function calls a jitted or scanned body (`nn.remat(nn.scan(...))`, a nested
+`closed_call`), XLA's float normalization narrows a call's bfloat16 result with the call's own
+metadata (`.../rematted_computation/while/body/closed_call`, a prefix of the op it narrows), not
+unnamed as elsewhere. Such a narrowing is float normalization's all the same: the program without
+remat stores the residual in a bfloat16 stack (2 * trips + 3 slice-sized converts per trip), and the
+range's low end drops by them (held-out base 235, linen_remat_scan of gelu MLPs: six such residuals,
+the convert truth below the low end before). A cast jax named (`convert_element_type`) stays the
+recompute's own, counted only where it narrows a loop input."""
+
+from __future__ import annotations
+
+import hloparse
+from hloflops.accounting import account
+
+LOOP = "jit(loss)/transpose(jvp(M))/while"
+CALL = LOOP + "/body/closed_call/checkpoint/rematted_computation/while/body/closed_call"
+TUPLE = "(s32[], f32[2,32], f32[32,128], f32[2,128])"  # the loop's state: counter, input, kernel, cotangent
+TRIPS = 'backend_config={"known_trip_count":{"n":"2"}}'
+GRAD = LOOP + "/body/closed_call/checkpoint/while/body/closed_call"  # the gradient ops' scope
+
+# A backward loop (two trips) recomputing tanh of a matmul, narrowing it to bfloat16 under the
+# call's name, and handing it to a gradient multiply (named outside the recompute scope).
+STACKED = """HloModule stacked, is_scheduled=true
+
+%tanh_fusion (p.0: f32[2,128]) -> bf16[2,128] {
+  %p.0 = f32[2,128] parameter(0)
+  %tanh.1 = f32[2,128] tanh(%p.0), metadata={op_name="@CALL/mlp/tanh"}
+  ROOT %convert.1 = bf16[2,128] convert(%tanh.1), metadata={op_name="@CALL"}
+}
+
+%grad_fusion (p.1: bf16[2,128], p.2: f32[2,128]) -> f32[2,128] {
+  %p.1 = bf16[2,128] parameter(0)
+  %convert.2 = f32[2,128] convert(%p.1)
+  %p.2 = f32[2,128] parameter(1)
+  ROOT %mul.1 = f32[2,128] multiply(%convert.2, %p.2), metadata={op_name="@GRAD/mlp/mul"}
+}
+
+%body (arg.1: @T) -> @T {
+  %arg.1 = @T parameter(0)
+  %i.1 = s32[] get-tuple-element(%arg.1), index=0
+  %x.1 = f32[2,32] get-tuple-element(%arg.1), index=1
+  %w.1 = f32[32,128] get-tuple-element(%arg.1), index=2
+  %g.1 = f32[2,128] get-tuple-element(%arg.1), index=3
+  %mm.1 = f32[2,128] dot(%x.1, %w.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="@CALL/dot"}
+  %tanh_fusion.1 = bf16[2,128] fusion(%mm.1), kind=kLoop, calls=%tanh_fusion
+  %grad_fusion.1 = f32[2,128] fusion(%tanh_fusion.1, %g.1), kind=kLoop, calls=%grad_fusion
+  %one.1 = s32[] constant(1)
+  %next.1 = s32[] add(%i.1, %one.1), metadata={op_name="@LOOP/body/add"}
+  ROOT %tuple.1 = @T tuple(%next.1, %x.1, %w.1, %grad_fusion.1)
+}
+
+%cond (arg.2: @T) -> pred[] {
+  %arg.2 = @T parameter(0)
+  %i.2 = s32[] get-tuple-element(%arg.2), index=0
+  %n.2 = s32[] constant(2)
+  ROOT %lt.2 = pred[] compare(%i.2, %n.2), direction=LT
+}
+
+ENTRY %main (x.0: f32[2,32], w.0: f32[32,128], g.0: f32[2,128]) -> f32[2,128] {
+  %x.0 = f32[2,32] parameter(0)
+  %w.0 = f32[32,128] parameter(1)
+  %g.0 = f32[2,128] parameter(2)
+  %zero.0 = s32[] constant(0)
+  %tuple.0 = @T tuple(%zero.0, %x.0, %w.0, %g.0)
+  %while.0 = @T while(%tuple.0), condition=%cond, body=%body, metadata={op_name="@LOOP"}, @TRIPS
+  ROOT %out.0 = f32[2,128] get-tuple-element(%while.0), index=3
+}
+""".replace("@TRIPS", TRIPS).replace("@T", TUPLE).replace("@CALL", CALL).replace("@GRAD", GRAD).replace("@LOOP", LOOP)
+
+
+def _account(text: str):
+    return account(hloparse.parse(text), xla={"flops": 0.0})
+
+
+def test_a_narrowing_named_for_its_call_is_a_stacked_residual_of_the_twin():
+    acc = _account(STACKED)
+    stacked = [h for h in acc.remat_hinges if h.twin_copies]
+    assert [(h.name, h.twin_copies, h.flops) for h in stacked] == [("convert.1", 2 * 2 + 3, 7 * 512)]
+    assert acc.remat_flops_bounds[0] == -7 * 512
+
+
+def test_a_cast_jax_named_of_a_recomputed_value_is_no_stacked_residual():
+    text = STACKED.replace(f'op_name="{CALL}"}}', f'op_name="{CALL}/mlp/convert_element_type"}}', 1)
+    assert text != STACKED
+    acc = _account(text)
+    assert not [h for h in acc.remat_hinges if h.twin_copies]
+    assert acc.remat_flops_bounds[0] == 0
