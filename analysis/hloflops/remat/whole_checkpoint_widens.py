@@ -120,10 +120,12 @@ def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey],
         source = index.source(found.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
         if source is not None and source.key in shared:
             forward = found.forward_only(op.key[0], op.key[2])
-            considered.add(op.key)
             converts.setdefault(source.key, ([], []))[0 if forward else 1].append(op)
     extra: set[SiteKey] = set()
     for forward, elsewhere in converts.values():
+        if not forward:
+            continue  # no forward-only copy: the rule counts nothing of the value
+        considered.update(op.key for op in forward + elsewhere)
         missing = len(forward) - sum(op.key in out for op in forward + elsewhere)
         for op in [op for op in forward if op.key not in out][:max(missing, 0)]:
             extra.add(op.key)
