@@ -274,7 +274,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    the recompute both compute from program inputs (the first layer's matmuls), the recompute reads
    the forward's: that value is narrowed and widened for the recompute and the backward as the
    program without remat does, and the converts the forward's own fusions make of it (a round
-   trip in place) are remat, as many as they are (`shared_value_converts`). A checkpoint
+   trip in place) are remat, as many as they are (`shared_value_converts`); the round trips of
+   a shared value no forward-only fusion copies are left to the widen count. A checkpoint
    input the forward left in f32 (a bf16 residual add) crosses the checkpoint's barrier narrowed
    (`.../remat2`): the backward fusions reading it widen it again, where the program without
    remat's backward reads the wide value; those widens are remat, however many forward fusions

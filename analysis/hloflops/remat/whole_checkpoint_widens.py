@@ -41,7 +41,11 @@ and backward (a narrowing fusion, relayout fusions widening it), and its forward
 rounds the value again in place in fusions of its own (a narrow and a widen each). So of the
 value's unnamed converts, as many as the forward-only fusions make (fusions no recompute or
 backward op is in or reads) run because of remat, those counted already anywhere included (222:
-the recompute's tanh fusion rounds the matmul itself, its widen counted value by value). The value
+the recompute's tanh fusion rounds the matmul itself, its widen counted value by value). Those converts are then settled
+here, kept from the round trips (`widen_counts._read_round_trips`, which would count that
+narrow again); a shared value no forward-only fusion copies is one the rule counts nothing of,
+and its round trips stay theirs (base 54, a saving policy: the recompute reads the forward's
+residual sums, rounded in place beside a counted widen by recompute fusions). The value
 is told by what it is computed from: nothing back to the program's inputs (or a policy's saved
 residual) is a recompute or a forward op whose value number a recompute shares; a checkpoint per
 layer hands the next layer's recompute a value computed past the previous layer's attention,
@@ -107,8 +111,8 @@ def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey],
                           considered: set[SiteKey]) -> set[SiteKey]:
     """The forward's converts of a value CSE shares between the forward and the recompute (see
     the module's docstring): as many as the forward-only fusions make of it are remat, counted
-    ones anywhere included. Adds them to `out`; returns them. Adds every convert of such a value
-    to `considered`."""
+    ones anywhere included. Adds them to `out`; returns them. Adds every convert of a value it
+    counts (one with a forward-only copy) to `considered`: the round trips leave those alone."""
     shared = found.shared_reads()
     if not shared:
         return set()
@@ -120,10 +124,12 @@ def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey],
         source = index.source(found.module.by_name[op.key[0]], op.inst.operands[0], op.key[2])
         if source is not None and source.key in shared:
             forward = found.forward_only(op.key[0], op.key[2])
-            considered.add(op.key)
             converts.setdefault(source.key, ([], []))[0 if forward else 1].append(op)
     extra: set[SiteKey] = set()
     for forward, elsewhere in converts.values():
+        if not forward:
+            continue  # no forward-only copy: the rule counts nothing of the value
+        considered.update(op.key for op in forward + elsewhere)
         missing = len(forward) - sum(op.key in out for op in forward + elsewhere)
         for op in [op for op in forward if op.key not in out][:max(missing, 0)]:
             extra.add(op.key)
