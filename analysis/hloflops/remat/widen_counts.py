@@ -27,6 +27,15 @@ counted the same way, by the parameter it reads (a weight cast again in a fusion
 read, `normalization.widens_only`: base seed 103, each attention weight widened for the forward's
 matmul and again for the recompute's, once in the program without remat).
 
+A widen alone in its fusion (`normalization.widens_only`: XLA's wrap for a library fusion reading
+the value, layer norm's `sum((x - mean) ** 2)`) of a value a recompute computes, read by recomputed
+ops alone, is a recompute fusion too, though its widen carries the recompute's mark: the forward
+wraps its own for its own reader, and the program without remat runs no reader of this one. Where
+the recompute reads its input through the checkpoint's barrier, its value is numbered apart from
+the forward's (nothing matched here), and `pairing` took such a widen for the forward's copy CSE
+merged (the first of its class): it is counted remat all the same (base seed 5, one per layer
+norm of a Python loop's attention blocks).
+
 A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
 transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
 relayout fusion the program without remat builds of its forward's value, widening it as well: its
@@ -80,8 +89,12 @@ def balanced_widens(module: Module, ops: list[SiteOp],
     groups: dict[tuple, list[tuple[str, SiteOp]]] = {}
     forward_named: list[tuple[SiteOp, SiteOp]] = []  # (source, widen) of forward widens of named forward ops
     relaid: set[SiteKey] = set()
+    lone: set[SiteKey] = set()  # lone widens of a recompute's value read by recomputes alone
     for op, comp in index.widens():
         side = index.side(op.key[0], op.key[2])
+        if side is None and _lone_recompute_widen(index, comp, op, remat):
+            side = "recompute"
+            lone.add(op.key)
         if side is None:
             continue
         if side == "relayout":
@@ -128,7 +141,13 @@ def balanced_widens(module: Module, ops: list[SiteOp],
         in_recompute = sorted((op for side, op in members if side == "recompute"),
                               key=lambda op: (widens_only(module.by_name[op.key[0]]), op.order))
         if not forward:
-            continue  # the forward's widens are not in sight (another loop body): as decided
+            # The forward's widens are not in sight (another loop body, other value numbers): as
+            # decided, but for a lone widen only recomputes read, which no forward op reads.
+            for side, op in members:
+                if op.key in lone:
+                    decided.add(op.key)
+                    out.add(op.key)
+            continue
         for n, op in enumerate(in_recompute):
             decided.add(op.key)
             (out.add if n < forward else out.discard)(op.key)
@@ -147,6 +166,23 @@ def balanced_widens(module: Module, ops: list[SiteOp],
         out |= stored
         decided |= stored
     return out, decided, settled
+
+
+def _lone_recompute_widen(index: WidenIndex, comp: Computation, op: SiteOp, remat: set[SiteKey]) -> bool:
+    """Is the widen alone in its fusion (`normalization.widens_only`), of a value a recompute
+    computes, and read by recomputed ops only? XLA wraps a widen so for a library fusion reading
+    the value (layer norm's `sum((x - mean) ** 2)`): the forward wraps its own for its own
+    reader, and the program without remat has no reader of this one (base seed 5). Its mark
+    (the recompute's value) keeps it off `WidenIndex.side`'s recompute fusions, and where the
+    recompute's value is numbered apart from the forward's `pairing` took it for the forward's
+    copy CSE merged (the first of its class)."""
+    if not op.marked or op.key in remat or not widens_only(comp):
+        return False
+    source = index.source(comp, op.inst.operands[0], op.key[2])
+    if source is None or not source.marked or source.key not in remat:
+        return False
+    readers = index.reader_ops(op.key[0], op.key[2])
+    return bool(readers) and all(reader is not None and reader.key in remat for reader in readers)
 
 
 def _stored_roundings(module: Module, index: WidenIndex, remat: set[SiteKey]) -> set[SiteKey]:
