@@ -257,8 +257,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    as many as the forward's fusions widen it run because of remat, the rest are the program without
    remat's too; a recompute fusion that only relays its value out for backward matmuls widens as
    that program's relayout of the forward's value does: model FLOPs, but for a bias it broadcasts
-   in (hloflops.remat.widen_counts; rests on fusion). The narrowing a fusion applies to a value
-   it reads in f32 (a library matmul's output, rounded in each loop fusion reading it) before
+   in (hloflops.remat.widen_counts; rests on fusion); a widen alone in its fusion, of a recompute's
+   value and read by recomputed ops only, is a recompute fusion's, and a recompute's value numbered
+   apart from the forward's (its input read through the barrier) counts as often as the forward
+   widens each of its values of that primitive, shape and frame, where they agree. The narrowing a
+   fusion applies to a value it reads in f32 (a library matmul's output, rounded in each loop fusion reading it) before
    widening it is copied per fusion too, and follows that widen (a stored rounding the recompute
    reads, beside the forward fusion's own round trip of the value, is remat); a recompute's rounding named
    after a nested checkpoint's barrier (`.../remat2`) follows the op it rounds

@@ -27,6 +27,18 @@ counted the same way, by the parameter it reads (a weight cast again in a fusion
 read, `normalization.widens_only`: base seed 103, each attention weight widened for the forward's
 matmul and again for the recompute's, once in the program without remat).
 
+A widen alone in its fusion (`normalization.widens_only`: XLA's wrap for a library fusion reading
+the value, layer norm's `sum((x - mean) ** 2)`) of a value a recompute computes, read by recomputed
+ops alone, is a recompute fusion too, though its widen carries the recompute's mark: the forward
+wraps its own for its own reader. And where the recompute reads its input through the checkpoint's
+barrier, its value is numbered apart from the forward's, and a bare primitive's name matches none:
+`pairing` took one of its widens for the forward's copy CSE merged (the first of its class, the
+lone widen: base seed 5). Such a value's forward is then counted from the forward's values of its
+primitive, shape and frame: where the forward's fusions widen each of them as often (a Python
+loop's layers, each layer norm's `x - mean` widened for the variance's reduce and for the scaling),
+its own forward value was widened so often too (base seeds 5 and 129: `x - mean`, `var + eps`
+and softmax's row sums of the second and third layers). Where they differ nothing is inferred.
+
 A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
 transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
 relayout fusion the program without remat builds of its forward's value, widening it as well: its
@@ -56,6 +68,7 @@ whole-model rule's are settled both ways."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.names import ends_with, inner_tail
@@ -80,8 +93,11 @@ def balanced_widens(module: Module, ops: list[SiteOp],
     groups: dict[tuple, list[tuple[str, SiteOp]]] = {}
     forward_named: list[tuple[SiteOp, SiteOp]] = []  # (source, widen) of forward widens of named forward ops
     relaid: set[SiteKey] = set()
+    primitive_of: dict[tuple, tuple] = {}  # a recompute's value group: its primitive, shape and frame
     for op, comp in index.widens():
         side = index.side(op.key[0], op.key[2])
+        if side is None and _lone_recompute_widen(index, comp, op, remat):
+            side = "recompute"
         if side is None:
             continue
         if side == "relayout":
@@ -110,6 +126,7 @@ def balanced_widens(module: Module, ops: list[SiteOp],
                 # Its value number, which it shares with the forward's value where it reads the
                 # same inputs (one frame: a Python loop's layers, base seed 129).
                 groups.setdefault(("value", source.exact, op.frame), []).append((side, op))
+                primitive_of[("value", source.exact, op.frame)] = _primitive(source, op.frame)
             continue
         if side == "forward" and source.op_name and phase(source.op_name) == "forward":
             forward_named.append((source, op))
@@ -120,13 +137,24 @@ def balanced_widens(module: Module, ops: list[SiteOp],
             if (source.inst.opcode, shape_key(source.inst.shape)) == key[1:3] and op.frame == key[4] \
                     and ends_with(source.op_name, key[3]):
                 groups[key].append(("forward", op))
+    # How often the forward's fusions widen each forward value, by primitive, shape and frame.
+    by_primitive: dict[tuple, Counter] = {}
+    for source, op in forward_named:
+        by_primitive.setdefault(_primitive(source, op.frame), Counter())[source.exact] += 1
     out = set(remat) - relaid
     decided = set(relaid)
-    for members in groups.values():
+    for key, members in groups.items():
         forward = sum(side == "forward" for side, _ in members)
         # A fusion only widening the value for recomputes is counted last (hloflops.remat.normalization).
         in_recompute = sorted((op for side, op in members if side == "recompute"),
                               key=lambda op: (widens_only(module.by_name[op.key[0]]), op.order))
+        if not forward and key in primitive_of:
+            # A recompute's value numbered apart from the forward's (it reads its input through
+            # the checkpoint's barrier): where the forward's values of its primitive and shape in
+            # its frame are all widened as often, so was its own forward value.
+            counts = set(by_primitive.get(primitive_of[key], Counter()).values())
+            if len(counts) == 1:
+                forward = counts.pop()
         if not forward:
             continue  # the forward's widens are not in sight (another loop body): as decided
         for n, op in enumerate(in_recompute):
@@ -147,6 +175,24 @@ def balanced_widens(module: Module, ops: list[SiteOp],
         out |= stored
         decided |= stored
     return out, decided, settled
+
+
+def _primitive(source: SiteOp, frame) -> tuple:
+    """The value's opcode, shape, primitive (its name's last component) and frame."""
+    return source.inst.opcode, shape_key(source.inst.shape), source.op_name.rsplit("/", 1)[-1], frame
+
+
+def _lone_recompute_widen(index: WidenIndex, comp: Computation, op: SiteOp, remat: set[SiteKey]) -> bool:
+    """Is the widen alone in its fusion (`normalization.widens_only`), of a value a recompute
+    computes, and read by recomputed ops only (a recompute fusion, see the module's docstring)?
+    Its mark (the recompute's value) keeps it off `WidenIndex.side`'s recompute fusions."""
+    if not op.marked or op.key in remat or not widens_only(comp):
+        return False
+    source = index.source(comp, op.inst.operands[0], op.key[2])
+    if source is None or not source.marked or source.key not in remat:
+        return False
+    readers = index.reader_ops(op.key[0], op.key[2])
+    return bool(readers) and all(reader is not None and reader.key in remat for reader in readers)
 
 
 def _stored_roundings(module: Module, index: WidenIndex, remat: set[SiteKey]) -> set[SiteKey]:
