@@ -391,36 +391,23 @@ def _reads_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str,
     slices and casts, into fusions from their root and out of them to their call site's operand?
     Not an activation the forward computed (held-out more 214, a saved bf16 activation's
     transposed cast under `remat2` is the recompute's: the program without remat reads it wide)."""
-    where, inst = op.key[0], module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
-    for _ in range(32):
-        if inst is None:
-            return False
-        if inst.opcode == "parameter":
-            if where == module.entry.name:
-                return True
-            caller, number = callers.get(where), int(inst.attributes.get("parameter_number", "0"))
-            if caller is None or number >= len(caller[1].operands):
-                return False
-            where, inst = caller[0], module.by_name[caller[0]].by_name.get(caller[1].operands[number])
-        elif inst.opcode == "fusion" and len(inst.called(CallRole.FUSION)) == 1:
-            callee = module.by_name.get(inst.called(CallRole.FUSION)[0])
-            if callee is None or callee.root is None:
-                return False
-            where, inst = callee.name, callee.root
-        elif inst.opcode in _OF_INPUT and len(inst.operands) == 1:
-            inst = module.by_name[where].by_name.get(inst.operands[0])
-        else:
-            return False
-    return False
+    return _from_program_input(module, op, callers, _OF_INPUT, into_fusions=True, steps=32)
 
 
 def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None]) -> bool:
     """Does the convert read an entry parameter (a program input), through reshapes and out of
     fusions to their call site's operand?"""
+    return _from_program_input(module, op, callers, MOVING, into_fusions=False, steps=16)
+
+
+def _from_program_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str, Instruction] | None],
+                        through: frozenset[str], into_fusions: bool, steps: int) -> bool:
+    """Does the op's operand come from an entry parameter, through single-operand ops of `through`,
+    out of fusions to their call site's operand and (`into_fusions`) into a fusion from its root?"""
     if len(op.inst.operands) != 1:
         return False
     where, inst = op.key[0], module.by_name[op.key[0]].by_name.get(op.inst.operands[0])
-    for _ in range(16):
+    for _ in range(steps):
         if inst is None:
             return False
         if inst.opcode == "parameter":
@@ -430,7 +417,12 @@ def _casts_an_input(module: Module, op: SiteOp, callers: Mapping[str, tuple[str,
             if caller is None or number >= len(caller[1].operands):
                 return False
             where, inst = caller[0], module.by_name[caller[0]].by_name.get(caller[1].operands[number])
-        elif inst.opcode in MOVING and len(inst.operands) == 1:
+        elif into_fusions and inst.opcode == "fusion" and len(inst.called(CallRole.FUSION)) == 1:
+            callee = module.by_name.get(inst.called(CallRole.FUSION)[0])
+            if callee is None or callee.root is None:
+                return False
+            where, inst = callee.name, callee.root
+        elif inst.opcode in through and len(inst.operands) == 1:
             inst = module.by_name[where].by_name.get(inst.operands[0])
         else:
             return False
