@@ -23,13 +23,11 @@ without remat: in the range, as every fusion rule's op."""
 from __future__ import annotations
 
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, LAYOUT_VIEWS, MATMUL_OPCODES, NO_WORK_OPERANDS, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Module
 
-_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
-_FREE = frozenset({"broadcast", "constant", "parameter", "iota"})
 
 
 def nested_forward_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
@@ -73,9 +71,9 @@ def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
             continue
         seen.add(current)
         step = comp.by_name.get(current)
-        if step is None or step.opcode in _FREE:
+        if step is None or step.opcode in NO_WORK_OPERANDS:
             continue
-        if step.opcode in _VIEWS:
+        if step.opcode in LAYOUT_VIEWS:
             pending += step.operands
             continue
         op = by_key.get((comp.name, current, site))
@@ -92,7 +90,8 @@ def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
     # The activation reads a value of the chain twice (gelu's `x * f(x)`): its derivative reads
     # that value, which the program without remat stores wide. A chain of single reads (a bias
     # add, `tanh(x + b)`) is saved by its output, which that program narrows as this one does.
-    chain = seen - {name for name in seen if comp.by_name.get(name) is None or comp.by_name[name].opcode in _FREE}
+    chain = seen - {name for name in seen
+                    if comp.by_name.get(name) is None or comp.by_name[name].opcode in NO_WORK_OPERANDS}
     if not any(sum(user.name in chain for user in comp.users.get(value, ())) > 1 for value in chain):
         return None
     return found[0]
@@ -105,6 +104,6 @@ def _read_by_a_matmul(outer: Computation, name: str) -> bool:
         for user in outer.users.get(values.pop(), ()):
             if user.opcode in MATMUL_OPCODES:
                 return True
-            if user.opcode in _VIEWS:
+            if user.opcode in LAYOUT_VIEWS:
                 values.append(user.name)
     return False

@@ -79,6 +79,11 @@ def is_memory_placement(inst: Instruction) -> bool:
     return inst.opcode == "custom-call" and len(inst.operands) == 1 and inst.custom_call_target in MEMORY_PLACEMENT
 
 
+# Ops that only relay out a value (inside a fusion a chain is read through them).
+LAYOUT_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
+# Operands that carry no op of an elementwise chain.
+NO_WORK_OPERANDS = frozenset({"broadcast", "constant", "parameter", "iota"})
+
 # Not numbered by `_frame`'s fast path.
 NOT_PLAIN = UNIQUE | IDENTITY | {"parameter", "tuple", "get-tuple-element", "custom-call", "conditional"}
 # Reading (part of) an input: the abstract number of such a value is its shape.

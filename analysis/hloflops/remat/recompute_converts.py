@@ -25,14 +25,13 @@ from __future__ import annotations
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.normalization import NARROW_FLOATS
+from hloflops.remat.op_kinds import LAYOUT_VIEWS
 from hloflops.remat.saved_copies import hands_out_relayout
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.widen_index import WidenIndex
 from hloflops.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
 
-# Ops that hand a value on unchanged between the relayout's root and the value it relays out.
-_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 
 
 def relaid_recompute_converts(module: Module, ops: list[SiteOp], remat: set[SiteKey]
@@ -74,7 +73,7 @@ def relaid_recompute_converts(module: Module, ops: list[SiteOp], remat: set[Site
 def _relaid_value(comp: Computation) -> str | None:
     """The op whose value the relayout hands out: below the root's views and converts."""
     inst: Instruction | None = comp.root
-    while inst is not None and (inst.opcode in _VIEWS or inst.opcode == "convert") and inst.operands:
+    while inst is not None and (inst.opcode in LAYOUT_VIEWS or inst.opcode == "convert") and inst.operands:
         inst = comp.by_name.get(inst.operands[0])
     return inst.name if inst is not None and inst.opcode != "parameter" else None
 

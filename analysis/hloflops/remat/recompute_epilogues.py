@@ -30,14 +30,13 @@ from typing import Mapping
 
 from hloflops.remat.collectives import REDUCING
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloparse.ir import Instruction, Module
 
 # What hands a collective's result on to the fusion reading it: views, and the slice of an
 # all-reduce-scatter fusion (each device's part of the reduced sums).
 _HANDS_ON = frozenset({"bitcast", "copy", "reshape", "dynamic-slice", "slice"})
-_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})  # read through inside a fusion
 
 
 def recompute_epilogues(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
@@ -75,7 +74,7 @@ def recompute_epilogues(module: Module, ops: list[SiteOp], fused: Mapping[str, f
             elif found is not None and found.key in remat and found.inst.opcode in REDUCING:
                 collected.add(found.key)
                 reads[key] = frozenset({found.key})
-        elif _cheap_marked(op) or op.inst.opcode in _VIEWS:
+        elif _cheap_marked(op) or op.inst.opcode in LAYOUT_VIEWS:
             reads[key] = frozenset().union(*(read((key[0], name, key[2])) for name in op.inst.operands))
         return reads[key]
 

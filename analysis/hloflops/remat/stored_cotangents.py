@@ -28,13 +28,11 @@ from math import prod
 from typing import Iterable
 
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, NO_WORK_OPERANDS
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
-_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
-_FREE = frozenset({"broadcast", "constant", "parameter", "iota"})  # operands that carry no op of the chain
 
 
 def stored_cotangents(module: Module, ops: list[SiteOp], remat: set[SiteKey], backward_loops: set[str]
@@ -95,9 +93,9 @@ def _backward_chain(comp: Computation, narrow: SiteOp, by_key: dict[SiteKey, Sit
             continue
         seen.add(name)
         step = comp.by_name.get(name)
-        if step is None or step.opcode in _FREE:
+        if step is None or step.opcode in NO_WORK_OPERANDS:
             continue
-        if step.opcode in _VIEWS:
+        if step.opcode in LAYOUT_VIEWS:
             pending += step.operands
             continue
         op = by_key.get((comp.name, name, narrow.key[2]))
@@ -126,10 +124,10 @@ def _recomputed_matmul(comp: Computation, op: SiteOp, by_key: dict[SiteKey, Site
             continue
         seen.add(name)
         step = comp.by_name.get(name)
-        if step is None or step.opcode in _FREE:
+        if step is None or step.opcode in NO_WORK_OPERANDS:
             continue
         found = by_key.get((comp.name, name, op.key[2]))
-        if step.opcode in _VIEWS:
+        if step.opcode in LAYOUT_VIEWS:
             pending += step.operands
         elif found is not None and found.key in remat and found.marked:
             if step.opcode in MATMUL_OPCODES:
@@ -154,7 +152,7 @@ def _readers(frame: Computation, fusion: Instruction, comp: Computation, name: s
     readers: list[Instruction] = []
     while values:
         for user in frame.users.get(values.pop(), ()):
-            if user.opcode in _VIEWS:
+            if user.opcode in LAYOUT_VIEWS:
                 values.append(user.name)
             else:
                 readers.append(user)
