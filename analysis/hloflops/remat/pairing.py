@@ -359,7 +359,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if module.is_scheduled and remat_named:
         # A recomputed reciprocal the backward's division by the same value shares (XLA's CSE kept
         # one `1 / s` for both): model FLOPs, unsure (hloflops.remat.shared_reciprocals).
-        remat -= shared_reciprocals(module, ops, remat & across, op_names)
+        shared = shared_reciprocals(module, ops, remat, across, op_names)
+        remat -= shared
+        certain -= shared  # unsure, however its value was paired
     # Older jax's frame holds the checkpoint's backward ops too: without a twin such an op is
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]

@@ -36,16 +36,25 @@ DIVISION = "div"
 _HANDS_ON = frozenset({"bitcast", "reshape", "copy", "broadcast", "transpose", "tuple", "get-tuple-element"})
 
 
-def shared_reciprocals(module: Module, ops: Iterable[SiteOp], across: set[SiteKey], op_names: OpNames) -> set[SiteKey]:
-    """The remat reciprocals (`divide(1, s)`) paired with a forward in another loop body (`across`)
-    that a backward op of the same division reads."""
-    candidates = [op for op in ops if op.key in across and op.named and op.inst.opcode == "divide"
+def shared_reciprocals(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey], across: set[SiteKey],
+                       op_names: OpNames) -> set[SiteKey]:
+    """The remat reciprocals (`divide(1, s)`) paired with a forward in another loop body (`across`),
+    or in a computation that stacks a scan's residuals, that a backward op of the same division
+    reads."""
+    candidates = [op for op in ops if op.key in remat and op.named and op.inst.opcode == "divide"
                   and REMAT_SCOPE in op.op_name]
     if not candidates:
         return set()
     callers = _fusion_callers(module)
+    stacking: dict[str, bool] = {}
     found: set[SiteKey] = set()
     for op in candidates:
+        if op.key not in across:
+            if op.frame not in stacking:
+                stacking[op.frame] = op.frame in module.by_name and \
+                    _stacks_residuals(module, module.by_name[op.frame], op_names)
+            if not stacking[op.frame]:
+                continue
         comp = module.by_name[op.key[0]]
         if not _is_reciprocal(comp, op.inst):
             continue
@@ -100,3 +109,27 @@ def _reader_names(module: Module, comp: Computation, inst: Instruction, op_names
                                 if name == current.name and k < len(params)]
             else:
                 yield op_names.of(comp.name, reader)
+
+
+def _stacks_residuals(module: Module, comp: Computation, op_names: OpNames) -> bool:
+    """Does the computation stack a scan's per-step forward values (a forward concatenate along
+    the first dimension of two or more values, each with a leading unit dimension: an unrolled
+    scan's residual stack, left in one computation where XLA removed a one-trip loop)?"""
+    for inst in comp.instructions:
+        stack, body = inst, comp
+        if inst.opcode == "fusion":
+            callees = inst.called(CallRole.FUSION)
+            body = module.by_name.get(callees[0]) if len(callees) == 1 else None
+            if body is None:
+                continue
+            stack = body.root
+            while stack.opcode in ("bitcast", "reshape") and stack.operands and stack.operands[0] in body.by_name:
+                stack = body.by_name[stack.operands[0]]
+        if stack.opcode != "concatenate" or len(stack.operands) < 2 or stack.dimensions != (0,):
+            continue
+        if "transpose(" in op_names.of(body.name, stack):  # a backward's stack (weight gradients)
+            continue
+        parts = [body.by_name.get(name) for name in stack.operands]
+        if all(part is not None and part.shape.rank > 0 and part.shape.dims[0] == 1 for part in parts):
+            return True
+    return False
