@@ -32,3 +32,22 @@ def test_a_python_loops_recomputed_reciprocal_stays_remat():
     # `more` draw 63: the same LM as a Python loop of nn.remat blocks, exact on every opcode.
     outcome = check(draw(63, "more"))
     assert outcome.all_ok("after"), outcome.describe()
+
+
+def test_an_unrolled_scans_recomputed_reciprocal_beside_its_residual_stack_is_model_flops():
+    # `base` draw 106: a three-layer scan unrolled by two; XLA removes its one-trip loops, so the
+    # forward and the recompute share one computation, which still stacks the scan's residuals
+    # (concatenates of unit-leading forward values). The program without remat's backward reads
+    # `s` through that stack and computes `1 / s` itself: the recompute's is model FLOPs, as in a
+    # rolled scan (divide +512 before; its layer norm copies still miss: only the divide is asserted).
+    outcome = check(draw(106, "base"))
+    after = _after(outcome)
+    assert "divide" not in after.misses, outcome.describe()
+    assert outcome.in_bounds("after"), outcome.describe()
+
+
+def test_a_one_step_scans_recomputed_reciprocal_without_a_stack_stays_remat():
+    # `base` draw 27: a one-layer scan, its loops removed and nothing stacked: the program without
+    # remat's backward shares the forward's `1 / s`, and the recompute's is remat (divide +512).
+    outcome = check(draw(27, "base"))
+    assert outcome.all_ok("after"), outcome.describe()

@@ -292,8 +292,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    `e * (1 / s)`, the backward's `ct / s` too, and CSE keeps one `1 / s` for both under the
    recompute's name. Where the forward runs in another loop body (a scan), the program without
    remat computes its backward's `1 / s` there too: model FLOPs, unsure
-   (hloflops.remat.shared_reciprocals). In one computation (a Python loop), the program without
-   remat shares the forward's instead, and the recompute's is remat.
+   (hloflops.remat.shared_reciprocals); and so where the loops are gone (a scan unrolled into
+   one-trip loops XLA removed) but the computation still stacks the scan's residuals, which the
+   program without remat's backward reads `s` through. In one computation without such a stack
+   (a Python loop, a one-step scan), the program without remat shares the forward's instead,
+   and the recompute's is remat.
 
 Ops without metadata are named by what they read (through the unnamed ops XLA adds, a program
 input counting as a forward value; after

@@ -16,6 +16,13 @@ and that with the primitive's `div`: `blocks/block/self_attn/div`), is model FLO
 XLA's CSE: unsure, the range's high end holds it. Where the forward runs in the same computation (a
 Python loop of remat'd blocks) the program without remat's backward shares the forward's `1 / s`
 instead: the recompute's runs because of remat (more draws 63, 89, 102: divide exact only so).
+Unless that computation stacks a scan's residuals (a forward concatenate, along the first
+dimension, of values with a leading unit dimension): a scan whose one-trip loops XLA removed
+(unrolled by two over three layers, base draw 106) leaves forward and backward in one computation,
+but the program without remat's backward still reads `s` through the stack's slice (or in the
+stack's shape), which CSE does not merge with the forward's `s`: it computes `1 / s` itself, as in
+a rolled scan. A one-step scan stacks nothing (its stack is a reshape XLA removes), and its
+backward shares the forward's `1 / s` (base draws 27, 38, 79, 96, 99).
 Only reciprocals: other ops of one name (flax names every `*` of a gelu `mlp/mul`) are read by the
 backward's products of that name as operands of their own, not computed again; and only names that
 end with the division's primitive (flax and Haiku write it: `multi_head_attention/div`), which a
