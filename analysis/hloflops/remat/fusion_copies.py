@@ -62,7 +62,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     op of that work (the divide) no recompute whose cheap inputs follow it; a copy `_same_value`
     counted there passes its count to a sibling (`coefficient_counts_passed_on`). Returns the
     recompute, the copies this rule decided (either way), those of them it decided on how XLA fused
-    the program without remat, and the siblings that took a count by value."""
+    the program without remat, the siblings that took a count by value, and the gradient sides of
+    fusions that also hand out a recomputed matmul's output (`gradient_sides`,
+    hloflops.remat.mixed_gradient_fusions: copies there as in a gradient fusion)."""
     fused = fused_outputs(module)
     if not fused:
         return remat, set(), set(), set(), set()
