@@ -11,7 +11,13 @@ copies it into every fusion reading it. So only the matmul and its epilogue run 
 remat; the chain from `h` and the values of it the fusion hands out to the rest of the gradient
 (gelu's `0.5 * (1 + tanh)`, sent through an all-to-all to the fusion multiplying it by the
 cotangent) run in the program without remat too (TPU draws 50, an nnx scan of one layer XLA
-unrolled, and 52, an equinox list of one layer: each a gelu MLP under `nothing_saveable`)."""
+unrolled, and 52, an equinox list of one layer under FSDP: gelu MLPs whose forward stores nothing
+of the layer). Only where a kept output is such an epilogue: a fusion handing out a recomputed
+chain value and no matmul output has no stored value of that program behind it. Where the pairing
+by value counted a gradient side's copy against its forward, the count moves to a sibling copy in
+a top-level fusion whose outputs are recompute (TPU draw 26, tensor parallel: gelu recomputed and
+narrowed for the all-gather of a weight gradient's input, which that program reads stored from its
+forward), never to one nested in a backward matmul's fusion, which that program nests alike."""
 
 from __future__ import annotations
 
