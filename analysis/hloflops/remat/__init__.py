@@ -151,7 +151,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    XLA never duplicates a matmul, and where the forward computes the op in its matmul's fusion (a
    whole model's head bias add) the program without remat stores it there, or fuses its cotangent
    there, and its gradient fusions copy none: recompute, in the range
-   (hloflops.remat.recompute_epilogues). The backward's own ops that fusion computes from the
+   (hloflops.remat.recompute_epilogues). But where such a fusion also hands the recomputed matmul's
+   output out (`h = x @ w + b`, for the weight's gradient; forward and backward in one computation),
+   the program without remat stores `h` and builds the same gradient fusion reading it, copying the
+   cheap chain of `h` (gelu's) into it: that fusion's ops outside what `h` is computed from, and the
+   cheap values of them it hands to the rest of the gradient, are model FLOPs; a count by value
+   they held passes to a sibling in a top-level recompute fusion
+   (hloflops.remat.mixed_gradient_fusions). The backward's own ops that fusion computes from the
    recompute (the loss's cotangent `y * c`), handed out narrowed to gradient matmuls only, the
    program without remat computes in its forward's matmul fusion and again, wide, in each of those
    matmuls' fusions: the narrow is recompute, and the copies it makes beyond this program's one

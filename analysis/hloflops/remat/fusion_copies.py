@@ -15,6 +15,7 @@ from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.linearization_copies import (
     coefficient_counts_passed_on, copies_in, linearization_coefficients, only_linearization_outputs)
+from hloflops.remat.mixed_gradient_fusions import gradient_side_outputs, gradient_sides
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
@@ -24,7 +25,7 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset(),
                    own: set[SiteKey] = frozenset()
-                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey]]:
+                   ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
     fusion the program without remat has too) runs there in both programs, so it is not
@@ -61,10 +62,12 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     op of that work (the divide) no recompute whose cheap inputs follow it; a copy `_same_value`
     counted there passes its count to a sibling (`coefficient_counts_passed_on`). Returns the
     recompute, the copies this rule decided (either way), those of them it decided on how XLA fused
-    the program without remat, and the siblings that took a count by value."""
+    the program without remat, the siblings that took a count by value, and the gradient sides of
+    fusions that also hand out a recomputed matmul's output (`gradient_sides`,
+    hloflops.remat.mixed_gradient_fusions: copies there as in a gradient fusion)."""
     fused = fused_outputs(module)
     if not fused:
-        return remat, set(), set(), set()
+        return remat, set(), set(), set(), set()
     by_key = {op.key: op for op in ops if op.key[0] in fused}
     duplicated = duplicated_expensive(ops, fused)
     # (the linearization's own expensive op is no recompute: what it reads there is a plain copy)
@@ -82,6 +85,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     read_stored = _ReadStored(module, ops)
     backward_loops = backward_loop_bodies(module, ops)
     coefficients, derived = linearization_coefficients(ops, model)
+    # a gradient fusion handing out a recomputed matmul's output too: its gradient's own ops are a
+    # gradient fusion's copies (hloflops.remat.mixed_gradient_fusions)
+    mixed = gradient_sides(module, fused, by_key, remat, _Gradient(fused, by_key), backward_loops)
     out = set(remat)
     decided_copies: set[SiteKey] = set()
     dropped: dict[tuple, int] = {}  # (frame, value) -> its counted copies dropped in linearization-only fusions
@@ -99,7 +105,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 decided[(comp_name, site)] = False
             else:
                 decided[(comp_name, site)] = None
-        runs = decided[(comp_name, site)]
+        runs = decided[(comp_name, site)] and op.inst.name not in mixed.get((comp_name, site), ())
         if runs is None:
             continue
         if runs is False and op.marked and op.key in remat and op.key in by_value and \
@@ -147,6 +153,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             (stand_ins if op.key[:2] in under_duplicated else decided_copies).add(op.key)
             if op.marked and read_stored(op):
                 read_stored.copies.setdefault((op.frame, op.exact), []).append(op)
+    handed, passed = gradient_side_outputs(module, mixed, fused, by_key, remat, out, by_value, decided)
+    out = (out - handed) | passed
+    decided_copies |= handed | passed
     # the values computed from a coefficient: the program without remat computes each once, saving it
     for copies in copies_in(ops, derived, backward_loops).values():
         first, *others = sorted(copies, key=lambda o: o.order)
@@ -176,8 +185,9 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 decided_copies.add(key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
     epilogues = saved_matmul_epilogues(module, ops)
+    gradient_side = {key for key in by_key if key[1] in mixed.get((key[0], key[2]), ())}
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
-        stand_ins | read_stored.copied_more_than_once(), moved - nested
+        stand_ins | read_stored.copied_more_than_once(), moved - nested, gradient_side
 
 
 def _counts_passed_on(by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey], out: set[SiteKey],
@@ -353,6 +363,16 @@ def _computes_gradient(comp_name: str, site: int, outputs: frozenset[str], by_ke
     return any(not op.marked and phase(op.op_name) == "backward"
                and (op.inst.name in outputs or op.inst.opcode in DUPLICATED)
                for op in _named_outputs(comp_name, site, outputs, by_key))
+
+
+class _Gradient:
+    """`_computes_gradient` per (fusion, call site), asked lazily."""
+
+    def __init__(self, fused: Mapping[str, frozenset[str]], by_key: Mapping[SiteKey, SiteOp]):
+        self.fused, self.by_key = fused, by_key
+
+    def get(self, site: tuple[str, int]) -> bool:
+        return _computes_gradient(site[0], site[1], self.fused[site[0]], self.by_key)
 
 
 def _named_outputs(comp_name: str, site: int, outputs: frozenset[str],

@@ -212,13 +212,14 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # of it is the program without remat's too, and so are the copies in it.
     own = linearization_only(ops, remat | first_of_class) if module.is_scheduled and remat_named else set()
     recomputes = set(remat)  # paired with a forward value, before the fusion rules
-    remat, copies, stand_ins, moved = fusion_copies(module, ops, remat, first_of_class, sizes, by_value, own)
+    remat, copies, stand_ins, moved, gradient_side = fusion_copies(module, ops, remat, first_of_class, sizes,
+                                                                   by_value, own)
     paired_by_value |= moved  # a count by value passed on to a sibling copy
     if module.is_scheduled and remat_named:
         # A paired cheap recompute reading a recomputed matmul in a gradient fusion, which rule 4
         # took for a copy: the program without remat stores it from its forward matmul's fusion
         # (hloflops.remat.recompute_epilogues).
-        epilogues = recompute_epilogues(module, ops, fused_outputs(module), remat, recomputes - remat)
+        epilogues = recompute_epilogues(module, ops, fused_outputs(module), remat, recomputes - remat - gradient_side)
         remat |= epilogues
         paired_by_value -= epilogues
     remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
