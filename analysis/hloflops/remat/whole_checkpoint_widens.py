@@ -115,13 +115,14 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
         decided |= settled
         return settled
     for op, comp, side in widens:
-        if side is None or (side == "recompute" and op.key in relaid) or op.key in beyond \
-                or (beyond and found.casts_inputs(op.key[0], op.key[2])):
+        if side is None or (side == "recompute" and op.key in relaid) or op.key in beyond:
             continue
         # A value the checkpoint computes, named so (a policy's residual, which the recompute
         # reads, a program input, a weight's slice, and an op named by its readers, a library
         # matmul without metadata, are counted value by value: hloflops.remat.widen_counts).
         source = index.source(comp, op.inst.operands[0], op.key[2])
+        if beyond and (source is None or found.casts_an_input(source)):
+            continue  # a weight's cast, where only part of the split holds: value by value
         if source is None or not (source.named and not source.inherited if side == "recompute" else
                                   source.key in remat or found.checkpointed(source)):
             continue
@@ -325,6 +326,11 @@ class _CheckpointedForward:
                                      and op.inst.opcode not in MOVING_OPS) for op in reader):
                     return True
         return False
+
+    def casts_an_input(self, op: SiteOp) -> bool:
+        """Is the op a convert of a program input (a weight's cast)?"""
+        return op.inst.opcode == "convert" and bool(op.inst.operands) and \
+            self.index.program_input(self.module.by_name[op.key[0]], op.inst.operands[0]) is not None
 
     def casts_inputs(self, comp_name: str, site: int) -> bool:
         """Is every op of the fusion a move or a convert of a program input (or a round trip of
