@@ -266,7 +266,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    in (hloflops.remat.widen_counts; rests on fusion); a widen alone in its fusion, of a recompute's
    value and read by recomputed ops only, is a recompute fusion's, and a recompute's value numbered
    apart from the forward's (its input read through the barrier) counts as often as the forward
-   widens each of its values of that primitive, shape and frame, where they agree. The narrowing a
+   widens each of its values of that primitive, shape and frame, where they agree; a fusion of
+   recomputed ops whose value pairing left to the forward's copy (a residual sum) still widens a
+   forward value it reads (a bias's cast) for its recompute, counted so. The narrowing a
    fusion applies to a value it reads in f32 (a library matmul's output, rounded in each loop fusion reading it) before
    widening it is copied per fusion too, and follows that widen (a stored rounding the recompute
    reads, beside the forward fusion's own round trip of the value, is remat); a recompute's rounding named
@@ -279,7 +281,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    are remat, the recompute's model FLOPs; and it copies a value it never stores (a residual sum)
    into each fusion reading it, where the recompute stores it once as the program without remat's
    forward does: all those forward copies are remat, for a value a recompute fusion computes
-   (hloflops.remat.whole_checkpoint_widens). Where CSE kept one copy of a value the forward and
+   (hloflops.remat.whole_checkpoint_widens). Where the recompute reads forward values only through
+   CSE's shared copies, or the forward hands the backward only a weight's cast, the split holds for
+   the values computed from program inputs by loop fusions alone (the embedding's lookup), not past
+   a shared value or a library op. Where CSE kept one copy of a value the forward and
    the recompute both compute from program inputs (the first layer's matmuls), the recompute reads
    the forward's: that value is narrowed and widened for the recompute and the backward as the
    program without remat does, and the converts the forward's own fusions make of it (a round

@@ -49,9 +49,23 @@ residual sums, rounded in place beside a counted widen by recompute fusions). Th
 is told by what it is computed from: nothing back to the program's inputs (or a policy's saved
 residual) is a recompute or a forward op whose value number a recompute shares; a checkpoint per
 layer hands the next layer's recompute a value computed past the previous layer's attention,
-whose ops have recompute twins. The gate above still counts such reads as the recompute reading
-the forward (opened for them, its widen rule moved base 238 out of range); the shared values'
-converts are settled whichever way it goes.
+whose ops have recompute twins. The gate above counts such reads as the recompute reading the
+forward; the shared values' converts are settled whichever way it goes.
+
+Where the gate above closes only on what a whole-model checkpoint shows too, the split still
+holds for part of the model (`beyond` is the rest). That is where every forward value the
+recompute reads is one CSE shares, and every forward fusion the backward reads only casts program
+inputs (a weight's cast that the backward's matmul reads; the program without remat makes and
+reads it the same way). The recompute's own values are then those it computes from program inputs
+by loop fusions alone (the embedding's lookup, `take`'s gather and mask). They are past no shared
+value and no library op (matmul, reduce, loop). There the split is the first one: the forward's
+widens of the looked-up rows (the gather's, one per fusion reading it) are remat, the
+recompute's (the masked rows', as many as the program without remat's forward makes) model
+FLOPs (base seed 145: an encoder-decoder's two embeddings, whose masked rows the recompute
+widens five times and the forward's gather three times). Past a shared value or a library op the
+split does not hold here (opened for the whole model, base seed 145's convert miss went from
++32,768 to +66,624: its attention's and MLP's values); a weight's cast keeps the value-by-value
+count.
 
 These stand on the recompute being the program without remat's forward: settled both ways, not
 in the range (hloflops.remat.widen_counts counts the value-by-value case)."""
@@ -69,6 +83,10 @@ from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module, parameter_number
 
 
+_NOT_ELEMENTWISE = frozenset({"dot", "convolution", "reduce", "reduce-window", "custom-call", "while", "call",
+                              "conditional", "scatter", "sort", "all-reduce"})
+
+
 def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex, remat: set[SiteKey],
                             out: set[SiteKey], decided: set[SiteKey], relaid: set[SiteKey],
                             shared_converts: set[SiteKey]) -> set[SiteKey]:
@@ -80,9 +98,15 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
     found = _CheckpointedForward(module, ops, index)
     shared = shared_value_converts(found, out, shared_converts)
     decided |= shared
-    if found.recompute_reads_forward() or found.forward_hands_backward():
-        return shared
-    settled = _forward_copies(ops, found, out) | shared
+    beyond: set[SiteKey] = set()  # what the split below leaves to the value-by-value count
+    if found.recompute_reads_forward() or found.hands_backward():
+        # Only a value CSE shares, or a weight's cast the backward's matmul reads: the split still
+        # holds for the values computed from the program's inputs by loop fusions alone.
+        if found.reads_unshared_forward() or found.hands_backward(casts=False):
+            return shared
+        beyond = found.downstream_of(found.shared_reads()
+                                     | {op.key for op in ops if op.inst.opcode in _NOT_ELEMENTWISE})
+    settled = _forward_copies(ops, found, out, beyond) | shared
     widens = [(op, comp, found.side(op.key[0], op.key[2])) for op, comp in index.widens()]
     # The forward and its recompute in one computation (not a scan's two loop bodies, the
     # forward's values handed through the loop's stacks).
@@ -91,12 +115,14 @@ def whole_checkpoint_widens(module: Module, ops: list[SiteOp], index: WidenIndex
         decided |= settled
         return settled
     for op, comp, side in widens:
-        if side is None or (side == "recompute" and op.key in relaid):
+        if side is None or (side == "recompute" and op.key in relaid) or op.key in beyond:
             continue
         # A value the checkpoint computes, named so (a policy's residual, which the recompute
         # reads, a program input, a weight's slice, and an op named by its readers, a library
         # matmul without metadata, are counted value by value: hloflops.remat.widen_counts).
         source = index.source(comp, op.inst.operands[0], op.key[2])
+        if beyond and (source is None or found.casts_an_input(source)):
+            continue  # a weight's cast, where only part of the split holds: value by value
         if source is None or not (source.named and not source.inherited if side == "recompute" else
                                   source.key in remat or found.checkpointed(source)):
             continue
@@ -137,7 +163,8 @@ def shared_value_converts(found: "_CheckpointedForward", out: set[SiteKey],
     return extra
 
 
-def _forward_copies(ops: list[SiteOp], found: "_CheckpointedForward", out: set[SiteKey]) -> set[SiteKey]:
+def _forward_copies(ops: list[SiteOp], found: "_CheckpointedForward", out: set[SiteKey],
+                    beyond: set[SiteKey] = frozenset()) -> set[SiteKey]:
     """The forward's copies of a checkpointed elementwise value beyond those counted (see the
     module's docstring): remat, as many as make the value's count its forward copies. A value is
     the ops of one opcode and shape named alike inside the checkpoint (`inner_tail`, two
@@ -149,6 +176,7 @@ def _forward_copies(ops: list[SiteOp], found: "_CheckpointedForward", out: set[S
     recompute (the head's bias add, copied into the loss gradient's fusions) is one that program's
     forward computes as this one's does, for the loss. Adds them to `out`; returns them."""
     values: dict[tuple, tuple[list[SiteOp], list[SiteOp]]] = {}
+    ops = [op for op in ops if op.key not in beyond]
     for op in ops:
         if op.marked and not op.inherited and op.op_name and op.inst.opcode in DUPLICATED \
                 and op.inst.opcode != "convert" and len(tail := inner_tail(op.op_name)) >= 2:
@@ -279,18 +307,75 @@ class _CheckpointedForward:
                     for operand in inst.operands:
                         yield self.index.source(comp, operand, site)
 
-    def forward_hands_backward(self) -> bool:
+    def reads_unshared_forward(self) -> bool:
+        """Does the recompute read a forward value CSE does not share with it?"""
+        return any((value := self._forward_source(source)) is not None and not self.shared(value)
+                   for source in self._recompute_reads())
+
+    def hands_backward(self, casts: bool = True) -> bool:
         """Does a fusion of the checkpointed forward hand its value to the backward (a fusion
         computing a backward op, or an unfused one)? The forward of a whole-model checkpoint
-        stores nothing but the policy's residuals (their fusions are of no side)."""
+        stores nothing but the policy's residuals (their fusions are of no side). Without
+        `casts`, a fusion only casting program inputs is left out: a weight's cast the backward's
+        matmul reads is one the program without remat makes and reads so too."""
         for (comp_name, site), side in list(self.sides.items()):
-            if side != "forward":
+            if side != "forward" or (not casts and self.casts_inputs(comp_name, site)):
                 continue
             for reader in self.index.reader_fusions(comp_name, site):
                 if any(op.marked or (op.op_name and phase(op.op_name) == "backward"
                                      and op.inst.opcode not in MOVING_OPS) for op in reader):
                     return True
         return False
+
+    def casts_an_input(self, op: SiteOp) -> bool:
+        """Is the op a convert of a program input (a weight's cast)?"""
+        return op.inst.opcode == "convert" and bool(op.inst.operands) and \
+            self.index.program_input(self.module.by_name[op.key[0]], op.inst.operands[0]) is not None
+
+    def casts_inputs(self, comp_name: str, site: int) -> bool:
+        """Is every op of the fusion a move or a convert of a program input (or a round trip of
+        one): a weight's cast?"""
+        comp = self.module.by_name[comp_name]
+        for inst in comp.instructions:
+            if inst.opcode in MOVING_OPS:
+                continue
+            if inst.opcode != "convert" or not inst.operands:
+                return False
+            read = comp.by_name.get(inst.operands[0])
+            if read is not None and read.opcode == "convert":
+                continue  # a round trip of the cast
+            if self.index.program_input(comp, inst.operands[0]) is None:
+                return False
+        return True
+
+    def downstream_of(self, values: set[SiteKey]) -> set[SiteKey]:
+        """The instructions computed from any of the values: a walk through their readers, into
+        fusions by their parameters and out by their roots (not into loops or calls), each
+        instruction once."""
+        fused = self.index.fused
+        found: set[SiteKey] = set()
+        pending = list(values)
+        while pending:
+            comp_name, name, site = pending.pop()
+            comp = self.module.by_name[comp_name]
+            steps = []
+            for user in comp.users.get(name, ()):
+                if user.opcode == "fusion":
+                    callee = self.module.by_name[user.called(CallRole.FUSION)[0]]
+                    numbers = {k for k, operand in enumerate(user.operands) if operand == name}
+                    steps += [(callee.name, p.name, site) for p in callee.parameters if parameter_number(p) in numbers]
+                    steps.append((comp_name, user.name, site))
+                elif not any(call.role in CallRole.CONTROL for call in user.calls):
+                    steps.append((comp_name, user.name, site))
+            if comp_name in fused and comp.root is not None and comp.root.name == name:
+                caller = self.index.callers.get(comp_name)
+                if caller is not None:
+                    steps.append((caller[0].name, caller[1].name, site))
+            for step in steps:
+                if step not in found:
+                    found.add(step)
+                    pending.append(step)
+        return found
 
     def shared(self, op: SiteOp) -> bool:
         """Is the forward op one the recompute shares through CSE: nothing it is computed from,

@@ -39,6 +39,14 @@ loop's layers, each layer norm's `x - mean` widened for the variance's reduce an
 its own forward value was widened so often too (base seeds 5 and 129: `x - mean`, `var + eps`
 and softmax's row sums of the second and third layers). Where they differ nothing is inferred.
 
+A fusion of recomputed ops alone whose value `pairing` left to the forward's copy (none of its
+outputs remat: a residual sum `x + (h @ w + b)`, whose forward copy under a whole-model
+checkpoint counts, hloflops.remat.whole_checkpoint_widens) is on no side, yet it widens what it
+reads for the recompute ops it holds: a forward value it reads (the bias's cast, widened once by
+the forward's fusion and once here, once by the program without remat's) is counted value by
+value as a recompute fusion's widen (base seed 83: the out projection's and the second matmul's
+biases, whose widens had gone uncounted on both sides).
+
 A recompute fusion that hands its value out only in another layout for backward ops alone (XLA's
 transpose for a weight gradient's matmul, `saved_copies.hands_out_relayout`) stands for the
 relayout fusion the program without remat builds of its forward's value, widening it as well: its
@@ -97,6 +105,8 @@ def balanced_widens(module: Module, ops: list[SiteOp],
     for op, comp in index.widens():
         side = index.side(op.key[0], op.key[2])
         if side is None and _lone_recompute_widen(index, comp, op, remat):
+            side = "recompute"
+        if side is None and _beside_a_forward_copy(index, comp, op):
             side = "recompute"
         if side is None:
             continue
@@ -193,6 +203,18 @@ def _lone_recompute_widen(index: WidenIndex, comp: Computation, op: SiteOp, rema
         return False
     readers = index.reader_ops(op.key[0], op.key[2])
     return bool(readers) and all(reader is not None and reader.key in remat for reader in readers)
+
+
+def _beside_a_forward_copy(index: WidenIndex, comp: Computation, op: SiteOp) -> bool:
+    """Is the widen, in a fusion of recomputed ops alone (every named op marked, one of them
+    remat) whose value `pairing` left to the forward's copy (no output remat), of a forward value
+    the recompute reads (an unmarked named op's: a bias's cast)? See the module's docstring."""
+    members = [m for m in (index.by_key.get((op.key[0], inst.name, op.key[2])) for inst in comp.instructions) if m]
+    named = [m for m in members if m.op_name]
+    if not named or not all(m.marked for m in named) or not any(m.key in index.remat for m in named):
+        return False
+    source = index.source(comp, op.inst.operands[0], op.key[2])
+    return source is not None and not source.marked and bool(source.op_name)
 
 
 def _stored_roundings(module: Module, index: WidenIndex, remat: set[SiteKey]) -> set[SiteKey]:
