@@ -67,9 +67,9 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     docstring): those that run because of remat, of them those that are sure (copies of a value
     the forward computes: the program without remat's backward reads it stored; a value only the
     linearization computes, that program's backward may copy alike), and those that are model FLOPs
-    (one per recomputed value on a residual's chain: the saving fusion's), unsure where the forward
-    computes the value too (whether that program computes it apart to save it rests on its
-    fusion), sure where only the linearization computes it (`1 - tanh`)."""
+    (the saving fusions' copies of each recomputed value on a residual's chain, `_saving_copies`),
+    unsure where the forward computes the value too (whether that program computes it apart to save
+    it rests on its fusion), sure where only the linearization computes it (`1 - tanh`)."""
     groups: dict[tuple[str, object, bool], list[SiteOp]] = {}
     # A recompute that runs a loop of its own (a checkpoint around an inner scan, flax's
     # `remat_scan`) saves for the inner scan's backward loop what the forward loop would: not here.
