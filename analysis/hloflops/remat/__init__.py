@@ -230,7 +230,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    remat but the one the saving fusion stands for (unsure where the forward computes the value
    too; none for a value the forward hands out of a fusion or computes outside the loop, or a saved
    matmul output's bias add, stored from the matmul's fusion, where the forward's add reads a
-   matmul's output: not a windowed einsum's loop, tensor parallel), and so do the gradient's copies
+   matmul's output: not a windowed einsum's loop, tensor parallel; none either for a value only on
+   the chains of residuals the forward hands out, narrowed too where matmuls alone read them; two
+   for a residual of broadcasts alone on another residual's chain, a layer norm's `scale *
+   rsqrt(var)`, whose stacking broadcast XLA moves into its operands, an op apart from the chain's
+   copy), and so do the gradient's copies
    beyond one (on how XLA fused that program: in the range), in the forward's own frame too where
    the chain reads a recompute of a forward value. Not for a recompute running a loop
    of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).

@@ -10,18 +10,28 @@ recomputes those residuals from what the policy saved (`h`): the gradient's chai
 values, and TPU's fusion copies it, the recompute's chain under it too, into every fusion reading
 `dh` rather than materialize it (TPU draws 28, 57). So, value by value in the backward loop:
 
-* a recomputed cheap value computed in k fusions runs k times because of remat, less the one copy
-  the program without remat's saving fusion makes of it where the value is on a residual's chain
-  (what a backward op reads of the recompute, and what that is computed from in its fusion). That
-  copy is model FLOPs: sure for a value only the linearization computes (`1 - tanh`), unsure for
-  one the forward computes too (a program fusing its saving into the forward's own fusion of the
-  value makes none). There is none for a value the forward hands out of a fusion or computes
-  outside every loop (stored anyway: an LSTM's concatenated weights), nor for a saved matmul
-  output's bias add (stored from the matmul's own fusion), but where the forward's add reads a
-  loop's output, not a matmul's (a windowed einsum under tensor parallelism: XLA fuses nothing into
-  it, and copies the add into the saving fusions like any chain value; TPU draw 38). The copies
-  counted are sure for a value the forward computes (the program without remat's backward reads
-  it stored), else loose;
+* a recomputed cheap value computed in k fusions runs k times because of remat, less the copies
+  the program without remat's saving fusions make of it (`_saving_copies`): one where the value is
+  on a residual's chain (what a backward op reads of the recompute, and what that is computed from
+  in its fusion), the residual itself or another the forward does not store; and one more where it
+  is a residual itself of broadcasts alone (a layer norm's `scale * rsqrt(var)`, `[b, t, d]` of
+  `[d]` and `[b, t]`) and also on another residual's chain: the stack's `[1, b, t, d]` broadcast,
+  which XLA's simplifier moves into the op's broadcast operands, makes the stacked copy an op of
+  its own beside the chain's (TPU draw 1: the program without remat computes it in its three
+  projections' fusions and twice in its saving fusion, five times; this one three and eight). A
+  residual the forward hands out of its fusion is saved from there, its chain copied no more; so is
+  one it hands out narrowed where only matmuls read it, whose operands TPU reads in bf16 (a layer
+  norm's output all-gathered for the next matmul under tensor parallelism: TPU draws 10, 49), but
+  not one read wide (tanh's output for its derivative, handed out narrowed for the next matmul: the
+  saving fusion computes the bias add and tanh again, draw 44). Those copies are model FLOPs: sure
+  for a value only the linearization computes (`1 - tanh`), unsure for one the forward computes too
+  (a program fusing its saving into the forward's own fusion of the value makes none). There are
+  none for a value the forward hands out of a fusion or computes outside every loop (stored anyway:
+  an LSTM's concatenated weights), nor for a saved matmul output's bias add (stored from the
+  matmul's own fusion), but where the forward's add reads a loop's output, not a matmul's (a
+  windowed einsum under tensor parallelism: XLA fuses nothing into it, and copies the add into the
+  saving fusions like any chain value; TPU draw 38). The copies counted are sure for a value the
+  forward computes (the program without remat's backward reads it stored), else loose;
 * a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
   fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
   reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
@@ -57,9 +67,9 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     docstring): those that run because of remat, of them those that are sure (copies of a value
     the forward computes: the program without remat's backward reads it stored; a value only the
     linearization computes, that program's backward may copy alike), and those that are model FLOPs
-    (one per recomputed value on a residual's chain: the saving fusion's), unsure where the forward
-    computes the value too (whether that program computes it apart to save it rests on its
-    fusion), sure where only the linearization computes it (`1 - tanh`)."""
+    (the saving fusions' copies of each recomputed value on a residual's chain, `_saving_copies`),
+    unsure where the forward computes the value too (whether that program computes it apart to save
+    it rests on its fusion), sure where only the linearization computes it (`1 - tanh`)."""
     groups: dict[tuple[str, object, bool], list[SiteOp]] = {}
     # A recompute that runs a loop of its own (a checkpoint around an inner scan, flax's
     # `remat_scan`) saves for the inner scan's backward loop what the forward loop would: not here.
@@ -73,7 +83,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
         return set(), set(), set(), set()
     by_key = {op.key: op for op in ops}
     holding = {op.key[0] for op in ops if op.named}
-    saved = _saved_chains(module, ops, by_key, backward_loops)
+    saved, read_wide = _saved_chains(module, ops, by_key, backward_loops)
     saved_apart = _SavedApart(module, ops, fused, backward_loops)
     fewer_reads = _FewerReads(module, ops)
     remat: set[SiteKey] = set()
@@ -86,11 +96,13 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
             forward = saved_apart.computed_by_the_forward(members[0])
             apart = value in saved and not any(_is_bias_add(module, op) and saved_apart.fused_into_matmul(op)
                                                for op in members) and saved_apart(members[0])
+            # How many copies the program without remat's saving fusions make of it (`_saving_copies`).
+            saving = _saving_copies(module, members[0], saved.get(value, {}), saved_apart, read_wide) if apart else 0
             if apart:
                 # The forward's fusions compute it too: whether the program without remat computes
                 # it apart to save it rests on its fusion. Computed by the linearization alone: sure.
-                (unsure if forward else model).add(members[0].key)
-            counted = {op.key for op in members[1 if apart else 0:]}
+                (unsure if forward else model).update(op.key for op in members[:saving])
+            counted = {op.key for op in members[saving:]}
             remat |= counted
             if forward:
                 sure |= counted  # a forward value: the program without remat's backward reads it stored
@@ -120,6 +132,8 @@ class _SavedApart:
         nested = outermost_fusions(module)
         entry = module.entry.name
         self.module, self.callers = module, one_call_site(module)
+        self.nested, self.fused, self.entry = nested, fused, entry
+        self.users: dict[str, dict[str, list]] = {}
         self.by_key = {op.key: op for op in ops}
         self.forward: dict[object, list[SiteOp]] = {}  # abstract value -> the forward's ops
         self.by_abstract: dict[object, list[bool]] = {}
@@ -140,6 +154,39 @@ class _SavedApart:
         tail = inner_tail(op.op_name) if op.op_name else ()
         return len(tail) >= 2 and any(ends_with(twin.op_name, tail)
                                       for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ()))
+
+    def stores_residual(self, op: SiteOp, narrowed: bool) -> bool:
+        """Does the forward store a residual's value: hand it out of every fusion computing it, as it
+        is or narrowed (a layer norm's output, all-gathered in bf16 for the next matmul under tensor
+        parallelism)? The program without remat saves it from there, copying no chain for it; where
+        the forward only copies it into its readers' fusions (nested in each projection's matmul),
+        that program's saving fusion computes its chain once more."""
+        twins = self.forward.get(op.abstract)
+        if not twins:
+            tail = inner_tail(op.op_name) if op.op_name else ()
+            twins = [twin for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ())
+                     if len(tail) >= 2 and ends_with(twin.op_name, tail)]
+        return bool(twins) and all(self._handed_out(twin, narrowed) for twin in twins)
+
+    def _handed_out(self, op: SiteOp, narrowed: bool) -> bool:
+        comp = op.key[0]
+        if op.frame == self.entry or comp not in self.fused:
+            return True
+        if comp in self.nested:
+            return False
+        outputs = self.fused[comp]
+        if op.inst.name in outputs:
+            return True
+        if not narrowed:
+            return False
+        if comp not in self.users:
+            users: dict[str, list] = {}
+            for inst in self.module.by_name[comp].instructions:
+                for name in inst.operands:
+                    users.setdefault(name, []).append(inst)
+            self.users[comp] = users
+        readers = self.users[comp].get(op.inst.name, [])
+        return bool(readers) and all(inst.opcode == "convert" and inst.name in outputs for inst in readers)
 
     def fused_into_matmul(self, op: SiteOp) -> bool:
         """Can the program without remat fuse a recomputed bias add into its matmul's output fusion?
@@ -226,12 +273,15 @@ _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose"})
 
 
 def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, SiteOp],
-                  backward_loops: set[str]) -> set:
+                  backward_loops: set[str]) -> tuple[dict, dict[SiteKey, bool]]:
     """The recomputed values on the chain of a residual the program without remat saves: what a
     backward op (not remat-named, named in the backward pass) reads of the recompute, through views,
-    fusion parameters and fusion outputs, and the remat-named ops it is computed from in its fusion."""
+    fusion parameters and fusion outputs, and the remat-named ops it is computed from in its fusion;
+    each with the residuals on whose chain it is (value -> residual's value -> one op of it), and for
+    each residual op whether a backward op reads it other than as a matmul's operand (read wide)."""
     callers = one_call_site(module)
-    residuals: list[SiteOp] = []
+    residuals: list[tuple[SiteOp, object]] = []
+    read_wide: dict[SiteKey, bool] = {}
     for op in ops:
         if op.frame not in backward_loops or op.named or not op.op_name or phase(op.op_name) != "backward":
             continue
@@ -239,22 +289,60 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
         for name in op.inst.operands:
             source = _source(module, callers, by_key, comp, name, op.key[2])
             if source is not None and source.named:
-                residuals.append(source)
-    values: set = set()
-    seen: set[SiteKey] = set()
+                residuals.append((source, source))
+                read_wide[source.key] = read_wide.get(source.key, False) or not _matmul_operand(op)
+    values: dict = {}
+    seen: set[tuple[SiteKey, object]] = set()
     while residuals:
-        op = residuals.pop()
-        if op.key in seen:
+        op, root = residuals.pop()
+        if (op.key, root) in seen:
             continue
-        seen.add(op.key)
-        values.add(op.exact)
+        seen.add((op.key, root))
+        values.setdefault(op.exact, {}).setdefault(root.exact, root)
         for name in op.inst.operands:
             inner = by_key.get((op.key[0], name, op.key[2]))
             while inner is not None and inner.inst.opcode in _VIEWS and inner.inst.operands:
                 inner = by_key.get((op.key[0], inner.inst.operands[0], op.key[2]))
             if inner is not None and inner.named:
-                residuals.append(inner)
-    return values
+                residuals.append((inner, root))
+    return values, read_wide
+
+
+def _matmul_operand(op: SiteOp) -> bool:
+    """Does a backward op read its operands as a matmul's (a matmul, or the collective gathering a
+    sharded matmul's operand, named after it)? TPU reads them in bf16: a residual read only so is
+    saved as the forward narrows it for its own matmul."""
+    return op.inst.opcode in MATMUL_OPCODES or op.op_name.rpartition("/")[2] in _MATMUL_PRIMITIVES
+
+
+_MATMUL_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
+
+
+def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _SavedApart,
+                   read_wide: Mapping[SiteKey, bool]) -> int:
+    """How many copies of a recomputed value (`op`, one not stored by the forward) the program without
+    remat's saving fusions make, `roots` the residuals (by value) on whose chain it is: one for the
+    chain of a residual the forward does not store (a narrowing's operand saved narrowed), or for
+    the value saved itself; one more for a value saved itself that is an elementwise op of
+    broadcasts alone and on such a chain too, whose stacking broadcast XLA moves into its operands,
+    a copy apart from the chain's (module docstring)."""
+    chain = False
+    for value, root in roots.items():
+        if value == op.exact:
+            continue
+        narrowed = not read_wide.get(root.key, True)
+        while root.inst.opcode == "convert" and root.inst.operands:  # a residual saved narrowed
+            inner = saved_apart.by_key.get((root.key[0], root.inst.operands[0], root.key[2]))
+            if inner is None or not inner.named:
+                break
+            root, narrowed = inner, True
+        chain = chain or not saved_apart.stores_residual(root, narrowed)
+    if op.exact not in roots:
+        return int(chain)
+    comp = module.by_name[op.key[0]]
+    operands = [comp.by_name.get(name) for name in op.inst.operands]
+    folded = all(inst is not None and inst.opcode == "broadcast" for inst in operands)
+    return int(chain or not folded) + int(folded)
 
 
 def _source(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], comp, name: str, site: int,
