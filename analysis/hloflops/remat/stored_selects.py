@@ -32,6 +32,7 @@ is negative there, and no split of this program's ops reaches it."""
 
 from __future__ import annotations
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.names import OpNames, is_remat_named
 from hloflops.remat.op_kinds import MATMUL_OPCODES
@@ -51,7 +52,7 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
     callers = one_call_site(module)
     outputs = fused_outputs(module)
     readers_of = None
-    backward_loops = None
+    backward_loops = tpu = None
     for op in ops:
         inst = op.inst
         if inst.opcode != "select" or op.named or op.key in remat or len(inst.operands) != 3:
@@ -62,7 +63,8 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
             continue
         lookup = phase(op.op_name) != "backward" and _reads_a_gather(module, comp, inst, callers)
         if not lookup:
-            if phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names) \
+            tpu = tpu if tpu is not None else is_tpu_module(module)
+            if not tpu or phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names) \
                     or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
                 continue
             backward_loops = backward_loops if backward_loops is not None else backward_loop_bodies(module, ops)
