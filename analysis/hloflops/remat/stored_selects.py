@@ -17,13 +17,16 @@ here because of remat alone:
   fusion computing it where that fusion reads it itself, minus one. The select must read a gather
   (the lookup) and have a recompute among its readers: a select without the lookup's shape, or
   stored with no recompute reading it, is stored by the program without remat too.
-* ReLU's gradient `select(x > 0, ct, 0)` in a backward fusion that recomputes the mask (`x > 0`
-  marked). The program without remat reads the mask stored by its forward, and the select, now of
-  two loaded values, is copied into each reader (the bias gradient's reduce, the input's and the
-  weight's gradient matmuls reading its narrowing): TPU seed 40, three copies per layer against
-  this program's one. Not where the select sits in a matmul's output fusion (it reads the matmul's
-  product: the program without remat fuses it there too, seed 51), and not where no reader is
-  outside the fusion.
+* ReLU's gradient `select(x > 0, ct, 0)` in a scan's backward loop, in a fusion that recomputes
+  the mask (`x > 0` marked), on TPU. jax computes relu's mask in the forward, a residual of its
+  jvp: the program without remat stacks it in its forward loop, and its backward loop's select,
+  now of two loaded values, is copied into each reader (the bias gradient's reduce, the input's
+  and the weight's gradient matmuls reading its narrowing): TPU seed 40, three copies per layer
+  against this program's one. Outside a loop XLA fuses the forward's compare into the backward's
+  select as this program does (TPU 35, 47: as many selects in both programs), and so it does on
+  CPU, in a loop too (base 71). Not where the select sits in a matmul's output fusion (it reads
+  the matmul's product: the program without remat fuses it there too, TPU 51), and not where no
+  reader is outside the fusion.
 
 The count is of this program's readers, a counted fact; that XLA copies rather than stores in the
 program without remat rests on how it fused that program, so the copies go to `twin_copies`
