@@ -46,6 +46,10 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 # Ops that hand a value on unchanged (views, the get-tuple-element taking a fusion's output,
 # a prefetch into another memory).
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "copy-start", "copy-done", "get-tuple-element"})
+# Readers XLA copies no producer into: they store, move or call rather than compute.
+_NOT_FUSED_INTO = frozenset({"tuple", "dynamic-update-slice", "while", "call", "conditional", "custom-call",
+                             "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter",
+                             "all-to-all", "collective-permute", "collective-permute-start", "send", "outfeed"})
 
 
 def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], op_names: OpNames,
@@ -167,6 +171,6 @@ def _computing_readers(frame: Computation, fusion: Instruction, comp: Computatio
         for reader in readers_of.get((frame.name, name), ()):
             if reader.opcode in _VIEWS:
                 start.append(reader.name)
-            elif reader.opcode not in ("tuple", "dynamic-update-slice"):
+            elif reader.opcode not in _NOT_FUSED_INTO:
                 out[reader.name] = reader
     return list(out.values())
