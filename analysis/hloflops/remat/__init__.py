@@ -361,8 +361,11 @@ value a policy stores (gelu's `h`: copied into the twin's forward fusions and ea
 residual computed from it) beyond this program's and beyond the recomputes they offset
 (`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies), and by those it may make of a loss
 gradient's scale `(pred - y) * c` that a matmul's output fusion here stores once for k readers,
-copying it into each (hloflops.remat.stored_scales): the per-opcode truth is negative
-there, and no split of this program's ops can match it. So it drops, on CPU, by the converts the
+copying it into each (hloflops.remat.stored_scales), and of a select stored here once: the
+embedding lookup's out-of-range fill, which the recomputes read too (the twin copies it into its
+other readers), and, on TPU, a scan's ReLU gradient over a recomputed mask (the twin stacks the
+mask and copies the select into each reader; hloflops.remat.stored_selects): the per-opcode truth
+is negative there, and no split of this program's ops can match it. So it drops, on CPU, by the converts the
 program without remat spends storing a bfloat16 residual in a scan's stack (float normalization
 computes the stack's dynamic-update-slice in f32: 2 * trips + 2 or 3 slice-sized converts per trip,
 with the hoisted widen and the narrowing of the slice read back) for each residual this program's

@@ -32,6 +32,7 @@ from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copie
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
+from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -259,6 +260,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         stand_ins -= twin_saves
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
+            stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
         if module.is_scheduled and is_tpu_module(module):
             # TPU's copies in a backward loop body whose forward runs in another loop body: each
             # recomputed value's copies but one (the program without remat's saving fusion's), and

@@ -1,0 +1,176 @@
+"""A select this program computes once and stores, which the program without remat copies into
+each of its readers (hloflops.remat.pairing calls `stored_select_copies` beside
+hloflops.remat.stored_scales; the range's low end only).
+
+A select reads two values and a predicate, and XLA's instruction fusion copies it, as any cheap
+elementwise producer, into each consumer fusion; where it instead hands it out of a multi-output
+fusion, this program computes it once and its readers read it from memory. Two selects are stored
+here because of remat alone:
+
+* The embedding lookup's `select(in_range, gather(table, ids), 0)` (`jnp.take`'s out-of-range
+  fill), in the forward. Remat adds readers to it: each checkpointed block's recompute reads the
+  block's input, the first of them this value. With them XLA stores it; the program without remat,
+  whose readers are the forward's and the backward's own, copies it into each (TPU seeds 26, 58:
+  the twin runs it in exactly its non-recompute readers plus the fusion that computes it here,
+  reducing it for the first layer norm; 3: one more than that). So the copies the program without
+  remat makes beyond this program's one are its readers here that are no recompute, plus the
+  fusion computing it where that fusion reads it itself, minus one. The select must read a gather
+  (the lookup) and have a recompute among its readers: a select without the lookup's shape, or
+  stored with no recompute reading it, is stored by the program without remat too.
+* ReLU's gradient `select(x > 0, ct, 0)` in a scan's backward loop, in a fusion that recomputes
+  the mask (`x > 0` marked), on TPU. jax computes relu's mask in the forward, a residual of its
+  jvp: the program without remat stacks it in its forward loop, and its backward loop's select,
+  now of two loaded values, is copied into each reader (the bias gradient's reduce, the input's
+  and the weight's gradient matmuls reading its narrowing): TPU seed 40, three copies per layer
+  against this program's one. Outside a loop XLA fuses the forward's compare into the backward's
+  select as this program does (TPU 35, 47: as many selects in both programs), and so it does on
+  CPU, in a loop too (base 71). Not where the select sits in a matmul's output fusion (it reads
+  the matmul's product: the program without remat fuses it there too, TPU 51), and not where no
+  reader is outside the fusion.
+
+The count is of this program's readers, a counted fact; that XLA copies rather than stores in the
+program without remat rests on how it fused that program, so the copies go to `twin_copies`
+(hloflops.results.RematHinge), by whose FLOPs the low end drops: the per-opcode truth of select
+is negative there, and no split of this program's ops reaches it."""
+
+from __future__ import annotations
+
+from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
+from hloflops.remat.names import OpNames, is_remat_named
+from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
+from hloflops.scopes import phase
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
+
+# Ops that hand a value on unchanged (views, the get-tuple-element taking a fusion's output,
+# a prefetch into another memory).
+_VIEWS = frozenset({"bitcast", "reshape", "copy", "copy-start", "copy-done", "get-tuple-element"})
+# Readers XLA copies no producer into: they store, move or call rather than compute.
+_NOT_FUSED_INTO = frozenset({"tuple", "dynamic-update-slice", "while", "call", "conditional", "custom-call",
+                             "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter",
+                             "all-to-all", "collective-permute", "collective-permute-start", "send", "outfeed"})
+
+
+def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], op_names: OpNames,
+                         twin_copies: dict[SiteKey, int]) -> None:
+    """`twin_copies[key] += n` for each stored select of the module docstring: n the copies the
+    program without remat makes beyond this program's one."""
+    callers = one_call_site(module)
+    outputs = fused_outputs(module)
+    readers_of = None
+    backward_loops = tpu = None
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "select" or op.named or op.key in remat or len(inst.operands) != 3:
+            continue
+        comp = module.by_name.get(op.key[0])
+        caller = callers.get(op.key[0])
+        if comp is None or caller is None:
+            continue
+        lookup = phase(op.op_name) != "backward" and _reads_a_gather(module, comp, inst, callers)
+        if not lookup:
+            tpu = tpu if tpu is not None else is_tpu_module(module)
+            if not tpu or phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names) \
+                    or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+                continue
+            backward_loops = backward_loops if backward_loops is not None else backward_loop_bodies(module, ops)
+            if op.frame not in backward_loops:
+                continue  # the program without remat computes the mask where the select reads it
+        readers_of = readers_of if readers_of is not None else value_readers(module)
+        handed = _handed_out(comp, inst, outputs.get(comp.name, frozenset()))
+        if not handed:
+            continue
+        frame, fusion = caller
+        readers = _computing_readers(frame, fusion, comp, handed, readers_of)
+        outside = [r for r in readers if not is_remat_named(r, op_names.of(frame.name, r))]
+        if lookup and len(outside) == len(readers):
+            continue  # no recompute reads it: the program without remat stores it too
+        own = any(r.opcode not in _VIEWS and r.opcode != "tuple" and r.name not in handed
+                  for r in _fused_readers(comp, inst.name))
+        extra = len(outside) + own - 1
+        if extra > 0:
+            twin_copies[op.key] = twin_copies.get(op.key, 0) + extra
+
+
+def _reads_a_gather(module: Module, comp: Computation, inst: Instruction, callers) -> bool:
+    """Does the select pick from a gather's output (an embedding lookup), through views and the
+    fusion's parameter to the op its caller hands in (a gather, or a fusion computing one)?"""
+    for name in inst.operands[1:]:
+        source = _through_views(comp, name)
+        if source is not None and source.opcode == "parameter":
+            caller = callers.get(comp.name)
+            if caller is None:
+                continue
+            frame, fusion = caller
+            number = parameter_number(source)
+            if number is None or number >= len(fusion.operands):
+                continue
+            source = _through_views(frame, fusion.operands[number])
+            if source is not None and source.opcode == "fusion":
+                called = source.called(CallRole.FUSION)
+                body = module.by_name[called[0]] if called else None
+                source = _through_views(body, body.root.name) if body is not None else None
+        if source is not None and source.opcode == "gather":
+            return True
+    return False
+
+
+def _through_views(comp: Computation, name: str) -> Instruction | None:
+    inst = comp.by_name.get(name)
+    for _ in range(8):
+        if inst is None or inst.opcode not in ("bitcast", "reshape", "copy", "transpose") or not inst.operands:
+            return inst
+        inst = comp.by_name.get(inst.operands[0])
+    return inst
+
+
+def _masks_a_recompute(comp: Computation, inst: Instruction, op_names: OpNames) -> bool:
+    """Is the select's predicate a recomputed compare (remat-named) of its fusion?"""
+    pred = _through_views(comp, inst.operands[0])
+    return pred is not None and pred.opcode == "compare" and is_remat_named(pred, op_names.of(comp.name, pred))
+
+
+def _fused_readers(comp: Computation, name: str) -> list[Instruction]:
+    return [r for r in comp.instructions if name in r.operands]
+
+
+def _handed_out(comp: Computation, inst: Instruction, outputs: frozenset[str]) -> set[str]:
+    """The fusion's outputs that are the select's value: itself, or a convert of it alone (TPU's
+    narrowing for the matmuls reading it), through views."""
+    handed: set[str] = set()
+    todo = [inst.name]
+    while todo:
+        name = todo.pop()
+        if name in outputs:
+            handed.add(name)
+        for reader in _fused_readers(comp, name):
+            if reader.opcode in ("bitcast", "reshape", "copy", "convert"):
+                todo.append(reader.name)
+    return handed
+
+
+def _computing_readers(frame: Computation, fusion: Instruction, comp: Computation, handed: set[str],
+                       readers_of) -> list[Instruction]:
+    """The instructions of the caller computing from the fusion's outputs `handed` (through the
+    get-tuple-element taking each and views)."""
+    root = comp.root
+    if root.opcode == "tuple":
+        indices = {str(i) for i, name in enumerate(root.operands) if name in handed}
+        start = [r.name for r in readers_of.get((frame.name, fusion.name), ())
+                 if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices]
+    else:
+        start = [fusion.name] if root.name in handed else []
+    out: dict[str, Instruction] = {}
+    seen: set[str] = set()
+    while start:
+        name = start.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for reader in readers_of.get((frame.name, name), ()):
+            if reader.opcode in _VIEWS:
+                start.append(reader.name)
+            elif reader.opcode not in _NOT_FUSED_INTO:
+                out[reader.name] = reader
+    return list(out.values())

@@ -1,0 +1,120 @@
+"""A select this program computes once and stores, which the program without remat copies into
+each of its readers (hloflops.remat.stored_selects): the embedding lookup's out-of-range fill
+`select(in_range, gather(table, ids), 0)`, stored here because the checkpointed blocks' recomputes
+read it too, and a scan's ReLU gradient `select(x > 0, ct, 0)` over a recomputed mask, where the
+program without remat reads the mask from its forward's stack. The per-opcode truth of select is
+then negative, which no split of this program's ops reaches: the copies are `twin_copies` hinges
+that lower the range's low end, never the count (TPU 26 out of the range before: select +131,072)."""
+
+from __future__ import annotations
+
+import pytest
+
+import hloparse
+from hloflops.accounting import account
+
+LOOKUP = """
+HloModule m, is_scheduled=true
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%embed (p0: f32[4,8], p1: pred[4]) -> (f32[4], f32[4,8]) {
+  %p0 = f32[4,8] parameter(0)
+  %p1 = pred[4] parameter(1)
+  %mask = pred[4,8] broadcast(%p1), dimensions={0}, metadata={op_name="TAKE/broadcast_in_dim"}
+  %zero = f32[] constant(0)
+  %zeros = f32[4,8] broadcast(%zero), dimensions={}
+  %x = f32[4,8] select(%mask, %p0, %zeros), metadata={op_name="TAKE/select_n"}
+  %mean = f32[4] reduce(%x, %zero), dimensions={1}, to_apply=%add, metadata={op_name="LN/reduce_sum"}
+  ROOT %t = (f32[4], f32[4,8]) tuple(%mean, %x)
+}
+
+%fwd (q0: f32[4,8], q1: f32[4]) -> f32[4,8] {
+  %q0 = f32[4,8] parameter(0)
+  %q1 = f32[4] parameter(1)
+  %b = f32[4,8] broadcast(%q1), dimensions={0}
+  ROOT %y = f32[4,8] subtract(%q0, %b), metadata={op_name="FWD"}
+}
+
+%rec (r0: f32[4,8], r1: f32[4]) -> f32[4,8] {
+  %r0 = f32[4,8] parameter(0)
+  %r1 = f32[4] parameter(1)
+  %b = f32[4,8] broadcast(%r1), dimensions={0}
+  ROOT %y = f32[4,8] subtract(%r0, %b), metadata={op_name="REC"}
+}
+
+%grad (s0: f32[4,8], s1: f32[4,8]) -> f32[4,8] {
+  %s0 = f32[4,8] parameter(0)
+  %s1 = f32[4,8] parameter(1)
+  ROOT %g = f32[4,8] multiply(%s0, %s1), metadata={op_name="BWD"}
+}
+
+ENTRY %main (table: f32[16,8], ids: s32[4,1], inb: pred[4], ct: f32[4,8]) -> (f32[4,8], f32[4,8], f32[4,8]) {
+  %table = f32[16,8] parameter(0)
+  %ids = s32[4,1] parameter(1)
+  %inb = pred[4] parameter(2)
+  %ct = f32[4,8] parameter(3)
+  %rows = f32[4,8] gather(%table, %ids), DIMS, metadata={op_name="TAKE/gather"}
+  %e = (f32[4], f32[4,8]) fusion(%rows, %inb), kind=kLoop, calls=%embed, metadata={op_name="LN/reduce_sum"}
+  %mean = f32[4] get-tuple-element(%e), index=0
+  %x = f32[4,8] get-tuple-element(%e), index=1
+  %f = f32[4,8] fusion(%x, %mean), kind=kLoop, calls=%fwd, metadata={op_name="FWD"}
+  %r = f32[4,8] fusion(%x, %mean), kind=kLoop, calls=%rec, metadata={op_name="REC"}
+  %g = f32[4,8] fusion(%x, %ct), kind=kLoop, calls=%grad, metadata={op_name="BWD"}
+  ROOT %out = (f32[4,8], f32[4,8], f32[4,8]) tuple(%f, %r, %g)
+}
+""".replace("FWD", "LN/sub").replace("BWD", "jit(f)/transpose(jvp(M))/ln/mul") \
+    .replace("REC", "jit(f)/transpose(jvp(M))/checkpoint/rematted_computation/ln/sub") \
+    .replace("TAKE", "jit(f)/jvp(M)/Embed_0/jit(_take)").replace("LN", "jit(f)/jvp(M)/ln") \
+    .replace("DIMS", "offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, "
+                     "slice_sizes={1,8}")
+
+
+def _select_hinges(text: str):
+    acc = account(hloparse.parse(text), xla={"flops": 0.0})
+    return acc, [h for h in acc.remat_hinges if h.twin_copies and h.opcode == "select"]
+
+
+def test_a_stored_lookup_fill_is_copied_by_the_twin_into_each_reader_but_the_recompute():
+    acc, hinges = _select_hinges(LOOKUP)
+    # its fusion's own reduce and two readers (the forward's, the gradient's): three copies, one here
+    assert [(h.name, h.flops, h.twin_copies, h.counted) for h in hinges] == [("x", 64, 2, False)]
+    low, high = acc.remat_flops_bounds
+    assert low <= acc.remat_flops - 64 and high >= acc.remat_flops  # the count itself does not move
+
+
+def test_a_lookup_fill_no_recompute_reads_is_stored_by_the_program_without_remat_too():
+    plain = LOOKUP.replace("jit(f)/transpose(jvp(M))/checkpoint/rematted_computation/ln/sub", "jit(f)/jvp(M)/ln2/sub")
+    assert _select_hinges(plain)[1] == []
+
+
+def test_a_select_of_no_lookup_is_left_alone():
+    # the select picks from a program input, not a gather: no embedding fill
+    other = LOOKUP.replace("fusion(%rows, %inb), kind=kLoop", "fusion(%ct, %inb), kind=kLoop")
+    assert _select_hinges(other)[1] == []
+
+
+@pytest.mark.parametrize("seed, opcode", [(26, "select")])
+def test_drawn_tpu_lookup_fill_copies_put_the_truth_inside_the_range(seed, opcode, monkeypatch):
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
+    from tests.remat.test_remat_tpu_generated import _checked
+    outcome = _checked(seed, monkeypatch)
+    verdict = next(v for v in outcome.verdicts if v.stage == "after")
+    assert verdict.truth.get(opcode, 0) < 0, verdict.describe()  # not attainable
+    assert verdict.in_bounds, verdict.describe()
+
+
+def test_drawn_tpu_scan_relu_gradient_over_a_recomputed_mask_has_its_twin_copies(monkeypatch):
+    # TPU 40 (hk_layer_stack, relu): the program without remat stacks the mask and copies the
+    # select into the bias gradient's reduce and both gradient matmuls' fusions, three per layer
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
+    from tests.remat.test_remat_tpu_generated import _checked
+    outcome = _checked(40, monkeypatch)
+    verdict = next(v for v in outcome.verdicts if v.stage == "after")
+    assert verdict.truth.get("select", 0) == -3072, verdict.describe()
+    low = verdict.bounds[0]
+    assert low <= sum(verdict.reported.values()) - 3072 - 1536, verdict.describe()  # select copies, rounding
