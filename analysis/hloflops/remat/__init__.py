@@ -245,7 +245,9 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    all-reduce gathering a weight's shard (written into zeros at the device's offset) that an
    earlier all-reduce gathered, read by a recompute, gathers it again because the checkpoint's
    barrier keeps CSE from merging the recompute's gather with the forward's: those elements are
-   remat (hloflops.remat.collectives).
+   remat (hloflops.remat.collectives). So, on TPU, is an unnamed narrow of a weight shard for a
+   gather, where an earlier one narrowed that shard already (in the range;
+   hloflops.remat.regathered_narrows).
 
 8. Ops XLA could not simplify across a checkpoint's barrier (after optimization, not TPU): its
    simplifier moves a broadcast below an elementwise op whose operands are all broadcasts
