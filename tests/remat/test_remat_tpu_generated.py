@@ -237,3 +237,17 @@ def test_a_nested_recompute_without_an_exact_forward_twin_is_model_work(seed, mo
         assert set(after.misses) == {"multiply"}, outcome.describe()
     else:
         assert outcome.in_bounds("after"), outcome.describe()
+
+
+# Under FSDP jax's checkpoint reads its weights through the barrier on the recompute's inputs, so
+# the partitioner gathers each again for the recompute and CSE cannot merge it with the forward's
+# gather: a small weight's all-reduce gather of its shard written into zeros (seed 55: all-reduce
+# -1,536), and a bf16 matmul weight's shard narrowed again before its all-gather (seeds 52 and 55:
+# convert -1,024 and -16,384). The program without remat gathers and narrows each shard once
+# (remat/collectives.py `repeated_gathers`, remat/regathered_narrows.py).
+@pytest.mark.parametrize("seed", [52, 55])
+def test_a_weight_gathered_again_for_the_recompute_is_remat(seed, monkeypatch):
+    outcome = _checked(seed, monkeypatch)
+    after = next(v for v in outcome.verdicts if v.stage == "after")
+    assert outcome.matmul_ok("after"), outcome.describe()
+    assert not {"all-reduce", "convert"} & set(after.misses), outcome.describe()

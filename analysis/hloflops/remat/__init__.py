@@ -251,8 +251,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    matches nothing, XLA's combiner having merged the forward's into a variadic all-reduce with
    backward ones. A variadic one only partly of recomputes is the all-reduces it merged, one per
    operand: its recomputed operands' share of its elements is remat (`Row.remat_part`), and an
-   all-reduce-scatter fusion of a recompute computes its slice offset again
-   (hloflops.remat.collectives).
+   all-reduce-scatter fusion of a recompute computes its slice offset again. Under FSDP an
+   all-reduce gathering a weight's shard (written into zeros at the device's offset) that an
+   earlier all-reduce gathered, read by a recompute, gathers it again because the checkpoint's
+   barrier keeps CSE from merging the recompute's gather with the forward's: those elements are
+   remat (hloflops.remat.collectives). So, on TPU, is an unnamed narrow of a weight shard for a
+   gather, where an earlier one narrowed that shard already (in the range;
+   hloflops.remat.regathered_narrows).
 
 8. Ops XLA could not simplify across a checkpoint's barrier (after optimization, not TPU): its
    simplifier moves a broadcast below an elementwise op whose operands are all broadcasts

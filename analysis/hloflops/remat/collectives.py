@@ -22,6 +22,17 @@ output's partial sums, and the recomputed second layer norm's sums, with forward
 all-reduce -132,096 before). As sure as those operands. A collective whose operands are the
 forward's own values is never touched: the rule reads only what the other rules found recompute,
 and the program without remat has none.
+
+Under FSDP, TPU gathers a small weight (a bias, a layer norm's scale) with an all-reduce: each
+device writes its shard into zeros at its offset (`dynamic-update-slice(broadcast(0), shard, o)`)
+and the sum is the whole weight. jax's checkpoint reads its weights through the barrier on the
+recompute's inputs, so the partitioner gathers them again for the recompute, and CSE cannot merge
+that gather with the forward's; the program without remat gathers each weight once, its backward
+reading the forward's gathered copy. So an all-reduce that gathers again a shard an earlier one in
+its computation (by schedule) gathered, where a recompute reads one of its results, runs those
+elements because of remat (the combiner merges the recompute's gathers with the backward's, which
+read the same barrier's weights: TPU draw 55, all-reduce -1,536 before): the share of its
+elements that are gathered again, sure.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import math
 from typing import Iterable
 
 from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloflops.remat.op_kinds import LAYOUT_VIEWS
 from hloflops.remat.sites import Key, SiteKey
 
 
@@ -40,6 +52,10 @@ from hloflops.remat.sites import Key, SiteKey
 REDUCING = frozenset({"all-reduce", "all-reduce-start", "reduce-scatter"})
 # Ops that hand their operand's value on unchanged (a layout, a shape).
 _PASSING = frozenset({"bitcast", "copy", "reshape"})
+# Ops that move a weight's shard on the device unchanged before a read (a prefetch's copies, views).
+_MOVES = _PASSING | {"copy-start", "copy-done"}
+# Ops that hand a gathered weight on to its readers (an element of a variadic gather, a broadcast).
+_HANDING_ON = LAYOUT_VIEWS | {"get-tuple-element", "broadcast"}
 
 
 def collectives_of_recomputes(module: Module, ops: Iterable[tuple[SiteKey, Instruction, bool]], remat: set[SiteKey],
@@ -81,7 +97,83 @@ def collectives_of_recomputes(module: Module, ops: Iterable[tuple[SiteKey, Instr
                 continue
         if all(s in sure_keys for s, at in zip(sources, recomputed) if at):
             certain.add(key)
+    for key, part, total in repeated_gathers(module, ops, remat):
+        if key in found or key in shares:
+            continue
+        if part == total:
+            found.add(key)
+        else:
+            shares[key] = (part, total)
+        certain.add(key)
     return found, certain, shares
+
+
+def repeated_gathers(module: Module, ops: list[tuple[SiteKey, Instruction, bool]], remat: set[SiteKey]
+                     ) -> list[tuple[SiteKey, int, int]]:
+    """The all-reduces that gather again (see the module's docstring) a weight shard an earlier one
+    of their computation gathered, where one of their results is read by a recompute: each with its
+    elements gathered again and all its elements."""
+    recomputing = {key[0] for key in remat}  # computations holding a recompute (fused ones too)
+    found: list[tuple[SiteKey, int, int]] = []
+    gathered: dict[tuple[str, int], set[str]] = {}  # (computation, site) -> shards gathered so far
+    for key, inst, _ in ops:  # in schedule order within each computation
+        if inst.opcode not in ("all-reduce", "all-reduce-start") or not inst.operands:
+            continue
+        comp = module.by_name[key[0]]
+        shards = [_gathered_shard(comp, name) for name in inst.operands]
+        if not any(shards):
+            continue
+        seen = gathered.setdefault((key[0], key[2]), set())
+        again = [shard is not None and shard in seen for shard in shards]
+        seen.update(shard for shard in shards if shard is not None)
+        if not any(again) or not _read_by_a_recompute(module, comp, inst, remat, recomputing, key[2]):
+            continue
+        sizes = [_elements(comp, name) for name in inst.operands]
+        if None in sizes:
+            continue
+        found.append((key, sum(n for n, at in zip(sizes, again) if at), sum(sizes)))
+    return found
+
+
+def _gathered_shard(comp: Computation, name: str) -> str | None:
+    """The shard an all-reduce operand gathers, where it is one (a shard written into zeros at the
+    device's offset), through the moves and views that hand it on; else None."""
+    inst = comp.by_name.get(name)
+    if inst is None or inst.opcode != "dynamic-update-slice" or len(inst.operands) < 2 \
+            or not _zeros(comp, inst.operands[0]):
+        return None
+    name = inst.operands[1]
+    for _ in range(64):
+        inst = comp.by_name.get(name)
+        if inst is None or not inst.operands or inst.opcode not in _MOVES:
+            return name
+        name = inst.operands[0]
+    return None
+
+
+def _zeros(comp: Computation, name: str) -> bool:
+    """Is the value a broadcast of the constant zero?"""
+    inst = comp.by_name.get(name)
+    while inst is not None and inst.opcode == "broadcast" and inst.operands:
+        inst = comp.by_name.get(inst.operands[0])
+    return inst is not None and inst.opcode == "constant" and \
+        inst.attributes.get("literal", "").strip("{} ") in ("0", "0.0", "-0")
+
+
+def _read_by_a_recompute(module: Module, comp: Computation, inst: Instruction, remat: set[SiteKey],
+                         recomputing: set[str], site: int) -> bool:
+    """Does a recompute read one of the collective's results (unfused, or in its fusion), through
+    the elements and views of them and the broadcasts that hand them on?"""
+    readers: list[Instruction] = []
+    todo = list(comp.users.get(inst.name, ()))
+    while todo and len(readers) < 256:
+        reader = todo.pop()
+        readers.append(reader)
+        if reader.opcode in _HANDING_ON:
+            todo += comp.users.get(reader.name, ())
+    return any((comp.name, reader.name, site) in remat
+               or (reader.opcode == "fusion" and any(c in recomputing for c in reader.called(CallRole.FUSION)))
+               for reader in readers)
 
 
 def _elements(comp: Computation, name: str) -> int | None:

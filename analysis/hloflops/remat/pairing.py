@@ -49,6 +49,7 @@ from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
+from hloflops.remat.regathered_narrows import repeated_shard_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -310,6 +311,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             # fusion: the program without remat stores that matmul's output and reads it wide
             # (hloflops.remat.nested_forward_narrows; in the range).
             remat |= nested_forward_narrows(module, ops, remat)
+            remat |= repeated_shard_narrows(module, ops)  # gathered again for a recompute (unsure)
         if module.is_scheduled and not is_tpu_module(module):
             # Float normalization's widens in recompute fusions, as many per value as the forward's
             # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
