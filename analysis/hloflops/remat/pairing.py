@@ -19,9 +19,8 @@ from hloflops.remat.marks import (
     named_by_users, recomputes_named_in_transpose,
 )
 from hloflops.remat.collectives import collectives_of_recomputes, offsets_of_recomputed_collectives
-from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs, fusion_copies
-from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
-from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
+from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.by_platform import Decided, float_normalization_rules, tpu_rules
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.recompute_epilogues import recompute_epilogues
 from hloflops.remat.stored_forwards import StoredForwards
@@ -29,7 +28,6 @@ from hloflops.remat.unit_free_values import StoredTwins
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
-from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
@@ -37,19 +35,11 @@ from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
-from hloflops.remat.normalization import recompute_barrier_roundings, unsure_normalization_widens
-from hloflops.remat.pinned_inputs import pinned_input_widens
-from hloflops.remat.recompute_converts import relaid_recompute_converts
-from hloflops.remat.widen_counts import balanced_widens
+from hloflops.remat.normalization import unsure_normalization_widens
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
-from hloflops.remat.type_corrections import type_corrections
-from hloflops.remat.saved_residual_narrows import saved_residual_narrows
-from hloflops.remat.stored_cotangents import stored_cotangents
-from hloflops.remat.nested_forward_narrows import nested_forward_narrows
-from hloflops.remat.regathered_narrows import repeated_shard_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -262,78 +252,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
             stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
-        if module.is_scheduled and is_tpu_module(module):
-            # TPU's copies in a backward loop body whose forward runs in another loop body: each
-            # recomputed value's copies but one (the program without remat's saving fusion's), and
-            # the backward's own copies of a value computed from a recompute, but one
-            # (hloflops.remat.backward_loop_copies).
-            backward_loops = backward_loop_bodies(module, ops)
-            if backward_loops:
-                counted, sure, saving, model = backward_loop_copies(module, ops, fused_outputs(module), backward_loops)
-                remat = (remat | counted) - saving - model
-                certain |= counted | model
-                paired_by_value |= sure
-                stand_ins = (stand_ins - counted - model) | saving
-            # A gradient chain reading a recompute, copied into several fusions of the forward's
-            # own frame: the copies beyond one may run because of remat (unsure).
-            stand_ins |= gradient_chain_copies(module, ops, fused_outputs(module), backward_loops, recomputes) - remat
-            # Through an offload policy's round trip to the host: a recompute nested in a backward
-            # matmul's fusion as the forward nests its own is model FLOPs, and the bias adds of the
-            # saved matmul output, whose sum the program without remat stores, are remat
-            # (hloflops.remat.offloaded_residuals).
-            nested = nested_offloaded_recomputes(module, ops, remat, fused_outputs(module))
-            epilogues = offloaded_matmul_epilogues(module, ops)
-            remat = (remat - nested) | epilogues
-            certain |= nested | epilogues
-            stand_ins -= epilogues
-            # The widen and narrow TPU wraps around an expensive recompute it computes in f32: the
-            # recompute's own (hloflops.remat.type_corrections), as sure as it.
-            corrections = type_corrections(module, ops, remat, backward_loops)
-            remat |= set(corrections)
-            certain |= set(corrections)
-            paired_by_value |= {key for key, of in corrections.items() if of in paired_by_value}
-            # The program without remat saves tanh's `1 - t` narrowed, from a widened constant: two
-            # converts offsetting the recompute's (hloflops.remat.saved_residual_narrows).
-            narrows = saved_residual_narrows(module, ops, remat, backward_loops)
-            remat -= narrows
-            certain |= narrows
-            # A cotangent the recompute's matmul fusion stores narrowed, which the program without
-            # remat copies wide into each matmul reader (hloflops.remat.stored_cotangents).
-            stored_narrows, given_back = stored_cotangents(module, ops, remat, backward_loops)
-            remat = (remat | stored_narrows) - given_back
-            certain |= stored_narrows | given_back
-            # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of
-            # the square's size is model FLOPs (hloflops.remat.tpu_folded_squares).
-            folded = tpu_folded_square_offsets(module, ops, remat)
-            remat -= folded
-            certain |= folded
-            # The forward's narrow of an activation nested whole, matmul and all, in the next matmul's
-            # fusion: the program without remat stores that matmul's output and reads it wide
-            # (hloflops.remat.nested_forward_narrows; in the range).
-            remat |= nested_forward_narrows(module, ops, remat)
-            remat |= repeated_shard_narrows(module, ops)  # gathered again for a recompute (unsure)
-        if module.is_scheduled and not is_tpu_module(module):
-            # Float normalization's widens in recompute fusions, as many per value as the forward's
-            # fusions widen it (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
-            remat, balanced, settled_widens = balanced_widens(module, ops, remat)
-            certain |= balanced
-            paired_by_value |= settled_widens & remat
-            # A recompute's rounding named after a nested checkpoint's barrier follows the op it
-            # rounds (hloflops.remat.normalization).
-            barrier_roundings = recompute_barrier_roundings(module, ops, remat)
-            remat |= barrier_roundings
-            certain |= barrier_roundings
-            if remat_named:
-                # The backward's widens of a checkpoint input its barrier pinned narrow, which
-                # the program without remat reads wide (hloflops.remat.pinned_inputs).
-                pinned = pinned_input_widens(module, ops)
-                remat |= pinned
-                certain |= pinned
-            # A recompute relaid out for backward matmuls: its converts but the one widen standing for
-            # the program without remat's (hloflops.remat.recompute_converts).
-            relaid, stand_ins_of_stored = relaid_recompute_converts(module, ops, remat)
-            remat = (remat | relaid) - stand_ins_of_stored
-            certain |= relaid | stand_ins_of_stored
+        if module.is_scheduled:
+            # The rules one backend's compiler needs: TPU's backward loops and sharded weights, CPU's
+            # float normalization (hloflops.remat.by_platform).
+            decided = Decided(remat, certain, paired_by_value, stand_ins)
+            if is_tpu_module(module):
+                tpu_rules(module, ops, decided, recomputes)
+            else:
+                settled_widens = float_normalization_rules(module, ops, decided)
+            remat, certain, paired_by_value, stand_ins = (decided.remat, decided.certain, decided.paired_by_value,
+                                                          decided.stand_ins)
     remat |= {op.key for op in ops if is_identity_rounding(op.inst)}  # a policy's saved residual
     # Forward ops copied into the fusion saving a policy's residual: remat where only the recompute
     # reads the stored value, else unsure (hloflops.remat.rounding).

@@ -1,0 +1,119 @@
+"""The remat rules one backend's compiler needs, after optimization.
+
+TPU fuses a scan's backward loop body apart from its forward's, shards weights and gathers them,
+and computes expensive recomputes in f32 between a widen and a narrow; CPU's float normalization
+computes bf16 ops in f32, with widens and narrows XLA places fusion by fusion. Each rule here
+moves ops between the sets `hloflops.remat.pairing.find_remat` builds (`Decided`); the modules
+named in the comments say why each move is right.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
+from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
+from hloflops.remat.nested_forward_narrows import nested_forward_narrows
+from hloflops.remat.normalization import recompute_barrier_roundings
+from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
+from hloflops.remat.pinned_inputs import pinned_input_widens
+from hloflops.remat.recompute_converts import relaid_recompute_converts
+from hloflops.remat.regathered_narrows import repeated_shard_narrows
+from hloflops.remat.saved_residual_narrows import saved_residual_narrows
+from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.stored_cotangents import stored_cotangents
+from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
+from hloflops.remat.type_corrections import type_corrections
+from hloflops.remat.widen_counts import balanced_widens
+from hloparse.ir import Module
+
+
+@dataclass
+class Decided:
+    """The split so far: what is remat, which of it (or of the model's) is settled, which remat
+    ops were paired with a forward value (sure), and the forward copies that may stand for a
+    copy the program without remat makes (unsure)."""
+    remat: set[SiteKey]
+    certain: set[SiteKey]
+    paired_by_value: set[SiteKey]
+    stand_ins: set[SiteKey]
+
+
+def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: set[SiteKey]) -> None:
+    """TPU's rules, in order (each reads what the ones before it decided)."""
+    d = decided
+    # Copies in a backward loop body whose forward runs in another loop body: each recomputed
+    # value's copies but those the program without remat's saving fusion makes, and the backward's
+    # own copies of a value computed from a recompute, but one (hloflops.remat.backward_loop_copies).
+    backward_loops = backward_loop_bodies(module, ops)
+    if backward_loops:
+        counted, sure, saving, model = backward_loop_copies(module, ops, fused_outputs(module), backward_loops)
+        d.remat = (d.remat | counted) - saving - model
+        d.certain |= counted | model
+        d.paired_by_value |= sure
+        d.stand_ins = (d.stand_ins - counted - model) | saving
+    # A gradient chain reading a recompute, copied into several fusions of the forward's own
+    # frame: the copies beyond one may run because of remat (unsure).
+    d.stand_ins |= gradient_chain_copies(module, ops, fused_outputs(module), backward_loops, recomputes) - d.remat
+    # Through an offload policy's round trip to the host: a recompute nested in a backward matmul's
+    # fusion as the forward nests its own is model FLOPs, and the bias adds of the saved matmul
+    # output, whose sum the program without remat stores, are remat (hloflops.remat.offloaded_residuals).
+    nested = nested_offloaded_recomputes(module, ops, d.remat, fused_outputs(module))
+    epilogues = offloaded_matmul_epilogues(module, ops)
+    d.remat = (d.remat - nested) | epilogues
+    d.certain |= nested | epilogues
+    d.stand_ins -= epilogues
+    # The widen and narrow TPU wraps around an expensive recompute it computes in f32: the
+    # recompute's own (hloflops.remat.type_corrections), as sure as it.
+    corrections = type_corrections(module, ops, d.remat, backward_loops)
+    d.remat |= set(corrections)
+    d.certain |= set(corrections)
+    d.paired_by_value |= {key for key, of in corrections.items() if of in d.paired_by_value}
+    # The program without remat saves tanh's `1 - t` narrowed, from a widened constant: two
+    # converts offsetting the recompute's (hloflops.remat.saved_residual_narrows).
+    narrows = saved_residual_narrows(module, ops, d.remat, backward_loops)
+    d.remat -= narrows
+    d.certain |= narrows
+    # A cotangent the recompute's matmul fusion stores narrowed, which the program without remat
+    # copies wide into each matmul reader (hloflops.remat.stored_cotangents).
+    stored_narrows, given_back = stored_cotangents(module, ops, d.remat, backward_loops)
+    d.remat = (d.remat | stored_narrows) - given_back
+    d.certain |= stored_narrows | given_back
+    # A square's coefficient `2 * x` the twin saves, which XLA folded away here: one recompute of
+    # the square's size is model FLOPs (hloflops.remat.tpu_folded_squares).
+    folded = tpu_folded_square_offsets(module, ops, d.remat)
+    d.remat -= folded
+    d.certain |= folded
+    # The forward's narrow of an activation nested whole, matmul and all, in the next matmul's
+    # fusion: the program without remat stores that matmul's output and reads it wide
+    # (hloflops.remat.nested_forward_narrows; in the range).
+    d.remat |= nested_forward_narrows(module, ops, d.remat)
+    # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
+    d.remat |= repeated_shard_narrows(module, ops)
+
+
+def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
+    """CPU's rules for float normalization's converts. Returns the widens
+    hloflops.remat.widen_counts settled either way."""
+    d = decided
+    # Widens in recompute fusions, as many per value as the forward's fusions widen it
+    # (hloflops.remat.widen_counts; rests on fusion: not `paired_by_value`).
+    d.remat, balanced, settled_widens = balanced_widens(module, ops, d.remat)
+    d.certain |= balanced
+    d.paired_by_value |= settled_widens & d.remat
+    # A recompute's rounding named after a nested checkpoint's barrier follows the op it rounds
+    # (hloflops.remat.normalization).
+    barrier_roundings = recompute_barrier_roundings(module, ops, d.remat)
+    d.remat |= barrier_roundings
+    d.certain |= barrier_roundings
+    # The backward's widens of a checkpoint input its barrier pinned narrow, which the program
+    # without remat reads wide (hloflops.remat.pinned_inputs).
+    pinned = pinned_input_widens(module, ops)
+    d.remat |= pinned
+    d.certain |= pinned
+    # A recompute relaid out for backward matmuls: its converts but the one widen standing for the
+    # program without remat's (hloflops.remat.recompute_converts).
+    relaid, stand_ins_of_stored = relaid_recompute_converts(module, ops, d.remat)
+    d.remat = (d.remat | relaid) - stand_ins_of_stored
+    d.certain |= relaid | stand_ins_of_stored
+    return settled_widens
