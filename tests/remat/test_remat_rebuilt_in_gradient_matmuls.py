@@ -90,7 +90,8 @@ dv {
   k2 = f32[8] parameter(2)
   k3 = f32[8,4] parameter(3)
   p = f32[8,8] fusion(k0, k1, k2), kind=kLoop, calls=p_rec
-  ROOT g = f32[8,4] dot(p, k3), lhs_contracting_dims={0}, rhs_contracting_dims={0}, metadata={op_name="@B/attn/dot_general"}
+  ROOT g = f32[8,4] dot(p, k3), lhs_contracting_dims={0}, rhs_contracting_dims={0},
+    metadata={op_name="@B/attn/dot_general"}
 }
 
 ENTRY main {
@@ -135,7 +136,8 @@ def test_a_chain_whose_value_the_forward_hands_out_is_left_to_the_pairing():
         .replace("  s = f32[8] fusion(x, m), kind=kLoop, calls=s_fwd.t",
                  "  t = (f32[8], f32[8,8]) fusion(x, m), kind=kLoop, calls=s_fwd.t\n"
                  "  s = f32[8] get-tuple-element(t), index=0\n  d = f32[8,8] get-tuple-element(t), index=1") \
-        .replace("ROOT out = (f32[8,4], f32[8,4]) tuple(o, g)", "ROOT out = (f32[8,4], f32[8,4], f32[8,8]) tuple(o, g, d)")
+        .replace("ROOT out = (f32[8,4], f32[8,4]) tuple(o, g)",
+                 "ROOT out = (f32[8,4], f32[8,4], f32[8,8]) tuple(o, g, d)")
     assert "tuple(o, g, d)" in stored and "calls=s_fwd.t" in stored
     index = find_remat(_parsed(stored))
     assert ("p_rec", "d.q") in index.remat
