@@ -111,8 +111,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    A recompute TPU nested inside the fusion of a backward matmul is model FLOPs where the forward
    computes its value only nested in its own matmuls' fusions (the program without remat builds
    it there too), the ops under the chain's transcendental as well (TPU nests gelu, tanh and
-   all). But a bias add of a matmul output the policy saves (through an identity rounding, or an
-   offload policy's round trip through the host) is recompute in every fusion that copies it:
+   all). So is the whole chain of such a nested fusion whose outputs the forward computes only
+   nested, no op of it one the forward hands out, in a program without loops: the program without
+   remat rebuilds the value there from what it stores (softmax's `p` in the fusion of
+   `dv = p^T @ do`; hloflops.remat.rebuilt_in_gradient_matmuls). But a bias add of a matmul output
+   the policy saves (through an identity rounding, or an offload policy's round trip through the
+   host) is recompute in every fusion that copies it:
    without remat XLA fuses it into the matmul's output fusion and stores the sum, which the backward
    reads. Through that round trip no recompute has a forward op's exact value, nor where it reads
    its matmul's output in another precision (an f32 product against the forward's bf16 one
@@ -127,8 +131,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    never duplicates an expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
-   same frame, is a copy like any cheap op, and so is its chain: model FLOPs in a gradient fusion
-   (one whose unnamed bf16 convert output is named by what it converts), unsure. The forward's cap
+   same frame (unit dimensions aside where the forward copies its value into several fusions too:
+   softmax's `exp` with one head's dimension kept), is a copy like any cheap op, and so is its
+   chain: model FLOPs in a gradient fusion (one whose unnamed bf16 convert output is named by what
+   it converts), unsure. The forward's cap
    on such a value's counted copies says how many, not which: where the copy it picked is the
    gradient fusion's, so dropped, a sibling copy in a fusion whose output is recompute takes the
    count (hloflops.remat.fusion_copies, `_counts_passed_on`). On TPU, a cheap

@@ -548,12 +548,29 @@ def duplicated_expensive(ops: list[SiteOp], fused: Mapping[str, frozenset[str]])
     the chain under them are copies like any cheap op's. Not where the forward runs in another
     frame (a scan's forward loop body: the program without remat reads the residuals jax stacked
     there), nor for a divide (softmax's `1 / s`, recomputed into two fusions of TPU draw 58, is
-    copied fewer times by the program without remat: one of the two runs because of remat)."""
+    copied fewer times by the program without remat: one of the two runs because of remat).
+    A like op may differ by unit dimensions (a recompute's `[b, 1, q, k]` softmax keeps the head
+    dimension its forward's `[b, q, k]` dropped) where the forward copies it into more than one
+    fusion itself, as XLA copies it in both programs (TPU draw 45: softmax's `exp(x - max)` in its
+    sum's fusion and in each reader's); copied once, the program without remat may compute it once
+    too (a layer norm's `rsqrt`, TPU draw 49)."""
     forward = {(op.inst.opcode, str(op.inst.shape), op.frame) for op in ops if not op.marked}
+    copies: dict[tuple, set[tuple[str, int]]] = {}  # each forward value's fusions, by its like op
+    for op in ops:
+        if not op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused:
+            like = (op.inst.opcode, _unit_free_dims(op.inst.shape), op.frame)
+            copies.setdefault((like, op.exact), set()).add((op.key[0], op.key[2]))
+    copied = {like for (like, _), fusions in copies.items() if len(fusions) > 1}
     groups: dict[tuple, set[tuple[str, int]]] = {}
     for op in ops:
         if op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused and \
-                (op.inst.opcode, str(op.inst.shape), op.frame) in forward:
+                ((op.inst.opcode, str(op.inst.shape), op.frame) in forward or
+                 (op.inst.opcode, _unit_free_dims(op.inst.shape), op.frame) in copied):
             groups.setdefault((op.exact, op.op_name), set()).add((op.key[0], op.key[2]))
     return {op.key[:2] for op in ops if len(groups.get((op.exact, op.op_name), ())) > 1
             and op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused}
+
+
+def _unit_free_dims(shape) -> tuple:
+    """A result's element type and its dimensions but the unit ones."""
+    return shape.element_type, tuple(d for d in shape.dims if d != 1)

@@ -22,6 +22,7 @@ from hloflops.remat.collectives import collectives_of_recomputes, offsets_of_rec
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
 from hloflops.remat.by_platform import Decided, float_normalization_rules, tpu_rules
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
+from hloflops.remat.rebuilt_in_gradient_matmuls import rebuilt_in_gradient_matmuls
 from hloflops.remat.recompute_epilogues import recompute_epilogues
 from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.unit_free_values import StoredTwins
@@ -207,6 +208,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat, copies, stand_ins, moved, gradient_side = fusion_copies(module, ops, remat, first_of_class, sizes,
                                                                    by_value, own)
     paired_by_value |= moved  # a count by value passed on to a sibling copy
+    if module.is_scheduled and remat_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
+        rebuilt = rebuilt_in_gradient_matmuls(module, ops, fused_outputs(module), remat, first_of_class)
+        remat, certain = remat - rebuilt, certain | rebuilt
     if module.is_scheduled and remat_named:
         # A paired cheap recompute reading a recomputed matmul in a gradient fusion, which rule 4
         # took for a copy: the program without remat stores it from its forward matmul's fusion
