@@ -81,6 +81,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
                 groups.setdefault((op.frame, op.exact, op.named), []).append(op)
     if not any(named for _, _, named in groups):
         return set(), set(), set(), set()
+    _join_unit_free(groups)
     by_key = {op.key: op for op in ops}
     holding = {op.key[0] for op in ops if op.named}
     saved, read_wide = _saved_chains(module, ops, by_key, backward_loops)
@@ -109,6 +110,29 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
         elif len(members) > 1 and members[0].key[0] in holding and fewer_reads(members[0].key[0]):
             remat |= {op.key for op in members[1:]}
     return remat, sure, unsure, model
+
+
+def _join_unit_free(groups: dict[tuple[str, object, bool], list[SiteOp]]) -> None:
+    """Join each recomputed value's copies that hold its elements with a unit dimension more (the
+    stacking fusion's `[1, b, t, d]` copy of a layer norm's output: its broadcasts' shapes number it
+    apart) to the group of the one value in the same frame of the same opcode and name whose shape
+    is theirs but for unit dimensions: they are copies of one value, and only one of its copies is
+    the saving fusion's."""
+    def unit_free(op: SiteOp) -> tuple:
+        return op.inst.opcode, op.op_name, op.inst.shape.element_type, tuple(d for d in op.inst.shape.dims if d != 1)
+
+    candidates: dict[tuple[str, tuple], list[tuple[str, object, bool]]] = {}
+    with_units = []
+    for key, members in groups.items():
+        if key[2] and members[0].op_name and not members[0].inst.shape.is_tuple:
+            if any(d == 1 for d in members[0].inst.shape.dims):
+                with_units.append(key)
+            else:
+                candidates.setdefault((key[0], unit_free(members[0])), []).append(key)
+    for key in with_units:
+        targets = candidates.get((key[0], unit_free(groups[key][0])), [])
+        if len(targets) == 1:
+            groups[targets[0]].extend(groups.pop(key))
 
 
 def _loops_inside(op_name: str) -> bool:
