@@ -81,7 +81,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
                 groups.setdefault((op.frame, op.exact, op.named), []).append(op)
     if not any(named for _, _, named in groups):
         return set(), set(), set(), set()
-    _join_unit_free(groups)
+    _join_unit_free(module, groups)
     by_key = {op.key: op for op in ops}
     holding = {op.key[0] for op in ops if op.named}
     saved, read_wide = _saved_chains(module, ops, by_key, backward_loops)
@@ -112,14 +112,18 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     return remat, sure, unsure, model
 
 
-def _join_unit_free(groups: dict[tuple[str, object, bool], list[SiteOp]]) -> None:
+def _join_unit_free(module: Module, groups: dict[tuple[str, object, bool], list[SiteOp]]) -> None:
     """Join each recomputed value's copies that hold its elements with a unit dimension more (the
     stacking fusion's `[1, b, t, d]` copy of a layer norm's output: its broadcasts' shapes number it
-    apart) to the group of the one value in the same frame of the same opcode and name whose shape
-    is theirs but for unit dimensions: they are copies of one value, and only one of its copies is
+    apart) to the group of the one value in the same frame of the same opcode, name and operands'
+    opcodes whose shape is theirs but for unit dimensions: they are copies of one value, and only one of its copies is
     the saving fusion's."""
     def unit_free(op: SiteOp) -> tuple:
-        return op.inst.opcode, op.op_name, op.inst.shape.element_type, tuple(d for d in op.inst.shape.dims if d != 1)
+        comp = module.by_name[op.key[0]]
+        operands = tuple(_through_views(comp, name).opcode if name in comp.by_name else None
+                         for name in op.inst.operands)
+        return op.inst.opcode, op.op_name, operands, op.inst.shape.element_type, \
+            tuple(d for d in op.inst.shape.dims if d != 1)
 
     candidates: dict[tuple[str, tuple], list[tuple[str, object, bool]]] = {}
     with_units = []

@@ -31,7 +31,7 @@ def tpu_folded_square_offsets(module: Module, ops: list[SiteOp], remat: set[Site
     in a backward loop body (module docstring)."""
     out: set[SiteKey] = set()
     for square, _ in folded_squares(module, ops):
-        if square.key in remat and _centred(module, square):
+        if square.key in remat:
             out.add(square.key)
     return out
 
