@@ -223,8 +223,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    backward loop, so one multiply of the square's size runs in the twin alone and offsets a
    counted recompute (hloflops.remat.folded_coefficients); the gradient's `x * broadcast(2 * s)`
    the fold leaves reads that residual, not `x`. On TPU, where that copy accounting is skipped,
-   a centred variance's counted square is itself the given-back multiply
-   (hloflops.remat.tpu_folded_squares). A recompute fusion's value read by a backward
+   a variance's counted square (centred or flax's uncentred `x * x`) is itself the given-back
+   multiply (hloflops.remat.tpu_folded_squares). A recompute fusion's value read by a backward
    reduce (a library fusion: the rsqrt's gradient `sum((x - mean) * g)`) is saved by the twin too.
    On TPU the program without remat's forward loop computes the residuals' chain once, in one
    saving fusion, and its backward loop computes the gradient once from the stored residuals;
@@ -233,7 +233,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    for (gelu's `x` against `tanh`, `1 - tanh`, `0.5 * (1 + tanh)`, `3 * x * x`: XLA copies it into
    the bias's reduce and both matmuls' fusions rather than store it; relu's mask, from `x` alone,
    both programs copy alike). So a recomputed value's copies in the backward loop run because of
-   remat but the one the saving fusion stands for (unsure where the forward computes the value
+   remat (a copy with a unit dimension more among them) but the one the saving fusion stands
+   for (unsure where the forward computes the value
    too; none for a value the forward hands out of a fusion or computes outside the loop, or a saved
    matmul output's bias add, stored from the matmul's fusion, where the forward's add reads a
    matmul's output: not a windowed einsum's loop, tensor parallel; none either for a value only on

@@ -10,7 +10,9 @@ recomputes those residuals from what the policy saved (`h`): the gradient's chai
 values, and TPU's fusion copies it, the recompute's chain under it too, into every fusion reading
 `dh` rather than materialize it (TPU draws 28, 57). So, value by value in the backward loop:
 
-* a recomputed cheap value computed in k fusions runs k times because of remat, less the copies
+* a recomputed cheap value computed in k fusions (a copy holding its elements with a unit
+  dimension more counted among them, `_join_unit_free`: a layer norm's output as `[1, b, t, d]`
+  in a weight gradient's fusion, TPU draw 10) runs k times because of remat, less the copies
   the program without remat's saving fusions make of it (`_saving_copies`): one where the value is
   on a residual's chain (what a backward op reads of the recompute, and what that is computed from
   in its fusion), the residual itself or another the forward does not store; and one more where it
