@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
+from hloflops.remat.rounding import computed_from
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import CallRole, Computation, Module
 
@@ -53,7 +54,7 @@ def gradient_sides(module: Module, fused: Mapping[str, frozenset[str]], by_key: 
         kept = [op.inst.name for op in outputs if op.key in remat and _epilogue_of_matmul(comp, op, by_key)]
         if not kept:
             continue
-        out[(comp_name, site)] = frozenset(comp.by_name) - _computed_from(comp, kept)
+        out[(comp_name, site)] = frozenset(comp.by_name) - computed_from(comp, kept)
     return out
 
 
@@ -73,19 +74,6 @@ def _epilogue_of_matmul(comp: Computation, op: SiteOp, by_key: Mapping[SiteKey, 
             return False
         inst = whole[0]
     return False
-
-
-def _computed_from(comp: Computation, names: list[str]) -> set[str]:
-    """The instructions the named ones are computed from, themselves included."""
-    seen: set[str] = set()
-    pending = list(names)
-    while pending:
-        name = pending.pop()
-        if name in seen or name not in comp.by_name:
-            continue
-        seen.add(name)
-        pending += comp.by_name[name].operands
-    return seen
 
 
 def gradient_side_outputs(module: Module, mixed: Mapping[tuple[str, int], frozenset[str]],
