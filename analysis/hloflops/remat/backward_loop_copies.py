@@ -52,7 +52,9 @@ from typing import Mapping
 
 from hloflops.remat.fusion_copies import outermost_fusions
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key
+from hloflops.remat.op_kinds import (
+    DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key, unit_free_shape,
+)
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
@@ -124,8 +126,7 @@ def _join_unit_free(module: Module, groups: dict[tuple[str, object, bool], list[
         comp = module.by_name[op.key[0]]
         operands = tuple(_through_views(comp, name).opcode if name in comp.by_name else None
                          for name in op.inst.operands)
-        return op.inst.opcode, op.op_name, operands, op.inst.shape.element_type, \
-            tuple(d for d in op.inst.shape.dims if d != 1)
+        return op.inst.opcode, op.op_name, operands, unit_free_shape(op.inst.shape)
 
     candidates: dict[tuple[str, tuple], list[tuple[str, object, bool]]] = {}
     with_units = []

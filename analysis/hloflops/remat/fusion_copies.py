@@ -12,7 +12,7 @@ from weakref import WeakKeyDictionary
 
 from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
 from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, unit_free_shape
 from hloflops.remat.linearization_copies import (
     coefficient_counts_passed_on, copies_in, linearization_coefficients, only_linearization_outputs)
 from hloflops.remat.mixed_gradient_fusions import gradient_side_outputs, gradient_sides
@@ -558,19 +558,15 @@ def duplicated_expensive(ops: list[SiteOp], fused: Mapping[str, frozenset[str]])
     copies: dict[tuple, set[tuple[str, int]]] = {}  # each forward value's fusions, by its like op
     for op in ops:
         if not op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused:
-            like = (op.inst.opcode, _unit_free_dims(op.inst.shape), op.frame)
+            like = (op.inst.opcode, unit_free_shape(op.inst.shape), op.frame)
             copies.setdefault((like, op.exact), set()).add((op.key[0], op.key[2]))
     copied = {like for (like, _), fusions in copies.items() if len(fusions) > 1}
     groups: dict[tuple, set[tuple[str, int]]] = {}
     for op in ops:
         if op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused and \
                 ((op.inst.opcode, str(op.inst.shape), op.frame) in forward or
-                 (op.inst.opcode, _unit_free_dims(op.inst.shape), op.frame) in copied):
+                 (op.inst.opcode, unit_free_shape(op.inst.shape), op.frame) in copied):
             groups.setdefault((op.exact, op.op_name), set()).add((op.key[0], op.key[2]))
     return {op.key[:2] for op in ops if len(groups.get((op.exact, op.op_name), ())) > 1
             and op.marked and op.inst.opcode in TRANSCENDENTAL_OPCODES and op.key[0] in fused}
 
-
-def _unit_free_dims(shape) -> tuple:
-    """A result's element type and its dimensions but the unit ones."""
-    return shape.element_type, tuple(d for d in shape.dims if d != 1)

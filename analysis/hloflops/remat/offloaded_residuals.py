@@ -100,7 +100,7 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if home is None or op.key not in remat or not op.marked or op.inst.opcode not in DUPLICATED or \
                 op.inst.opcode in EXPENSIVE or op.exact in unmarked_values or not op.op_name:
             continue
-        if _adds_to_matmul(module, callers, by_key, op):
+        if adds_to_matmul(module, callers, by_key, op):
             continue
         tail = inner_tail(op.op_name)
         like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
@@ -117,7 +117,7 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
     return found
 
 
-def _adds_to_matmul(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], op: SiteOp) -> bool:
+def adds_to_matmul(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], op: SiteOp) -> bool:
     """Is the op a bias add of a matmul's output: computed in another fusion, or a residual read
     back from a loop's state (a policy's saved `x @ w`), through views, slices and round trips
     between memories? Where the walk cannot tell (a fusion of several call sites), yes: the rule

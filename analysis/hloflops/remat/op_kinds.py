@@ -102,6 +102,12 @@ def shape_key(shape: Shape) -> tuple:
     return (shape.element_type, shape.dims)
 
 
+def unit_free_shape(shape: Shape) -> tuple:
+    """A result's element type and its dimensions but the unit ones: equal for `[b, 1, q, k]` and
+    `[b, q, k]`, which XLA computes for one value where a broadcast or a stack adds a unit dimension."""
+    return shape.element_type, tuple(d for d in shape.dims if d != 1)
+
+
 # The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits
 # rounds nothing.
 OWN_BITS = {"f64": ("11", "52"), "f32": ("8", "23"), "bf16": ("8", "7"), "f16": ("5", "10")}

@@ -22,7 +22,7 @@ reductions over them) and reads a policy's saved scores where the forward reads 
 Not in a program with loops (a scan's backward loop: the program without remat reads the
 residuals its forward loop stacked, TPU draw 10, also in a layer XLA peeled off the loop into the
 entry, TPU draw 49), nor for a chain holding the bias add of a matmul's output, saved
-or recomputed (`saved_matmul_epilogues`, `offloaded_residuals._adds_to_matmul`: the program without
+or recomputed (`saved_matmul_epilogues`, `offloaded_residuals.adds_to_matmul`: the program without
 remat may fuse it into the matmul's output fusion and store the sum, as on TPU draws 39 and 58)."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Mapping
 
 from hloflops.remat.fusion_copies import outermost_fusions, saved_matmul_epilogues
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
-from hloflops.remat.offloaded_residuals import _adds_to_matmul
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, unit_free_shape
+from hloflops.remat.offloaded_residuals import adds_to_matmul
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloparse.ir import CallRole, Module
 
@@ -60,7 +60,7 @@ def rebuilt_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mappin
     found: set[SiteKey] = set()
     for (comp_name, site), chain in chains.items():
         counted = {op.key for op in chain if op.key in remat and op.inst.opcode not in MATMUL_OPCODES}
-        if any(op.key in epilogues or _adds_to_matmul(module, one_site, all_by_key, op) for op in chain):
+        if any(op.key in epilogues or adds_to_matmul(module, one_site, all_by_key, op) for op in chain):
             continue
         outputs = [op for op in chain if op.inst.name in fused[comp_name]]
         if not counted or not outputs or any(not op.named for op in outputs) or \
@@ -74,9 +74,7 @@ def rebuilt_in_gradient_matmuls(module: Module, ops: list[SiteOp], fused: Mappin
 
 
 def _kind(op: SiteOp) -> tuple:
-    shape = op.inst.shape
-    dims = () if shape.is_tuple else tuple(d for d in shape.dims if d != 1)
-    return op.inst.opcode, shape.element_type, dims, op.frame
+    return op.inst.opcode, unit_free_shape(op.inst.shape), op.frame
 
 
 def _twins(op: SiteOp, forward: Mapping[tuple, list[SiteOp]]) -> list[SiteOp]:

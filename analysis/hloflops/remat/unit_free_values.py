@@ -26,7 +26,7 @@ all remat-marked, and only a twin the forward computes once and stores counts.""
 from __future__ import annotations
 
 from hloflops.remat.expensive_chains import unit_free
-from hloflops.remat.op_kinds import DUPLICATED, UNIQUE, result_attributes
+from hloflops.remat.op_kinds import DUPLICATED, UNIQUE, result_attributes, unit_free_shape
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_forwards import StoredForwards
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
@@ -108,7 +108,7 @@ class UnitFree:
         else:
             shape = inst.shape
             if inst.opcode in _ELEMENTWISE and not shape.is_tuple:
-                shape_id: object = (shape.element_type, tuple(d for d in shape.dims if d != 1))
+                shape_id: object = unit_free_shape(shape)
             else:
                 shape_id = str(shape)
             applied = tuple(tuple(i.opcode for i in self.module.by_name[callee].instructions)
@@ -134,8 +134,7 @@ class StoredTwins:
 
     @staticmethod
     def _kind(op: SiteOp) -> tuple:
-        shape = op.inst.shape
-        return op.inst.opcode, shape.element_type, tuple(d for d in shape.dims if d != 1)
+        return op.inst.opcode, unit_free_shape(op.inst.shape)
 
     def copies(self, members: list[SiteOp]) -> set[SiteKey]:
         """All the class's copies, where every one is remat-marked and the one forward op of a
