@@ -51,6 +51,9 @@ rests on jax's linearization, one stack per residual value."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Mapping
+
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.loops.tripcount import trip_count
@@ -62,6 +65,7 @@ from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.type_corrections import bits
 from hloflops.remat.values import Val
+from hloflops.results import RematTwinStore, Row
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module, parameter_number
 
@@ -177,16 +181,20 @@ def _handed_to_gradient(module: Module, site_key: tuple[str, int], reader: SiteO
 _HANDS_ON = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "parameter"})
 
 
-def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: OpNames) -> dict[tuple[str, str], int]:
+def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: OpNames
+                                 ) -> dict[tuple[str, str], tuple[int, int]]:
     """The converts the program without remat spends storing, in a scan's stack, each residual
     this program's backward loop recomputes and narrows instead (the module docstring's last
-    paragraph): the recompute's narrowing convert of the residual -> how many slice-sized converts
-    per trip the program without remat runs for it (2 * trips + 3). Compiled CPU modules only."""
+    paragraph): the recompute's narrowing convert of the residual -> (sure, more): how many
+    slice-sized converts per trip the program without remat surely runs for it (its forward's
+    dynamic-update-slice round trip, 2 * trips + 1) and how many more it may (the backward's read,
+    and for a residual float normalization narrows, the forward's narrowing: 2, 1 for a kernel's
+    cast). Compiled CPU modules only."""
     if not module.is_scheduled or is_tpu_module(module):
         return {}
     callers = one_call_site(module)
     exact = {op.key[:2]: op.exact for op in ops}
-    out: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, str], tuple[int, int]] = {}
     for comp, inst in module.instructions():
         if inst.opcode != "while" or phase(op_names.of(comp.name, inst)) != "backward":
             continue
@@ -214,7 +222,7 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                         continue
                 # A kernel's cast and its widen here stand for the twin's narrowing and widening of
                 # the slice it reads back: one slice fewer than a residual float normalization narrows.
-                out[(comp_in.name, narrow.name)] = 2 * trips + (3 if residual[1] is not narrow else 2)
+                out[(comp_in.name, narrow.name)] = (2 * trips + 1, 2 if residual[1] is not narrow else 1)
     return out
 
 
@@ -343,3 +351,28 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
         if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body, depth + 1):
             return True
     return False
+
+
+def twin_store_rows(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> list[Row]:
+    """The rows of ops whose FLOPs the program without remat surely runs k more times than this
+    one (`RematIndex.twin_stores`: a bf16 stack's round trips, `stacked_residual_round_trips`),
+    with k of their totals taken off their remat share: the per-opcode remat FLOPs are this
+    program's less its twin's, and model FLOPs (the twin's) then exceed this program's own count of
+    that opcode by the twin's extra work. The row is remat (its share may be negative), over what
+    it counted as remat before (all, a share, or nothing)."""
+    out = []
+    for row in rows:
+        k = stores.get((row.computation, row.name))
+        if k:
+            numerator, denominator = row.remat_part or ((1, 1) if row.remat else (0, 1))
+            row = replace(row, remat=True, remat_part=(numerator - k * denominator, denominator))
+        out.append(row)
+    return out
+
+
+def twin_stores(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> tuple[RematTwinStore, ...]:
+    """What `twin_store_rows` took off the remat FLOPs, per row."""
+    if not stores:
+        return ()
+    return tuple(RematTwinStore(r.name, r.computation, r.opcode, k * r.executions, k * r.total.flops)
+                 for r in rows if (k := stores.get((r.computation, r.name))) and r.total.flops)
