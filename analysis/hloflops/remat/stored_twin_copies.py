@@ -222,7 +222,7 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                         continue
                 # A kernel's cast and its widen here stand for the twin's narrowing and widening of
                 # the slice it reads back: one slice fewer than a residual float normalization narrows.
-                out[(comp_in.name, narrow.name)] = (2 * trips + 1, 2 if residual[1] is not narrow else 1)
+                out[(comp_in.name, narrow.name)] = (2 * trips + 2, 2 if residual[1] is not narrow else 1)
     return out
 
 
@@ -363,10 +363,7 @@ def twin_store_rows(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> l
     out = []
     for row in rows:
         k = stores.get((row.computation, row.name))
-        if k:
-            numerator, denominator = row.remat_part or ((1, 1) if row.remat else (0, 1))
-            row = replace(row, remat=True, remat_part=(numerator - k * denominator, denominator))
-        out.append(row)
+        out.append(replace(row, remat=True, remat_part=(-k, 1)) if k else row)
     return out
 
 
