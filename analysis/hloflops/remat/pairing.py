@@ -335,7 +335,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       - set(stacks),
                       partial, _with_stacks({key[:2]: n for key, n in twin_copies.items()},
                                             {key: more for key, (_, more) in stacks.items() if more}),
-                      {key: sure for key, (sure, _) in stacks.items() if sure})
+                      {key: sure for key, (sure, _) in stacks.items()})
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:

@@ -27,13 +27,20 @@ here it copies it more often than this program in all).
 
 The twin's stores cost converts too (`stacked_residual_round_trips`). On CPU, float normalization
 computes a bfloat16 stack's dynamic-update-slice in f32: each forward trip widens the whole stack
-(trips slices) and the slice and narrows the stack back, the backward loop's read of the stack is
-a widen of the whole stack hoisted out of it, and each trip narrows the f32 slice it reads to the
-declared bfloat16: 2 * trips + 3 slice-sized converts per trip and residual that float
-normalization narrows, none of which this program runs for a residual it recomputes (its narrowing
-there may be counted as remat: the twin's forward narrows the value too). A kernel's cast counts
-2 * trips + 2: the cast and its widen here stand for the twin's narrowing and widening of the slice
-it reads back (base 25: the low end then 8 above the truth, the loop counters' subtract).
+(trips slices) and the slice and narrows the stack back, and the backward loop's read of the stack
+is a widen of the whole stack hoisted out of it (one slice per trip) and a narrowing of the f32
+slice it reads to the declared bfloat16. None of it runs here for a residual this program
+recomputes, whose backward narrows the recomputed value instead: that narrowing stands for the
+twin's narrowing of the slice it reads back (both widen it for the readers). So 2 * trips + 2
+slice-sized converts per trip and residual are the twin's alone, sure, and the narrowing here is
+no remat: the row takes -(2 * trips + 2) times its FLOPs as its remat share (`RematIndex.twin_stores`,
+hloflops.results.RematTwinStore), whatever it counted before. Model FLOPs (the twin's) then exceed
+this program's own count of convert by that much. Where the twin's forward computes a residual this
+program's forward never does (tanh's `1 - t`), it narrows it there too, and XLA fuses that chain
+into the stack's update, widening its bf16 inputs again (base 42: one narrowing, one widen of `t`);
+how many rests on the fusion, so 2 more per residual stay `twin_copies` (1 for a kernel's cast,
+which both forwards narrow): the range's low end. Exact on more 71 (kernel casts; base 42, 89, 25,
+97, 149 and held-out 235 keep 2 to 5 slices per loop of that forward work, in range).
 
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
@@ -45,9 +52,9 @@ the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, 
 value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
 output's stack: of the residuals computed from one set of loop inputs, the first stands for this
 program's stack of the saved output (a relu's mask where this program stores the conv output:
-more 60, 71; gelu's residuals of a saved projection: more 73). The count goes to `twin_copies` on
-the narrowing convert (the range's low end, not an exact count): which residuals the twin stores
-rests on jax's linearization, one stack per residual value."""
+more 60, 71; gelu's residuals of a saved projection: more 73). Which residuals the twin
+stores rests on jax's linearization, one stack per residual value: every one these two kinds find
+is stored on every draw checked (base, more, held-out), so the round trips count as sure."""
 
 from __future__ import annotations
 
@@ -223,6 +230,10 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                 # A kernel's cast and its widen here stand for the twin's narrowing and widening of
                 # the slice it reads back: one slice fewer than a residual float normalization narrows.
                 out[(comp_in.name, narrow.name)] = (2 * trips + 2, 2 if residual[1] is not narrow else 1)
+                # Its widen in the same fusion stands for the twin's widen of the slice it reads back.
+                out.update(((comp_in.name, widen.name), (0, 0)) for widen in comp_in.instructions
+                           if widen.opcode == "convert" and widen.operands == (narrow.name,)
+                           and bits(widen.shape) == 32)
     return out
 
 
@@ -363,7 +374,8 @@ def twin_store_rows(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> l
     out = []
     for row in rows:
         k = stores.get((row.computation, row.name))
-        out.append(replace(row, remat=True, remat_part=(-k, 1)) if k else row)
+        out.append(row if k is None else replace(row, remat=True, remat_part=(-k, 1)) if k
+                   else replace(row, remat=False, remat_part=None))  # k = 0: the twin runs it too
     return out
 
 
