@@ -91,3 +91,21 @@ def test_a_cast_jax_named_of_a_recomputed_value_is_no_stacked_residual():
     acc = _account(text)
     assert not [h for h in acc.remat_hinges if h.twin_copies] and not acc.remat_twin_stores
     assert acc.remat_flops_bounds[0] == 0 == acc.remat_flops
+
+
+def test_the_twins_stack_stores_are_said_in_the_json_the_summary_and_the_folded_stacks():
+    import json
+
+    from hloflops.report.folded import folded_stacks
+    from hloflops.report.report import Report
+
+    report = Report(_account(STACKED))
+    assert report.remat_flops == -6 * 512
+    assert json.loads(report.to_json())["remat_twin_stores"] == [
+        {"name": "convert.1", "computation": "tanh_fusion", "opcode": "convert", "executions": 12, "flops": 3072}]
+    assert "the program without remat would also run 12 converts storing bf16 residuals (3,072 flops, taken off " \
+           "remat flops)" in report.summary()
+    # no negative remat stack: the narrowing's own FLOPs (and the gradient's widen) show as model FLOPs
+    convert = [line for line in folded_stacks(report).splitlines() if ";convert" in line]
+    assert convert and all("[remat]" not in line for line in convert), convert
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in convert) == 2 * 512

@@ -32,15 +32,17 @@ is a widen of the whole stack hoisted out of it (one slice per trip) and a narro
 slice it reads to the declared bfloat16. None of it runs here for a residual this program
 recomputes, whose backward narrows the recomputed value instead: that narrowing stands for the
 twin's narrowing of the slice it reads back (both widen it for the readers). So 2 * trips + 2
-slice-sized converts per trip and residual are the twin's alone, sure, and the narrowing here is
-no remat: the row takes -(2 * trips + 2) times its FLOPs as its remat share (`RematIndex.twin_stores`,
-hloflops.results.RematTwinStore), whatever it counted before. Model FLOPs (the twin's) then exceed
-this program's own count of convert by that much. Where the twin's forward computes a residual this
-program's forward never does (tanh's `1 - t`), it narrows it there too, and XLA fuses that chain
-into the stack's update, widening its bf16 inputs again (base 42: one narrowing, one widen of `t`);
-how many rests on the fusion, so 2 more per residual stay `twin_copies` (1 for a kernel's cast,
-which both forwards narrow): the range's low end. Exact on more 71 (kernel casts; base 42, 89, 25,
-97, 149 and held-out 235 keep 2 to 5 slices per loop of that forward work, in range).
+slice-sized converts per trip and residual are the twin's alone, sure, and the narrowing here is no
+remat: the row takes -(2 * trips + 2) times its FLOPs as its remat share (`RematIndex.twin_stores`,
+hloflops.results.RematTwinStore), whatever it counted before; its widen in the same fusion is no remat
+either (the twin widens the slice it reads back for the same reader: base 25's kernel casts). Model FLOPs
+(the twin's) then exceed this program's own count of convert by that much. Where the twin's forward
+computes a residual this program's forward never does (tanh's `1 - t`), it narrows it there too,
+and XLA fuses that chain into the stack's update, widening its bf16 inputs again (base 42: one
+narrowing, one widen of `t`); how many rests on the fusion, so 2 more per residual stay
+`twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact on
+more 71 (kernel casts; base 42, 89, 25, 97, 149 and held-out 235 keep 2 to 5 slices per loop of
+that forward work, in range).
 
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
@@ -193,10 +195,12 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
     """The converts the program without remat spends storing, in a scan's stack, each residual
     this program's backward loop recomputes and narrows instead (the module docstring's last
     paragraph): the recompute's narrowing convert of the residual -> (sure, more): how many
-    slice-sized converts per trip the program without remat surely runs for it (its forward's
-    dynamic-update-slice round trip, 2 * trips + 1) and how many more it may (the backward's read,
-    and for a residual float normalization narrows, the forward's narrowing: 2, 1 for a kernel's
-    cast). Compiled CPU modules only."""
+    slice-sized converts per trip the program without remat surely runs for it beyond this one
+    (its forward's dynamic-update-slice round trip and its backward's hoisted widen, 2 * trips + 2:
+    the narrowing's own FLOPs stand for the twin's narrowing of the slice it reads back) and how
+    many more it may (its forward's narrowing of a residual only it computes there, and the widens
+    fused with it: 2, 1 for a kernel's cast); and a widen of that narrowing in the same fusion ->
+    (0, 0): the twin's widen of the slice it reads back, no remat. Compiled CPU modules only."""
     if not module.is_scheduled or is_tpu_module(module):
         return {}
     callers = one_call_site(module)
