@@ -41,8 +41,8 @@ computes a residual this program's forward never does (tanh's `1 - t`), it narro
 and XLA fuses that chain into the stack's update, widening its bf16 inputs again (base 42: one
 narrowing, one widen of `t`); how many rests on the fusion, so 2 more per residual stay
 `twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact on
-more 71 (kernel casts; base 42, 89, 25, 97, 149 and held-out 235 keep 2 to 5 slices per loop of
-that forward work, in range).
+more 71 (kernel casts); base 25, 42, 89 keep 2 slices per trip of that forward work, 149 keeps 4,
+all in range.
 
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
