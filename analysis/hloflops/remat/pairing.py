@@ -182,6 +182,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
+    chain_copies = stored_chain_copies(module, ops) if module.is_scheduled and remat_named else {}
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
@@ -257,7 +258,6 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
             stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
-            stored_chain_copies(module, ops, twin_copies)  # and a chain for matmuls (stored_gradient_chains)
         if module.is_scheduled:
             # The rules one backend's compiler needs: TPU's backward loops and sharded weights, CPU's
             # float normalization (hloflops.remat.by_platform).
@@ -330,7 +330,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
                       frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies},
-                      partial, _with_stacks({key[:2]: n for key, n in twin_copies.items()},
+                      partial, _with_stacks(_with_stacks({key[:2]: n for key, n in twin_copies.items()}, {
+                          key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             stacked_residual_round_trips(module, ops, op_names) if remat_named else {}))
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
+from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary, one_call_site, value_readers
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -34,11 +34,13 @@ from hloparse.ir import CallRole, Computation, Instruction, Module
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "copy-start", "copy-done"})
 
 
-def stored_chain_copies(module: Module, ops: list[SiteOp], twin_copies: dict[SiteKey, int]) -> None:
-    """`twin_copies[key] += n` for each cheap op of a chain the module docstring describes: n the
-    copies the program without remat may make of it beyond this program's."""
+def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
+    """Each cheap op of a chain the module docstring describes -> the copies the program without
+    remat may make of it beyond this program's (`twin_copies`: a recompute among them stays a
+    "maybe remat" hinge too, as it was)."""
+    twin_copies: dict[SiteKey, int] = {}
     if not is_tpu_module(module):
-        return
+        return twin_copies
     by_name: dict[tuple[str, str], list[SiteOp]] = {}
     for op in ops:
         by_name.setdefault(op.key[:2], []).append(op)
@@ -60,7 +62,8 @@ def stored_chain_copies(module: Module, ops: list[SiteOp], twin_copies: dict[Sit
             readers_of = readers_of if readers_of is not None else value_readers(module)
             readers = _computing_readers(module, caller[0], caller[1], index if comp.root.opcode == "tuple"
                                          else None, readers_of)
-            if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers):
+            if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
+                    or not _reads_saved_residual(module, callers, comp, chain):
                 continue
             shared = set()  # the chain's ops another output of the fusion reads too
             for other in outputs:
@@ -73,6 +76,7 @@ def stored_chain_copies(module: Module, ops: list[SiteOp], twin_copies: dict[Sit
                 extra = len(readers) - (0 if key in shared else 1)
                 for op in by_name.get((comp_name, key), ()):
                     twin_copies[op.key] = twin_copies.get(op.key, 0) + extra
+    return twin_copies
 
 
 def _is_narrow(comp: Computation, inst: Instruction | None) -> bool:
@@ -124,3 +128,28 @@ def _is_matmul(module: Module, inst: Instruction) -> bool:
         return True
     return inst.opcode == "fusion" and any(i.opcode in MATMUL_OPCODES for callee in inst.called(CallRole.FUSION)
                                             for i in module.by_name[callee].instructions)
+
+
+
+def _reads_saved_residual(module: Module, callers, comp: Computation, chain: set[str]) -> bool:
+    """Does the chain read a policy's saved residual (an identity rounding, in the forward matmul's
+    fusion or unfused), through the fusion's parameters and views?"""
+    for name in chain:
+        for operand in comp.by_name[name].operands:
+            frame, source = comp, operand
+            for _ in range(8):
+                inst = frame.by_name.get(source)
+                if inst is None:
+                    break
+                if is_identity_rounding(inst):
+                    return True
+                if inst.opcode in _VIEWS and inst.operands:
+                    source = inst.operands[0]
+                elif inst.opcode in FUSION_BOUNDARY:
+                    step = across_fusion_boundary(module, callers, frame, inst)
+                    if step is None:
+                        break
+                    frame, source = step
+                else:
+                    break
+    return False
