@@ -17,9 +17,19 @@ computed from, one of them at least a recompute) may run once per matmul reader 
 without remat: k readers, k - 1 copies beyond this program's, or k where another output of the
 fusion (the reduce) needs the op too. They go to `twin_copies` (hloflops.results.RematHinge): they
 lower the range's low end only, never the count, as for hloflops.remat.stored_scales: XLA copies a
-cheap producer at most once into each reader. The narrowing itself is not counted: a reader that
-computes the chain reads it wide. Only a chain holding a recompute: without one the value is the
-backward's own, which both programs compute alike from the same stored values."""
+cheap producer at most once into each reader. A recompute of the chain stays a "maybe remat" hinge
+as well where it was one (kept apart from the twin copies other rules find, which are no hinge of
+their own). The narrowing itself is not counted: a reader that computes the chain reads it wide.
+
+Only a chain holding a recompute (without one the value is the backward's own, computed alike from
+the same stored values) and reading a policy's saved residual (an identity rounding of a matmul's
+output): there the two programs' chains start from different stored values (the saved matmul output
+and the recomputed bias add here, the twin's stored activation input there), so this program's
+fusion says nothing of the twin's. A chain rebuilt from a recomputed matmul (nothing saveable) was
+stored once by the twin too on every TPU draw of 0-59 (2, 24: exact); so was a short chain read
+through a sharded conv's all-reduce (47: exact), while 40, of the same structure, is the twin's copy
+again (relu's narrow in each matmul's fusion): left out of the rule, no test in this program tells
+them apart."""
 
 from __future__ import annotations
 
