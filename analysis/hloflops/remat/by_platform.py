@@ -23,7 +23,7 @@ from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
-from hloflops.remat.type_corrections import type_corrections
+from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
 from hloflops.remat.widen_counts import balanced_widens
 from hloparse.ir import Module
 
@@ -69,6 +69,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= set(corrections)
     d.certain |= set(corrections)
     d.paired_by_value |= {key for key, of in corrections.items() if of in d.paired_by_value}
+    # A constant's widen whose readers in its fusion are all uncounted marked ops takes their answer.
+    uncounted = widens_of_uncounted_ops(module, ops, d.remat)
+    d.remat, d.stand_ins = d.remat - uncounted, d.stand_ins | uncounted
     # The program without remat saves tanh's `1 - t` narrowed, from a widened constant: two
     # converts offsetting the recompute's (hloflops.remat.saved_residual_narrows).
     narrows = saved_residual_narrows(module, ops, d.remat, backward_loops)

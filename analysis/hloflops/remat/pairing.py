@@ -32,6 +32,7 @@ from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copie
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
+from hloflops.remat.stored_gradient_chains import stored_chain_copies
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -181,6 +182,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
+    chain_copies = stored_chain_copies(module, ops) if module.is_scheduled and remat_named else {}
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
@@ -328,7 +330,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
                       frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies},
-                      partial, _with_stacks({key[:2]: n for key, n in twin_copies.items()},
+                      partial, _with_stacks(_with_stacks({key[:2]: n for key, n in twin_copies.items()}, {
+                          key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             stacked_residual_round_trips(module, ops, op_names) if remat_named else {}))
 
 
