@@ -5,17 +5,20 @@ An offload policy saves a matmul's bare output `h = x @ w` (hloflops.remat.offlo
 every matmul reading the activation `act(h + b)` nests the bias add and the activation in an
 operand fusion of its own, in f32, reading `h` and `b`. The program without remat fuses the bias
 add into the matmul's output fusion and stores the sum; its readers nest the activation alone,
-reading the one stored value, and TPU may narrow it to bf16 inside that operand fusion for the
-matmul. TPU draw 51 (hk_loop, offload, relu): six such narrows of `relu(sum)` in the program
-without remat (three forward matmuls, three weight gradients), none here: convert truth -6,144,
-below anything a split of this program's ops can report. Whether TPU narrows an operand fusion
-rests on how it fused that program (TPU draw 47 nests `relu(h + b)` in both programs, narrowing
-in neither): so each nested activation here stands for one narrow the program without remat
-may make (`twin_copies`, lowering the range's low end only), never a count.
+reading the one stored value, and where the activation reads each value once (relu, tanh) TPU may
+narrow it to bf16 inside that operand fusion for the matmul (a chain reading a value twice, gelu's
+`s * f(s)`, it hands on wide: TPU draw 9, as hloflops.remat.nested_forward_narrows found). TPU
+draw 51 (hk_loop, offload, relu): six such narrows of `relu(sum)` in the program without remat
+(three forward matmuls, three weight gradients), none here: convert truth -6,144, below anything
+a split of this program's ops can report. Whether TPU narrows an operand fusion rests on how it
+fused that program (TPU draw 47 nests `relu(h + b)` in both programs, narrowing in neither): so
+each nested activation here stands for one narrow the program without remat may make
+(`twin_copies`, lowering the range's low end only), never a count.
 
 Only where the program offloads a value to the host, and the nested fusion (its root not a
 narrow) sits inside a fusion whose matmul reads it, computes `add(h, broadcast(b))` with `h` a
-matmul's output that is copied to the host (through views and fusion boundaries)."""
+matmul's output that is copied to the host (through views and fusion boundaries), and every op
+from the add to its root reads the one before once."""
 
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ def offloaded_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, in
         if site is None or root is None or not _read_by_a_matmul(site[0], site[1].name) or \
                 root.opcode == "convert" or bits(root.shape) != bits(inst.shape):
             continue
+        if not _single_reads(comp, inst):
+            continue
         operands = [comp.by_name.get(name) for name in inst.operands]
         if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
             continue
@@ -67,6 +72,19 @@ def offloaded_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, in
         if key in by_key:
             found[key] = 1
     return found
+
+
+def _single_reads(comp: Computation, add: Instruction) -> bool:
+    """Is the fusion a chain from the bias add to its root of ops each read once (relu's
+    `max(s, 0)`, `tanh(s)`)? A chain reading a value twice (gelu's `s * f(s)`) the program without
+    remat hands on wide from the stored sum (hloflops.remat.nested_forward_narrows)."""
+    step = add
+    while step is not comp.root:
+        users = comp.users.get(step.name, ())
+        if len(users) != 1 or sum(operand == step.name for operand in users[0].operands) != 1:
+            return False
+        step = users[0]
+    return True
 
 
 def _offloaded_values(module: Module) -> set[int]:
