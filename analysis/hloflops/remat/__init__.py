@@ -245,6 +245,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    beyond one (on how XLA fused that program: in the range), in the forward's own frame too where
    the chain reads a recompute of a forward value. Not for a recompute running a loop
    of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).
+   On TPU under tensor parallelism, a forward matmul run as a windowed einsum loop where the
+   backward's weight gradient gathers a recompute rather than the forward's gathered activation:
+   the program without remat shares one gather and runs one matmul, so the loop's accumulating
+   adds and selects are remat (hloflops.remat.regathered_windowed_einsums; the weight's narrow
+   for the loop in the range).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy
@@ -379,7 +384,9 @@ gradient), which the program without remat may copy into each matmul's fusion in
 (hloflops.remat.stored_gradient_chains), and of a select stored here once: the
 embedding lookup's out-of-range fill, which the recomputes read too (the twin copies it into its
 other readers), and, on TPU, a scan's ReLU gradient over a recomputed mask (the twin stacks the
-mask and copies the select into each reader; hloflops.remat.stored_selects): the per-opcode truth
+mask and copies the select into each reader; hloflops.remat.stored_selects), and on TPU by one
+narrow per operand fusion nesting `relu(h + b)` over an offloaded bare matmul output (the twin
+stores the sum and may narrow the activation there; hloflops.remat.offloaded_sum_narrows): the per-opcode truth
 is negative there, and no split of this program's ops can match it. So it drops, on CPU, by the converts the
 program without remat spends storing a bfloat16 residual in a scan's stack (float normalization
 computes the stack's dynamic-update-slice in f32: 2 * trips + 2 or 3 slice-sized converts per trip,

@@ -19,6 +19,7 @@ from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offl
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.regathered_narrows import repeated_shard_narrows
+from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
@@ -93,6 +94,10 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= nested_forward_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
+    # A forward windowed einsum whose activation the backward regathers from a recompute: its
+    # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).
+    windowed, narrowed_for_it = regathered_windowed_einsums(module, ops)
+    d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:

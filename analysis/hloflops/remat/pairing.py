@@ -33,6 +33,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
+from hloflops.remat.offloaded_sum_narrows import offloaded_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -258,6 +259,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
             stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
+            for key, n in (offloaded_sum_narrows(module, ops) if is_tpu_module(module) else {}).items():
+                twin_copies[key] = twin_copies.get(key, 0) + n  # hloflops.remat.offloaded_sum_narrows
         if module.is_scheduled:
             # The rules one backend's compiler needs: TPU's backward loops and sharded weights, CPU's
             # float normalization (hloflops.remat.by_platform).
