@@ -1,0 +1,101 @@
+"""A convolution's input packed by a concatenation TPU writes as `-inf` pads and maximums (after
+optimization, TPU only).
+
+To lay out a 3x3 convolution's input for its backward (the weight gradient's window), TPU
+concatenates shifted slices of the activation along a new minor dimension, and writes the
+concatenation as a loop fusion: each piece padded with `-inf` to the full width, widened to f32,
+combined with `maximum`, narrowed back. Its FLOPs (the maximums and the round-trip converts) are
+not the activation's arithmetic but the packing of the one convolution operand that reads it: the
+program without remat packs the same operand for the same convolution, wherever it computes the
+activation (its forward, to save it), while the program with remat packs it where the recompute
+runs, under the recompute's op_name. So the packing counts with the convolution reading it, remat
+exactly when that convolution is, not with the values it packs (tpu seed 16: the three packings
+of a nested checkpoint's recompute were counted remat by their name, their converts over-counted).
+
+A fusion counts as such a packing only where its body does nothing else: pads whose padding value
+is `-inf`, converts, maximums of those pads (or of maximums of them), views; and every reader of
+its output is a fusion holding a convolution, all of one remat flag.
+"""
+
+from __future__ import annotations
+
+from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+_PASS = frozenset({"convert", "bitcast", "reshape", "copy"})
+_ALLOWED = _PASS | {"parameter", "constant", "pad", "maximum", "broadcast"}
+
+
+def packed_conv_inputs(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
+    """(`remat` with each `-inf` packing fusion's ops flagged as the convolutions reading it
+    are, those ops: settled)."""
+    counted: set[SiteKey] = set()
+    model: set[SiteKey] = set()
+    if not is_tpu_module(module):
+        return remat, counted
+    by_comp: dict[str, list[SiteOp]] = {}
+    for op in ops:
+        by_comp.setdefault(op.key[0], []).append(op)
+    callers = one_call_site(module)
+    readers = value_readers(module)
+    for comp, inst in module.instructions():
+        if inst.opcode != "fusion" or inst.attributes.get("kind") != "kLoop":
+            continue
+        body_names = inst.called(CallRole.FUSION)
+        if len(body_names) != 1 or callers.get(body_names[0]) is None:
+            continue
+        body = module.by_name[body_names[0]]
+        if not _is_packing(body):
+            continue
+        flags = _reader_conv_flags(module, readers.get((comp.name, inst.name), []), by_comp, callers, remat)
+        if len(flags) != 1:
+            continue
+        (counted if flags.pop() else model).update(op.key for op in by_comp.get(body.name, ()))
+    return (remat | counted) - model, counted | model
+
+
+def _is_packing(body: Computation) -> bool:
+    """Only `-inf` pads, converts, views and maximums of those pads, with one maximum at least."""
+    if any(inst.opcode not in _ALLOWED for inst in body.instructions):
+        return False
+    maximums = [inst for inst in body.instructions if inst.opcode == "maximum"]
+    return bool(maximums) and all(_from_inf_pad(body, name) for inst in maximums for name in inst.operands)
+
+
+def _from_inf_pad(body: Computation, name: str) -> bool:
+    """Is the value a `-inf` pad, or a maximum of such, through converts and views?"""
+    inst = body.by_name.get(name)
+    while inst is not None and inst.opcode in _PASS and inst.operands:
+        inst = body.by_name.get(inst.operands[0])
+    if inst is None:
+        return False
+    if inst.opcode == "maximum":
+        return all(_from_inf_pad(body, operand) for operand in inst.operands)
+    return inst.opcode == "pad" and len(inst.operands) == 2 and _is_minus_inf(body, inst.operands[1])
+
+
+def _is_minus_inf(body: Computation, name: str) -> bool:
+    inst = body.by_name.get(name)
+    while inst is not None and inst.opcode in _PASS | {"broadcast"} and inst.operands:
+        inst = body.by_name.get(inst.operands[0])
+    return inst is not None and inst.opcode == "constant" and \
+        inst.attributes.get("literal", "").strip("{} ") == "-inf"
+
+
+def _reader_conv_flags(module: Module, readers: list[Instruction], by_comp: dict[str, list[SiteOp]],
+                       callers: dict, remat: set[SiteKey]) -> set[bool]:
+    """The remat flags of the convolutions the readers hold (empty unless every reader is a
+    fusion, called once, holding one convolution at least)."""
+    flags: set[bool] = set()
+    for reader in readers:
+        if reader.opcode != "fusion":
+            return set()
+        names = reader.called(CallRole.FUSION)
+        if len(names) != 1 or callers.get(names[0]) is None:
+            return set()
+        convs = [op for op in by_comp.get(names[0], ()) if op.inst.opcode == "convolution"]
+        if not convs:
+            return set()
+        flags |= {op.key in remat for op in convs}
+    return flags
