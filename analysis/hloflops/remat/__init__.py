@@ -172,7 +172,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    matmul's fusion and narrows the activation there: where the activation reads a value twice
    (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
    for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
-   range (hloflops.remat.nested_forward_narrows).
+   range (hloflops.remat.nested_forward_narrows). The input TPU packs for a 3x3 convolution's
+   backward (shifted slices padded with `-inf`, combined by `maximum` between a widen and a narrow)
+   counts with the convolution reading it, not by the recompute's name it carries: the program
+   without remat packs the same operand for that convolution wherever it computes the activation
+   (hloflops.remat.packed_conv_inputs).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

@@ -27,13 +27,14 @@ _PASS = frozenset({"convert", "bitcast", "reshape", "copy"})
 _ALLOWED = _PASS | {"parameter", "constant", "pad", "maximum", "broadcast"}
 
 
-def packed_conv_inputs(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
-    """(`remat` with each `-inf` packing fusion's ops flagged as the convolutions reading it
-    are, those ops: settled)."""
+def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
+    """Flag each `-inf` packing fusion's ops as the convolutions reading it are, settled
+    (`decided` is hloflops.remat.by_platform's `Decided`)."""
+    remat = decided.remat
     counted: set[SiteKey] = set()
     model: set[SiteKey] = set()
     if not is_tpu_module(module):
-        return remat, counted
+        return
     by_comp: dict[str, list[SiteOp]] = {}
     for op in ops:
         by_comp.setdefault(op.key[0], []).append(op)
@@ -48,11 +49,12 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -
         body = module.by_name[body_names[0]]
         if not _is_packing(body):
             continue
-        flags = _reader_conv_flags(module, readers.get((comp.name, inst.name), []), by_comp, callers, remat)
+        flags = _reader_conv_flags(readers.get((comp.name, inst.name), []), by_comp, callers, remat)
         if len(flags) != 1:
             continue
         (counted if flags.pop() else model).update(op.key for op in by_comp.get(body.name, ()))
-    return (remat | counted) - model, counted | model
+    decided.remat = (remat | counted) - model
+    decided.certain |= counted | model
 
 
 def _is_packing(body: Computation) -> bool:
@@ -83,7 +85,7 @@ def _is_minus_inf(body: Computation, name: str) -> bool:
         inst.attributes.get("literal", "").strip("{} ") == "-inf"
 
 
-def _reader_conv_flags(module: Module, readers: list[Instruction], by_comp: dict[str, list[SiteOp]],
+def _reader_conv_flags(readers: list[Instruction], by_comp: dict[str, list[SiteOp]],
                        callers: dict, remat: set[SiteKey]) -> set[bool]:
     """The remat flags of the convolutions the readers hold (empty unless every reader is a
     fusion, called once, holding one convolution at least)."""
