@@ -24,7 +24,7 @@ from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 _PASS = frozenset({"convert", "bitcast", "reshape", "copy"})
-_ALLOWED = _PASS | {"parameter", "constant", "pad", "maximum", "broadcast"}
+_ALLOWED = _PASS | {"parameter", "constant", "pad", "maximum", "broadcast", "iota", "compare", "select"}
 
 
 def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
@@ -49,7 +49,7 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         body = module.by_name[body_names[0]]
         if not _is_packing(body):
             continue
-        flags = _reader_conv_flags(readers.get((comp.name, inst.name), []), by_comp, callers, remat)
+        flags = _reader_conv_flags(comp, readers.get((comp.name, inst.name), []), by_comp, callers, remat)
         if len(flags) != 1:
             continue
         (counted if flags.pop() else model).update(op.key for op in by_comp.get(body.name, ()))
@@ -74,7 +74,33 @@ def _from_inf_pad(body: Computation, name: str) -> bool:
         return False
     if inst.opcode == "maximum":
         return all(_from_inf_pad(body, operand) for operand in inst.operands)
+    if inst.opcode == "select" and len(inst.operands) == 3:
+        return _is_iota_mask(body, inst.operands[0]) and _is_minus_inf(body, inst.operands[2]) and \
+            _is_piece(body, inst.operands[1])
     return inst.opcode == "pad" and len(inst.operands) == 2 and _is_minus_inf(body, inst.operands[1])
+
+
+def _is_iota_mask(body: Computation, name: str) -> bool:
+    """A comparison of an iota with a constant: which positions of the packed dimension a piece
+    covers."""
+    inst = body.by_name.get(name)
+    if inst is None or inst.opcode != "compare" or len(inst.operands) != 2:
+        return False
+    kinds = set()
+    for operand in inst.operands:
+        op = body.by_name.get(operand)
+        while op is not None and op.opcode in _PASS | {"broadcast"} and op.operands:
+            op = body.by_name.get(op.operands[0])
+        kinds.add(op.opcode if op is not None else None)
+    return kinds == {"iota", "constant"}
+
+
+def _is_piece(body: Computation, name: str) -> bool:
+    """A slice padded into place (with any padding value) or a parameter, through views."""
+    inst = body.by_name.get(name)
+    while inst is not None and inst.opcode in _PASS and inst.operands:
+        inst = body.by_name.get(inst.operands[0])
+    return inst is not None and inst.opcode in ("pad", "parameter")
 
 
 def _is_minus_inf(body: Computation, name: str) -> bool:
@@ -85,12 +111,15 @@ def _is_minus_inf(body: Computation, name: str) -> bool:
         inst.attributes.get("literal", "").strip("{} ") == "-inf"
 
 
-def _reader_conv_flags(readers: list[Instruction], by_comp: dict[str, list[SiteOp]],
+def _reader_conv_flags(comp: Computation, readers: list[Instruction], by_comp: dict[str, list[SiteOp]],
                        callers: dict, remat: set[SiteKey]) -> set[bool]:
     """The remat flags of the convolutions the readers hold (empty unless every reader is a
     fusion, called once, holding one convolution at least)."""
     flags: set[bool] = set()
     for reader in readers:
+        if reader.opcode == "convolution":
+            flags |= {op.key in remat for op in by_comp.get(comp.name, ()) if op.inst is reader}
+            continue
         if reader.opcode != "fusion":
             return set()
         names = reader.called(CallRole.FUSION)
