@@ -33,6 +33,7 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
     remat = decided.remat
     counted: set[SiteKey] = set()
     model: set[SiteKey] = set()
+    halos: set[SiteKey] = set()
     if not is_tpu_module(module):
         return
     by_comp: dict[str, list[SiteOp]] = {}
@@ -52,9 +53,29 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         flags = _reader_conv_flags(comp, readers.get((comp.name, inst.name), []), by_comp, callers, remat)
         if len(flags) != 1:
             continue
-        (counted if flags.pop() else model).update(op.key for op in by_comp.get(body.name, ()))
+        flag = flags.pop()
+        (counted if flag else model).update(op.key for op in by_comp.get(body.name, ()))
+        if not flag and _read_by_forward_conv(comp, readers.get((comp.name, inst.name), []), by_comp):
+            halos |= {op.key for op in by_comp.get(body.name, ()) if op.inst.name in _halo_masks(body)}
     decided.remat = (remat | counted) - model
     decided.certain |= counted | model
+    decided.stand_ins |= halos
+
+
+def _read_by_forward_conv(comp: Computation, readers: list[Instruction], by_comp: dict[str, list[SiteOp]]) -> bool:
+    """Is the packing nested in the fusion of the forward convolution reading it (its only reader)?"""
+    return len(readers) == 1 and readers[0].opcode == "convolution" and \
+        all("transpose(" not in op.op_name for op in by_comp.get(comp.name, ()) if op.inst is readers[0])
+
+
+def _halo_masks(body: Computation) -> set[str]:
+    """The selects masking a zero-padded piece to `-inf` outside its place, and their comparisons."""
+    names: set[str] = set()
+    for inst in body.instructions:
+        if inst.opcode == "select" and len(inst.operands) == 3 and _is_iota_mask(body, inst.operands[0]) \
+                and _is_minus_inf(body, inst.operands[2]):
+            names |= {inst.name, inst.operands[0]}
+    return names
 
 
 def _is_packing(body: Computation) -> bool:
@@ -118,6 +139,8 @@ def _reader_conv_flags(comp: Computation, readers: list[Instruction], by_comp: d
     flags: set[bool] = set()
     for reader in readers:
         if reader.opcode == "convolution":
+            if not _has_window(reader):  # a matmul TPU writes as a convolution
+                return set()
             flags |= {op.key in remat for op in by_comp.get(comp.name, ()) if op.inst is reader}
             continue
         if reader.opcode != "fusion":
@@ -130,3 +153,8 @@ def _reader_conv_flags(comp: Computation, readers: list[Instruction], by_comp: d
             return set()
         flags |= {op.key in remat for op in convs}
     return flags
+
+
+def _has_window(conv: Instruction) -> bool:
+    """A convolution with a spatial window wider than one tap."""
+    return any(w.size > 1 for w in conv.window or ())
