@@ -50,7 +50,8 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         body = module.by_name[body_names[0]]
         if not _is_packing(body):
             continue
-        flags = _reader_conv_flags(comp, readers.get((comp.name, inst.name), []), by_comp, callers, remat)
+        flags = _reader_conv_flags(module, comp, readers.get((comp.name, inst.name), []), by_comp, callers, remat,
+                                   readers)
         if len(flags) != 1:
             continue
         flag = flags.pop()
@@ -132,12 +133,22 @@ def _is_minus_inf(body: Computation, name: str) -> bool:
         inst.attributes.get("literal", "").strip("{} ") == "-inf"
 
 
-def _reader_conv_flags(comp: Computation, readers: list[Instruction], by_comp: dict[str, list[SiteOp]],
-                       callers: dict, remat: set[SiteKey]) -> set[bool]:
+def _reader_conv_flags(module: Module, comp: Computation, readers: list[Instruction],
+                       by_comp: dict[str, list[SiteOp]], callers: dict, remat: set[SiteKey],
+                       all_readers: dict, depth: int = 2) -> set[bool]:
     """The remat flags of the convolutions the readers hold (empty unless every reader is a
-    fusion, called once, holding one convolution at least)."""
+    fusion, called once, holding one convolution at least, or a packing of the packing, read so)."""
     flags: set[bool] = set()
     for reader in readers:
+        names = reader.called(CallRole.FUSION) if reader.opcode == "fusion" else []
+        if depth and len(names) == 1 and callers.get(names[0]) is not None and \
+                reader.attributes.get("kind") == "kLoop" and _is_packing(module.by_name[names[0]]):
+            outer = _reader_conv_flags(module, comp, all_readers.get((comp.name, reader.name), []), by_comp,
+                                       callers, remat, all_readers, depth - 1)
+            if not outer:
+                return set()
+            flags |= outer
+            continue
         if reader.opcode == "convolution":
             if not _has_window(reader):  # a matmul TPU writes as a convolution
                 return set()
