@@ -65,6 +65,8 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
 
 def _read_by_forward_conv(comp: Computation, readers: list[Instruction], by_comp: dict[str, list[SiteOp]]) -> bool:
     """Is the packing nested in the fusion of the forward convolution reading it (its only reader)?"""
+    if len(readers) == 1 and readers[0].opcode == "fusion" and readers[0].attributes.get("kind") == "kLoop":
+        return True
     return len(readers) == 1 and readers[0].opcode == "convolution" and \
         all("transpose(" not in op.op_name for op in by_comp.get(comp.name, ()) if op.inst is readers[0])
 
