@@ -93,3 +93,91 @@ def test_a_packing_no_convolution_reads_is_left_to_its_name():
         "rhs_contracting_dims={1},\n")
     index = find_remat(_parsed("@B", text))
     assert ("pack", "m1") in index
+
+
+NESTED = """HloModule nested, is_scheduled=true, entry_computation_layout=@L
+
+mpack {
+  p0 = bf16[4,1] parameter(0)
+  p1 = bf16[4,2] parameter(1)
+  zero = bf16[] constant(0)
+  ninf = bf16[] constant(-inf)
+  io = s32[4,3] iota(), iota_dimension=1, metadata={op_name="@R/relu/max"}
+  one = s32[] constant(1)
+  b1 = s32[4,3] broadcast(one), dimensions={}
+  lt = pred[4,3] compare(io, b1), direction=LT, metadata={op_name="@R/relu/max"}
+  z0 = bf16[4,3] pad(p0, zero), padding=0_0x0_2, metadata={op_name="@R/relu/max"}
+  bn = bf16[4,3] broadcast(ninf), dimensions={}
+  s0 = bf16[4,3] select(lt, z0, bn), metadata={op_name="@R/relu/max"}
+  w0 = f32[4,3] convert(s0)
+  d1 = bf16[4,3] pad(p1, ninf), padding=0_0x1_0, metadata={op_name="@R/relu/max"}
+  w1 = f32[4,3] convert(d1)
+  m = f32[4,3] maximum(w0, w1), metadata={op_name="@R/relu/max"}
+  n = bf16[4,3] convert(m)
+  ROOT r = bf16[1,4,3] reshape(n)
+}
+
+mpack_f {
+  p0 = bf16[4,1] parameter(0)
+  p1 = bf16[4,2] parameter(1)
+  zero = bf16[] constant(0)
+  ninf = bf16[] constant(-inf)
+  io = s32[4,3] iota(), iota_dimension=1, metadata={op_name="@F/relu/max"}
+  one = s32[] constant(1)
+  b1 = s32[4,3] broadcast(one), dimensions={}
+  lt = pred[4,3] compare(io, b1), direction=LT, metadata={op_name="@F/relu/max"}
+  z0 = bf16[4,3] pad(p0, zero), padding=0_0x0_2, metadata={op_name="@F/relu/max"}
+  bn = bf16[4,3] broadcast(ninf), dimensions={}
+  s0 = bf16[4,3] select(lt, z0, bn), metadata={op_name="@F/relu/max"}
+  w0 = f32[4,3] convert(s0)
+  d1 = bf16[4,3] pad(p1, ninf), padding=0_0x1_0, metadata={op_name="@F/relu/max"}
+  w1 = f32[4,3] convert(d1)
+  m = f32[4,3] maximum(w0, w1), metadata={op_name="@F/relu/max"}
+  n = bf16[4,3] convert(m)
+  ROOT r = bf16[1,4,3] reshape(n)
+}
+
+convf {
+  a0 = bf16[4,1] parameter(0)
+  a1 = bf16[4,2] parameter(1)
+  k = bf16[@W,3,5] parameter(2)
+  packed = bf16[1,4,3] fusion(a0, a1), kind=kLoop, calls=mpack, metadata={op_name="@R/relu/max"}
+  ROOT c = f32[1,4,5] convolution(packed, k), window={size=@W pad=@P}, dim_labels=b0f_0io->b0f,
+    metadata={op_name="@F/Conv_1/conv_general_dilated"}
+}
+
+ENTRY main {
+  x0 = bf16[4,1] parameter(0)
+  x1 = bf16[4,2] parameter(1)
+  k = bf16[@W,3,5] parameter(2)
+  f = bf16[1,4,3] fusion(x0, x1), kind=kLoop, calls=mpack_f, metadata={op_name="@F/relu/max"}
+  g = f32[1,4,5] fusion(x0, x1, k), kind=kOutput, calls=convf,
+    metadata={op_name="@F/Conv_1/conv_general_dilated"}, @T
+  ROOT out = (bf16[1,4,3], f32[1,4,5]) tuple(f, g)
+}
+"""
+
+
+def _nested(window: int):
+    text = NESTED.replace("@W", str(window)).replace("@P", "1_1" if window == 3 else "0_0").replace(
+        "@L", "{(bf16[4,1]{1,0:T(8,128)})->f32[1,4,5]{2,1,0:T(8,128)}}")
+    return _parsed("@F", text)
+
+
+def test_a_packing_nested_in_a_forward_convolution_counts_with_it_its_halo_mask_unsure():
+    """The packing in the forward convolution's own fusion, its zero-halo piece masked to `-inf` by
+    a select on an iota comparison: model FLOPs with the convolution, though it carries the
+    recompute's name; the mask (compare, select) unsure, since the program without remat may pad
+    that piece once, unfused, for this packing and its weight gradient's (TPU draw 16)."""
+    index = find_remat(_nested(3))
+    for name in ("lt", "s0", "w0", "w1", "m", "n"):
+        assert ("mpack", name) not in index.remat, name
+    assert {("mpack", "lt"), ("mpack", "s0")} <= index.unsure
+    assert ("mpack", "m") not in index.unsure
+
+
+def test_a_one_tap_convolution_is_a_matmul_not_a_packings_reader():
+    """A 1-tap convolution is TPU's matmul (an LSTM's gates concatenated the same way, TPU draw
+    53): its operand's concatenation is left to its name."""
+    index = find_remat(_nested(1))
+    assert ("mpack", "m") in index.remat

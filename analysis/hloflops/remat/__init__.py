@@ -174,9 +174,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
    range (hloflops.remat.nested_forward_narrows). The input TPU packs for a 3x3 convolution's
    backward (shifted slices padded with `-inf`, combined by `maximum` between a widen and a narrow)
-   counts with the convolution reading it, not by the recompute's name it carries: the program
-   without remat packs the same operand for that convolution wherever it computes the activation
-   (hloflops.remat.packed_conv_inputs).
+   counts with the convolution reading it (nested in its fusion, or through a second packing), not
+   by the recompute's name it carries: the program without remat packs the same operand for that
+   convolution wherever it computes the activation; a piece's zero-halo mask (`select` on an `iota`
+   comparison) in a forward or two-level packing is unsure, since the program without remat may
+   pad that piece once, unfused, for both packings (hloflops.remat.packed_conv_inputs).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

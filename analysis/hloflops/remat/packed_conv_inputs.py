@@ -1,8 +1,8 @@
 """A convolution's input packed by a concatenation TPU writes as `-inf` pads and maximums (after
 optimization, TPU only).
 
-To lay out a 3x3 convolution's input for its backward (the weight gradient's window), TPU
-concatenates shifted slices of the activation along a new minor dimension, and writes the
+To lay out a 3x3 convolution's input (for the convolution itself, or for its weight gradient's
+window), TPU concatenates shifted slices of the activation along a minor dimension, and writes the
 concatenation as a loop fusion: each piece padded with `-inf` to the full width, widened to f32,
 combined with `maximum`, narrowed back. Its FLOPs (the maximums and the round-trip converts) are
 not the activation's arithmetic but the packing of the one convolution operand that reads it: the
@@ -11,10 +11,26 @@ activation (its forward, to save it), while the program with remat packs it wher
 runs, under the recompute's op_name. So the packing counts with the convolution reading it, remat
 exactly when that convolution is, not with the values it packs (tpu seed 16: the three packings
 of a nested checkpoint's recompute were counted remat by their name, their converts over-counted).
+The same holds for a packing nested in the fusion of the convolution reading it, and for a
+packing whose only reader is a second packing (the weight gradient's window of pieces): that
+follows the convolution the second one feeds. A 1-tap "convolution" is a matmul (an LSTM's gates
+concatenated the same way), not a packing's reader.
 
-A fusion counts as such a packing only where its body does nothing else: pads whose padding value
-is `-inf`, converts, maximums of those pads (or of maximums of them), views; and every reader of
-its output is a fusion holding a convolution, all of one remat flag.
+A piece that needs the convolution's zero halo is padded with 0 and masked to `-inf` outside its
+place by a `select` on an `iota` comparison. Whether that mask exists follows how XLA fused the
+halo pad, not the arithmetic: where one piece feeds two packings XLA pads it once, unfused (no
+FLOPs), and each packing reads it padded. The program without remat keeps an activation for its
+backward and packs it for the forward convolution and for the weight gradient's window from that
+one value, so it may pad once where this program, packing the forward's copy and the recompute's,
+masks in both. Hence a mask of a packing nested in a forward convolution's fusion, or read by a
+second packing, is model FLOPs but unsure (`stand_ins`: the range covers it); tpu seed 16's masks
+are only partly remat, and this program alone does not say which (the twin's sharing).
+
+A fusion counts as such a packing only where its body does nothing else: pads (whose padding value
+is `-inf`, or any value under such a mask), converts, maximums of those pads (or of maximums of
+them), the masks, views; and every reader of its output is a fusion holding a convolution, or a
+windowed convolution in the fusion holding the packing, or such a packing of the packing, all of
+one remat flag.
 """
 
 from __future__ import annotations
