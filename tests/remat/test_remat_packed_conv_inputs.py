@@ -181,3 +181,45 @@ def test_a_one_tap_convolution_is_a_matmul_not_a_packings_reader():
     53): its operand's concatenation is left to its name."""
     index = find_remat(_nested(1))
     assert ("mpack", "m") in index.remat
+
+
+def test_a_packing_read_by_a_second_packing_follows_the_convolution_reading_that():
+    """The weight gradient's window packs pieces that are packings themselves: the inner one (the
+    recompute's, by its name) follows the backward convolution reading the outer one, model FLOPs;
+    its halo mask unsure (TPU draw 16: six such inner packings' converts counted remat)."""
+    nested = NESTED.replace("@W", "3").replace("@P", "1_1")
+    start = nested.index("convf {")
+    text = nested[:start] + """opack {
+  q = bf16[1,4,3] parameter(0)
+  ninf = bf16[] constant(-inf)
+  dq = bf16[1,4,4] pad(q, ninf), padding=0_0x0_0x0_1, metadata={op_name="@R/relu/max"}
+  wq = f32[1,4,4] convert(dq)
+  e = bf16[1,4,4] pad(q, ninf), padding=0_0x0_0x1_0, metadata={op_name="@R/relu/max"}
+  we = f32[1,4,4] convert(e)
+  mx = f32[1,4,4] maximum(wq, we), metadata={op_name="@R/relu/max"}
+  ROOT nn = bf16[1,4,4] convert(mx)
+}
+
+convw {
+  a = bf16[1,4,4] parameter(0)
+  k = bf16[3,4,5] parameter(1)
+  ROOT c = f32[1,4,5] convolution(a, k), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f,
+    metadata={op_name="@B/Conv_1/conv_general_dilated"}
+}
+
+ENTRY main {
+  x0 = bf16[4,1] parameter(0)
+  x1 = bf16[4,2] parameter(1)
+  k = bf16[3,4,5] parameter(2)
+  f = bf16[1,4,3] fusion(x0, x1), kind=kLoop, calls=mpack_f, metadata={op_name="@F/relu/max"}
+  inner = bf16[1,4,3] fusion(x0, x1), kind=kLoop, calls=mpack, metadata={op_name="@R/relu/max"}
+  outer = bf16[1,4,4] fusion(inner), kind=kLoop, calls=opack, metadata={op_name="@R/relu/max"}
+  g = f32[1,4,5] fusion(outer, k), kind=kOutput, calls=convw,
+    metadata={op_name="@B/Conv_1/conv_general_dilated"}, @T
+  ROOT out = (bf16[1,4,3], f32[1,4,5]) tuple(f, g)
+}
+"""
+    index = find_remat(_parsed("@B", text.replace("@L", "{(bf16[4,1]{1,0:T(8,128)})->f32[1,4,5]{2,1,0:T(8,128)}}")))
+    for name in ("w0", "w1", "m", "n"):
+        assert ("mpack", name) not in index.remat, name
+    assert {("mpack", "lt"), ("mpack", "s0")} <= index.unsure
