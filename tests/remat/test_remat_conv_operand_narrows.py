@@ -26,7 +26,8 @@ grad {
   a = bf16[1,8,4] parameter(0)
   g = bf16[1,8,5] parameter(1)
   r = bf16[1,8,4] fusion(a), kind=kLoop, calls=relu
-  ROOT c = f32[3,4,5] convolution(r, g), window={size=@W pad=1_1}, dim_labels=f0b_i0o->0bf
+  ROOT c = f32[3,4,5] convolution(r, g), window={size=@W pad=1_1}, dim_labels=f0b_i0o->0bf,
+    metadata={op_name="jit(loss)/transpose(jvp())/Conv_1/conv_general_dilated"}
 }
 
 ENTRY main {

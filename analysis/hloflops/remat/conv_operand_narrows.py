@@ -9,7 +9,9 @@ pre-activation and narrows its relu inside the gradient's fusion; this program s
 widens, takes relu and narrows). So the narrow is remat exactly when the op it narrows is; what
 differs (here the widen of the bf16 store) is left to the other rules.
 
-Only a narrowing convert (fewer bits out than in) read by the convolution alone, through views,
+Only a convolution of the source program (`conv_general_dilated`, with a window wider than one
+tap: TPU writes attention's and other matmuls as convolutions too, some with windows), and only a
+narrowing convert (fewer bits out than in) read by the convolution alone, through views,
 inside the fusion holding it, of an op that has FLOPs of its own.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import re
 
 from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.packed_conv_inputs import is_spatial_convolution
 from hloflops.remat.sites import SiteKey, SiteOp, value_readers
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -33,7 +36,7 @@ def conv_operand_narrows(module: Module, ops: list[SiteOp], decided) -> None:
     counted: set[SiteKey] = set()
     model: set[SiteKey] = set()
     for comp, inst in module.instructions():
-        if inst.opcode != "convolution" or not any(w.size > 1 for w in inst.window or ()):
+        if not is_spatial_convolution(inst):
             continue
         for operand in inst.operands:
             found = _narrow_before(module, comp, operand, readers)

@@ -168,7 +168,7 @@ def _reader_conv_flags(module: Module, comp: Computation, readers: list[Instruct
             flags |= outer
             continue
         if reader.opcode == "convolution":
-            if not _has_window(reader):  # a matmul TPU writes as a convolution
+            if not is_spatial_convolution(reader):  # a matmul TPU writes as a convolution
                 return set()
             flags |= {op.key in remat for op in by_comp.get(comp.name, ()) if op.inst is reader}
             continue
@@ -184,6 +184,8 @@ def _reader_conv_flags(module: Module, comp: Computation, readers: list[Instruct
     return flags
 
 
-def _has_window(conv: Instruction) -> bool:
-    """A convolution with a spatial window wider than one tap."""
-    return any(w.size > 1 for w in conv.window or ())
+def is_spatial_convolution(inst: Instruction) -> bool:
+    """A convolution of the source program (`conv_general_dilated`) with a window wider than one
+    tap; TPU writes matmuls as convolutions too, attention's with windows."""
+    return inst.opcode == "convolution" and any(w.size > 1 for w in inst.window or ()) and \
+        "conv_general_dilated" in inst.op_name
