@@ -30,7 +30,9 @@ A fusion counts as such a packing only where its body does nothing else: pads (w
 is `-inf`, or any value under such a mask), converts, maximums of those pads (or of maximums of
 them), the masks, views; and every reader of its output is a fusion holding a convolution, or a
 windowed convolution in the fusion holding the packing, or such a packing of the packing, all of
-one remat flag.
+one remat flag. Not in a while loop's body: there the convolutions' own flags rest on the
+per-trip pairing, which this rule would only carry over to the packings (held-out tpu seed 73, a
+scan whose convolutions are under-counted by a third: its packings would follow them).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         by_comp.setdefault(op.key[0], []).append(op)
     callers = one_call_site(module)
     readers = value_readers(module)
+    bodies = {name for _, inst in module.instructions() if inst.opcode == "while"
+              for name in inst.called(CallRole.WHILE_BODY)}
     for comp, inst in module.instructions():
         if inst.opcode != "fusion" or inst.attributes.get("kind") != "kLoop":
             continue
@@ -66,6 +70,8 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         body = module.by_name[body_names[0]]
         if not _is_packing(body):
             continue
+        if any(op.frame in bodies for op in by_comp.get(body.name, ())):
+            continue  # in a loop body a convolution's flag rests on per-trip pairing (see above)
         flags = _reader_conv_flags(module, comp, readers.get((comp.name, inst.name), []), by_comp, callers, remat,
                                    readers)
         if len(flags) != 1:
