@@ -178,7 +178,10 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    by the recompute's name it carries: the program without remat packs the same operand for that
    convolution wherever it computes the activation; a piece's zero-halo mask (`select` on an `iota`
    comparison) in a forward or two-level packing is unsure, since the program without remat may
-   pad that piece once, unfused, for both packings (hloflops.remat.packed_conv_inputs).
+   pad that piece once, unfused, for both packings; not in loop bodies, whose convolutions' flags
+   rest on per-trip pairing (hloflops.remat.packed_conv_inputs). The narrow a convolution's operand
+   takes inside the convolution's fusion (a weight gradient's nested relu) is remat as the op it
+   narrows: the program without remat narrows there too (hloflops.remat.conv_operand_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
