@@ -1,8 +1,8 @@
 """A windowed convolution's operand narrow in its own fusion is remat exactly when the op it
 narrows is (analysis/hloflops/remat/conv_operand_narrows.py). A weight gradient's fusion nests
 relu's `max(x, 0)` of a stored value and narrows it for the convolution; the program without remat
-narrows its relu there too (TPU draw 16's twin, draw 32: convert +524,544 after optimization where
-the narrow was counted remat beside a model `max`)."""
+narrows its relu there too (TPU draw 32: convert +524,544 after optimization, the narrow counted
+remat beside a model `max`; +256 after)."""
 
 from __future__ import annotations
 
