@@ -172,7 +172,16 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    matmul's fusion and narrows the activation there: where the activation reads a value twice
    (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
    for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
-   range (hloflops.remat.nested_forward_narrows).
+   range (hloflops.remat.nested_forward_narrows). The input TPU packs for a 3x3 convolution's
+   backward (shifted slices padded with `-inf`, combined by `maximum` between a widen and a narrow)
+   counts with the convolution reading it (nested in its fusion, or through a second packing), not
+   by the recompute's name it carries: the program without remat packs the same operand for that
+   convolution wherever it computes the activation; a piece's zero-halo mask (`select` on an `iota`
+   comparison) in a forward or two-level packing is unsure, since the program without remat may
+   pad that piece once, unfused, for both packings; not in loop bodies, whose convolutions' flags
+   rest on per-trip pairing (hloflops.remat.packed_conv_inputs). The narrow a convolution's operand
+   takes inside the convolution's fusion (a weight gradient's nested relu) is remat as the op it
+   narrows: the program without remat narrows there too (hloflops.remat.conv_operand_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

@@ -15,6 +15,8 @@ from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_c
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
+from hloflops.remat.conv_operand_narrows import conv_operand_narrows
+from hloflops.remat.packed_conv_inputs import packed_conv_inputs
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
@@ -98,6 +100,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).
     windowed, narrowed_for_it = regathered_windowed_einsums(module, ops)
     d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
+    # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
+    packed_conv_inputs(module, ops, d)
+    conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
