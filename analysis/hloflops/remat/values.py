@@ -301,20 +301,20 @@ class _Numbering:
         """An op's result shape and the attributes that change it; for an elementwise op or a
         broadcast, without unit dimensions (hloflops.remat.views: such shapes hold one value)."""
         shape, attributes = inst.shape, result_attributes(inst)
-        if shape.is_tuple or 1 not in shape.dims:
+        if shape.is_tuple:
             return self.shape_key(shape), attributes
-        if inst.opcode in ELEMENTWISE:
-            return unit_free_shape(shape), attributes
         if inst.opcode == "broadcast":
             found = unit_free_broadcast(shape, inst.attributes.get("dimensions", ""))
             if found is not None:
-                return found, tuple(a for a in attributes if a[0] != "dimensions")
+                return ("broadcast", found), tuple(a for a in attributes if a[0] != "dimensions")
+        if inst.opcode in ELEMENTWISE:
+            return unit_free_shape(shape), attributes  # the shape key where it has no unit dimension
         return self.shape_key(shape), attributes
 
     def reduce_head(self, inst: Instruction, head: int, operand: Shape) -> int:
-        """The head of a one-operand reduce: by its unit-free form where its operand or result
-        has unit dimensions (`unit_free_reduce`), else `head`."""
-        if (1 not in operand.dims and 1 not in inst.shape.dims) or operand.is_tuple or inst.shape.is_tuple:
+        """The head of a one-operand reduce, by its unit-free form (`unit_free_reduce`; `head`
+        where its dimensions do not parse)."""
+        if operand.is_tuple or inst.shape.is_tuple:
             return head
         key = (head, id(operand))
         found = self.reduce_heads.get(key)
