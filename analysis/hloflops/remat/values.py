@@ -259,7 +259,7 @@ class _Numbering:
         if shape.is_tuple:
             value: Val = tuple(self.leaf(s) for s in shape.tuple_shapes)
         else:
-            value = self.intern(("leaf",) + self.shape_key(shape))
+            value = self.intern(("leaf",) + unit_free_shape(shape))  # a unit dimension more or less: one input
             self.leaves.add(value)
         self.leaf_numbers[id(shape)] = (shape, value)
         return value
