@@ -6,7 +6,7 @@ which elementwise ops XLA's fusion copies into each reader (the fusion rules).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 from hloflops.cost.shapes import elements
@@ -126,6 +126,21 @@ def unit_free_broadcast(shape: Shape, dimensions: str) -> tuple | None:
         return None
     rank = {d: i for i, d in enumerate(d for d in range(len(shape.dims)) if shape.dims[d] != 1)}
     return unit_free_shape(shape) + (tuple(rank[d] for d in mapped if d in rank),)
+
+
+def result_form(inst: Instruction, key: Callable[[Shape], tuple] = shape_key) -> tuple:
+    """An op's result shape (by `key`) and the attributes that change it; for an elementwise op or
+    a broadcast, without unit dimensions (hloflops.remat.views: such shapes hold one value)."""
+    shape, attributes = inst.shape, result_attributes(inst)
+    if shape.is_tuple:
+        return key(shape), attributes
+    if inst.opcode == "broadcast":
+        found = unit_free_broadcast(shape, inst.attributes.get("dimensions", ""))
+        if found is not None:
+            return ("broadcast", found), tuple(a for a in attributes if a[0] != "dimensions")
+    if inst.opcode in ELEMENTWISE:
+        return unit_free_shape(shape), attributes  # the shape key where it has no unit dimension
+    return key(shape), attributes
 
 
 def unit_free_reduce(shape: Shape, operand: Shape, dimensions: str) -> tuple | None:

@@ -36,9 +36,9 @@ from typing import Any, Generator, Iterable, Mapping, Union
 
 from hloflops.remat.moved_values import MOVES, WRAPPED, MovedValues
 from hloflops.remat.op_kinds import (
-    ELEMENTWISE, IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_identity_rounding,
+    IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_identity_rounding,
     is_memory_placement,
-    kept_attributes, result_attributes, shape_key, unit_free_broadcast, unit_free_reduce, unit_free_shape,
+    kept_attributes, result_attributes, result_form, shape_key, unit_free_reduce, unit_free_shape,
 )
 from hloflops.remat.views import VIEW_OPCODES, Concat, View, row_major, apply as apply_view, whole, within_part
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
@@ -294,22 +294,8 @@ class _Numbering:
             head = (inst.opcode, id(inst.shape), result_attributes(inst))
         found = self.heads.get(head)
         if found is None:
-            found = self.heads[head] = self.intern(("head", inst.opcode, *self._result(inst)))
+            found = self.heads[head] = self.intern(("head", inst.opcode, *result_form(inst, self.shape_key)))
         return found
-
-    def _result(self, inst: Instruction) -> tuple:
-        """An op's result shape and the attributes that change it; for an elementwise op or a
-        broadcast, without unit dimensions (hloflops.remat.views: such shapes hold one value)."""
-        shape, attributes = inst.shape, result_attributes(inst)
-        if shape.is_tuple:
-            return self.shape_key(shape), attributes
-        if inst.opcode == "broadcast":
-            found = unit_free_broadcast(shape, inst.attributes.get("dimensions", ""))
-            if found is not None:
-                return ("broadcast", found), tuple(a for a in attributes if a[0] != "dimensions")
-        if inst.opcode in ELEMENTWISE:
-            return unit_free_shape(shape), attributes  # the shape key where it has no unit dimension
-        return self.shape_key(shape), attributes
 
     def reduce_head(self, inst: Instruction, head: int, operand: Shape) -> int:
         """The head of a one-operand reduce, by its unit-free form (`unit_free_reduce`; `head`
