@@ -513,8 +513,10 @@ def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[
     for m in marked:
         if m.key not in found:
             by_name.setdefault(m.op_name, []).append(m)
+    # a copy holding the value with unit dimensions the others lack (a stack's `[1, ...]`) last
+    common = Counter(m.inst.shape.dims for m in members).most_common(1)[0][0]
     for copies in by_name.values():
-        found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
+        found.update(m.key for m in sorted(copies, key=lambda m: (m.inst.shape.dims != common, m.order))[:unmarked])
     return found
 
 
