@@ -18,7 +18,10 @@ simplifications can hand a remat name to a backward op that recomputes nothing. 
 remat only when it is remat-marked (remat name or older jax's frame, `.remat` clone, or computed
 from an optimization barrier's output) and the program also computes the same value elsewhere, both
 copies executing (hloflops.remat.values numbers values by what they compute from which inputs:
-ENTRY parameters by number, loop state by loop and index, not by shape):
+ENTRY parameters by number, loop state by loop and index, not by shape; unit dimensions aside: a
+view that only adds or drops them is its operand, and an elementwise op, a broadcast or a reduce
+counts its shape without them, as XLA holds one value as `[b, t, 1]` or `[1, b, t, d]` in one
+place and without the unit dimension in another, hloflops.remat.views):
 
 1. Same value, same inputs (equal exact value number): typically the forward and its recompute
    in one computation (the entry of a loop-free program, one loop body). A value the forward
@@ -29,8 +32,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    gradient fusions included: every recompute copy is remat, and so is a copy of a value the
    forward computes once inside that fusion where it feeds only copies of the stored value (a
    bias add under the residual sum; hloflops.remat.stored_forwards), also where the recompute's
-   copies are numbered apart from the stored value only by unit dimensions (a layer norm's
-   `[b, t, 1]` rsqrt, and all computed from it; hloflops.remat.unit_free_values). If every op of the value
+   copies hold the stored value with a unit dimension more or less (a layer norm's `[b, t, 1]`
+   rsqrt, and all computed from it: one value number, unit dimensions aside). If every op of the value
    is marked, either the forward computes it elsewhere under another number (ops of its
    signature and name reading the same inputs, whose value no recompute of the class's depth
    matched exactly: as many copies are recompute; classes that

@@ -25,7 +25,6 @@ from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.rebuilt_in_gradient_matmuls import rebuilt_in_gradient_matmuls
 from hloflops.remat.recompute_epilogues import recompute_epilogues
 from hloflops.remat.stored_forwards import StoredForwards
-from hloflops.remat.unit_free_values import StoredTwins
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
@@ -160,15 +159,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     stored = StoredForwards(module, ops) if module.is_scheduled and remat_named and not is_tpu_module(module) \
         else None
     stored_copies: set[SiteKey] = set()
-    # ... and so does a stored forward value numbered apart from its recompute's copies but for
-    # unit dimensions (hloflops.remat.unit_free_values)
-    stored_twins = StoredTwins(module, ops, stored) if stored is not None else None
     for members in classes:
         forward = forward_of.get(id(members), 0)
         found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
         extra = stored.copies(members) if stored is not None else set()
-        if not extra and stored_twins is not None:
-            extra = stored_twins.copies(members)
         if extra:  # those copies, in place of `_same_value`'s count under their name (each level's)
             names = {m.op_name for m in members if m.key in extra}
             found = extra | {m.key for m in members if m.key in found and (not m.op_name or m.op_name not in names)}
@@ -525,8 +519,10 @@ def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[
     for m in marked:
         if m.key not in found:
             by_name.setdefault(m.op_name, []).append(m)
+    # a copy holding the value with unit dimensions the others lack (a stack's `[1, ...]`) last
+    common = Counter(m.inst.shape.dims for m in members).most_common(1)[0][0]
     for copies in by_name.values():
-        found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
+        found.update(m.key for m in sorted(copies, key=lambda m: (m.inst.shape.dims != common, m.order))[:unmarked])
     return found
 
 
