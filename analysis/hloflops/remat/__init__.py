@@ -172,7 +172,13 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    matmul's fusion and narrows the activation there: where the activation reads a value twice
    (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
    for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
-   range (hloflops.remat.nested_forward_narrows).
+   range (hloflops.remat.nested_forward_narrows). Where jax differentiates inside a function the
+   program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
+   TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:
+   unit-free for its matmul fusions, and in jax's `[b, t, 1]` shape as the residual the input
+   gradient reads. A recompute fusion computing that statistic once, read (through a broadcast)
+   both by recomputed ops and by an op of the transpose's own, stands for that second copy: model
+   FLOPs (hloflops.remat.twin_residual_copies).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

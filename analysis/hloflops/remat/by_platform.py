@@ -23,6 +23,7 @@ from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
+from hloflops.remat.twin_residual_copies import split_residual_copies
 from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.widen_counts import balanced_widens
 from hloparse.ir import Module
@@ -90,6 +91,11 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= nested_forward_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
+    # A recompute of a residual the program without remat computes twice in its forward
+    # (hloflops.remat.twin_residual_copies): model FLOPs.
+    split = split_residual_copies(module, ops, d.remat)
+    d.remat -= split
+    d.certain |= split
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
