@@ -178,7 +178,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    unit-free for its matmul fusions, and in jax's `[b, t, 1]` shape as the residual the input
    gradient reads. A recompute fusion computing that statistic once, read (through a broadcast)
    both by recomputed ops and by an op of the transpose's own, stands for that second copy: model
-   FLOPs (hloflops.remat.twin_residual_copies).
+   FLOPs; where CSE merged the recompute into the forward, that copy is the twin's alone and lowers
+   the range's low end (hloflops.remat.twin_residual_copies).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

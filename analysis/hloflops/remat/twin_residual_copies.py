@@ -18,9 +18,13 @@ layer's norm, with no input gradient: both programs compute it once in their for
 the loss is differentiated at the top of the program (TPU 27: that program computes `r` once for
 its matmuls and its backward alike), not in a module with a loop (a scan's backward loop reads
 stored residuals: hloflops.remat.backward_loop_copies), and only for a fusion of recomputes alone
-whose output is a marked expensive op counted remat. What makes XLA keep the unit dimensions in
-that program only is not visible in this one: the gate is the call around the differentiation,
-which all three draws that split share and no other draw has."""
+whose output is a marked expensive op counted remat. Where CSE merged the recompute into the
+forward (no `prevent_cse`), the transpose reads the forward's own statistic: the program without
+remat still computes it once more, so each op of that chain lowers the range's low end by one copy
+(`unsplit_residual_copies`, `twin_copies`; held-out TPU 119: truth -1,536, the low end now).
+What makes XLA keep the unit dimensions in that program only is not visible in this one: the gate
+is the call around the differentiation, which all three draws that split share and no other draw
+has."""
 
 from __future__ import annotations
 
@@ -42,39 +46,35 @@ def split_residual_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey]
     (module docstring): model FLOPs. Empty in a module with a loop."""
     if not differentiated_inside_a_call(module):
         return set()
-    by_comp: dict[str, list[SiteOp]] = {}
-    for op in ops:
-        by_comp.setdefault(op.key[0], []).append(op)
-    by_inst: dict[tuple[str, str], list[SiteOp]] = {}
-    for op in ops:
-        by_inst.setdefault(op.key[:2], []).append(op)
-    entry = module.entry
-    users = entry.users
+    by_inst = _by_instruction(ops)
     found: set[SiteKey] = set()
     statistics: set[str] = set()  # what the statistics found are computed from
-    for inst in entry.instructions:
-        if inst.opcode != "fusion" or inst.shape.is_tuple:
-            continue
-        body = inst.called(CallRole.FUSION)
-        if len(body) != 1 or body[0] not in module.by_name:
-            continue
-        comp = module.by_name[body[0]]
-        variable = _reads_parameters(comp)
-        own = [op for op in by_comp.get(comp.name, ()) if op.inst.opcode in DUPLICATED and op.inst.name in variable]
-        if not own or len({op.key[2] for op in own}) != 1 or not all(op.marked for op in own):
-            continue
-        if not _expensive_root(comp, {op.inst.name for op in own if op.key in remat}):
-            continue
-        kinds = set(_reader_kinds(module, entry, inst, users, by_inst))
-        if {"recompute", "backward"} <= kinds:
+    for inst, root, own, kinds in _statistics(module, ops, by_inst):
+        if all(op.marked for op in own) and any(op.inst.name == root and op.key in remat for op in own) \
+                and {"recompute", "backward"} <= kinds:
             found |= {op.key for op in own if op.key in remat}
             statistics |= set(inst.operands)
     # The coefficient's fusion reading the same statistic (`rsqrt(v) / v * -0.5` times the
     # cotangent): a gradient fusion the program without remat has too, with its own copy of the chain.
-    for inst in entry.instructions:
+    for inst in module.entry.instructions:
         if inst.opcode == "fusion" and statistics & set(inst.operands):
             found |= _gradient_copies(module, inst, by_inst, remat)
     return found
+
+
+def unsplit_residual_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
+                            twin_copies: dict[SiteKey, int]) -> None:
+    """Where the program computes such a statistic only in its forward, one fusion read (through a
+    broadcast) by forward ops and by the transpose's own alike (CSE merged the recompute into the
+    forward: no recompute left to stand for the second copy), the program without remat computes
+    it once more (module docstring): `twin_copies[key] += 1` for each op of that fusion's chain,
+    lowering the range's low end only (held-out TPU 119). Same gate as `split_residual_copies`."""
+    if not differentiated_inside_a_call(module):
+        return
+    for _, _, own, kinds in _statistics(module, ops, _by_instruction(ops)):
+        if {"forward", "backward"} <= kinds and not any(op.marked or op.key in remat for op in own):
+            for op in own:
+                twin_copies[op.key] = twin_copies.get(op.key, 0) + 1
 
 
 def _gradient_copies(module: Module, inst: Instruction, by_inst, remat: set[SiteKey]) -> set[SiteKey]:
@@ -115,16 +115,48 @@ def _reads_parameters(comp: Computation) -> set[str]:
     return found
 
 
-def _expensive_root(comp: Computation, counted: set[str]) -> bool:
-    """Is the fusion's output an expensive op counted remat, through views?"""
+def _by_instruction(ops: list[SiteOp]) -> dict[tuple[str, str], list[SiteOp]]:
+    by_inst: dict[tuple[str, str], list[SiteOp]] = {}
+    for op in ops:
+        by_inst.setdefault(op.key[:2], []).append(op)
+    return by_inst
+
+
+def _statistics(module: Module, ops: list[SiteOp], by_inst
+                ) -> Iterator[tuple[Instruction, str, list[SiteOp], set[str]]]:
+    """Each fusion of the entry (one call site) whose one output is an expensive op through
+    views: the fusion, that op's name, its ops computed from its parameters, and its readers'
+    kinds (`_reader_kinds`)."""
+    by_comp: dict[str, list[SiteOp]] = {}
+    for op in ops:
+        by_comp.setdefault(op.key[0], []).append(op)
+    entry = module.entry
+    users = entry.users
+    for inst in entry.instructions:
+        if inst.opcode != "fusion" or inst.shape.is_tuple:
+            continue
+        body = inst.called(CallRole.FUSION)
+        if len(body) != 1 or body[0] not in module.by_name:
+            continue
+        comp = module.by_name[body[0]]
+        variable = _reads_parameters(comp)
+        own = [op for op in by_comp.get(comp.name, ()) if op.inst.opcode in DUPLICATED and op.inst.name in variable]
+        root = _expensive_root(comp)
+        if not own or root is None or len({op.key[2] for op in own}) != 1:
+            continue
+        yield inst, root, own, set(_reader_kinds(module, entry, inst, users, by_inst))
+
+
+def _expensive_root(comp: Computation) -> str | None:
+    """The fusion's output's expensive op, through views (None if it is none)."""
     inst = comp.root
     for _ in range(8):
         if inst.opcode in EXPENSIVE:
-            return inst.name in counted
+            return inst.name
         if inst.opcode not in _VIEWS or len(inst.operands) != 1:
-            return False
+            return None
         inst = comp.by_name[inst.operands[0]]
-    return False
+    return None
 
 
 def _reader_kinds(module: Module, comp: Computation, inst: Instruction, users, by_inst,
@@ -157,6 +189,8 @@ def _reader_kinds(module: Module, comp: Computation, inst: Instruction, users, b
                 yield "recompute"
             elif ops and phase(ops[0].op_name) == "backward" and not any(op.marked for op in ops):
                 yield "backward"
+            elif ops and phase(ops[0].op_name) == "forward" and not any(op.marked for op in ops):
+                yield "forward"
             else:
                 yield "other"
         else:
