@@ -179,7 +179,12 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    gradient reads. A recompute fusion computing that statistic once, read (through a broadcast)
    both by recomputed ops and by an op of the transpose's own, stands for that second copy: model
    FLOPs; where CSE merged the recompute into the forward, that copy is the twin's alone and lowers
-   the range's low end (hloflops.remat.twin_residual_copies).
+   the range's low end (hloflops.remat.twin_residual_copies). Without a loop, TPU may fuse the
+   recompute of such a statistic with the cotangent's product with its coefficient (`-0.5 * r / v`,
+   a marked divide of `r`), handing out both: the program without remat computes `r` in its
+   forward, before any cotangent, and that product in a gradient fusion of its own into which it
+   copies the chain of `r`, so the fused recompute stands for that gradient fusion: model FLOPs
+   (hloflops.remat.coefficient_fusions).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
+from hloflops.remat.coefficient_fusions import coefficient_fusions
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
@@ -92,8 +93,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
     # A recompute of a residual the program without remat computes twice in its forward
-    # (hloflops.remat.twin_residual_copies): model FLOPs.
-    split = split_residual_copies(module, ops, d.remat)
+    # (hloflops.remat.twin_residual_copies), or fused with its coefficient's gradient, which that
+    # program computes in a fusion of its own (hloflops.remat.coefficient_fusions): model FLOPs.
+    split = split_residual_copies(module, ops, d.remat) | coefficient_fusions(module, ops, d.remat)
     d.remat -= split
     d.certain |= split
 

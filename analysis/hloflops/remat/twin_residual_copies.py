@@ -160,17 +160,17 @@ def _expensive_root(comp: Computation) -> str | None:
 
 
 def _reader_kinds(module: Module, comp: Computation, inst: Instruction, users, by_inst,
-                  matmul: bool = False, broadcast: bool = False, depth: int = 0) -> Iterator[str]:
+                  broadcast: bool = False, depth: int = 0) -> Iterator[str]:
     """Of each op computing on `inst`'s value in `comp` (through views, into fusions): 'recompute'
-    for a marked one inside a fusion of a marked matmul, 'backward' for an unmarked one of the
-    transpose, each only where the value reached it through a broadcast (read as a per-row
-    statistic), else 'other'."""
+    for a marked one, 'backward' for an unmarked one of the transpose, 'forward' for an unmarked
+    one of the forward, each only where the value reached it through a broadcast (read as a
+    per-row statistic), else 'other'."""
     if depth > 4:
         yield "other"
         return
     for user in users.get(inst.name, ()):
         if user.opcode in _VIEWS:
-            yield from _reader_kinds(module, comp, user, users, by_inst, matmul,
+            yield from _reader_kinds(module, comp, user, users, by_inst,
                                      broadcast or user.opcode == "broadcast", depth + 1)
         elif user.opcode == "fusion":
             body = module.by_name.get(next(iter(user.called(CallRole.FUSION)), ""))
@@ -178,10 +178,9 @@ def _reader_kinds(module: Module, comp: Computation, inst: Instruction, users, b
                 yield "other"
                 continue
             params = {parameter_number(p): p for p in body.instructions if p.opcode == "parameter"}
-            inner = matmul or _holds_marked_matmul(module, body, by_inst)
             for index, name in enumerate(user.operands):
                 if name == inst.name and index in params:
-                    yield from _reader_kinds(module, body, params[index], body.users, by_inst, inner,
+                    yield from _reader_kinds(module, body, params[index], body.users, by_inst,
                                              broadcast, depth + 1)
         elif user.opcode in DUPLICATED and broadcast:
             ops = by_inst.get((comp.name, user.name), [])
@@ -195,16 +194,3 @@ def _reader_kinds(module: Module, comp: Computation, inst: Instruction, users, b
                 yield "other"
         else:
             yield "other"
-
-
-def _holds_marked_matmul(module: Module, body: Computation, by_inst) -> bool:
-    """Does the fused computation (or one nested in it) compute a marked matmul?"""
-    for inst in body.instructions:
-        if inst.opcode in MATMUL_OPCODES and any(op.marked for op in by_inst.get((body.name, inst.name), ())):
-            return True
-        if inst.opcode == "fusion":
-            nested = module.by_name.get(next(iter(inst.called(CallRole.FUSION)), ""))
-            if nested is not None and _holds_marked_matmul(module, nested, by_inst):
-                return True
-    return False
-
