@@ -185,6 +185,19 @@ place and without the unit dimension in another, hloflops.remat.views):
    rest on per-trip pairing (hloflops.remat.packed_conv_inputs). The narrow a convolution's operand
    takes inside the convolution's fusion (a weight gradient's nested relu) is remat as the op it
    narrows: the program without remat narrows there too (hloflops.remat.conv_operand_narrows).
+   range (hloflops.remat.nested_forward_narrows). Where jax differentiates inside a function the
+   program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
+   TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:
+   unit-free for its matmul fusions, and in jax's `[b, t, 1]` shape as the residual the input
+   gradient reads. A recompute fusion computing that statistic once, read (through a broadcast)
+   both by recomputed ops and by an op of the transpose's own, stands for that second copy: model
+   FLOPs; where CSE merged the recompute into the forward, that copy is the twin's alone and lowers
+   the range's low end (hloflops.remat.twin_residual_copies). Without a loop, TPU may fuse the
+   recompute of such a statistic with the cotangent's product with its coefficient (`-0.5 * r / v`,
+   a marked divide of `r`), handing out both: the program without remat computes `r` in its
+   forward, before any cotangent, and that product in a gradient fusion of its own into which it
+   copies the chain of `r`, so the fused recompute stands for that gradient fusion: model FLOPs
+   (hloflops.remat.coefficient_fusions).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

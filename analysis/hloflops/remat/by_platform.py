@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
+from hloflops.remat.coefficient_fusions import coefficient_fusions
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
@@ -26,6 +27,7 @@ from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
+from hloflops.remat.twin_residual_copies import split_residual_copies
 from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
 from hloflops.remat.widen_counts import balanced_widens
 from hloparse.ir import Module
@@ -103,6 +105,12 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
+    # A recompute of a residual the program without remat computes twice in its forward
+    # (hloflops.remat.twin_residual_copies), or fused with its coefficient's gradient, which that
+    # program computes in a fusion of its own (hloflops.remat.coefficient_fusions): model FLOPs.
+    split = split_residual_copies(module, ops, d.remat) | coefficient_fusions(module, ops, d.remat)
+    d.remat -= split
+    d.certain |= split
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:

@@ -28,6 +28,7 @@ from hloflops.remat.stored_forwards import StoredForwards
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
+from hloflops.remat.twin_residual_copies import unsplit_residual_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
@@ -253,8 +254,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
             stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
-            for key, n in (offloaded_sum_narrows(module, ops) if is_tpu_module(module) else {}).items():
-                twin_copies[key] = twin_copies.get(key, 0) + n  # hloflops.remat.offloaded_sum_narrows
+            if is_tpu_module(module):  # the twin's extra copies (offloaded_sum_narrows, twin_residual_copies)
+                for key, n in offloaded_sum_narrows(module, ops).items():
+                    twin_copies[key] = twin_copies.get(key, 0) + n
+                unsplit_residual_copies(module, ops, remat, twin_copies)
         if module.is_scheduled:
             # The rules one backend's compiler needs: TPU's backward loops and sharded weights, CPU's
             # float normalization (hloflops.remat.by_platform).
