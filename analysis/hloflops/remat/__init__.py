@@ -18,7 +18,10 @@ simplifications can hand a remat name to a backward op that recomputes nothing. 
 remat only when it is remat-marked (remat name or older jax's frame, `.remat` clone, or computed
 from an optimization barrier's output) and the program also computes the same value elsewhere, both
 copies executing (hloflops.remat.values numbers values by what they compute from which inputs:
-ENTRY parameters by number, loop state by loop and index, not by shape):
+ENTRY parameters by number, loop state by loop and index, not by shape; unit dimensions aside: a
+view that only adds or drops them is its operand, and an elementwise op, a broadcast or a reduce
+counts its shape without them, as XLA holds one value as `[b, t, 1]` or `[1, b, t, d]` in one
+place and without the unit dimension in another, hloflops.remat.views):
 
 1. Same value, same inputs (equal exact value number): typically the forward and its recompute
    in one computation (the entry of a loop-free program, one loop body). A value the forward
@@ -29,8 +32,8 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    gradient fusions included: every recompute copy is remat, and so is a copy of a value the
    forward computes once inside that fusion where it feeds only copies of the stored value (a
    bias add under the residual sum; hloflops.remat.stored_forwards), also where the recompute's
-   copies are numbered apart from the stored value only by unit dimensions (a layer norm's
-   `[b, t, 1]` rsqrt, and all computed from it; hloflops.remat.unit_free_values). If every op of the value
+   copies hold the stored value with a unit dimension more or less (a layer norm's `[b, t, 1]`
+   rsqrt, and all computed from it: one value number, unit dimensions aside). If every op of the value
    is marked, either the forward computes it elsewhere under another number (ops of its
    signature and name reading the same inputs, whose value no recompute of the class's depth
    matched exactly: as many copies are recompute; classes that
@@ -172,7 +175,29 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    matmul's fusion and narrows the activation there: where the activation reads a value twice
    (gelu's `x * f(x)`, whose derivative reads `x`), the program without remat stores that value
    for its backward and its next matmul's fusion reads it wide, so the narrow is recompute, in the
-   range (hloflops.remat.nested_forward_narrows).
+   range (hloflops.remat.nested_forward_narrows). The input TPU packs for a 3x3 convolution's
+   backward (shifted slices padded with `-inf`, combined by `maximum` between a widen and a narrow)
+   counts with the convolution reading it (nested in its fusion, or through a second packing), not
+   by the recompute's name it carries: the program without remat packs the same operand for that
+   convolution wherever it computes the activation; a piece's zero-halo mask (`select` on an `iota`
+   comparison) in a forward or two-level packing is unsure, since the program without remat may
+   pad that piece once, unfused, for both packings; not in loop bodies, whose convolutions' flags
+   rest on per-trip pairing (hloflops.remat.packed_conv_inputs). The narrow a convolution's operand
+   takes inside the convolution's fusion (a weight gradient's nested relu) is remat as the op it
+   narrows: the program without remat narrows there too (hloflops.remat.conv_operand_narrows).
+   range (hloflops.remat.nested_forward_narrows). Where jax differentiates inside a function the
+   program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
+   TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:
+   unit-free for its matmul fusions, and in jax's `[b, t, 1]` shape as the residual the input
+   gradient reads. A recompute fusion computing that statistic once, read (through a broadcast)
+   both by recomputed ops and by an op of the transpose's own, stands for that second copy: model
+   FLOPs; where CSE merged the recompute into the forward, that copy is the twin's alone and lowers
+   the range's low end (hloflops.remat.twin_residual_copies). Without a loop, TPU may fuse the
+   recompute of such a statistic with the cotangent's product with its coefficient (`-0.5 * r / v`,
+   a marked divide of `r`), handing out both: the program without remat computes `r` in its
+   forward, before any cotangent, and that product in a gradient fusion of its own into which it
+   copies the chain of `r`, so the fused recompute stands for that gradient fusion: model FLOPs
+   (hloflops.remat.coefficient_fusions).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
@@ -245,6 +270,11 @@ ENTRY parameters by number, loop state by loop and index, not by shape):
    beyond one (on how XLA fused that program: in the range), in the forward's own frame too where
    the chain reads a recompute of a forward value. Not for a recompute running a loop
    of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).
+   On TPU under tensor parallelism, a forward matmul run as a windowed einsum loop where the
+   backward's weight gradient gathers a recompute rather than the forward's gathered activation:
+   the program without remat shares one gather and runs one matmul, so the loop's accumulating
+   adds and selects are remat (hloflops.remat.regathered_windowed_einsums; the weight's narrow
+   for the loop in the range).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy
@@ -373,23 +403,28 @@ value a policy stores (gelu's `h`: copied into the twin's forward fusions and ea
 residual computed from it) beyond this program's and beyond the recomputes they offset
 (`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies), and by those it may make of a loss
 gradient's scale `(pred - y) * c` that a matmul's output fusion here stores once for k readers,
-copying it into each (hloflops.remat.stored_scales), and of a select stored here once: the
+copying it into each (hloflops.remat.stored_scales), and, on TPU, of a recomputed cheap chain a
+loop fusion rebuilds from a policy's saved matmul output and stores narrowed for k matmuls (gelu's
+gradient), which the program without remat may copy into each matmul's fusion instead
+(hloflops.remat.stored_gradient_chains), and of a select stored here once: the
 embedding lookup's out-of-range fill, which the recomputes read too (the twin copies it into its
 other readers), and, on TPU, a scan's ReLU gradient over a recomputed mask (the twin stacks the
-mask and copies the select into each reader; hloflops.remat.stored_selects): the per-opcode truth
-is negative there, and no split of this program's ops can match it. On CPU the program without
-remat also spends converts storing a bfloat16 residual in a scan's stack, for each residual this
-program's backward loop recomputes and narrows (unnamed, or named for the call enclosing it): a
-value computed from a recomputed matmul, or the recompute's cast of a kernel sliced from the loop's
-input, read by a gradient op. Float normalization computes the stack's dynamic-update-slice in f32
-(the whole stack widened and narrowed back each trip, the slice widened) and the backward's read
-as a hoisted widen of the stack and a narrowing of the slice, which the recompute's narrowing here
-stands for: 2 * trips + 2 slice-sized converts per trip are the twin's alone, sure, and go into
-the split itself as a negative remat share of that narrowing (`RematIndex.twin_stores`,
-`Accounting.remat_twin_stores`: remat FLOPs of convert may go below this program's count, model
-FLOPs above it); the twin's forward narrowing of a residual its forward alone computes, and the
-widens of its inputs fused into the stack's update, lower the low end (2 per residual, 1 per
-kernel cast). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
+mask and copies the select into each reader; hloflops.remat.stored_selects), and on TPU by one
+narrow per operand fusion nesting `relu(h + b)` over an offloaded bare matmul output (the twin
+stores the sum and may narrow the activation there; hloflops.remat.offloaded_sum_narrows): the
+per-opcode truth is negative there, and no split of this program's ops can match it. On CPU the
+program without remat also spends converts storing a bfloat16 residual in a scan's stack, for each
+residual this program's backward loop recomputes and narrows (unnamed, or named for the call
+enclosing it): a value computed from a recomputed matmul, or the recompute's cast of a kernel
+sliced from the loop's input, read by a gradient op. Float normalization computes the stack's
+dynamic-update-slice in f32 (the whole stack widened and narrowed back each trip, the slice
+widened) and the backward's read as a hoisted widen of the stack and a narrowing of the slice,
+which the recompute's narrowing here stands for: 2 * trips + 2 slice-sized converts per trip are
+the twin's alone, sure, and go into the split itself as a negative remat share of that narrowing
+(`RematIndex.twin_stores`, `Accounting.remat_twin_stores`: remat FLOPs of convert may go below this
+program's count, model FLOPs above it); the twin's forward narrowing of a residual its forward
+alone computes, and the widens of its inputs fused into the stack's update, lower the low end (2
+per residual, 1 per kernel cast). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
 are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata, but

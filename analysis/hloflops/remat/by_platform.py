@@ -12,18 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
+from hloflops.remat.coefficient_fusions import coefficient_fusions
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
+from hloflops.remat.conv_operand_narrows import conv_operand_narrows
+from hloflops.remat.packed_conv_inputs import packed_conv_inputs
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.regathered_narrows import repeated_shard_narrows
+from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
-from hloflops.remat.type_corrections import type_corrections
+from hloflops.remat.twin_residual_copies import split_residual_copies
+from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
 from hloflops.remat.widen_counts import balanced_widens
 from hloparse.ir import Module
 
@@ -69,6 +74,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= set(corrections)
     d.certain |= set(corrections)
     d.paired_by_value |= {key for key, of in corrections.items() if of in d.paired_by_value}
+    # A constant's widen whose readers in its fusion are all uncounted marked ops takes their answer.
+    uncounted = widens_of_uncounted_ops(module, ops, d.remat)
+    d.remat, d.stand_ins = d.remat - uncounted, d.stand_ins | uncounted
     # The program without remat saves tanh's `1 - t` narrowed, from a widened constant: two
     # converts offsetting the recompute's (hloflops.remat.saved_residual_narrows).
     narrows = saved_residual_narrows(module, ops, d.remat, backward_loops)
@@ -90,6 +98,19 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= nested_forward_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
+    # A forward windowed einsum whose activation the backward regathers from a recompute: its
+    # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).
+    windowed, narrowed_for_it = regathered_windowed_einsums(module, ops)
+    d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
+    # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
+    packed_conv_inputs(module, ops, d)
+    conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
+    # A recompute of a residual the program without remat computes twice in its forward
+    # (hloflops.remat.twin_residual_copies), or fused with its coefficient's gradient, which that
+    # program computes in a fusion of its own (hloflops.remat.coefficient_fusions): model FLOPs.
+    split = split_residual_copies(module, ops, d.remat) | coefficient_fusions(module, ops, d.remat)
+    d.remat -= split
+    d.certain |= split
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:

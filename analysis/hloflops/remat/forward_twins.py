@@ -114,8 +114,17 @@ class ForwardTwins:
                     self.squeezed.setdefault(unit_dimension_free_signature(own), []).append(op)
 
     def values(self, members: list[SiteOp]) -> frozenset[Val]:
-        """The forward's values of the class's signature and name (each with all its copies)."""
-        op = min(members, key=lambda m: m.order)
+        """The forward's values of the class's signature and name (each with all its copies);
+        where its copies differ by unit dimensions (hloflops.remat.views), the first shape's
+        that finds any."""
+        first = min(members, key=lambda m: m.order)
+        shapes = {m.inst.shape.dims: m for m in sorted(members, key=lambda m: m.order)}
+        for op in [first] + [m for dims, m in shapes.items() if dims != first.inst.shape.dims]:
+            if found := self._values(op, members):
+                return found
+        return frozenset()
+
+    def _values(self, op: SiteOp, members: list[SiteOp]) -> frozenset[Val]:
         tail = inner_tail(op.op_name)
         if not tail or not op.op_name:
             return frozenset()

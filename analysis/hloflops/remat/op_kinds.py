@@ -6,7 +6,7 @@ which elementwise ops XLA's fusion copies into each reader (the fusion rules).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from hloflops.cost.rules import ELEMENTWISE_FLOP_OPCODES, TRANSCENDENTAL_OPCODES
 from hloflops.cost.shapes import elements
@@ -21,6 +21,11 @@ DUPLICATED = ELEMENTWISE_FLOP_OPCODES | TRANSCENDENTAL_OPCODES
 EXPENSIVE = TRANSCENDENTAL_OPCODES | {"divide", "remainder"}
 # The matmuls: what the split pairs by value or signature only, never by how XLA fused a program.
 MATMUL_OPCODES = frozenset({"dot", "convolution"})
+
+# Ops whose every result element is computed from the operands' elements at the same index (all of
+# one shape): their value is the same whatever unit dimensions that shape has. Not bitcast-convert,
+# which may change the number of elements.
+ELEMENTWISE = (DUPLICATED - {"bitcast-convert"}) | frozenset({"select", "clamp", "compare", "and", "or", "not", "xor"})
 
 # Attributes that do not change what an instruction computes (or that name a computation, which
 # is compared by its contents instead).
@@ -106,6 +111,51 @@ def unit_free_shape(shape: Shape) -> tuple:
     """A result's element type and its dimensions but the unit ones: equal for `[b, 1, q, k]` and
     `[b, q, k]`, which XLA computes for one value where a broadcast or a stack adds a unit dimension."""
     return shape.element_type, tuple(d for d in shape.dims if d != 1)
+
+
+def unit_free_broadcast(shape: Shape, dimensions: str) -> tuple | None:
+    """A broadcast's result type, its dimensions but the unit ones, and where the operand's
+    dimensions that are not unit lie among them: equal for `[b, t] -> [1, b, t, d]` (`{1, 2}`) and
+    `[b, t] -> [b, t, d]` (`{0, 1}`). An operand's unit dimension lands on a unit dimension of the
+    result, so dropping both keeps the broadcast's value. None where `dimensions` does not parse."""
+    try:
+        mapped = [int(x) for x in dimensions.strip("{}").split(",") if x.strip()]
+    except ValueError:
+        return None
+    if any(not 0 <= d < len(shape.dims) for d in mapped):
+        return None
+    rank = {d: i for i, d in enumerate(d for d in range(len(shape.dims)) if shape.dims[d] != 1)}
+    return unit_free_shape(shape) + (tuple(rank[d] for d in mapped if d in rank),)
+
+
+def result_form(inst: Instruction, key: Callable[[Shape], tuple] = shape_key) -> tuple:
+    """An op's result shape (by `key`) and the attributes that change it; for an elementwise op or
+    a broadcast, without unit dimensions (hloflops.remat.views: such shapes hold one value)."""
+    shape, attributes = inst.shape, result_attributes(inst)
+    if shape.is_tuple:
+        return key(shape), attributes
+    if inst.opcode == "broadcast":
+        found = unit_free_broadcast(shape, inst.attributes.get("dimensions", ""))
+        if found is not None:
+            return ("broadcast", found), tuple(a for a in attributes if a[0] != "dimensions")
+    if inst.opcode in ELEMENTWISE:
+        return unit_free_shape(shape), attributes  # the shape key where it has no unit dimension
+    return key(shape), attributes
+
+
+def unit_free_reduce(shape: Shape, operand: Shape, dimensions: str) -> tuple | None:
+    """A reduce's result type, its dimensions but the unit ones, and which of the operand's
+    dimensions that are not unit it reduces (counted among those): equal for `[1, b, t, d]`
+    reduced over `{3}` and `[b, t, d]` over `{2}` (reducing a unit dimension changes no
+    element). None where `dimensions` does not parse."""
+    try:
+        reduced = [int(x) for x in dimensions.strip("{}").split(",") if x.strip()]
+    except ValueError:
+        return None
+    if any(not 0 <= d < len(operand.dims) for d in reduced):
+        return None
+    rank = {d: i for i, d in enumerate(d for d in range(len(operand.dims)) if operand.dims[d] != 1)}
+    return unit_free_shape(shape) + (tuple(sorted(rank[d] for d in reduced if d in rank)),)
 
 
 # The (exponent, mantissa) bits of each floating type: a reduce-precision to its own type's bits

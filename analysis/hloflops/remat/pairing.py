@@ -25,13 +25,15 @@ from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.rebuilt_in_gradient_matmuls import rebuilt_in_gradient_matmuls
 from hloflops.remat.recompute_epilogues import recompute_epilogues
 from hloflops.remat.stored_forwards import StoredForwards
-from hloflops.remat.unit_free_values import StoredTwins
 from hloflops.remat.view_copies import view_copies
 from hloflops.remat.natural_layouts import natural_layouts
 from hloflops.remat.saved_copies import saved_by_the_twin, weight_gradient_copies
+from hloflops.remat.twin_residual_copies import unsplit_residual_copies
 from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
+from hloflops.remat.stored_gradient_chains import stored_chain_copies
+from hloflops.remat.offloaded_sum_narrows import offloaded_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -161,15 +163,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     stored = StoredForwards(module, ops) if module.is_scheduled and remat_named and not is_tpu_module(module) \
         else None
     stored_copies: set[SiteKey] = set()
-    # ... and so does a stored forward value numbered apart from its recompute's copies but for
-    # unit dimensions (hloflops.remat.unit_free_values)
-    stored_twins = StoredTwins(module, ops, stored) if stored is not None else None
     for members in classes:
         forward = forward_of.get(id(members), 0)
         found = _same_value(members, first_of_class, fused, forward, elsewhere, named_forward)
         extra = stored.copies(members) if stored is not None else set()
-        if not extra and stored_twins is not None:
-            extra = stored_twins.copies(members)
         if extra:  # those copies, in place of `_same_value`'s count under their name (each level's)
             names = {m.op_name for m in members if m.key in extra}
             found = extra | {m.key for m in members if m.key in found and (not m.op_name or m.op_name not in names)}
@@ -184,6 +181,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
+    chain_copies = stored_chain_copies(module, ops) if module.is_scheduled and remat_named else {}
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
@@ -259,6 +257,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
             stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
+            if is_tpu_module(module):  # the twin's extra copies (offloaded_sum_narrows, twin_residual_copies)
+                for key, n in offloaded_sum_narrows(module, ops).items():
+                    twin_copies[key] = twin_copies.get(key, 0) + n
+                unsplit_residual_copies(module, ops, remat, twin_copies)
         if module.is_scheduled:
             # The rules one backend's compiler needs: TPU's backward loops and sharded weights, CPU's
             # float normalization (hloflops.remat.by_platform).
@@ -333,7 +335,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # it here can be remat (hloflops.remat.stored_twin_copies)
                       frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies}
                       - set(stacks),
-                      partial, _with_stacks({key[:2]: n for key, n in twin_copies.items()},
+                      partial, _with_stacks(_with_stacks({key[:2]: n for key, n in twin_copies.items()}, {
+                          key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more) in stacks.items() if more}),
                       {key: sure for key, (sure, _) in stacks.items()})
 
@@ -525,8 +528,10 @@ def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[
     for m in marked:
         if m.key not in found:
             by_name.setdefault(m.op_name, []).append(m)
+    # a copy holding the value with unit dimensions the others lack (a stack's `[1, ...]`) last
+    common = Counter(m.inst.shape.dims for m in members).most_common(1)[0][0]
     for copies in by_name.values():
-        found.update(m.key for m in sorted(copies, key=lambda m: m.order)[:unmarked])
+        found.update(m.key for m in sorted(copies, key=lambda m: (m.inst.shape.dims != common, m.order))[:unmarked])
     return found
 
 

@@ -35,9 +35,10 @@ stored value as the recompute does (TPU draws 0, 19, 45, 58 moved away from the 
 Only where the forward is in sight with an equal value number: where the recompute read other
 inputs (all its copies remat-marked, `ForwardTwins` matching the forward by signature and name),
 the candidates are too loose to tell a stored twin (base seed 142: gelu's jvp coefficient
-`3 * x ** 2` finds both layer norms' stored outputs). Where the numbers part only by unit
-dimensions (base seeds 105 and 136: the residual sum over a layer norm's `[b, t, 1]` rsqrt),
-hloflops.remat.unit_free_values finds the stored twin exactly."""
+`3 * x ** 2` finds both layer norms' stored outputs). A recompute whose copies hold the
+stored value but for unit dimensions (base seeds 105 and 136: the residual sum over a layer norm's
+`[b, t, 1]` rsqrt) has its value number: the numbering looks through unit dimensions
+(hloflops.remat.views)."""
 
 from __future__ import annotations
 

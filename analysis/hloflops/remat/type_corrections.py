@@ -20,13 +20,21 @@ in another loop body (a scan's): the program without remat saves the linearizati
 into its stacks, narrowing each (tanh's `1 - t` beside `t`), converts this program does not run;
 how many rests on how XLA fused its saving fusions (TPU draw 37: the recompute's two converts
 against the twin's two for `1 - t`): the pairing's answer stands, less the converts
-hloflops.remat.saved_residual_narrows gives back for those residuals."""
+hloflops.remat.saved_residual_narrows gives back for those residuals.
+
+TPU widens each bf16 constant a fusion's f32 ops read inside that fusion (`convert(broadcast(c))`):
+the widen is those ops' work, one per fusion that computes them, not a value of its own, though its
+value number is the same in every fusion and pairs by value with the forward's widens. Where its
+readers in the fusion are all recompute-marked cheap ops left out of remat (the recompute loop's
+stack-writing fusion of a scan, TPU draw 29: it copies gelu's chain, whose forward copies the
+recompute's other fusion took, and the program without remat has that fusion too), the widen takes
+their answer (`widens_of_uncounted_ops`): out of remat, unsure as they are."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from hloflops.remat.op_kinds import EXPENSIVE
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import Computation, Instruction, Module
 
@@ -75,3 +83,27 @@ def bits(shape) -> int:
     """The width of a float element type (0 for any other)."""
     element = getattr(shape, "element_type", None) or ""
     return {"bf16": 16, "f16": 16, "f32": 32, "f64": 64}.get(str(element).lower(), 0)
+
+
+def widens_of_uncounted_ops(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
+    """The widens of a broadcast constant in `remat` whose readers in their fusion are all marked
+    cheap ops left out of `remat` (module docstring): they take those ops' answer."""
+    by_key = {op.key: op for op in ops}
+    found: set[SiteKey] = set()
+    for key in remat:
+        op = by_key.get(key)
+        comp = module.by_name.get(key[0])
+        if op is None or comp is None or not is_widen(comp, key[1]) or not _of_constant(comp, op.inst):
+            continue
+        readers = [by_key.get((key[0], user.name, key[2])) for user in comp.users.get(key[1], ())]
+        if readers and all(reader is not None and reader.marked and reader.key not in remat
+                           and reader.inst.opcode in DUPLICATED for reader in readers):
+            found.add(key)
+    return found
+
+
+def _of_constant(comp: Computation, inst: Instruction) -> bool:
+    """Does the convert read a broadcast of a constant?"""
+    source = comp.by_name.get(inst.operands[0])
+    return source is not None and source.opcode == "broadcast" and bool(source.operands) \
+        and getattr(comp.by_name.get(source.operands[0]), "opcode", None) == "constant"

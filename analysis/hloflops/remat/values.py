@@ -38,7 +38,7 @@ from hloflops.remat.moved_values import MOVES, WRAPPED, MovedValues
 from hloflops.remat.op_kinds import (
     IDENTITY, IGNORED_ATTRIBUTES, INPUT_VIEWS, NOT_PLAIN, PER_OP_ATTRIBUTES, UNIQUE, is_identity_rounding,
     is_memory_placement,
-    kept_attributes, result_attributes, shape_key,
+    kept_attributes, result_attributes, result_form, shape_key, unit_free_reduce, unit_free_shape,
 )
 from hloflops.remat.views import VIEW_OPCODES, Concat, View, row_major, apply as apply_view, whole, within_part
 from hloparse.ir import CallRole, Computation, Instruction, Module, Shape, parameter_number, trampoline
@@ -179,6 +179,7 @@ class _Numbering:
         self.first_applied: dict[int, tuple[tuple[str, ...], int]] = {}  # see `applied`
         # An op's attribute names -> those of them that change its result (`head_by_text`'s keys).
         self.kept_names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.reduce_heads: dict[tuple[int, int], int] = {}  # see `reduce_head`
         self.views: dict[int, View] = {}  # a view's exact number -> which elements of which value it holds
         self.concats: dict[int, Concat] = {}  # a concatenate's exact number -> its operands' views
         self.moved = MovedValues(self)
@@ -193,7 +194,10 @@ class _Numbering:
         for operand, shape in zip(operands, shapes):
             if isinstance(operand, tuple) or shape.is_tuple or len(shape.dims) != len(inst.shape.dims):
                 return
-            parts.append((first, shape.dims[axis], self.views.get(operand) or whole(operand, shape.dims)))
+            part = self._view_of(operand, shape)
+            if part is None:
+                return
+            parts.append((first, shape.dims[axis], part))
             first += shape.dims[axis]
         self.concats.setdefault(number, Concat(inst.shape.dims, axis, tuple(parts)))
 
@@ -204,7 +208,8 @@ class _Numbering:
         is not one strided view."""
         if isinstance(operand, tuple) or operand_shape.is_tuple:
             return None
-        found = apply_view(inst, self.views.get(operand) or whole(operand, operand_shape.dims), operand_shape)
+        held = self._view_of(operand, operand_shape)
+        found = apply_view(inst, held, operand_shape) if held is not None else None
         if found is None:
             return None
         concat = self.concats.get(found.source)
@@ -212,9 +217,15 @@ class _Numbering:
             found = within_part(found, concat) or found
         if found.is_whole_source:
             return found.source
-        number = self.intern(("view", found.source, found.base, found.dims, found.strides))
+        number = self.intern(("view",) + found.key)
         self.views.setdefault(number, found)
         return number
+
+    def _view_of(self, operand: int, shape: Shape) -> View | None:
+        """Which elements of which value `operand` holds, in `shape` (its number may be shared
+        with a view of another shape but for unit dimensions: `View.fit`)."""
+        view = self.views.get(operand)
+        return whole(operand, shape.dims) if view is None else view.fit(shape.dims)
 
     def converted(self, inst: Instruction, operand: Val, operand_shape: Shape) -> int:
         """The exact number of a convert: its element type and which elements of which value it
@@ -248,7 +259,7 @@ class _Numbering:
         if shape.is_tuple:
             value: Val = tuple(self.leaf(s) for s in shape.tuple_shapes)
         else:
-            value = self.intern(("leaf",) + self.shape_key(shape))
+            value = self.intern(("leaf",) + unit_free_shape(shape))  # a unit dimension more or less: one input
             self.leaves.add(value)
         self.leaf_numbers[id(shape)] = (shape, value)
         return value
@@ -283,8 +294,20 @@ class _Numbering:
             head = (inst.opcode, id(inst.shape), result_attributes(inst))
         found = self.heads.get(head)
         if found is None:
-            found = self.heads[head] = self.intern(
-                ("head", inst.opcode, self.shape_key(inst.shape), head[2] if len(head) == 3 else ()))
+            found = self.heads[head] = self.intern(("head", inst.opcode, *result_form(inst, self.shape_key)))
+        return found
+
+    def reduce_head(self, inst: Instruction, head: int, operand: Shape) -> int:
+        """The head of a one-operand reduce, by its unit-free form (`unit_free_reduce`; `head`
+        where its dimensions do not parse)."""
+        if operand.is_tuple or inst.shape.is_tuple:
+            return head
+        key = (head, id(operand))
+        found = self.reduce_heads.get(key)
+        if found is None:
+            form = unit_free_reduce(inst.shape, operand, inst.attributes.get("dimensions", ""))
+            rest = tuple(a for a in result_attributes(inst) if a[0] != "dimensions")
+            found = self.reduce_heads[key] = head if form is None else self.intern(("head", "reduce", form, rest))
         return found
 
     def applied(self, number: int, appliers: tuple[str, ...]) -> int:
@@ -371,6 +394,8 @@ class _Numbering:
                     if head is None:
                         head = head_by_text[head_key] = self.head(inst)
                     arity = len(operands)
+                    if opcode == "reduce" and arity == 2 and operands[0] in comp.by_name:
+                        head = self.reduce_head(inst, head, comp.by_name[operands[0]].shape)
                     # One or two operands (most ops): the key and the taint without a map, a list
                     # or a method call.
                     try:
@@ -400,7 +425,10 @@ class _Numbering:
                             self.concat(inst, exact, exact_key[1:], [comp.by_name[o].shape for o in operands])
                         exact_of[name] = exact
                         if with_abstract:
-                            abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
+                            if opcode in VIEW_OPCODES and arity == 1 and exact == exact_key[1]:
+                                abstract_of[name] = abstract_of[operands[0]]  # all of its operand
+                            else:
+                                abstract_of[name] = self._abstract(inst, exact_key, exact, appliers, abstract_of)
                         if opcode in WRAPPED and arity == 1:
                             self.moved.note_collective(exact, (exact_key[1], abstract_of[operands[0]]))
                         if taint:

@@ -8,7 +8,10 @@ so do the dots that read them, though they compute one value. So a view is numbe
 holds: the value it reads elements of (`source`, a value that is not a view) and where: element
 `i` of the view is element `base + sum(i[d] * strides[d])` of the source in row-major order.
 Two views with equal `View`s hold the same elements in the same places; a view holding all of
-its source in the source's own shape is the source itself.
+its source in the source's own shape is the source itself, and so is one that only adds or drops
+unit dimensions (a layer norm's `[b, t, d]` output bitcast to `[1, b, t, d]` for a stack, a
+softmax's `[b, q, k]` as `[b, 1, q, k]`): those shapes hold the same elements in the same order, so
+values.py numbers every op that reads them elementwise by its shape without unit dimensions.
 
 A bitcast moves no bytes: its elements are its operand's in physical order, so its view follows
 both layouts (a bitcast whose layout tiles, on TPU, is not followed). A chain this cannot express
@@ -35,7 +38,34 @@ class View:
 
     @property
     def is_whole_source(self) -> bool:
-        return self.base == 0 and self.dims == self.source_dims and self.strides == row_major(self.dims)
+        """Does the view hold all of its source in the source's shape but for unit dimensions?"""
+        if self.base:
+            return False
+        if self.dims == self.source_dims:
+            return self.strides == row_major(self.dims)
+        dims = tuple(d for d in self.dims if d != 1)
+        return dims == tuple(d for d in self.source_dims if d != 1) and \
+            tuple(s for d, s in zip(self.dims, self.strides) if d != 1) == row_major(dims)
+
+    @property
+    def key(self) -> tuple:
+        """What the view holds, but for its unit dimensions (their stride is 0: they place no
+        element): equal for `[1, b, t]` and `[b, t]` views of the same elements."""
+        if 1 not in self.dims:
+            return self.source, self.base, self.dims, self.strides
+        kept = [i for i, d in enumerate(self.dims) if d != 1]
+        return self.source, self.base, tuple(self.dims[i] for i in kept), tuple(self.strides[i] for i in kept)
+
+    def fit(self, dims: tuple[int, ...]) -> View | None:
+        """The same view in `dims`, a shape equal to its own but for unit dimensions (a value
+        numbered one with a view of another shape holds its elements so: values.py numbers a
+        bitcast that only adds or drops unit dimensions as its operand); None for another shape."""
+        if dims == self.dims:
+            return self
+        strides = iter([s for d, s in zip(self.dims, self.strides) if d != 1])
+        if tuple(d for d in dims if d != 1) != tuple(d for d in self.dims if d != 1):
+            return None
+        return View(self.source, self.source_dims, self.base, dims, tuple(0 if d == 1 else next(strides) for d in dims))
 
 
 def row_major(dims: tuple[int, ...]) -> tuple[int, ...]:

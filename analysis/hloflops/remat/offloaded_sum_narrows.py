@@ -1,0 +1,125 @@
+"""The narrows the program without remat makes of a stored `x @ w + b` that this program offloads
+bare (after optimization; TPU's host memory): a low end for the range.
+
+An offload policy saves a matmul's bare output `h = x @ w` (hloflops.remat.offloaded_residuals):
+every matmul reading the activation `act(h + b)` nests the bias add and the activation in an
+operand fusion of its own, in f32, reading `h` and `b`. The program without remat fuses the bias
+add into the matmul's output fusion and stores the sum; its readers nest the activation alone,
+reading the one stored value, and where the activation reads each value once (relu, tanh) TPU may
+narrow it to bf16 inside that operand fusion for the matmul (a chain reading a value twice, gelu's
+`s * f(s)`, it hands on wide: TPU draw 9, as hloflops.remat.nested_forward_narrows found). TPU
+draw 51 (hk_loop, offload, relu): six such narrows of `relu(sum)` in the program without remat
+(three forward matmuls, three weight gradients), none here: convert truth -6,144, below anything
+a split of this program's ops can report. Whether TPU narrows an operand fusion rests on how it
+fused that program (TPU draw 47 nests `relu(h + b)` in both programs, narrowing in neither): so
+each nested activation here stands for one narrow the program without remat may make
+(`twin_copies`, lowering the range's low end only), never a count.
+
+Only where the program offloads a value to the host, and the nested fusion (its root not a
+narrow) sits inside a fusion whose matmul reads it, computes `add(h, broadcast(b))` with `h` a
+matmul's output that is copied to the host (through views and fusion boundaries), and every op
+from the add to its root reads the one before once."""
+
+from __future__ import annotations
+
+from hloflops.remat.moved_values import HOST_MEMORY_SPACE
+from hloflops.remat.offloaded_residuals import offloads
+from hloflops.remat.op_kinds import LAYOUT_VIEWS, MATMUL_OPCODES
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.type_corrections import bits
+from hloparse.ir import Computation, Instruction, Module
+
+# Back from a copy to the host: views, and a copy between the device's memories before it.
+_BACK = LAYOUT_VIEWS | {"copy-start", "copy-done"}
+_PASSES = frozenset({"bitcast", "reshape", "copy", "transpose", "copy-start", "copy-done", "dynamic-slice", "slice"})
+
+
+def offloaded_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
+    """The root of each operand fusion nesting a bias add of an offloaded matmul output -> 1 (one
+    narrow the program without remat may make there; module docstring)."""
+    if not offloads(module):
+        return {}
+    offloaded = _offloaded_values(module)
+    callers = one_call_site(module)
+    by_key = {op.key: op for op in ops}
+    found: dict[SiteKey, int] = {}
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "add" or len(inst.operands) != 2:
+            continue
+        comp = module.by_name[op.key[0]]
+        site = callers.get(comp.name)
+        root = comp.root
+        if site is None or root is None or not _read_by_a_matmul(site[0], site[1].name) or \
+                root.opcode == "convert" or bits(root.shape) != bits(inst.shape):
+            continue
+        if not _single_reads(comp, inst):
+            continue
+        operands = [comp.by_name.get(name) for name in inst.operands]
+        if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
+            continue
+        other = next(o for o in operands if o.opcode != "broadcast")
+        seen: list[Instruction] = []
+
+        def passes(step: Instruction) -> bool:
+            seen.append(step)
+            return step.opcode in _PASSES
+
+        source = source_op(module, callers, by_key, comp, other.name, op.key[2], passes, 64)
+        if source is None or source.inst.opcode not in MATMUL_OPCODES or not any(id(s) in offloaded for s in seen):
+            continue
+        key = (comp.name, root.name, op.key[2])
+        if key in by_key:
+            found[key] = 1
+    return found
+
+
+def _single_reads(comp: Computation, add: Instruction) -> bool:
+    """Is the fusion a chain from the bias add to its root of ops each read once (relu's
+    `max(s, 0)`, `tanh(s)`)? A chain reading a value twice (gelu's `s * f(s)`) the program without
+    remat hands on wide from the stored sum (hloflops.remat.nested_forward_narrows)."""
+    step = add
+    while step is not comp.root:
+        users = comp.users.get(step.name, ())
+        if len(users) != 1 or sum(operand == step.name for operand in users[0].operands) != 1:
+            return False
+        step = users[0]
+    return True
+
+
+def _offloaded_values(module: Module) -> set[int]:
+    """The instructions (by id) whose value a `copy-start` copies to the host, through views."""
+    out: set[int] = set()
+    for comp, inst in module.instructions():
+        if inst.opcode != "copy-start" or not inst.operands or not _to_host(inst):
+            continue
+        name = inst.operands[0]
+        for _ in range(16):
+            source = comp.by_name.get(name)
+            if source is None:
+                break
+            out.add(id(source))
+            if source.opcode not in _BACK or not source.operands:
+                break
+            name = source.operands[0]
+    return out
+
+
+def _to_host(inst: Instruction) -> bool:
+    """Does a `copy-start` copy a device value to the host (its destination, the tuple's first
+    element, in the host's memory space)?"""
+    parts = inst.shape.tuple_shapes if inst.shape.is_tuple else ()
+    return len(parts) > 1 and parts[0].layout is not None and parts[0].layout.memory_space == HOST_MEMORY_SPACE
+
+
+def _read_by_a_matmul(outer: Computation, name: str) -> bool:
+    """Does a matmul of the outer fusion read the nested fusion's value (through views)?"""
+    values = [name]
+    while values:
+        for user in outer.users.get(values.pop(), ()):
+            if user.opcode in MATMUL_OPCODES:
+                return True
+            if user.opcode in LAYOUT_VIEWS:
+                values.append(user.name)
+    return False
+

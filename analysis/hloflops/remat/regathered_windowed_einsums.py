@@ -1,0 +1,115 @@
+"""A forward matmul TPU runs as a windowed einsum because the backward gathers a recompute instead
+of the forward's gathered activation (after optimization; TPU, tensor parallel).
+
+Under tensor parallelism a forward matmul reads an activation sharded across devices. XLA either
+all-gathers it and runs one matmul, or runs a windowed einsum: a loop that passes the shards
+around (`collective-permute`) and accumulates one partial product per trip into a buffer,
+`acc' = select(first trip, 0, acc) + x_i @ w_i`, with the weight narrowed for the loop. The
+program without remat gathers the activation once for two readers, the forward matmul and the
+backward's weight gradient (`dW = x^T dy` reads the same gathered `x`), and a gather it needs
+anyway costs the forward matmul nothing: one plain matmul, no loop. With remat the backward's
+weight gradient reads the recompute's copy of `x` and gathers that; the forward's gather has
+the forward matmul alone for its reader, and XLA makes it a windowed einsum. So the loop's
+accumulating adds and selects (and its counters) run because of remat; the matmuls inside do
+not (the program without remat runs the same product as one matmul). TPU draw 23 (nested
+checkpoints, tensor parallel: add +512, select +512 in two such loops). Where the backward
+gathers a forward value instead (no recompute of it), the program without remat has the same
+loop (TPU draws 31, 38, 44): nothing is moved.
+
+The weight's narrow feeding only such a loop is the loop's too, but the program without remat
+may narrow the weight for its plain matmul as well (the fusion decides): a stand-in, in the
+range only.
+
+Only for a loop in the forward (no `transpose(` in its name, no remat name) holding a matmul
+and a collective-permute, where an all-gather named for the same matmul's transpose gathers a
+remat-named value (through views)."""
+
+from __future__ import annotations
+
+from hloflops.remat.names import is_remat_named, model_components
+from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.sites import SiteKey, SiteOp
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+_VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "get-tuple-element"})
+_PERMUTES = frozenset({"collective-permute", "collective-permute-start"})
+_GATHERS = frozenset({"all-gather", "all-gather-start"})
+
+
+def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKey], set[SiteKey]]:
+    """(the FLOPs of forward windowed einsum loops but their matmuls: remat; the narrows feeding
+    only such a loop: stand-ins), per the module docstring."""
+    regathered = _regathered_matmuls(module)
+    if not regathered:
+        return set(), set()
+    loop_comps: set[str] = set()
+    feeds: set[tuple[str, str]] = set()  # (computation, instruction) of what only a loop reads
+    for comp, inst in module.instructions():
+        if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
+            continue
+        inside = _reachable(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
+        matmuls = [i for name in inside for i in module.by_name[name].instructions if i.opcode in MATMUL_OPCODES]
+        if not matmuls or not any(i.opcode in _PERMUTES for name in inside for i in module.by_name[name].instructions):
+            continue
+        if not any(model_components(m.op_name) in regathered for m in matmuls if m.op_name):
+            continue
+        loop_comps |= inside
+        feeds |= _only_for(comp, inst)
+    counted = {op.key for op in ops if op.key[0] in loop_comps and op.inst.opcode not in MATMUL_OPCODES}
+    narrows = {op.key for op in ops if op.inst.opcode == "convert"
+               and ((op.key[0], op.key[1]) in feeds or (op.frame, op.key[0]) in feeds)}
+    return counted, narrows
+
+
+def _regathered_matmuls(module: Module) -> set[tuple[str, ...]]:
+    """Model names of the matmuls whose transpose all-gathers a remat-named value."""
+    out: set[tuple[str, ...]] = set()
+    for comp, inst in module.instructions():
+        if inst.opcode in _GATHERS and "transpose(" in inst.op_name and inst.operands \
+                and _from_recompute(comp, inst.operands[0]):
+            out.add(model_components(inst.op_name))
+    return out
+
+
+def _from_recompute(comp: Computation, name: str) -> bool:
+    """Does the value `name` come, through views, from a remat-named instruction?"""
+    for _ in range(16):
+        inst = comp.by_name.get(name)
+        if inst is None:
+            return False
+        if is_remat_named(inst):
+            return True
+        if inst.opcode not in _VIEWS or not inst.operands:
+            return False
+        name = inst.operands[0]
+    return False
+
+
+def _reachable(module: Module, roots: tuple[str, ...]) -> set[str]:
+    """The computations `roots` and everything they call."""
+    seen: set[str] = set()
+    pending = list(roots)
+    while pending:
+        name = pending.pop()
+        if name in seen or name not in module.by_name:
+            continue
+        seen.add(name)
+        pending += [call.computation for inst in module.by_name[name].instructions for call in inst.calls]
+    return seen
+
+
+def _only_for(comp: Computation, loop: Instruction) -> set[tuple[str, str]]:
+    """The converts (or fusions, by their fused computation) read only by the tuple starting `loop`."""
+    out: set[tuple[str, str]] = set()
+    start = comp.by_name.get(loop.operands[0]) if loop.operands else None
+    if start is None or start.opcode != "tuple":
+        return out
+    for name in start.operands:
+        inst = comp.by_name.get(name)
+        if inst is None or [u.name for u in comp.users.get(name, ())] != [start.name]:
+            continue
+        if inst.opcode == "convert":
+            out.add((comp.name, inst.name))
+        elif inst.opcode == "fusion":
+            out |= {(comp.name, callee) for callee in inst.called(CallRole.FUSION)}
+    return out

@@ -1,0 +1,165 @@
+"""A recomputed cheap chain a loop fusion stores once, narrowed, for several matmuls, which the
+program without remat may copy into each of them (TPU; hloflops.remat.pairing calls
+`stored_chain_copies` beside hloflops.remat.stored_scales).
+
+A gradient through a cheap activation (gelu's `dy * gelu'(h)`, with `h` and `gelu'(h)` rebuilt by
+the recompute from a saved matmul output) is read by two matmuls, the input's gradient and the
+weight's. TPU's fusion may compute the chain once in a loop fusion (with the bias gradient's reduce,
+say) and store it narrowed for both, or copy the whole chain into the operand side of each matmul's
+fusion. Which one it picks rests on how it fused the whole program: the program without remat
+reads its forward's stored `h` where this one rebuilds it, and may copy the chain into each reader
+(TPU draw 43, dots_saveable gelu: the twin runs the 14-multiply chain in the reduce's fusion and in
+both matmuls' fusions, three copies per layer against this program's one, so the per-opcode truth
+of multiply and add is negative and no split of this program's ops reaches it).
+
+So for each such stored value, the chain under its narrowing (the cheap ops of the fusion it is
+computed from, one of them at least a recompute) may run once per matmul reader in the program
+without remat: k readers, k - 1 copies beyond this program's, or k where another output of the
+fusion (the reduce) needs the op too. They go to `twin_copies` (hloflops.results.RematHinge): they
+lower the range's low end only, never the count, as for hloflops.remat.stored_scales: XLA copies a
+cheap producer at most once into each reader. A recompute of the chain stays a "maybe remat" hinge
+as well where it was one (kept apart from the twin copies other rules find, which are no hinge of
+their own). The narrowing itself is not counted: a reader that computes the chain reads it wide.
+
+Only a chain holding a recompute (without one the value is the backward's own, computed alike from
+the same stored values) and reading a policy's saved residual (an identity rounding of a matmul's
+output): there the two programs' chains start from different stored values (the saved matmul output
+and the recomputed bias add here, the twin's stored activation input there), so this program's
+fusion says nothing of the twin's. A chain rebuilt from a recomputed matmul (nothing saveable) was
+stored once by the twin too on every TPU draw of 0-59 (2, 24: exact); so was a short chain read
+through a sharded conv's all-reduce (47: exact), while 40, of the same structure, is the twin's copy
+again (relu's narrow in each matmul's fusion): left out of the rule, no test in this program tells
+them apart."""
+
+from __future__ import annotations
+
+from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
+from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary, one_call_site, value_readers
+from hloflops.remat.type_corrections import bits
+from hloparse.ir import CallRole, Computation, Instruction, Module
+
+# Views and tuples hand a value on and compute nothing (as hloflops.remat.stored_scales).
+_VIEWS = frozenset({"bitcast", "reshape", "copy", "copy-start", "copy-done"})
+
+
+def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
+    """Each cheap op of a chain the module docstring describes -> the copies the program without
+    remat may make of it beyond this program's (`twin_copies`: a recompute among them stays a
+    "maybe remat" hinge too, as it was)."""
+    twin_copies: dict[SiteKey, int] = {}
+    if not is_tpu_module(module):
+        return twin_copies
+    by_name: dict[tuple[str, str], list[SiteOp]] = {}
+    for op in ops:
+        by_name.setdefault(op.key[:2], []).append(op)
+    callers = one_call_site(module)
+    readers_of = None
+    for comp_name in fused_outputs(module):
+        comp = module.by_name.get(comp_name)
+        caller = callers.get(comp_name)
+        if comp is None or caller is None or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+            continue
+        outputs = list(comp.root.operands) if comp.root.opcode == "tuple" else [comp.root.name]
+        for index, name in enumerate(outputs):
+            narrow = comp.by_name.get(name)
+            if not _is_narrow(comp, narrow):
+                continue
+            chain = _chain(comp, narrow.operands[0])
+            if not any(op.marked for key in chain for op in by_name.get((comp_name, key), ())):
+                continue
+            readers_of = readers_of if readers_of is not None else value_readers(module)
+            readers = _computing_readers(module, caller[0], caller[1], index if comp.root.opcode == "tuple"
+                                         else None, readers_of)
+            if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
+                    or not _reads_saved_residual(module, callers, comp, chain):
+                continue
+            shared = set()  # the chain's ops another output of the fusion reads too
+            for other in outputs:
+                if other != name:
+                    shared |= _chain(comp, other)
+            for key in chain:
+                inst = comp.by_name[key]
+                if inst.opcode not in DUPLICATED:
+                    continue
+                extra = len(readers) - (0 if key in shared else 1)
+                for op in by_name.get((comp_name, key), ()):
+                    twin_copies[op.key] = twin_copies.get(op.key, 0) + extra
+    return twin_copies
+
+
+def _is_narrow(comp: Computation, inst: Instruction | None) -> bool:
+    """A convert to a narrower float type of a value computed in the fusion."""
+    if inst is None or inst.opcode != "convert" or len(inst.operands) != 1:
+        return False
+    source = comp.by_name.get(inst.operands[0])
+    return source is not None and source.opcode != "parameter" and 0 < bits(inst.shape) < bits(source.shape)
+
+
+def _chain(comp: Computation, name: str) -> set[str]:
+    """The instructions of the fusion the value is computed from, itself included (not parameters)."""
+    out: set[str] = set()
+    stack = [name]
+    while stack:
+        inst = comp.by_name.get(stack.pop())
+        if inst is None or inst.name in out or inst.opcode == "parameter":
+            continue
+        out.add(inst.name)
+        stack.extend(inst.operands)
+    return out
+
+
+def _computing_readers(module: Module, frame: Computation, fusion: Instruction, index: int | None,
+                       readers_of) -> list[Instruction]:
+    """The instructions of the caller computing from the fusion's output `index` (None: its one
+    output), through the get-tuple-element taking it and views."""
+    start = [fusion.name] if index is None else \
+        [r.name for r in readers_of.get((frame.name, fusion.name), ())
+         if r.opcode == "get-tuple-element" and r.attributes.get("index") == str(index)]
+    out: list[Instruction] = []
+    seen: set[str] = set()
+    while start:
+        name = start.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for reader in readers_of.get((frame.name, name), ()):
+            if reader.opcode in _VIEWS:
+                start.append(reader.name)
+            elif reader.name not in {r.name for r in out}:
+                out.append(reader)
+    return out
+
+
+def _is_matmul(module: Module, inst: Instruction) -> bool:
+    """A matmul, or a fusion computing one."""
+    if inst.opcode in MATMUL_OPCODES:
+        return True
+    return inst.opcode == "fusion" and any(i.opcode in MATMUL_OPCODES for callee in inst.called(CallRole.FUSION)
+                                            for i in module.by_name[callee].instructions)
+
+
+
+def _reads_saved_residual(module: Module, callers, comp: Computation, chain: set[str]) -> bool:
+    """Does the chain read a policy's saved residual (an identity rounding, in the forward matmul's
+    fusion or unfused), through the fusion's parameters and views?"""
+    for name in chain:
+        for operand in comp.by_name[name].operands:
+            frame, source = comp, operand
+            for _ in range(8):
+                inst = frame.by_name.get(source)
+                if inst is None:
+                    break
+                if is_identity_rounding(inst):
+                    return True
+                if inst.opcode in _VIEWS and inst.operands:
+                    source = inst.operands[0]
+                elif inst.opcode in FUSION_BOUNDARY:
+                    step = across_fusion_boundary(module, callers, frame, inst)
+                    if step is None:
+                        break
+                    frame, source = step
+                else:
+                    break
+    return False
