@@ -63,6 +63,7 @@ from hloflops.branch_totals import Anchored, anchored_by_computation, bounds, lo
 from hloflops.loops.branches import Resolution, resolve_conditionals
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.results import PHASES, Accounting, Extra, Loop, RematHinge, RematUnpaired, Row, RowBuilder, Uncounted
+from hloflops.remat.stored_twin_copies import twin_store_rows, twin_stores
 from hloflops.loops.tripcount import TripCount, trip_count
 from hloflops.reconciliation import xla_misses
 from hloparse.attribute_names import ALLOWED
@@ -257,6 +258,8 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     rows, uncounted = _rows(module, ex, op_costs, remat_index, remat_bodies, op_names)
     if remat_index.partial:
         rows = _partial_rows(rows, remat_index.partial, remat_bodies)
+    if remat_index.twin_stores:
+        rows = twin_store_rows(rows, remat_index.twin_stores)
     loops = _loops(module, ex, upper, op_names, callers)
     formula = None
     if any(trips[w].value is None for w in ex.while_sites):  # hloflops.loops.formula
@@ -294,7 +297,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     phases = [row.phase for row in rows]
     phase_flops = {p: sum(compress(flops, map(eq, phases, repeat(p)))) for p in PHASES}
     remat_flops = sum(compress(flops, [row.remat for row in rows]))
-    if remat_index.partial:  # rows of which only a share runs because of remat
+    if remat_index.partial or remat_index.twin_stores:  # rows of which only a share runs because of remat
         remat_flops -= sum(row.total.flops - row.remat_flops for row in rows if row.remat_part is not None)
     executions_known = all(tc.value is not None for w, tc in trips.items() if w in ex.while_sites)
     low, ranges = bounds(total, lower.exact[module.entry_name], resolutions, inclusive, module.entry_name,
@@ -311,6 +314,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
         reconciliation=reconciliation,
         remat_unpaired=_unpaired(rows, remat_index),
         remat_hinges=_hinges(rows, remat_index),
+        remat_twin_stores=twin_stores(rows, remat_index.twin_stores),
         conditionals=tuple(conditionals),
         formula=formula,
         total_lower_bound=low,
@@ -471,15 +475,19 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     """The rows the remat split hinges on (`RematIndex.weak` counted, `RematIndex.unsure` not): a
     counted one with the FLOPs it counts (a `Row.remat_part`'s share); and the values the program
     without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
-    twin = index.twin_copies
+    twin, stores = index.twin_copies, index.twin_stores
     if not (index.weak or index.unsure or twin):
         return ()
-    return tuple(RematHinge(r.name, r.computation, r.opcode, r.remat_flops if r.remat else r.total.flops, r.remat)
+
+    def counted(r: Row) -> int:  # the remat FLOPs of the row's own (not the twin's stores taken off)
+        return r.remat_flops + r.total.flops * stores.get((r.computation, r.name), 0) if r.remat else 0
+
+    return tuple(RematHinge(r.name, r.computation, r.opcode, counted(r) or r.total.flops, counted(r) > 0)
                  for r in rows
-                 if r.total.flops and ((r.computation, r.name) in index.weak if r.remat
+                 if r.total.flops and ((r.computation, r.name) in index.weak if counted(r) > 0
                                        else (r.computation, r.name) in index.unsure)) + \
-        tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops * twin[(r.computation, r.name)], r.remat,
-                         twin[(r.computation, r.name)])
+        tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops * twin[(r.computation, r.name)],
+                         counted(r) > 0, twin[(r.computation, r.name)])
               for r in rows if r.total.flops and (r.computation, r.name) in twin)
 
 

@@ -39,7 +39,9 @@ class Row:
     communication: int = 0  # bytes one execution sends per device (hloflops.cost.communication)
     communication_uncounted: str | None = None  # why a collective's bytes are unknown, if they are
     # A remat row of which only a share of the FLOPs runs because of remat: (numerator,
-    # denominator) of that share (hloflops.remat.unsunk_broadcasts); None: all of them.
+    # denominator) of that share (hloflops.remat.unsunk_broadcasts); None: all of them. The share
+    # is negative where the program without remat runs the op more often than this one
+    # (`Accounting.remat_twin_stores`).
     remat_part: tuple[int, int] | None = None
 
     @property
@@ -154,6 +156,19 @@ class RematHinge:
 
 
 @dataclass(frozen=True, slots=True)
+class RematTwinStore:
+    """An op whose FLOPs the program without remat surely runs `executions` more times than this
+    program does (a bf16 stack's round trips: hloflops.remat.stored_twin_copies): `flops` of them
+    are taken off the remat FLOPs of its opcode (`Row.remat_part` goes below the row's own)."""
+
+    name: str
+    computation: str
+    opcode: str
+    executions: int
+    flops: int
+
+
+@dataclass(frozen=True, slots=True)
 class Uncounted:
     name: str
     opcode: str
@@ -178,6 +193,7 @@ class Accounting:
     reconciliation: Mapping[str, int] = field(default_factory=dict)
     remat_unpaired: tuple[RematUnpaired, ...] = ()
     remat_hinges: tuple[RematHinge, ...] = ()  # what `remat_flops_bounds` hinges on
+    remat_twin_stores: tuple[RematTwinStore, ...] = ()  # the twin's sure extra work taken off remat FLOPs
 
     @property
     def model_flops(self) -> int:

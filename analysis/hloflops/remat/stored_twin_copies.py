@@ -27,13 +27,22 @@ here it copies it more often than this program in all).
 
 The twin's stores cost converts too (`stacked_residual_round_trips`). On CPU, float normalization
 computes a bfloat16 stack's dynamic-update-slice in f32: each forward trip widens the whole stack
-(trips slices) and the slice and narrows the stack back, the backward loop's read of the stack is
-a widen of the whole stack hoisted out of it, and each trip narrows the f32 slice it reads to the
-declared bfloat16: 2 * trips + 3 slice-sized converts per trip and residual that float
-normalization narrows, none of which this program runs for a residual it recomputes (its narrowing
-there may be counted as remat: the twin's forward narrows the value too). A kernel's cast counts
-2 * trips + 2: the cast and its widen here stand for the twin's narrowing and widening of the slice
-it reads back (base 25: the low end then 8 above the truth, the loop counters' subtract).
+(trips slices) and the slice and narrows the stack back, and the backward loop's read of the stack
+is a widen of the whole stack hoisted out of it (one slice per trip) and a narrowing of the f32
+slice it reads to the declared bfloat16. None of it runs here for a residual this program
+recomputes, whose backward narrows the recomputed value instead: that narrowing stands for the
+twin's narrowing of the slice it reads back (both widen it for the readers). So 2 * trips + 2
+slice-sized converts per trip and residual are the twin's alone, sure, and the narrowing here is no
+remat: the row takes -(2 * trips + 2) times its FLOPs as its remat share (`RematIndex.twin_stores`,
+hloflops.results.RematTwinStore), whatever it counted before; its widen in the same fusion is no remat
+either (the twin widens the slice it reads back for the same reader: base 25's kernel casts). Model FLOPs
+(the twin's) then exceed this program's own count of convert by that much. Where the twin's forward
+computes a residual this program's forward never does (tanh's `1 - t`), it narrows it there too,
+and XLA fuses that chain into the stack's update, widening its bf16 inputs again (base 42: one
+narrowing, one widen of `t`); how many rests on the fusion, so 2 more per residual stay
+`twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact on
+more 71 (kernel casts); base 25, 42, 89 keep 2 slices per trip of that forward work, 149 keeps 4,
+all in range.
 
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
@@ -45,11 +54,14 @@ the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, 
 value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
 output's stack: of the residuals computed from one set of loop inputs, the first stands for this
 program's stack of the saved output (a relu's mask where this program stores the conv output:
-more 60, 71; gelu's residuals of a saved projection: more 73). The count goes to `twin_copies` on
-the narrowing convert (the range's low end, not an exact count): which residuals the twin stores
-rests on jax's linearization, one stack per residual value."""
+more 60, 71; gelu's residuals of a saved projection: more 73). Which residuals the twin
+stores rests on jax's linearization, one stack per residual value: every one these two kinds find
+is stored on every draw checked (base, more, held-out), so the round trips count as sure."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
 
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.fusion_copies import fused_outputs
@@ -62,6 +74,7 @@ from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.type_corrections import bits
 from hloflops.remat.values import Val
+from hloflops.results import RematTwinStore, Row
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Module, parameter_number
 
@@ -177,16 +190,22 @@ def _handed_to_gradient(module: Module, site_key: tuple[str, int], reader: SiteO
 _HANDS_ON = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "parameter"})
 
 
-def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: OpNames) -> dict[tuple[str, str], int]:
+def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: OpNames
+                                 ) -> dict[tuple[str, str], tuple[int, int]]:
     """The converts the program without remat spends storing, in a scan's stack, each residual
     this program's backward loop recomputes and narrows instead (the module docstring's last
-    paragraph): the recompute's narrowing convert of the residual -> how many slice-sized converts
-    per trip the program without remat runs for it (2 * trips + 3). Compiled CPU modules only."""
+    paragraph): the recompute's narrowing convert of the residual -> (sure, more): how many
+    slice-sized converts per trip the program without remat surely runs for it beyond this one
+    (its forward's dynamic-update-slice round trip and its backward's hoisted widen, 2 * trips + 2:
+    the narrowing's own FLOPs stand for the twin's narrowing of the slice it reads back) and how
+    many more it may (its forward's narrowing of a residual only it computes there, and the widens
+    fused with it: 2, 1 for a kernel's cast); and a widen of that narrowing in the same fusion ->
+    (0, 0): the twin's widen of the slice it reads back, no remat. Compiled CPU modules only."""
     if not module.is_scheduled or is_tpu_module(module):
         return {}
     callers = one_call_site(module)
     exact = {op.key[:2]: op.exact for op in ops}
-    out: dict[tuple[str, str], int] = {}
+    out: dict[tuple[str, str], tuple[int, int]] = {}
     for comp, inst in module.instructions():
         if inst.opcode != "while" or phase(op_names.of(comp.name, inst)) != "backward":
             continue
@@ -214,7 +233,11 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                         continue
                 # A kernel's cast and its widen here stand for the twin's narrowing and widening of
                 # the slice it reads back: one slice fewer than a residual float normalization narrows.
-                out[(comp_in.name, narrow.name)] = 2 * trips + (3 if residual[1] is not narrow else 2)
+                out[(comp_in.name, narrow.name)] = (2 * trips + 2, 2 if residual[1] is not narrow else 1)
+                # Its widen in the same fusion stands for the twin's widen of the slice it reads back.
+                out.update(((comp_in.name, widen.name), (0, 0)) for widen in comp_in.instructions
+                           if widen.opcode == "convert" and widen.operands == (narrow.name,)
+                           and bits(widen.shape) == 32)
     return out
 
 
@@ -343,3 +366,26 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
         if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body, depth + 1):
             return True
     return False
+
+
+def twin_store_rows(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> list[Row]:
+    """The rows of ops whose FLOPs the program without remat surely runs k more times than this
+    one (`RematIndex.twin_stores`: a bf16 stack's round trips, `stacked_residual_round_trips`),
+    with k of their totals taken off their remat share: the per-opcode remat FLOPs are this
+    program's less its twin's, and model FLOPs (the twin's) then exceed this program's own count of
+    that opcode by the twin's extra work. The row is remat (its share may be negative), over what
+    it counted as remat before (all, a share, or nothing)."""
+    out = []
+    for row in rows:
+        k = stores.get((row.computation, row.name))
+        out.append(row if k is None else replace(row, remat=True, remat_part=(-k, 1)) if k
+                   else replace(row, remat=False, remat_part=None))  # k = 0: the twin runs it too
+    return out
+
+
+def twin_stores(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> tuple[RematTwinStore, ...]:
+    """What `twin_store_rows` took off the remat FLOPs, per row."""
+    if not stores:
+        return ()
+    return tuple(RematTwinStore(r.name, r.computation, r.opcode, k * r.executions, k * r.total.flops)
+                 for r in rows if (k := stores.get((r.computation, r.name))) and r.total.flops)

@@ -43,7 +43,8 @@ def folded_stacks(report: Report, metric: str = "flops") -> str:
         if value <= 0:
             continue
         # A row only part of whose FLOPs is remat (`Row.remat_part`) puts that part under `[remat]`.
-        parts = ((False, value - row.remat_flops), (True, row.remat_flops)) \
+        # A negative share (the program without remat runs the op more often) shows none as remat.
+        parts = ((False, value - max(row.remat_flops, 0)), (True, row.remat_flops)) \
             if metric == "flops" and row.remat_part is not None else ((row.remat, value),)
         for remat, part in parts:
             if part > 0:

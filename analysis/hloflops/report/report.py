@@ -474,6 +474,12 @@ class Report(SourceViews):
                 {"name": u.name, "computation": u.computation, "opcode": u.opcode, "flops": u.flops}
                 for u in self.remat_unpaired
             ],
+            # The program without remat's sure extra work, taken off remat FLOPs (a bf16 stack's
+            # round trips: hloflops.remat.stored_twin_copies); only where there is some.
+            **({"remat_twin_stores": [
+                {"name": t.name, "computation": t.computation, "opcode": t.opcode, "executions": t.executions,
+                 "flops": t.flops} for t in getattr(self.accounting, "remat_twin_stores", ())]}
+               if getattr(self.accounting, "remat_twin_stores", ()) else {}),
             "by_opcode": {g.key: g.as_dict() for g in self.by_opcode()},
             "conditionals": [
                 {
