@@ -33,7 +33,13 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   matmul's own fusion), but where the forward's add reads a loop's output, not a matmul's (a
   windowed einsum under tensor parallelism: XLA fuses nothing into it, and copies the add into the
   saving fusions like any chain value; TPU draw 38). The copies counted are sure for a value the
-  forward computes (the program without remat's backward reads it stored), else loose;
+  forward computes (the program without remat's backward reads it stored), else loose. A join of
+  two inputs' chains on a residual's chain (flax's uncentred variance `mean(x * x) - mean(x) ** 2`,
+  from the two sums) and what it is computed from have none: copying the join into each fusion
+  reading it would make that fusion read two inputs for one, so the program without remat computes
+  it once, in one saving fusion, and hands it out to the others (`_joined_values`; TPU draw 10,
+  held-out 82); a value of its operands handed out of its fusion for other readers (the mean, for
+  `x - mean`) has one, the forward's hand-out being another fusion than the join's;
 * a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
   fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
   reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
@@ -95,7 +101,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     sure: set[SiteKey] = set()
     unsure: set[SiteKey] = set()
     model: set[SiteKey] = set()
-    joined = _joined_values(module, ops, by_key, saved)
+    joined = _joined_values(module, ops, by_key, saved, backward_loops)
     for (_, value, named), members in groups.items():
         members.sort(key=lambda op: op.order)
         if named:
@@ -344,7 +350,8 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
     return values, read_wide
 
 
-def _joined_values(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, SiteOp], saved: Mapping) -> set:
+def _joined_values(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, SiteOp], saved: Mapping,
+                   backward_loops: set[str]) -> set:
     """The recomputed values, on a residual's chain (`saved`), that the program without remat computes
     once in all, stored or not: a join (an elementwise op of two operands each computed in the fusion
     from a different input alone, of the join's shape, scalars aside: flax's uncentred variance
@@ -357,7 +364,8 @@ def _joined_values(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, S
     join, from the inputs (`backward_loop_copies`)."""
     found: set = set()
     for op in ops:
-        if not op.named or op.exact not in saved or op.inst.opcode not in CHEAP or len(op.inst.operands) != 2:
+        if not op.named or op.frame not in backward_loops or op.exact not in saved \
+                or op.inst.opcode not in CHEAP or len(op.inst.operands) != 2:
             continue
         comp = module.by_name[op.key[0]]
         inputs = [_own_inputs(comp, name, op.inst.shape.dims) for name in op.inst.operands]
