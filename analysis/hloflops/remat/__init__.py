@@ -266,7 +266,10 @@ place and without the unit dimension in another, hloflops.remat.views):
    the chains of residuals the forward hands out, narrowed too where matmuls alone read them; two
    for a residual of broadcasts alone on another residual's chain, a layer norm's `scale *
    rsqrt(var)`, whose stacking broadcast XLA moves into its operands, an op apart from the chain's
-   copy), and so do the gradient's copies
+   copy; none for a join of two inputs' chains, flax's `mean(x * x) - mean(x) ** 2`, and what it
+   is computed from, which that program computes once and hands out rather than make each reader
+   read both inputs, but one for such an operand handed out for other readers, the mean), and so
+   do the gradient's copies
    beyond one (on how XLA fused that program: in the range), in the forward's own frame too where
    the chain reads a recompute of a forward value. Not for a recompute running a loop
    of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).

@@ -33,7 +33,13 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   matmul's own fusion), but where the forward's add reads a loop's output, not a matmul's (a
   windowed einsum under tensor parallelism: XLA fuses nothing into it, and copies the add into the
   saving fusions like any chain value; TPU draw 38). The copies counted are sure for a value the
-  forward computes (the program without remat's backward reads it stored), else loose;
+  forward computes (the program without remat's backward reads it stored), else loose. A join of
+  two inputs' chains on a residual's chain (flax's uncentred variance `mean(x * x) - mean(x) ** 2`,
+  from the two sums) and what it is computed from have none: copying the join into each fusion
+  reading it would make that fusion read two inputs for one, so the program without remat computes
+  it once, in one saving fusion, and hands it out to the others (`_joined_values`; TPU draw 10,
+  held-out 82); a value of its operands handed out of its fusion for other readers (the mean, for
+  `x - mean`) has one, the forward's hand-out being another fusion than the join's;
 * a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
   fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
   reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
@@ -95,6 +101,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     sure: set[SiteKey] = set()
     unsure: set[SiteKey] = set()
     model: set[SiteKey] = set()
+    joined = _joined_values(module, ops, by_key, saved, backward_loops)
     for (_, value, named), members in groups.items():
         members.sort(key=lambda op: op.order)
         if named:
@@ -103,6 +110,10 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
                                                for op in members) and saved_apart(members[0])
             # How many copies the program without remat's saving fusions make of it (`_saving_copies`).
             saving = _saving_copies(module, members[0], saved.get(value, {}), saved_apart, read_wide) if apart else 0
+            if value in joined:
+                # A join of two inputs' chains, or what it is computed from (`_joined_values`).
+                apart = value in saved
+                saving = int(apart and any(op.inst.name in fused[op.key[0]] for op in members))
             if apart:
                 # The forward's fusions compute it too: whether the program without remat computes
                 # it apart to save it rests on its fusion. Computed by the linearization alone: sure.
@@ -337,6 +348,62 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
             if inner is not None and inner.named:
                 residuals.append((inner, root))
     return values, read_wide
+
+
+def _joined_values(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, SiteOp], saved: Mapping,
+                   backward_loops: set[str]) -> set:
+    """The recomputed values, on a residual's chain (`saved`), that the program without remat computes
+    once in all, stored or not: a join (an elementwise op of two operands each computed in the fusion
+    from a different input alone, of the join's shape, scalars aside: flax's uncentred variance
+    `mean(x * x) - mean(x) ** 2` of the two sums) and what it is computed from in its fusion. Copying
+    the join into each fusion reading it would make that fusion read two inputs instead of one, so
+    XLA computes it in one fusion and hands it out to the others (TPU draws 10 and 82: one variance,
+    the square and the mean of squares in the forward loop against three here). A value of the join's
+    operands handed out of its fusion for other readers (the mean, for `x - mean`; the recompute's
+    fusion hands it out as the forward's does) is computed once more in the fusion computing the
+    join, from the inputs (`backward_loop_copies`)."""
+    found: set = set()
+    for op in ops:
+        if not op.named or op.frame not in backward_loops or op.exact not in saved \
+                or op.inst.opcode not in CHEAP or len(op.inst.operands) != 2:
+            continue
+        comp = module.by_name[op.key[0]]
+        inputs = [_own_inputs(comp, name, op.inst.shape.dims) for name in op.inst.operands]
+        if any(not found_inputs for found_inputs in inputs) or inputs[0] & inputs[1]:
+            continue
+        below, pending = [op], list(op.inst.operands)
+        while pending:
+            inst = comp.by_name[pending.pop()]
+            inner = by_key.get((op.key[0], inst.name, op.key[2]))
+            if inner is not None and inner.named and inner.inst.opcode in CHEAP:
+                below.append(inner)
+            pending.extend(name for name in inst.operands if comp.by_name[name].opcode != "parameter")
+        found |= {inner.exact for inner in below}
+    return found
+
+
+def _own_inputs(comp, name: str, dims: tuple) -> frozenset[str] | None:
+    """The fusion inputs an operand is computed from in its fusion, where it is an elementwise op (not
+    a view of an input) of inputs of the shape `dims` and scalar broadcasts alone; else None."""
+    inst = comp.by_name[name]
+    if inst.opcode not in CHEAP or tuple(inst.shape.dims) != tuple(dims):
+        return None
+    inputs: set[str] = set()
+    pending = list(inst.operands)
+    while pending:
+        inner = comp.by_name[pending.pop()]
+        if inner.opcode == "parameter":
+            if tuple(inner.shape.dims) != tuple(dims):
+                return None
+            inputs.add(inner.name)
+        elif inner.opcode in ("broadcast", "constant"):
+            if inner.opcode == "broadcast" and any(comp.by_name[o].shape.dims for o in inner.operands):
+                return None
+        elif inner.opcode in CHEAP and tuple(inner.shape.dims) == tuple(dims):
+            pending.extend(inner.operands)
+        else:
+            return None
+    return frozenset(inputs) or None
 
 
 def _matmul_operand(op: SiteOp) -> bool:
