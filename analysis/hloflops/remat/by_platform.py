@@ -25,6 +25,7 @@ from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
 from hloflops.remat.type_corrections import type_corrections
 from hloflops.remat.widen_counts import balanced_widens
+from hloflops.remat.windowed_matmuls import windowed_recomputes
 from hloparse.ir import Module
 
 
@@ -90,6 +91,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= nested_forward_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
+    # A recompute's matmul whose twin runs in the partitioner's window loop (hloflops.remat.windowed_matmuls).
+    windowed = windowed_recomputes(module, ops, d.remat)
+    d.remat, d.certain, d.paired_by_value = d.remat | windowed, d.certain | windowed, d.paired_by_value | windowed
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
