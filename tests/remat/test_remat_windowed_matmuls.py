@@ -20,6 +20,10 @@ LAYOUT = "{(f32[4,16]{1,0:T(8,128)})->f32[4,128]{1,0:T(8,128)}}"
 DIMS = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
 
 
+def _trips(n: int) -> str:
+    return 'backend_config={"known_trip_count":{"n":"%d"}}' % n
+
+
 def _module(loop_name: str = FWD, trips: int = 2, recompute_rows: int = 4) -> hloparse.Module:
     return hloparse.parse(f"""HloModule m, is_scheduled=true, num_partitions=2, entry_computation_layout={LAYOUT}
 
@@ -53,7 +57,8 @@ ENTRY main {{
   zf = f32[] constant(0)
   a0 = f32[4,128] broadcast(zf), dimensions={{}}
   init = (s32[], f32[4,16], f32[16,128], f32[4,128]) tuple(z, p0, p1, a0)
-  loop = (s32[], f32[4,16], f32[16,128], f32[4,128]) while(init), condition=window_cond, body=window, metadata={{op_name="{loop_name}"}}, backend_config={{"known_trip_count":{{"n":"{trips}"}}}}
+  loop = (s32[], f32[4,16], f32[16,128], f32[4,128]) while(init), condition=window_cond, body=window,
+    metadata={{op_name="{loop_name}"}}, {_trips(trips)}
   h = f32[4,128] get-tuple-element(loop), index=3
   r = f32[{recompute_rows},128] dot(p2, p3), {DIMS}, metadata={{op_name="{REMAT}"}}
   ROOT out = (f32[4,128], f32[{recompute_rows},128]) tuple(h, r)
