@@ -78,3 +78,54 @@ def test_only_a_loop_named_by_its_matmul_and_only_equal_whole_flops():
     assert ("main", "r") not in find_remat(_module(trips=3)).remat
     # Nor is a recompute of other rows.
     assert ("main", "r") not in find_remat(_module(recompute_rows=8)).remat
+
+
+def _unrolled(weight_b: str = "w", permuted: str = FWD) -> hloparse.Module:
+    """TPU draw 113 (nnx_scan, FSDP): the forward's windows unrolled in one frame, `[2,16] x [16,32]`
+    twice, the second window collective-permuted in; the recompute `[4,16] x [16,32]` whole in the
+    backward loop's body."""
+    return hloparse.parse(f"""HloModule m, is_scheduled=true, num_partitions=2, entry_computation_layout={LAYOUT}
+
+back {{
+  bp = (s32[], f32[4,16], f32[16,32]) parameter(0)
+  i = s32[] get-tuple-element(bp), index=0
+  x = f32[4,16] get-tuple-element(bp), index=1
+  w = f32[16,32] get-tuple-element(bp), index=2
+  r = f32[4,32] dot(x, w), {DIMS}, metadata={{op_name="{REMAT}"}}
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[4,16], f32[16,32]) tuple(j, x, w)
+}}
+
+back_cond {{
+  cp = (s32[], f32[4,16], f32[16,32]) parameter(0)
+  ci = s32[] get-tuple-element(cp), index=0
+  n = s32[] constant(2)
+  ROOT lt = pred[] compare(ci, n), direction=LT
+}}
+
+ENTRY main {{
+  xa = f32[2,16] parameter(0), {TPU}
+  xb = f32[2,16] parameter(1)
+  w = f32[16,32] parameter(2)
+  v = f32[16,32] parameter(3)
+  x = f32[4,16] parameter(4)
+  xn = f32[2,16] collective-permute(xb), source_target_pairs={{{{0,1}},{{1,0}}}}, metadata={{op_name="{permuted}"}}
+  da = f32[2,32] dot(xa, w), {DIMS}, metadata={{op_name="{FWD}"}}
+  db = f32[2,32] dot(xn, {weight_b}), {DIMS}, metadata={{op_name="{FWD}"}}
+  z = s32[] constant(0)
+  init = (s32[], f32[4,16], f32[16,32]) tuple(z, x, w)
+  loop = (s32[], f32[4,16], f32[16,32]) while(init), condition=back_cond, body=back,
+    metadata={{op_name="jit(loss)/transpose(jvp(MlpModel))/while"}}, {_trips(2)}
+  ROOT out = (f32[2,32], f32[2,32], (s32[], f32[4,16], f32[16,32])) tuple(da, db, loop)
+}}
+""")
+
+
+def test_a_recompute_whose_forward_windows_are_unrolled_pairs_with_them_together():
+    assert ("back", "r") in find_remat(_unrolled()).remat
+
+
+def test_unrolled_windows_share_their_weight_and_pass_a_window_on_under_their_name():
+    assert ("back", "r") not in find_remat(_unrolled(weight_b="v")).remat  # two matmuls of other weights
+    assert ("back", "r") not in find_remat(_unrolled(permuted="jit(loss)/jvp(MlpModel)/other")).remat
