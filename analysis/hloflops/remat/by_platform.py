@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
+from hloflops.remat.host_read_recomputes import host_read_recomputes
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
@@ -92,7 +93,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
     # A recompute's matmul whose twin runs in the partitioner's window loop (hloflops.remat.windowed_matmuls).
+    # ... or reads a residual offloaded to the host (hloflops.remat.host_read_recomputes).
     windowed = windowed_recomputes(module, ops, d.remat)
+    windowed |= host_read_recomputes(module, ops, d.remat | windowed)
     d.remat, d.certain, d.paired_by_value = d.remat | windowed, d.certain | windowed, d.paired_by_value | windowed
 
 
