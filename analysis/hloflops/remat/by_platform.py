@@ -92,11 +92,11 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= nested_forward_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
-    # A recompute's matmul whose twin runs in the partitioner's window loop (hloflops.remat.windowed_matmuls).
-    # ... or reads a residual offloaded to the host (hloflops.remat.host_read_recomputes).
-    windowed = windowed_recomputes(module, ops, d.remat)
-    windowed |= host_read_recomputes(module, ops, d.remat | windowed)
-    d.remat, d.certain, d.paired_by_value = d.remat | windowed, d.certain | windowed, d.paired_by_value | windowed
+    # Unpaired recomputed matmuls whose twin the partitioner windowed, or that read a residual offloaded
+    # to the host (hloflops.remat.windowed_matmuls, hloflops.remat.host_read_recomputes): sure.
+    found = windowed_recomputes(module, ops, d.remat)
+    found |= host_read_recomputes(module, ops, d.remat | found)
+    d.remat, d.certain, d.paired_by_value = d.remat | found, d.certain | found, d.paired_by_value | found
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
