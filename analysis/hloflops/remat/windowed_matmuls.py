@@ -91,7 +91,8 @@ def windowed_recomputes(module: Module, ops: list[SiteOp], remat: set[SiteKey]) 
     # Recomputes other rules paired take their twins first, then the unpaired ones in order.
     for op, w in sorted(recomputes, key=lambda pair: (pair[0].key not in remat, pair[0].order)):
         tail, level, depth = inner_tail(op.op_name), remat_level(op.op_name), remat_depth(op.op_name)
-        for number, (twin, tw) in enumerate(twins):
+        # A paired one takes a twin run whole first: it paired by shapes, a window's twin is not its own.
+        for number, (twin, tw) in sorted(enumerate(twins), key=lambda t: op.key in remat and t[1][1][2]):
             if tw[:2] != w[:2] or (number, level) in used or remat_depth(twin.op_name) >= depth:
                 continue
             if twin.op_name and not ends_with(twin.op_name, tail):
