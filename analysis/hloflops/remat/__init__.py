@@ -73,7 +73,14 @@ place and without the unit dimension in another, hloflops.remat.views):
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,
    name and per-device FLOPs reading the same known inputs; and a reduce summing a shard of the
    dimension its forward sums whole (its partial sums all-reduced) with that forward reduce of
-   its name, result and kept extents (hloflops.remat.partitioned). A
+   its name, result and kept extents (hloflops.remat.partitioned). The partitioner may also
+   compute one copy as a windowed einsum, a window of the sharded operand per trip of a `while`
+   named by the matmul (or per matmul, the windows unrolled) while the other runs whole: an
+   unpaired recompute in another frame then pairs with those windows together, of its name and of
+   the whole matmul's FLOPs (TPU; hloflops.remat.windowed_matmuls). And a recompute's matmul
+   computed from a residual the program offloaded to the host reads what no forward op reads, so
+   CSE merged nothing into it: it pairs with a forward twin of its signature and name left over,
+   inputs aside (TPU; hloflops.remat.host_read_recomputes). A
    forward's name may carry the module's name inside `jvp(...)`, brackets and all (equinox's
    `jvp(vmap(eqx.nn.Linear))/dot_general` ends as its recompute's `vmap(eqx.nn.Linear)/dot_general`).
    A remat-named op the forward computes nothing like (no op outside the backward

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
 from hloflops.remat.coefficient_fusions import coefficient_fusions
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
+from hloflops.remat.host_read_recomputes import host_read_recomputes
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.conv_operand_narrows import conv_operand_narrows
@@ -30,6 +31,7 @@ from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
 from hloflops.remat.twin_residual_copies import split_residual_copies
 from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
 from hloflops.remat.widen_counts import balanced_widens
+from hloflops.remat.windowed_matmuls import windowed_recomputes
 from hloparse.ir import Module
 
 
@@ -98,6 +100,11 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= nested_forward_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
+    # Unpaired recomputed matmuls whose twin the partitioner windowed, or that read a residual offloaded
+    # to the host (hloflops.remat.windowed_matmuls, hloflops.remat.host_read_recomputes): sure.
+    found = windowed_recomputes(module, ops, d.remat)
+    found |= host_read_recomputes(module, ops, d.remat | found)
+    d.remat, d.certain, d.paired_by_value = d.remat | found, d.certain | found, d.paired_by_value | found
     # A forward windowed einsum whose activation the backward regathers from a recompute: its
     # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).
     windowed, narrowed_for_it = regathered_windowed_einsums(module, ops)
