@@ -39,10 +39,14 @@ either (the twin widens the slice it reads back for the same reader: base 25's k
 (the twin's) then exceed this program's own count of convert by that much. Where the twin's forward
 computes a residual this program's forward never does (tanh's `1 - t`), it narrows it there too,
 and XLA fuses that chain into the stack's update, widening its bf16 inputs again (base 42: one
-narrowing, one widen of `t`); how many rests on the fusion, so 2 more per residual stay
-`twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact on
-more 71 (kernel casts); base 25, 42, 89 keep 2 slices per trip of that forward work, 149 keeps 4,
-all in range.
+narrowing, one widen of `t`). Whether this program's forward narrows the value too shows in the
+narrowing here: the pairing counts it as remat where it found a forward op with its value (a
+value number alone cannot tell `t` from `1 - t`, and counting +2 wherever no forward op shared it
+overshot every draw). Where the row was not counted as remat before `twin_store_rows` rewrote it,
+those 2 slices per trip are the twin's alone and join the sure round trips (`forward_round_trips`:
+base 25, 42, 89, 149 exact on convert; held-out base 235 and base 97 closer); where it was, they
+stay `twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact
+on more 71 (kernel casts).
 
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
