@@ -63,7 +63,7 @@ from hloflops.branch_totals import Anchored, anchored_by_computation, bounds, lo
 from hloflops.loops.branches import Resolution, resolve_conditionals
 from hloflops.loops.execution import ExecutionCounts, execution_counts, is_executing_site
 from hloflops.results import PHASES, Accounting, Extra, Loop, RematHinge, RematUnpaired, Row, RowBuilder, Uncounted
-from hloflops.remat.stored_twin_copies import twin_store_rows, twin_stores
+from hloflops.remat.stored_twin_copies import forward_round_trips, twin_store_rows, twin_stores
 from hloflops.loops.tripcount import TripCount, trip_count
 from hloflops.reconciliation import xla_misses
 from hloparse.attribute_names import ALLOWED
@@ -259,6 +259,7 @@ def account(module: Module, *, trip_counts: Mapping[str, int] | None = None,
     if remat_index.partial:
         rows = _partial_rows(rows, remat_index.partial, remat_bodies)
     if remat_index.twin_stores:
+        remat_index = forward_round_trips(rows, remat_index)  # before the rows' flags are rewritten
         rows = twin_store_rows(rows, remat_index.twin_stores)
     loops = _loops(module, ex, upper, op_names, callers)
     formula = None

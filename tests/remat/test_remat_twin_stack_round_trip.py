@@ -52,6 +52,7 @@ STACKED_RESIDUALS = {
                   "178,688), truth -230,920",
     ("base", 42): "scan mlp, nothing_saveable: convert +138,240; bounds (174,080, 184,320), truth 40,950",
     ("base", 89): "fori_loop mlp tanh, nothing_saveable: convert +15,360; bounds (67,584, 69,632), truth 53,244",
+    ("base", 149): "fori_loop mlp gelu, nothing_saveable: convert +24,576 with the sure round trips alone",
 }
 
 
@@ -73,3 +74,15 @@ def test_twin_stack_round_trips_are_taken_off_the_remat_converts(family, seed):
     verdict = judge(build(draw(seed, family)), "after")
     assert verdict.reported.get("convert", 0) < 0, verdict.describe()
     assert 0 <= verdict.misses.get("convert", 0) < -verdict.truth["convert"] // 4, verdict.describe()
+
+
+@pytest.mark.parametrize("family,seed", sorted(STACKED_RESIDUALS),
+                         ids=[f"{f} {s}" for f, s in sorted(STACKED_RESIDUALS)])
+def test_twin_forward_narrowing_of_a_residual_not_counted_as_remat_is_sure(family, seed):
+    """The twin's forward narrowing of a residual (and the widen XLA fuses with it into the stack's
+    update, 2 slices per trip) is its alone where the backward's narrowing of the residual was not
+    counted as remat (this program's forward narrows no such value): taken off with the sure round
+    trips, the convert split is exact (before: convert +4,096 on base 25, +10,240 on 42, +2,048 on
+    89, +24,576 on 149, the rest a `twin_copies` hinge)."""
+    verdict = judge(build(draw(seed, family)), "after")
+    assert verdict.misses.get("convert", 0) == 0, verdict.describe()

@@ -433,13 +433,15 @@ which the recompute's narrowing here stands for: 2 * trips + 2 slice-sized conve
 the twin's alone, sure, and go into the split itself as a negative remat share of that narrowing
 (`RematIndex.twin_stores`, `Accounting.remat_twin_stores`: remat FLOPs of convert may go below this
 program's count, model FLOPs above it); the twin's forward narrowing of a residual its forward
-alone computes, and the widens of its inputs fused into the stack's update, lower the low end (2
-per residual, 1 per kernel cast). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
-are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
-tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
-program without remat exactly (after optimization, before with and without op_name metadata, but
-for the listed known gaps); elementwise and reduce ops come within a few percent of it after
-optimization (XLA fuses the two programs differently).
+alone computes, and the widens of its inputs fused into the stack's update (2 per residual), are
+sure too where the narrowing here was not counted as remat (this forward narrows no such value),
+else they lower the low end (as 1 per kernel cast, which both forwards narrow). Remat-named ops
+that pair with nothing, or that rule 4 finds are copies, are listed (`RematIndex.merged`,
+`Report.remat_unpaired`) and counted as model FLOPs. Checked on tests/programs/remat_programs*.py:
+dot and convolution remat FLOPs equal the difference to the program without remat exactly (after
+optimization, before with and without op_name metadata, but for the listed known gaps); elementwise
+and reduce ops come within a few percent of it after optimization (XLA fuses the two programs
+differently).
 """
 
 from hloflops.remat.names import (  # noqa: F401

@@ -85,6 +85,8 @@ class RematIndex:
     # Copies of an op's FLOPs the program without remat surely runs beyond this one (a bf16 stack's
     # round trips, hloflops.remat.stored_twin_copies): taken off remat FLOPs (a negative share).
     twin_stores: Mapping[Key, int] = field(default_factory=dict)
+    # Of `twin_copies`, those that are sure where the row was not counted as remat (stored_twin_copies).
+    twin_store_forward: Mapping[Key, int] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -328,7 +330,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
         if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
-    stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more)
+    stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
@@ -337,8 +339,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       - set(stacks),
                       partial, _with_stacks(_with_stacks({key[:2]: n for key, n in twin_copies.items()}, {
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
-                                            {key: more for key, (_, more) in stacks.items() if more}),
-                      {key: sure for key, (sure, _) in stacks.items()})
+                                            {key: more for key, (_, more, _) in stacks.items() if more}),
+                      {key: sure for key, (sure, _, _) in stacks.items()},
+                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n})
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:

@@ -39,10 +39,14 @@ either (the twin widens the slice it reads back for the same reader: base 25's k
 (the twin's) then exceed this program's own count of convert by that much. Where the twin's forward
 computes a residual this program's forward never does (tanh's `1 - t`), it narrows it there too,
 and XLA fuses that chain into the stack's update, widening its bf16 inputs again (base 42: one
-narrowing, one widen of `t`); how many rests on the fusion, so 2 more per residual stay
-`twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact on
-more 71 (kernel casts); base 25, 42, 89 keep 2 slices per trip of that forward work, 149 keeps 4,
-all in range.
+narrowing, one widen of `t`). Whether this program's forward narrows the value too shows in the
+narrowing here: the pairing counts it as remat where it found a forward op with its value (a
+value number alone cannot tell `t` from `1 - t`, and counting +2 wherever no forward op shared it
+overshot every draw). Where the row was not counted as remat before `twin_store_rows` rewrote it,
+those 2 slices per trip are the twin's alone and join the sure round trips (`forward_round_trips`:
+base 25, 42, 89, 149 exact on convert; held-out base 235 and base 97 closer); where it was, they
+stay `twin_copies` (1 for a kernel's cast, which both forwards narrow): the range's low end. Exact
+on more 71 (kernel casts).
 
 A residual is a value the backward loop recomputes, narrows to 16 bits and hands to a gradient op
 (one named outside the checkpoint's recompute scope): the twin must store it. Two kinds tell it:
@@ -191,7 +195,7 @@ _HANDS_ON = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "pa
 
 
 def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: OpNames
-                                 ) -> dict[tuple[str, str], tuple[int, int]]:
+                                 ) -> dict[tuple[str, str], tuple[int, int, int]]:
     """The converts the program without remat spends storing, in a scan's stack, each residual
     this program's backward loop recomputes and narrows instead (the module docstring's last
     paragraph): the recompute's narrowing convert of the residual -> (sure, more): how many
@@ -199,8 +203,10 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
     (its forward's dynamic-update-slice round trip and its backward's hoisted widen, 2 * trips + 2:
     the narrowing's own FLOPs stand for the twin's narrowing of the slice it reads back) and how
     many more it may (its forward's narrowing of a residual only it computes there, and the widens
-    fused with it: 2, 1 for a kernel's cast); and a widen of that narrowing in the same fusion ->
-    (0, 0): the twin's widen of the slice it reads back, no remat. Compiled CPU modules only."""
+    fused with it: 2, 1 for a kernel's cast), and how many of those are sure where this program's
+    forward does not narrow the value (`forward_round_trips`: 2 for a residual, 0 for a kernel's
+    cast); and a widen of that narrowing in the same fusion -> (0, 0, 0): the twin's widen of the
+    slice it reads back, no remat. Compiled CPU modules only."""
     if not module.is_scheduled or is_tpu_module(module):
         return {}
     callers = one_call_site(module)
@@ -233,9 +239,10 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
                         continue
                 # A kernel's cast and its widen here stand for the twin's narrowing and widening of
                 # the slice it reads back: one slice fewer than a residual float normalization narrows.
-                out[(comp_in.name, narrow.name)] = (2 * trips + 2, 2 if residual[1] is not narrow else 1)
+                kernel = residual[1] is narrow
+                out[(comp_in.name, narrow.name)] = (2 * trips + 2, 1 if kernel else 2, 0 if kernel else 2)
                 # Its widen in the same fusion stands for the twin's widen of the slice it reads back.
-                out.update(((comp_in.name, widen.name), (0, 0)) for widen in comp_in.instructions
+                out.update(((comp_in.name, widen.name), (0, 0, 0)) for widen in comp_in.instructions
                            if widen.opcode == "convert" and widen.operands == (narrow.name,)
                            and bits(widen.shape) == 32)
     return out
@@ -366,6 +373,24 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
         if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body, depth + 1):
             return True
     return False
+
+
+def forward_round_trips(rows: list[Row], index):
+    """The index with a residual's 2 forward converts (`RematIndex.twin_store_forward`) moved from
+    its `twin_copies` to its `twin_stores` where its narrowing's row was not counted as remat before
+    `twin_store_rows` rewrites it: the pairing found no recompute in that convert, so this program's
+    forward narrows no such value, and the twin's narrowing of the residual in its forward (and the
+    widen XLA fuses with it into the stack's update) is its alone (module docstring). A narrowing
+    counted as remat pairs a value this forward narrows too: those 2 stay a hinge."""
+    forward = index.twin_store_forward
+    if not forward:
+        return index
+    settled = {key: n for r in rows if (n := forward.get(key := (r.computation, r.name))) and not r.remat}
+    if not settled:
+        return index
+    copies = {key: n - settled.get(key, 0) for key, n in index.twin_copies.items()}
+    return replace(index, twin_copies={key: n for key, n in copies.items() if n > 0},
+                   twin_stores={key: n + settled.get(key, 0) for key, n in index.twin_stores.items()})
 
 
 def twin_store_rows(rows: list[Row], stores: Mapping[tuple[str, str], int]) -> list[Row]:
