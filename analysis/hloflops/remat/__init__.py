@@ -424,8 +424,8 @@ reader; hloflops.remat.stored_selects), and on TPU by one narrow per operand fus
 `relu(h + b)` over an offloaded bare matmul output (the twin stores the sum and may narrow the
 activation there; hloflops.remat.offloaded_sum_narrows): the per-opcode truth is negative there,
 and no split of this program's ops can match it. On CPU the program without remat also spends
-converts storing a bfloat16 residual in a scan's stack, for each residual this program's backward loop recomputes and narrows (unnamed, or named for the call
-enclosing it): a value computed from a recomputed matmul, or the recompute's cast of a kernel
+converts storing a bfloat16 residual in a scan's stack, for each residual this program's backward
+loop recomputes and narrows (unnamed, or named for the call enclosing it): a value computed from a recomputed matmul, or the recompute's cast of a kernel
 sliced from the loop's input, read by a gradient op. Float normalization computes the stack's
 dynamic-update-slice in f32 (the whole stack widened and narrowed back each trip, the slice
 widened) and the backward's read as a hoisted widen of the stack and a narrowing of the slice,
