@@ -425,17 +425,18 @@ reader; hloflops.remat.stored_selects), and on TPU by one narrow per operand fus
 activation there; hloflops.remat.offloaded_sum_narrows): the per-opcode truth is negative there,
 and no split of this program's ops can match it. On CPU the program without remat also spends
 converts storing a bfloat16 residual in a scan's stack, for each residual this program's backward
-loop recomputes and narrows (unnamed, or named for the call enclosing it): a value computed from a recomputed matmul, or the recompute's cast of a kernel
-sliced from the loop's input, read by a gradient op. Float normalization computes the stack's
-dynamic-update-slice in f32 (the whole stack widened and narrowed back each trip, the slice
-widened) and the backward's read as a hoisted widen of the stack and a narrowing of the slice,
-which the recompute's narrowing here stands for: 2 * trips + 2 slice-sized converts per trip are
-the twin's alone, sure, and go into the split itself as a negative remat share of that narrowing
-(`RematIndex.twin_stores`, `Accounting.remat_twin_stores`: remat FLOPs of convert may go below this
-program's count, model FLOPs above it); the twin's forward narrowing of a residual its forward
-alone computes, and the widens of its inputs fused into the stack's update, lower the low end (2
-per residual, 1 per kernel cast). Remat-named ops that pair with nothing, or that rule 4 finds are copies,
-are listed (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
+loop recomputes and narrows (unnamed, or named for the call enclosing it): a value computed from a
+recomputed matmul, or the recompute's cast of a kernel sliced from the loop's input, read by a
+gradient op. Float normalization computes the stack's dynamic-update-slice in f32 (the whole stack
+widened and narrowed back each trip, the slice widened) and the backward's read as a hoisted widen
+of the stack and a narrowing of the slice, which the recompute's narrowing here stands for: 2 *
+trips + 2 slice-sized converts per trip are the twin's alone, sure, and go into the split itself
+as a negative remat share of that narrowing (`RematIndex.twin_stores`,
+`Accounting.remat_twin_stores`: remat FLOPs of convert may go below this program's count, model
+FLOPs above it); the twin's forward narrowing of a residual its forward alone computes, and the
+widens of its inputs fused into the stack's update, lower the low end (2 per residual, 1 per
+kernel cast). Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
+(`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
 program without remat exactly (after optimization, before with and without op_name metadata, but
 for the listed known gaps); elementwise and reduce ops come within a few percent of it after
