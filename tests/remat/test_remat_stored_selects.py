@@ -142,3 +142,14 @@ def test_a_stored_lookup_fills_recomputed_chain_is_copied_with_it():
     assert chain == [("d", "subtract", 1)]
     low, high = acc.remat_flops_bounds
     assert low <= acc.remat_flops - 64 - 32 and high >= acc.remat_flops
+
+
+def test_drawn_tpu_scan_relu_mask_chain_is_copied_into_the_twins_mask_stack(monkeypatch):
+    # held-out TPU 77 (linen_remat_scan, relu): the recompute fuses the matmul, the bias add, its
+    # widens and the mask; the program without remat stacks the mask in its forward by a fusion
+    # copying the bias add and widens: the chain's twin copies put the truth inside the range
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
+    from tests.remat.test_remat_tpu_generated import _checked
+    outcome = _checked(77, monkeypatch)
+    verdict = next(v for v in outcome.verdicts if v.stage == "after")
+    assert verdict.in_bounds, verdict.describe()

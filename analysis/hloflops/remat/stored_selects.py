@@ -33,7 +33,11 @@ here because of remat alone:
   select as this program does (TPU 35, 47: as many selects in both programs), and so it does on
   CPU, in a loop too (base 71). Not where the select sits in a matmul's output fusion (it reads
   the matmul's product: the program without remat fuses it there too, TPU 51), and not where no
-  reader is outside the fusion.
+  reader is outside the fusion. There, the recompute's matmul fused with the mask, the chain under
+  the recomputed compare (the bias add, its widens) is what the program without remat copies into
+  the fusion stacking the mask in its forward, beside its forward's own: each remat op of it one
+  twin copy (held-out TPU 77, linen_remat_scan relu: the twin's mask-stacking fusion holds
+  `h + b` and three widens; add +1,024 and convert +3,040 below the low end before).
 
 The count is of this program's readers, a counted fact; that XLA copies rather than stores in the
 program without remat rests on how it fused that program, so the copies go to `twin_copies`
@@ -78,8 +82,16 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         lookup = phase(op.op_name) != "backward" and _reads_a_gather(module, comp, inst, callers)
         if not lookup:
             tpu = tpu if tpu is not None else is_tpu_module(module)
-            if not tpu or phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names) \
-                    or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+            if not tpu or phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names):
+                continue
+            if any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+                # The recompute's matmul in the select's fusion: the mask's own chain only.
+                backward_loops = backward_loops if backward_loops is not None else backward_loop_bodies(module, ops)
+                if op.frame in backward_loops:
+                    keys = keys if keys is not None else _keys_by_name(ops)
+                    for key in _mask_chain(comp, inst, keys):
+                        if key in remat:
+                            twin_copies[key] = twin_copies.get(key, 0) + 1
                 continue
             backward_loops = backward_loops if backward_loops is not None else backward_loop_bodies(module, ops)
             if op.frame not in backward_loops:
@@ -254,3 +266,22 @@ def _chain_in(module: Module, fusion: Instruction, numbers: set[int],
                 side.add(name)
     for name in [i.name for i in found if i.opcode in _CHAIN] + sorted(side):
         out.extend(keys.get((body.name, name), ()))
+
+
+def _mask_chain(comp: Computation, inst: Instruction, keys: dict[tuple[str, str], list[SiteKey]]) -> list[SiteKey]:
+    """The cheap chain under the select's recomputed compare, up to its fusion's inputs and the
+    recomputed matmul (the bias add and its widens): ops the program without remat copies into the
+    fusion stacking the mask in its forward."""
+    pred = _through_views(comp, inst.operands[0])
+    out: list[SiteKey] = []
+    seen: set[str] = set()
+    todo = list(pred.operands)
+    while todo:
+        name = todo.pop()
+        source = comp.by_name.get(name)
+        if source is None or name in seen or source.opcode not in _CHAIN:
+            continue
+        seen.add(name)
+        out.extend(keys.get((comp.name, name), ()))
+        todo.extend(source.operands)
+    return out
