@@ -420,7 +420,8 @@ gradient), which the program without remat may copy into each matmul's fusion in
 embedding lookup's out-of-range fill, which the recomputes read too (the twin copies it into its
 other readers, with the elementwise chain a recompute here runs on it), and, on TPU, a scan's
 ReLU gradient over a recomputed mask (the twin stacks the mask and copies the select into each
-reader; hloflops.remat.stored_selects), and on TPU by one narrow per operand fusion nesting
+reader, or, the mask fused with the recompute's matmul, copies its bias add into the fusion
+stacking it; hloflops.remat.stored_selects), and on TPU by one narrow per operand fusion nesting
 `relu(h + b)` over an offloaded bare matmul output (the twin stores the sum and may narrow the
 activation there; hloflops.remat.offloaded_sum_narrows): the per-opcode truth is negative there,
 and no split of this program's ops can match it. On CPU the program without remat also spends
