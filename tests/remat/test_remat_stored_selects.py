@@ -98,7 +98,7 @@ def test_a_select_of_no_lookup_is_left_alone():
     assert _select_hinges(other)[1] == []
 
 
-@pytest.mark.parametrize("seed, opcode", [(26, "select")])
+@pytest.mark.parametrize("seed, opcode", [(3, "select"), (26, "select")])
 def test_drawn_tpu_lookup_fill_copies_put_the_truth_inside_the_range(seed, opcode, monkeypatch):
     pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
     from tests.remat.test_remat_tpu_generated import _checked
@@ -118,3 +118,38 @@ def test_drawn_tpu_scan_relu_gradient_over_a_recomputed_mask_has_its_twin_copies
     assert verdict.truth.get("select", 0) == -3072, verdict.describe()
     low = verdict.bounds[0]
     assert low <= sum(verdict.reported.values()) - 3072 - 1536, verdict.describe()  # select copies, rounding
+
+
+# The recompute reads the stored fill through a chain: (x - mean) * (rstd * gamma), the scale a
+# product of two broadcasts.
+CHAIN = LOOKUP.replace("""  %b = f32[4,8] broadcast(%r1), dimensions={0}
+  ROOT %y = f32[4,8] subtract(%r0, %b), metadata={op_name="REC"}""".replace(
+    "REC", "jit(f)/transpose(jvp(M))/checkpoint/rematted_computation/ln/sub"),
+    """  %b = f32[4,8] broadcast(%r1), dimensions={0}
+  %d = f32[4,8] subtract(%r0, %b), metadata={op_name="REC/sub"}
+  %s = f32[4,8] multiply(%b, %b), metadata={op_name="REC/mul"}
+  ROOT %y = f32[4,8] multiply(%d, %s), metadata={op_name="REC/mul"}""".replace(
+    "REC", "jit(f)/transpose(jvp(M))/checkpoint/rematted_computation/ln"))
+
+
+def test_a_stored_lookup_fills_recomputed_chain_is_copied_with_it():
+    # the program without remat copies the fill with the chain its readers run on it: the
+    # recompute's chain counted as remat (its subtract) may be the twin's too, one copy
+    assert CHAIN != LOOKUP
+    acc = account(hloparse.parse(CHAIN), xla={"flops": 0.0})
+    chain = sorted((h.name, h.opcode, h.twin_copies) for h in acc.remat_hinges
+                   if h.twin_copies and h.opcode != "select")
+    assert chain == [("d", "subtract", 1)]
+    low, high = acc.remat_flops_bounds
+    assert low <= acc.remat_flops - 64 - 32 and high >= acc.remat_flops
+
+
+def test_drawn_tpu_scan_relu_mask_chain_is_copied_into_the_twins_mask_stack(monkeypatch):
+    # held-out TPU 77 (linen_remat_scan, relu): the recompute fuses the matmul, the bias add, its
+    # widens and the mask; the program without remat stacks the mask in its forward by a fusion
+    # copying the bias add and widens: the chain's twin copies put the truth inside the range
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
+    from tests.remat.test_remat_tpu_generated import _checked
+    outcome = _checked(77, monkeypatch)
+    verdict = next(v for v in outcome.verdicts if v.stage == "after")
+    assert verdict.in_bounds, verdict.describe()

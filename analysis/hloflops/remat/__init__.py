@@ -418,30 +418,31 @@ loop fusion rebuilds from a policy's saved matmul output and stores narrowed for
 gradient), which the program without remat may copy into each matmul's fusion instead
 (hloflops.remat.stored_gradient_chains), and of a select stored here once: the
 embedding lookup's out-of-range fill, which the recomputes read too (the twin copies it into its
-other readers), and, on TPU, a scan's ReLU gradient over a recomputed mask (the twin stacks the
-mask and copies the select into each reader; hloflops.remat.stored_selects), and on TPU by one
-narrow per operand fusion nesting `relu(h + b)` over an offloaded bare matmul output (the twin
-stores the sum and may narrow the activation there; hloflops.remat.offloaded_sum_narrows): the
-per-opcode truth is negative there, and no split of this program's ops can match it. On CPU the
-program without remat also spends converts storing a bfloat16 residual in a scan's stack, for each
-residual this program's backward loop recomputes and narrows (unnamed, or named for the call
-enclosing it): a value computed from a recomputed matmul, or the recompute's cast of a kernel
-sliced from the loop's input, read by a gradient op. Float normalization computes the stack's
-dynamic-update-slice in f32 (the whole stack widened and narrowed back each trip, the slice
-widened) and the backward's read as a hoisted widen of the stack and a narrowing of the slice,
-which the recompute's narrowing here stands for: 2 * trips + 2 slice-sized converts per trip are
-the twin's alone, sure, and go into the split itself as a negative remat share of that narrowing
-(`RematIndex.twin_stores`, `Accounting.remat_twin_stores`: remat FLOPs of convert may go below this
-program's count, model FLOPs above it); the twin's forward narrowing of a residual its forward
-alone computes, and the widens of its inputs fused into the stack's update (2 per residual), are
-sure too where the narrowing here was not counted as remat (this forward narrows no such value),
-else they lower the low end (as 1 per kernel cast, which both forwards narrow). Remat-named ops
-that pair with nothing, or that rule 4 finds are copies, are listed (`RematIndex.merged`,
-`Report.remat_unpaired`) and counted as model FLOPs. Checked on tests/programs/remat_programs*.py:
-dot and convolution remat FLOPs equal the difference to the program without remat exactly (after
-optimization, before with and without op_name metadata, but for the listed known gaps); elementwise
-and reduce ops come within a few percent of it after optimization (XLA fuses the two programs
-differently).
+other readers, with the elementwise chain a recompute here runs on it), and, on TPU, a scan's ReLU
+gradient over a recomputed mask (the twin stacks the mask and copies the select into each reader,
+or, the mask fused with the recompute's matmul, copies its bias add into the fusion stacking it;
+hloflops.remat.stored_selects), and on TPU by one narrow per operand fusion nesting `relu(h + b)`
+over an offloaded bare matmul output (the twin stores the sum and may narrow the activation there;
+hloflops.remat.offloaded_sum_narrows): the per-opcode truth is negative there, and no split of this
+program's ops can match it. On CPU the program without remat also spends converts storing a bfloat16
+residual in a scan's stack, for each residual this program's backward loop recomputes and narrows
+(unnamed, or named for the call enclosing it): a value computed from a recomputed matmul, or the
+recompute's cast of a kernel sliced from the loop's input, read by a gradient op. Float
+normalization computes the stack's dynamic-update-slice in f32 (the whole stack widened and narrowed
+back each trip, the slice widened) and the backward's read as a hoisted widen of the stack and a
+narrowing of the slice, which the recompute's narrowing here stands for: 2 * trips + 2 slice-sized
+converts per trip are the twin's alone, sure, and go into the split itself as a negative remat share
+of that narrowing (`RematIndex.twin_stores`, `Accounting.remat_twin_stores`: remat FLOPs of convert
+may go below this program's count, model FLOPs above it); the twin's forward narrowing of a residual
+its forward alone computes, and the widens of its inputs fused into the stack's update (2 per
+residual), are sure too where the narrowing here was not counted as remat (this forward narrows no
+such value), else they lower the low end (as 1 per kernel cast, which both forwards narrow).
+Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
+(`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
+tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
+program without remat exactly (after optimization, before with and without op_name metadata, but for
+the listed known gaps); elementwise and reduce ops come within a few percent of it after
+optimization (XLA fuses the two programs differently).
 """
 
 from hloflops.remat.names import (  # noqa: F401

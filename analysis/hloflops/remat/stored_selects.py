@@ -14,7 +14,14 @@ here because of remat alone:
   the twin runs it in exactly its non-recompute readers plus the fusion that computes it here,
   reducing it for the first layer norm; 3: one more than that). So the copies the program without
   remat makes beyond this program's one are its readers here that are no recompute, plus the
-  fusion computing it where that fusion reads it itself, minus one. The select must read a gather
+  fusion computing it where that fusion reads it itself, minus one. Each copy goes with the
+  elementwise chain its reader runs on it (a layer norm's widen, subtract and scales): a reader the
+  twin copies the select into computes that chain on the copy, where this program's recomputes run
+  it on the stored value, remat-named. So each remat op of that chain in a recompute fusion reading
+  the stored select (through nested fusions; with the scale it multiplies by, a product of
+  broadcasts) may be the twin's own copy too: one twin copy each (TPU 3: LayerNorm_0's chain, the
+  twin's copies in its q, k, v and weight-gradient fusions, convert +393,216, multiply +589,824,
+  subtract +65,536 below the low end before). The select must read a gather
   (the lookup) and have a recompute among its readers: a select without the lookup's shape, or
   stored with no recompute reading it, is stored by the program without remat too.
 * ReLU's gradient `select(x > 0, ct, 0)` in a scan's backward loop, in a fusion that recomputes
@@ -26,7 +33,11 @@ here because of remat alone:
   select as this program does (TPU 35, 47: as many selects in both programs), and so it does on
   CPU, in a loop too (base 71). Not where the select sits in a matmul's output fusion (it reads
   the matmul's product: the program without remat fuses it there too, TPU 51), and not where no
-  reader is outside the fusion.
+  reader is outside the fusion. There, the recompute's matmul fused with the mask, the chain under
+  the recomputed compare (the bias add, its widens) is what the program without remat copies into
+  the fusion stacking the mask in its forward, beside its forward's own: each remat op of it one
+  twin copy (held-out TPU 77, linen_remat_scan relu: the twin's mask-stacking fusion holds
+  `h + b` and three widens; add +1,024 and convert +3,040 below the low end before).
 
 The count is of this program's readers, a counted fact; that XLA copies rather than stores in the
 program without remat rests on how it fused that program, so the copies go to `twin_copies`
@@ -59,7 +70,7 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
     callers = one_call_site(module)
     outputs = fused_outputs(module)
     readers_of = None
-    backward_loops = tpu = None
+    backward_loops = tpu = keys = None
     for op in ops:
         inst = op.inst
         if inst.opcode != "select" or op.named or op.key in remat or len(inst.operands) != 3:
@@ -71,8 +82,16 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         lookup = phase(op.op_name) != "backward" and _reads_a_gather(module, comp, inst, callers)
         if not lookup:
             tpu = tpu if tpu is not None else is_tpu_module(module)
-            if not tpu or phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names) \
-                    or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+            if not tpu or phase(op.op_name) != "backward" or not _masks_a_recompute(comp, inst, op_names):
+                continue
+            if any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+                # The recompute's matmul in the select's fusion: the mask's own chain only.
+                backward_loops = backward_loops if backward_loops is not None else backward_loop_bodies(module, ops)
+                if op.frame in backward_loops:
+                    keys = keys if keys is not None else _keys_by_name(ops)
+                    for key in _mask_chain(comp, inst, keys):
+                        if key in remat:
+                            twin_copies[key] = twin_copies.get(key, 0) + 1
                 continue
             backward_loops = backward_loops if backward_loops is not None else backward_loop_bodies(module, ops)
             if op.frame not in backward_loops:
@@ -91,6 +110,12 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         extra = len(outside) + own - 1
         if extra > 0:
             twin_copies[op.key] = twin_copies.get(op.key, 0) + extra
+            if lookup:
+                keys = keys if keys is not None else _keys_by_name(ops)
+                recomputes = [r for r in readers if r.opcode == "fusion" and all(r is not o for o in outside)]
+                for key in _recomputed_chains(module, frame, fusion, comp, handed, recomputes, readers_of, keys):
+                    if key in remat:
+                        twin_copies[key] = twin_copies.get(key, 0) + 1
 
 
 def _reads_a_gather(module: Module, comp: Computation, inst: Instruction, callers) -> bool:
@@ -174,3 +199,89 @@ def _computing_readers(frame: Computation, fusion: Instruction, comp: Computatio
             elif reader.opcode not in _NOT_FUSED_INTO:
                 out[reader.name] = reader
     return list(out.values())
+
+
+# The elementwise ops a copied producer's chain is made of (XLA copies them with it into a reader).
+_CHAIN = frozenset({"convert", "add", "subtract", "multiply", "divide", "negate", "maximum", "minimum"})
+# Ops that compute nothing of their own, through which a chain's side factor reads its inputs.
+_SOURCES = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "iota"})
+
+
+def _keys_by_name(ops: list[SiteOp]) -> dict[tuple[str, str], list[SiteKey]]:
+    keys: dict[tuple[str, str], list[SiteKey]] = {}
+    for op in ops:
+        keys.setdefault(op.key[:2], []).append(op.key)
+    return keys
+
+
+def _recomputed_chains(module: Module, frame: Computation, fusion: Instruction, comp: Computation,
+                       handed: set[str], recomputes: list[Instruction], readers_of,
+                       keys: dict[tuple[str, str], list[SiteKey]]) -> list[SiteKey]:
+    """The elementwise chain each recompute fusion of `recomputes` runs on the stored value (the
+    ops reading it through elementwise ops, into nested fusions, and the side factors they multiply
+    it by, computed from broadcasts alone): the chain the program without remat copies with the
+    select into its own readers."""
+    root = comp.root
+    if root.opcode == "tuple":
+        indices = {str(i) for i, name in enumerate(root.operands) if name in handed}
+        values = {r.name for r in readers_of.get((frame.name, fusion.name), ())
+                  if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices}
+    else:
+        values = {fusion.name} if root.name in handed else set()
+    todo = list(values)
+    while todo:
+        for reader in readers_of.get((frame.name, todo.pop()), ()):
+            if reader.opcode in _VIEWS and reader.opcode != "get-tuple-element" and reader.name not in values:
+                values.add(reader.name)
+                todo.append(reader.name)
+    out: list[SiteKey] = []
+    for reader in recomputes:
+        _chain_in(module, reader, {i for i, name in enumerate(reader.operands) if name in values}, keys, out, 0)
+    return out
+
+
+def _chain_in(module: Module, fusion: Instruction, numbers: set[int],
+              keys: dict[tuple[str, str], list[SiteKey]], out: list[SiteKey], depth: int) -> None:
+    called = fusion.called(CallRole.FUSION)
+    body = module.by_name.get(called[0]) if called else None
+    if body is None or not numbers or depth > 4:
+        return
+    chain = {i.name for i in body.instructions if i.opcode == "parameter" and parameter_number(i) in numbers}
+    found: list[Instruction] = []
+    for inst in body.instructions:  # in order: operands come first
+        if not any(name in chain for name in inst.operands):
+            continue
+        if inst.opcode == "fusion":
+            _chain_in(module, inst, {i for i, name in enumerate(inst.operands) if name in chain}, keys, out,
+                      depth + 1)
+        elif inst.opcode in _CHAIN or inst.opcode in ("bitcast", "reshape", "copy"):
+            chain.add(inst.name)
+            found.append(inst)
+    side: set[str] = set()
+    for inst in found:
+        for name in inst.operands:
+            factor = body.by_name.get(name)
+            if factor is not None and factor.opcode in _CHAIN and name not in chain and name not in side \
+                    and all(getattr(body.by_name.get(o), "opcode", None) in _SOURCES for o in factor.operands):
+                side.add(name)
+    for name in [i.name for i in found if i.opcode in _CHAIN] + sorted(side):
+        out.extend(keys.get((body.name, name), ()))
+
+
+def _mask_chain(comp: Computation, inst: Instruction, keys: dict[tuple[str, str], list[SiteKey]]) -> list[SiteKey]:
+    """The cheap chain under the select's recomputed compare, up to its fusion's inputs and the
+    recomputed matmul (the bias add and its widens): ops the program without remat copies into the
+    fusion stacking the mask in its forward."""
+    pred = _through_views(comp, inst.operands[0])
+    out: list[SiteKey] = []
+    seen: set[str] = set()
+    todo = list(pred.operands)
+    while todo:
+        name = todo.pop()
+        source = comp.by_name.get(name)
+        if source is None or name in seen or source.opcode not in _CHAIN:
+            continue
+        seen.add(name)
+        out.extend(keys.get((comp.name, name), ()))
+        todo.extend(source.operands)
+    return out
