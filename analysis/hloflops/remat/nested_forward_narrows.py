@@ -52,7 +52,7 @@ def nested_forward_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey
         if source is None or not 0 < bits(inst.shape) < bits(source.shape):
             continue
         matmul = _forward_matmul(comp, source.name, by_key, op.key[2])
-        if matmul is None or not _read_by_a_matmul(site[0], site[1].name):
+        if matmul is None or not read_by_a_matmul(site[0], site[1].name):
             continue
         tail_of = {id(r): inner_tail(r.op_name) for r in recomputed if r.op_name}
         if any(tail_of.get(id(r)) and shape_key(r.inst.shape) == shape_key(matmul.inst.shape)
@@ -97,7 +97,7 @@ def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
     return found[0]
 
 
-def _read_by_a_matmul(outer: Computation, name: str) -> bool:
+def read_by_a_matmul(outer: Computation, name: str) -> bool:
     """Does a matmul of the outer fusion read the nested fusion's value (through views)?"""
     values = [name]
     while values:

@@ -23,6 +23,7 @@ from the add to its root reads the one before once."""
 from __future__ import annotations
 
 from hloflops.remat.moved_values import HOST_MEMORY_SPACE
+from hloflops.remat.nested_forward_narrows import read_by_a_matmul
 from hloflops.remat.offloaded_residuals import offloads
 from hloflops.remat.op_kinds import LAYOUT_VIEWS, MATMUL_OPCODES
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
@@ -50,7 +51,7 @@ def offloaded_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, in
         comp = module.by_name[op.key[0]]
         site = callers.get(comp.name)
         root = comp.root
-        if site is None or root is None or not _read_by_a_matmul(site[0], site[1].name) or \
+        if site is None or root is None or not read_by_a_matmul(site[0], site[1].name) or \
                 root.opcode == "convert" or bits(root.shape) != bits(inst.shape):
             continue
         if not _single_reads(comp, inst):
@@ -110,16 +111,3 @@ def _to_host(inst: Instruction) -> bool:
     element, in the host's memory space)?"""
     parts = inst.shape.tuple_shapes if inst.shape.is_tuple else ()
     return len(parts) > 1 and parts[0].layout is not None and parts[0].layout.memory_space == HOST_MEMORY_SPACE
-
-
-def _read_by_a_matmul(outer: Computation, name: str) -> bool:
-    """Does a matmul of the outer fusion read the nested fusion's value (through views)?"""
-    values = [name]
-    while values:
-        for user in outer.users.get(values.pop(), ()):
-            if user.opcode in MATMUL_OPCODES:
-                return True
-            if user.opcode in LAYOUT_VIEWS:
-                values.append(user.name)
-    return False
-
