@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Iterable, Mapping
 
 from hloflops.branch_totals import unresolved_conditionals
 from hloflops.cost.attention import ATTENTION, CONVENTION
 from hloflops.cost.costs import Cost
 from hloflops.report.formulas import formula_json
+from hloflops.report.mfu import MFU, utilisation  # noqa: F401  (MFU re-exported)
 from hloflops.report.grouping import GROUP_KEYS, Group, group_key, grouped  # noqa: F401
 from hloflops.report.format import format_table, ratio  # noqa: F401  (re-exported: the report's helpers)
-from hloflops.results import PHASES, Accounting, Loop, RematHinge, RematUnpaired, Row, Uncounted
+from hloflops.results import PHASES, Accounting, Loop, RematHinge, RematTwinStore, RematUnpaired, Row, Uncounted
 from hloflops.scopes import NO_MODULE, NO_SCOPE, module_path, scope_prefix, split_scope  # noqa: F401
 from hloflops.report.sources import FRAMES, NO_SOURCE, SourceViews, function_key, location_key  # noqa: F401
 from hloflops.user_code import DEFAULT as DEFAULT_USER_CODE
@@ -33,42 +34,6 @@ SCHEMA = "hloflops.report/1"
 # The text, HTML and folded-stack views import Report; Report reaches them through this table,
 # which analysis/report/__init__.py fills, so that no two modules import each other.
 VIEWS: dict[str, Callable[..., Any]] = {}
-@dataclass(frozen=True, slots=True)
-class MFU:
-    """Model and hardware FLOPs utilisation of one training/inference step.
-
-    `mfu` uses `model_flops` (the exact loop-aware total minus remat recomputation): the work the
-    model needs. `hfu` uses `hardware_flops` (the exact total, remat included): the work the
-    hardware did. Both are per-device FLOPs of the HLO module times `num_devices`, divided by
-    `step_time_s * peak_flops_per_s * num_devices`. FLOPs follow XLA's convention (2 per
-    multiply-add in dots and convolutions, 1 per element for elementwise ops)."""
-
-    mfu: float
-    hfu: float
-    model_flops: int  # per device, per step
-    hardware_flops: int  # per device, per step
-    step_time_s: float
-    peak_flops_per_s: float  # per device
-    num_devices: int
-    achieved_model_flops_per_s: float  # all devices together
-    achieved_hardware_flops_per_s: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "mfu_uses": "model_flops (exact loop-aware flops minus remat recomputation)",
-            "hfu_uses": "hardware_flops (exact loop-aware flops, remat included)",
-            "model_flops": self.model_flops,
-            "hardware_flops": self.hardware_flops,
-            "step_time_s": self.step_time_s,
-            "peak_flops_per_s": self.peak_flops_per_s,
-            "num_devices": self.num_devices,
-            "achieved_model_flops_per_s": self.achieved_model_flops_per_s,
-            "achieved_hardware_flops_per_s": self.achieved_hardware_flops_per_s,
-        }
-
-
 def _uncollected(render: Callable[..., Any]) -> Callable[..., Any]:
     """A view of the report, rendered without the garbage collector: it allocates many objects
     and frees few, so a collection meanwhile finds nothing to free, and the first full one scans
@@ -200,6 +165,12 @@ class Report(SourceViews):
         """Ops carrying a remat marker that pair with no op computing the same value (counted
         as model FLOPs: CSE merged them with their forward, or the twin was not found)."""
         return tuple(getattr(self.accounting, "remat_unpaired", ()))
+
+    @property
+    def remat_twin_stores(self) -> tuple[RematTwinStore, ...]:
+        """The program without remat's sure extra work, taken off remat FLOPs (a bf16 stack's round
+        trips: hloflops.remat.stored_twin_copies)."""
+        return tuple(getattr(self.accounting, "remat_twin_stores", ()))
 
     @property
     def uncounted(self) -> tuple[Uncounted, ...]:
@@ -476,10 +447,7 @@ class Report(SourceViews):
             ],
             # The program without remat's sure extra work, taken off remat FLOPs (a bf16 stack's
             # round trips: hloflops.remat.stored_twin_copies); only where there is some.
-            **({"remat_twin_stores": [
-                {"name": t.name, "computation": t.computation, "opcode": t.opcode, "executions": t.executions,
-                 "flops": t.flops} for t in getattr(self.accounting, "remat_twin_stores", ())]}
-               if getattr(self.accounting, "remat_twin_stores", ()) else {}),
+            **({"remat_twin_stores": [asdict(t) for t in self.remat_twin_stores]} if self.remat_twin_stores else {}),
             "by_opcode": {g.key: g.as_dict() for g in self.by_opcode()},
             "conditionals": [
                 {
@@ -561,25 +529,9 @@ class Report(SourceViews):
     # ---- MFU -----------------------------------------------------------------------------
     def mfu(self, step_time_s: float, peak_flops_per_s: float, num_devices: int | None = None) -> MFU:
         """MFU and HFU of a step that took `step_time_s` seconds on `num_devices` devices of
-        `peak_flops_per_s` each (default: the module's replica_count * num_partitions). The HLO
-        module is one device's program, so its FLOPs are per device."""
-        if step_time_s <= 0 or peak_flops_per_s <= 0:
-            raise ValueError("step_time_s and peak_flops_per_s must be positive")
-        n = self.num_devices if num_devices is None else int(num_devices)
-        if n < 1:
-            raise ValueError("num_devices must be at least 1")
-        capacity = step_time_s * peak_flops_per_s * n
-        return MFU(
-            mfu=self.model_flops * n / capacity,
-            hfu=self.flops * n / capacity,
-            model_flops=self.model_flops,
-            hardware_flops=self.flops,
-            step_time_s=float(step_time_s),
-            peak_flops_per_s=float(peak_flops_per_s),
-            num_devices=n,
-            achieved_model_flops_per_s=self.model_flops * n / step_time_s,
-            achieved_hardware_flops_per_s=self.flops * n / step_time_s,
-        )
+        `peak_flops_per_s` each (default: the module's replica_count * num_partitions)."""
+        n = self.num_devices if num_devices is None else num_devices
+        return utilisation(self.model_flops, self.flops, step_time_s, peak_flops_per_s, n)
 
     # ---- display -------------------------------------------------------------------------
     @_uncollected

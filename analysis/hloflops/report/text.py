@@ -98,7 +98,7 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
                      + (f", {sum(h.flops for h in hinges if h.twin_copies):,} in copies the program without remat "
                         f"makes beyond this one's" if any(h.twin_copies for h in hinges) else "") + ")"
                      + (": the remat split may be low" if high > report.remat_flops else ""))
-    stores = getattr(report.accounting, "remat_twin_stores", ())
+    stores = report.remat_twin_stores
     if stores:
         lines.append(f"the program without remat would also run {sum(s.executions for s in stores):,} "
                      + " and ".join(sorted({s.opcode for s in stores}))
