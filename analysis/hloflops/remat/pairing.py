@@ -35,6 +35,7 @@ from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
 from hloflops.remat.offloaded_sum_narrows import offloaded_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
+from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
@@ -325,6 +326,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         | {key[:2] for key in stand_ins | unsure_widens} \
         | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
+    if module.is_scheduled and remat_named and is_tpu_module(module):  # hloflops.remat.rebuilt_concatenations
+        unsure |= rebuilt_concatenations(module, ops)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
