@@ -137,7 +137,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    its answer (not in a scan's backward loop; hloflops.remat.type_corrections). In a scan's backward
    loop the program without remat saves tanh's `1 - t` narrowed, widening the bf16 constant: two
    converts that offset two counted ones of the recompute's wrappers per such residual its gradient
-   fusion computes (hloflops.remat.saved_residual_narrows). XLA's fusion pass
+   fusion computes (hloflops.remat.saved_residual_narrows). A top-level `-inf` pad/maximum
+   concatenation whose pieces a recompute concatenates again (an LSTM's gate kernel) may be built
+   in place by the program without remat: unsure (hloflops.remat.rebuilt_concatenations). XLA's fusion pass
    never duplicates an expensive op, so a marked one in a fusion is a recompute of its own, with the cheap chain under
    it; but a transcendental the recompute computes in several fusions under one name (TPU copies
    gelu's tanh into the weight's and the input's gradient fusions), the forward's like op in the
