@@ -437,9 +437,11 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
     for value, root in roots.items():
         if value == op.exact:
             continue
-        # The type jax saves it in: a residual's rounding's (jax's or TPU's narrow back to bf16), else
-        # what jax computes it in.
-        saved_type = root.inst.shape.element_type if root.inst.opcode == "convert" else _traced_type(module, root)
+        # The type jax saves it in: jax's own rounding's (a named convert), else what jax computes
+        # it in (TPU's narrow of an f32 value for a matmul's bf16 operand is not jax's type).
+        comp = module.by_name[root.key[0]]
+        jax_rounding = root.inst.opcode == "convert" and root.inst.metadata.get("op_name")
+        saved_type = root.inst.shape.element_type if jax_rounding else _traced_type(comp, root.inst)
         narrowed = not read_wide.get(root.key, True)
         while root.inst.opcode == "convert" and root.inst.operands:  # a residual saved narrowed
             inner = saved_apart.by_key.get((root.key[0], root.inst.operands[0], root.key[2]))
@@ -448,7 +450,7 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
             root, narrowed = inner, True
         if not saved_apart.stores_residual(root, narrowed):
             chain = True
-            other_type = other_type or saved_type != _traced_type(module, op)
+            other_type = other_type or saved_type != _traced_type(module.by_name[op.key[0]], op.inst)
     if op.exact not in roots:
         return int(chain)
     comp = module.by_name[op.key[0]]
@@ -463,16 +465,18 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
     return int(chain or not folded) + int(folded or other_type)
 
 
-def _traced_type(module: Module, op: SiteOp) -> str:
+def _traced_type(comp, inst) -> str:
     """The element type jax computes a value in: TPU computes a bf16 program's elementwise ops in f32,
     between widens and narrows of its own (converts without a name), so an f32 op whose operands
     are such widens of bf16 values, or ops of that kind, is a bf16 value to jax; an f32 op reading
     jax's own widen (a layer norm's `convert_element_type` to f32) is an f32 value."""
-    element = op.inst.shape.element_type
+    if inst.opcode == "convert" and not inst.metadata.get("op_name") and inst.operands \
+            and inst.operands[0] in comp.by_name:
+        inst = comp.by_name[inst.operands[0]]  # TPU's own rounding: the type of what it rounds
+    element = inst.shape.element_type
     if element != "f32":
         return element
-    comp = module.by_name[op.key[0]]
-    pending, seen = list(op.inst.operands), set()
+    pending, seen = list(inst.operands), set()
     while pending:
         name = pending.pop()
         if name in seen or name not in comp.by_name:
