@@ -39,7 +39,10 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   reading it would make that fusion read two inputs for one, so the program without remat computes
   it once, in one saving fusion, and hands it out to the others (`_joined_values`; TPU draw 10,
   held-out 82); a value of its operands handed out of its fusion for other readers (the mean, for
-  `x - mean`) has one, the forward's hand-out being another fusion than the join's;
+  `x - mean`) has one, the forward's hand-out being another fusion than the join's. A value saved
+  itself and on the chain of a residual saved in another type (a layer norm's `x - mean`, f32 to
+  jax, and its output saved in bf16) has one copy for each: TPU tiles an f32 stack otherwise than
+  a bf16 one, and no multi-output fusion writes both (held-out TPU 82);
 * a cheap value of the backward's own (not remat-named, named in the backward pass) computed in k
   fusions holding a recompute runs k - 1 times because of remat, where the recompute in that fusion
   reads fewer inputs than the backward's ops read recomputed values (`_FewerReads`): the program
@@ -109,7 +112,12 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
             apart = value in saved and not any(_is_bias_add(module, op) and saved_apart.fused_into_matmul(op)
                                                for op in members) and saved_apart(members[0])
             # How many copies the program without remat's saving fusions make of it (`_saving_copies`).
-            saving = _saving_copies(module, members[0], saved.get(value, {}), saved_apart, read_wide) if apart else 0
+            # A group joined with unit-dimension copies (`_join_unit_free`) is one value: the residuals
+            # on whose chain any of its copies is (the layer norm's output nested `[1, b, t, d]` in a
+            # weight gradient's fusion), asked of the copy of the group's own value.
+            roots = {root_value: root for op in members for root_value, root in saved.get(op.exact, {}).items()}
+            own = next((op for op in members if op.exact == value), members[0])
+            saving = _saving_copies(module, own, roots, saved_apart, read_wide) if apart else 0
             if value in joined:
                 # A join of two inputs' chains, or what it is computed from (`_joined_values`).
                 apart = value in saved
@@ -425,22 +433,65 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
     broadcasts alone and on such a chain too, whose stacking broadcast XLA moves into its operands,
     a copy apart from the chain's (module docstring)."""
     chain = False
+    other_type = False  # on the chain of a residual saved in another type than the value's
     for value, root in roots.items():
         if value == op.exact:
             continue
+        # The type jax saves it in: jax's own rounding's (a named convert), else what jax computes
+        # it in (TPU's narrow of an f32 value for a matmul's bf16 operand is not jax's type).
+        comp = module.by_name[root.key[0]]
+        jax_rounding = root.inst.opcode == "convert" and root.inst.metadata.get("op_name")
+        saved_type = root.inst.shape.element_type if jax_rounding else _traced_type(comp, root.inst)
         narrowed = not read_wide.get(root.key, True)
         while root.inst.opcode == "convert" and root.inst.operands:  # a residual saved narrowed
             inner = saved_apart.by_key.get((root.key[0], root.inst.operands[0], root.key[2]))
             if inner is None or not inner.named:
                 break
             root, narrowed = inner, True
-        chain = chain or not saved_apart.stores_residual(root, narrowed)
+        if not saved_apart.stores_residual(root, narrowed):
+            chain = True
+            other_type = other_type or saved_type != _traced_type(module.by_name[op.key[0]], op.inst)
     if op.exact not in roots:
         return int(chain)
     comp = module.by_name[op.key[0]]
     operands = [comp.by_name.get(name) for name in op.inst.operands]
     folded = all(inst is not None and inst.opcode == "broadcast" for inst in operands)
-    return int(chain or not folded) + int(folded)
+    # A value saved itself shares its saving fusion with the chain of another residual saved in its
+    # own type (one multi-output fusion writes both stacks: a bf16 MLP's `h` and gelu's residuals),
+    # but not with one saved in another: TPU tiles a bf16 stack otherwise than an f32 one, and XLA
+    # writes them from two fusions, each computing the value (held-out TPU draw 82: a layer norm's
+    # `x - mean`, computed in f32 by jax, saved in f32 beside `2 * x` and again on the chain of its
+    # output, saved in bf16). The value's type is jax's (`_traced_type`), not TPU's f32 arithmetic.
+    return int(chain or not folded) + int(folded or other_type)
+
+
+def _traced_type(comp, inst) -> str:
+    """The element type jax computes a value in: TPU computes a bf16 program's elementwise ops in f32,
+    between widens and narrows of its own (converts without a name), so an f32 op whose operands
+    are such widens of bf16 values, or ops of that kind, is a bf16 value to jax; an f32 op reading
+    jax's own widen (a layer norm's `convert_element_type` to f32) is an f32 value."""
+    if inst.opcode == "convert" and not inst.metadata.get("op_name") and inst.operands \
+            and inst.operands[0] in comp.by_name:
+        inst = comp.by_name[inst.operands[0]]  # TPU's own rounding: the type of what it rounds
+    element = inst.shape.element_type
+    if element != "f32":
+        return element
+    pending, seen = list(inst.operands), set()
+    while pending:
+        name = pending.pop()
+        if name in seen or name not in comp.by_name:
+            continue
+        seen.add(name)
+        inst = comp.by_name[name]
+        if inst.opcode == "convert":
+            source = comp.by_name.get(inst.operands[0]) if inst.operands else None
+            if inst.metadata.get("op_name"):  # its own name, not one the pairing lent it
+                return element  # jax's own widen: an f32 value
+            if source is not None and source.shape.element_type == "bf16":
+                return "bf16"  # TPU's widen of a bf16 value
+        elif inst.opcode in CHEAP and inst.shape.element_type == element:
+            pending += inst.operands
+    return element
 
 
 def _source(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], comp, name: str, site: int,

@@ -17,7 +17,11 @@ so nothing it computes from it has the exact value of a forward op, and the rule
   shape, name inside the checkpoint, frame) only nested in its own matmuls' fusions: the program
   without remat builds the value there the same way, reading the stored sum: model FLOPs (TPU
   draws 9, 25, 55; hloflops.remat.fusion_copies's `_nested_in_gradient_matmuls` for a recompute
-  whose value matches its forward's exactly)."""
+  whose value matches its forward's exactly). A scan's stacked weight's gradient leaves that
+  fusion widened to f32 with the stack's unit dimension (`bitcast(convert(dot))`, for the f32
+  stack's dynamic-update-slice): still the matmul's output, and the program without remat nests
+  gelu in that fusion alike (held-out TPU draw 92: gelu's chain in Dense_1's weight gradient,
+  multiply +6,553,600 and out of range before)."""
 
 from __future__ import annotations
 
@@ -110,11 +114,28 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         site = (home, op.key[2])
         if site not in gradient:
             keys = [key for key in ((home, name, op.key[2]) for name in fused.get(home, ())) if key in by_key]
+            # A stacked weight's gradient leaves its matmul's fusion widened to f32, with the stack's
+            # unit dimension (`convert`, `bitcast`: held-out TPU draw 92): still a matmul's output.
+            products = [_through_widens(module, by_key, key) for key in keys]
             gradient[site] = bool(keys) and not any(key in remat or by_key[key].marked for key in keys) and \
-                any(by_key[key].inst.opcode in MATMUL_OPCODES for key in keys)
+                any(product is not None and product.key not in remat and not product.marked
+                    and product.inst.opcode in MATMUL_OPCODES for product in products)
         if gradient[site]:
             found.add(op.key)
     return found
+
+
+def _through_widens(module: Module, by_key: Mapping[SiteKey, SiteOp], key: SiteKey) -> SiteOp | None:
+    """The op a fusion's output is, inside its fused computation, through views and converts (a
+    weight gradient handed out widened and reshaped for its stack's update)."""
+    comp = module.by_name[key[0]]
+    inst = comp.by_name[key[1]]
+    while inst.opcode in _WIDENS_AND_VIEWS and inst.operands and inst.operands[0] in comp.by_name:
+        inst = comp.by_name[inst.operands[0]]
+    return by_key.get((key[0], inst.name, key[2]))
+
+
+_WIDENS_AND_VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "convert"})
 
 
 def adds_to_matmul(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], op: SiteOp) -> bool:
