@@ -43,6 +43,7 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
+from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -340,7 +341,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       partial, _with_stacks(_with_stacks({key[:2]: n for key, n in twin_copies.items()}, {
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
-                      {key: sure for key, (sure, _, _) in stacks.items()},
+                      {key: sure for key, (sure, _, _) in stacks.items()}
+                      # the loss's cotangent the twin copies into each reader (hloflops.remat.loss_cotangent_copies)
+                      | (loss_cotangent_copies(module) if module.is_scheduled and remat_named
+                         and is_tpu_module(module) else {}),
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n})
 
 
