@@ -1,0 +1,91 @@
+"""The loss's cotangent, which TPU's fusion hands out of the loss's fusion here and the program
+without remat copies into each reader (hloflops.remat.pairing calls `loss_cotangent_copies`).
+
+The backward starts from the cotangent of the loss's mean, `y * (2 / n)` (jax names it
+`transpose(jvp())/mul;.../broadcast_in_dim`), read by the first gradient fusions: the last
+matmul's input and weight gradients and the residual's gradient. It reads nothing but the
+forward's output `y`, which the loss's own fusion computes for its reduce. In a program with remat,
+XLA's multi-output fusion merges the cotangent into that fusion as a second output beside the loss
+(`(y * c, sum(y * y))`): it runs once and its k readers read it stored. The program without remat
+hands out `y` instead and copies the cheap multiply into each of its k readers, as TPU's fusion
+copies any cheap producer (TPU draws 0, 17, 19, 27, 43, 45, 48, 55 and held-out 87, 93, 99, 100,
+102, 115, 116: the twin runs it once per reader of this program's hand-out). So k - 1 copies of it
+are the twin's alone: this program's remat FLOPs of multiply are its own less them
+(`RematIndex.twin_stores`, a negative share of the row). Not where the cotangent is handed out of a
+backward fusion of its own (the residual add and the cotangent, without the loss's reduce: TPU draw
+41, where the twin does the same and runs it once), nor where a reader is the computation's root
+(an output of the program, stored by both: draws 40, 80, 83)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hloflops.remat.sites import one_call_site
+from hloflops.scopes import phase
+from hloparse.ir import Computation, Instruction, Module
+
+# The elementwise ops the cotangent of a mean or a sum of squares is made of.
+_COTANGENT_OPCODES = frozenset({"multiply", "divide"})
+
+
+def loss_cotangent_copies(module: Module) -> Mapping[tuple[str, str], int]:
+    """(fused computation, op) -> how many more times the program without remat runs the loss's
+    cotangent that this program's loss fusion hands out (its readers less one; module docstring)."""
+    out: dict[tuple[str, str], int] = {}
+    for callee, site in one_call_site(module).items():
+        if site is None:
+            continue
+        comp = module.by_name.get(callee)
+        root = comp.root if comp is not None else None
+        if root is None or root.opcode != "tuple":
+            continue
+        elements = [comp.by_name.get(name) for name in root.operands]
+        losses = [inst for inst in elements if inst is not None and _is_loss_reduce(inst)]
+        if not losses:
+            continue
+        loss_reads = set().union(*(_above(comp, inst) for inst in losses))
+        for index, inst in enumerate(elements):
+            if inst is None or not _is_cotangent(inst) or not (_above(comp, inst) & loss_reads):
+                continue
+            readers = _readers(*site, index)
+            if readers is not None and readers > 1:
+                out[(callee, inst.name)] = readers - 1
+    return out
+
+
+def _is_loss_reduce(inst: Instruction) -> bool:
+    """A reduce to a scalar in the forward: the loss's sum."""
+    return inst.opcode == "reduce" and not inst.shape.is_tuple and not inst.shape.dims \
+        and phase(inst.op_name) == "forward"
+
+
+def _is_cotangent(inst: Instruction) -> bool:
+    """A cheap elementwise op of the backward, outside every checkpoint (not remat-named)."""
+    return inst.opcode in _COTANGENT_OPCODES and bool(inst.shape.dims) and not inst.shape.is_tuple \
+        and phase(inst.op_name) == "backward" and "remat" not in inst.op_name
+
+
+def _above(comp: Computation, inst: Instruction) -> set[str]:
+    """The non-parameter, non-constant ops `inst` reads in its fusion, directly or through others."""
+    found: set[str] = set()
+    pending = list(inst.operands)
+    while pending:
+        name = pending.pop()
+        source = comp.by_name.get(name)
+        if name in found or source is None or source.opcode in ("parameter", "constant", "broadcast"):
+            continue
+        found.add(name)
+        pending += source.operands
+    return found
+
+
+def _readers(caller: Computation, fusion: Instruction, index: int) -> int | None:
+    """How many instructions of `caller` read output `index` of `fusion` (None where one of them
+    is the caller's root: the value leaves the computation, stored by both programs)."""
+    elements = {inst.name for inst in caller.instructions
+                if inst.opcode == "get-tuple-element" and inst.operands == (fusion.name,)
+                and inst.attr("index") == str(index)}
+    readers = [inst for inst in caller.instructions if elements.intersection(inst.operands)]
+    if any(inst.is_root for inst in readers):
+        return None
+    return len(readers)

@@ -1,0 +1,91 @@
+"""The loss's cotangent that TPU's fusion hands out of the loss's own fusion, which the program
+without remat copies into each reader (analysis/hloflops/remat/loss_cotangent_copies.py).
+
+TPU draw 17 (whole_model attn, save_only_these_names, fsdp): the loss fusion computes `y * c`
+beside `sum(y * y)` and hands it to three gradient fusions; the program without remat hands out
+`y` and copies the multiply into all three: multiply truth 512 below what this program's split
+reached (multiply +512 before, now exact; TPU 0, 27, 48, 55 alike). The unit tests use small
+hand-written fusions; the replay is skipped without libtpu, as tests/remat/test_remat_tpu_generated.py."""
+
+from __future__ import annotations
+
+import pytest
+
+import hloparse
+from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
+
+_LOSS = '"jit(loss)/jvp()/reduce_sum"'
+_COTANGENT = '"jit(loss)/transpose(jvp())/mul;jit(loss)/transpose(jvp())/broadcast_in_dim"'
+
+
+def _module(with_loss: bool, root_reads: bool = False) -> str:
+    loss = f"""  %sq = f32[2,8]{{1,0}} multiply(%y, %y), metadata={{op_name="jit(loss)/jvp()/square"}}
+  %zero = f32[] constant(0)
+  %sum = f32[] reduce(%sq, %zero), dimensions={{0,1}}, to_apply=%add, metadata={{op_name={_LOSS}}}
+""" if with_loss else ""
+    out = "(f32[2,8], f32[])" if with_loss else "(f32[2,8], f32[2,8])"
+    second = "%sum" if with_loss else "%y"
+    tail = "%g" if root_reads else "%r2"
+    return f"""HloModule m, is_scheduled=true
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%loss_fusion (p0: f32[2,8], p1: f32[2,8]) -> {out} {{
+  %p0 = f32[2,8]{{1,0}} parameter(0)
+  %p1 = f32[2,8]{{1,0}} parameter(1)
+  %y = f32[2,8]{{1,0}} add(%p0, %p1), metadata={{op_name="jit(loss)/jvp()/add"}}
+{loss}  %c = f32[] constant(0.0625)
+  %cb = f32[2,8]{{1,0}} broadcast(%c), dimensions={{}}, metadata={{op_name={_COTANGENT}}}
+  %g = f32[2,8]{{1,0}} multiply(%y, %cb), metadata={{op_name={_COTANGENT}}}
+  ROOT %t = {out} tuple(%g, {second})
+}}
+
+%reader (q: f32[2,8]) -> f32[2,8] {{
+  %q = f32[2,8]{{1,0}} parameter(0)
+  ROOT %n = f32[2,8]{{1,0}} negate(%q), metadata={{op_name="jit(loss)/transpose(jvp())/dot_general"}}
+}}
+
+ENTRY %main (x0: f32[2,8], x1: f32[2,8]) -> f32[2,8] {{
+  %x0 = f32[2,8]{{1,0}} parameter(0)
+  %x1 = f32[2,8]{{1,0}} parameter(1)
+  %f = {out} fusion(%x0, %x1), kind=kLoop, calls=%loss_fusion
+  %g = f32[2,8]{{1,0}} get-tuple-element(%f), index=0
+  %r0 = f32[2,8]{{1,0}} fusion(%g), kind=kLoop, calls=%reader
+  %r1 = f32[2,8]{{1,0}} negate(%g)
+  %r2 = f32[2,8]{{1,0}} add(%r0, %r1)
+  ROOT %r3 = f32[2,8]{{1,0}} add(%r2, {tail})
+}}
+"""
+
+
+def test_cotangent_handed_out_beside_the_loss_is_copied_per_reader_by_the_twin():
+    # Two readers of the hand-out (a fusion and an unfused negate): the twin runs one copy more.
+    found = loss_cotangent_copies(hloparse.parse(_module(with_loss=True)))
+    assert found == {("loss_fusion", "g"): 1}, found
+
+
+def test_cotangent_handed_out_of_a_fusion_without_the_loss_is_not():
+    # A backward fusion of its own (TPU draw 41): the twin hands it out alike.
+    assert loss_cotangent_copies(hloparse.parse(_module(with_loss=False))) == {}
+
+
+def test_cotangent_read_by_the_root_is_stored_by_both():
+    # An output of the computation: both programs store it (TPU draws 40, 80, 83).
+    assert loss_cotangent_copies(hloparse.parse(_module(with_loss=True, root_reads=True))) == {}
+
+
+def test_tpu_draw_17_multiply_exact(monkeypatch):
+    pytest.importorskip("jax")
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
+    from tests.remat.generator import check, draw
+
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    outcome = check(draw(17, "tpu"))
+    after = next(v for v in outcome.verdicts if v.stage == "after")
+    assert "multiply" not in after.misses, outcome.describe()
+    assert outcome.in_bounds("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()
