@@ -63,3 +63,54 @@ def test_a_narrow_read_by_no_gather_is_left_alone():
     text = HLO.replace("a.r = bf16[64,8] all-gather(n.r), dimensions={0}, replica_groups={{0,1,2,3}}",
                        "a.r = bf16[64,8] concatenate(n.r, n.r, n.r, n.r), dimensions={0}")
     assert ("main", "n.r") not in find_remat(_parsed(text))
+
+
+# TPU fused the narrow alone: each `bitcast_convert_fusion` converts the checkpoint's input `x`
+# for a gather. The recompute's input is another value behind jax's barrier, so the partitioner
+# narrows and gathers it again (`nf.r`); the program without remat gathers `x` once (held-out TPU
+# draw 94, an FSDP fori_loop MLP: convert -128 before).
+FUSED = """HloModule regathered_fused, is_scheduled=true, entry_computation_layout=@L
+
+narrow.1 {
+  p.1 = f32[2,64] parameter(0)
+  b.1 = f32[1,2,64] bitcast(p.1)
+  ROOT n.1 = bf16[1,2,64] convert(b.1)
+}
+
+narrow.2 {
+  p.2 = f32[2,64] parameter(0)
+  b.2 = f32[1,2,64] bitcast(p.2)
+  ROOT n.2 = bf16[1,2,64] convert(b.2)
+}
+
+ENTRY main {
+  x = f32[2,64] parameter(0)
+  w = bf16[64,8] parameter(1)
+  g = f32[8,8] parameter(2)
+  nf = bf16[1,2,64] fusion(x), kind=kLoop, calls=narrow.1
+  a = bf16[4,2,64] all-gather(nf), dimensions={0}, replica_groups={{0,1,2,3}}, @T
+  ab = bf16[8,64] bitcast(a)
+  h = f32[8,8] dot(ab, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
+  t = f32[8,8] tanh(h), metadata={op_name="@F/tanh"}
+  c = f32[2,64] copy(x)
+  nf.r = bf16[1,2,64] fusion(c), kind=kLoop, calls=narrow.2
+  a.r = bf16[4,2,64] all-gather(nf.r), dimensions={0}, replica_groups={{0,1,2,3}}
+  ab.r = bf16[8,64] bitcast(a.r)
+  h.r = f32[8,8] dot(ab.r, w), @D, metadata={op_name="@R/Dense_0/dot_general"}
+  t.r = f32[8,8] tanh(h.r), metadata={op_name="@R/tanh"}
+  m = f32[8,8] multiply(t.r, g), metadata={op_name="@B/mul"}
+  ROOT out = (f32[8,8], f32[8,8]) tuple(t, m)
+}
+"""
+
+
+def test_a_fused_narrow_of_the_input_again_for_a_gather_is_remat_unsure():
+    index = find_remat(_parsed(FUSED))
+    assert ("narrow.2", "n.2") in index and ("narrow.2", "n.2") in index.weak
+    assert ("narrow.1", "n.1") not in index
+
+
+def test_a_fused_narrow_read_by_no_gather_is_left_alone():
+    text = FUSED.replace("a.r = bf16[4,2,64] all-gather(nf.r), dimensions={0}, replica_groups={{0,1,2,3}}",
+                         "a.r = bf16[4,2,64] concatenate(nf.r, nf.r, nf.r, nf.r), dimensions={0}")
+    assert ("narrow.2", "n.2") not in find_remat(_parsed(text))

@@ -11,14 +11,22 @@ shard an earlier narrow of the computation (by schedule) already made runs becau
 TPU draws 52 and 55 (convert -1,024 and -16,384 before), 27 (wo narrowed for a gather in another
 layout). Unsure: which gathers XLA reads one narrow from rests on how it scheduled both programs,
 and the program without remat may copy other converts more often (TPU draw 8, where the twin's
-extra convert offsets this one). A named narrow is jax's cast, which the pairing decides."""
+extra convert offsets this one). A named narrow is jax's cast, which the pairing decides.
+
+TPU may also fuse the narrow alone (a `bitcast_convert_fusion` whose root converts the shard,
+read only by the gather): the convert is then the fusion's, its shard the fusion's operand, and
+which narrow came first is the order of the fusions in their caller. The same holds for the
+checkpoint's input, not a weight only: the barrier hands the recompute another copy of `x`, which
+the partitioner narrows and gathers again (held-out TPU draw 94, an FSDP `fori_loop` MLP: the
+program without remat gathers `x` once for its forward and backward, this one twice; convert
+-128 -> exact)."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
 from hloflops.remat.sites import SiteKey, SiteOp
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 # Ops that move or view a program input on the device unchanged (a prefetch, a relayout).
 _MOVES = frozenset({"bitcast", "copy", "reshape", "transpose", "copy-start", "copy-done"})
@@ -31,19 +39,80 @@ def repeated_shard_narrows(module: Module, ops: Iterable[SiteOp]) -> set[SiteKey
     same shard in their computation made already (see the module's docstring)."""
     found: set[SiteKey] = set()
     narrowed: dict[tuple[str, int], set[str]] = {}
+    fused = _fusion_callers(module)
+    # (caller computation, site) -> (position of the fusion in its caller, shard, the convert's key)
+    fused_narrows: dict[tuple[str, int], list[tuple[int, str, SiteKey]]] = {}
     for op in ops:  # in schedule order within each computation
         inst = op.inst
         if inst.opcode != "convert" or op.op_name or not inst.operands:
             continue
         comp = module.by_name[op.key[0]]
         shard = _shard(module, comp, inst)
-        if shard is None:
+        if shard is not None:
+            seen = narrowed.setdefault((op.key[0], op.key[2]), set())
+            if shard in seen:
+                found.add(op.key)
+            seen.add(shard)
             continue
-        seen = narrowed.setdefault((op.key[0], op.key[2]), set())
-        if shard in seen:
-            found.add(op.key)
-        seen.add(shard)
+        caller = fused.get(op.key[0])
+        if caller is not None and comp.root is inst:
+            shard = _fused_shard(module, comp, inst, *caller)
+            if shard is not None:
+                fused_narrows.setdefault((caller[0].name, op.key[2]), []).append((caller[2], shard, op.key))
+    for narrows in fused_narrows.values():  # a fusion's narrow: the first by its caller's schedule is the forward's
+        seen = set()
+        for _, shard, key in sorted(narrows, key=lambda n: n[0]):
+            if shard in seen:
+                found.add(key)
+            seen.add(shard)
     return found
+
+
+def _fusion_callers(module: Module) -> dict[str, tuple[Computation, Instruction, int]]:
+    """Each fused computation called by one fusion: its caller computation, the fusion and its
+    position there (the schedule's order in a scheduled module)."""
+    callers: dict[str, list[tuple[Computation, Instruction, int]]] = {}
+    for comp in module.computations:
+        for position, inst in enumerate(comp.instructions):
+            if inst.opcode == "fusion":
+                for name in inst.called(CallRole.FUSION):
+                    callers.setdefault(name, []).append((comp, inst, position))
+    return {name: sites[0] for name, sites in callers.items() if len(sites) == 1}
+
+
+def _fused_shard(module: Module, comp: Computation, inst: Instruction, caller: Computation,
+                 fusion: Instruction, _: int) -> str | None:
+    """The program input a fusion's root convert narrows (through views inside the fusion, then
+    moves in its caller), where the fusion is read only by gathers; else None."""
+    readers = caller.users.get(fusion.name, ())
+    if not readers or not all(_gathers(module, reader) for reader in readers):
+        return None
+    source = comp.by_name.get(inst.operands[0])
+    if source is None or not _narrows(source, inst):
+        return None
+    for _ in range(64):  # inside the fusion: views of one of its parameters
+        if source.opcode == "parameter":
+            break
+        if source.opcode not in _MOVES or not source.operands:
+            return None
+        source = comp.by_name.get(source.operands[0])
+        if source is None:
+            return None
+    else:
+        return None
+    index = parameter_number(source)
+    if index >= len(fusion.operands):
+        return None
+    outer = caller.by_name.get(fusion.operands[index])
+    for _ in range(64):
+        if outer is None:
+            return None
+        if outer.opcode == "parameter":
+            return outer.name
+        if outer.opcode not in _MOVES or not outer.operands:
+            return None
+        outer = caller.by_name.get(outer.operands[0])
+    return None
 
 
 def _shard(module: Module, comp: Computation, inst: Instruction) -> str | None:
