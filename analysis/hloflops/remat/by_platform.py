@@ -18,6 +18,7 @@ from hloflops.remat.host_read_recomputes import host_read_recomputes
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.conv_operand_narrows import conv_operand_narrows
+from hloflops.remat.corrected_narrows import narrows_of_uncounted_ops
 from hloflops.remat.packed_conv_inputs import packed_conv_inputs
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
@@ -118,6 +119,12 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     split = split_residual_copies(module, ops, d.remat) | coefficient_fusions(module, ops, d.remat)
     d.remat -= split
     d.certain |= split
+    # The unnamed narrow of a type-corrected cheap op a rule above left out of remat takes the op's
+    # answer (hloflops.remat.corrected_narrows), as sure as it.
+    narrows = narrows_of_uncounted_ops(module, ops, d.remat)
+    d.remat -= set(narrows)
+    d.paired_by_value -= set(narrows)
+    d.certain |= {key for key, of in narrows.items() if of in d.certain}
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
