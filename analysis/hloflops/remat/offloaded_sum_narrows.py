@@ -191,6 +191,19 @@ def offloaded_source_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey,
     return found
 
 
+def read_from_host(module: Module, callers, by_key, comp: Computation, name: str, site: int) -> bool:
+    """Is the value `name` read back from the host's memory space (a round trip's `copy-done`, an
+    asynchronous slice of a host stack), through views, moves and fusion boundaries?"""
+    seen: list[Instruction] = []
+
+    def passes(step: Instruction) -> bool:
+        seen.append(step)
+        return step.opcode in _TO_RESIDUAL
+
+    source_op(module, callers, by_key, comp, name, site, passes, 64)
+    return any(_on_host(s.shape) for s in seen)
+
+
 def _on_host(shape) -> bool:
     if shape.is_tuple:
         return any(_on_host(part) for part in shape.tuple_shapes)
