@@ -27,3 +27,17 @@ def test_nested_activations_of_an_offloaded_matmul_output_lower_the_range(monkey
     assert after.bounds is not None and after.bounds[0] <= 0, outcome.describe()
     assert outcome.in_bounds("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+def test_relu_reading_an_offloaded_matmul_output_in_a_scan_lowers_the_range(monkeypatch):
+    """Held-out TPU draw 114 (a scan of relu MLPs, save_and_offload_only_these_names): this program
+    keeps the matmul output `h` wide for the host and narrows each relu copy; the program without
+    remat narrows `h` in its matmul's fusion and widens it in each relu copy, three converts of
+    `[8, 128]` a layer more (convert truth -9,216). `offloaded_source_narrows` lowers the low end to
+    it (a `twin_copies` hinge), the count unchanged."""
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    outcome = check(draw(114, "tpu"))
+    after = next(v for v in outcome.verdicts if v.stage == "after")
+    assert after.bounds is not None and after.bounds[0] <= sum(after.truth.values()) < 0, outcome.describe()
+    assert outcome.in_bounds("after"), outcome.describe()
+    assert outcome.all_ok("before"), outcome.describe()

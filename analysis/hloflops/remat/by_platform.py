@@ -18,6 +18,7 @@ from hloflops.remat.host_read_recomputes import host_read_recomputes
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.conv_operand_narrows import conv_operand_narrows
+from hloflops.remat.corrected_narrows import narrows_of_uncounted_ops
 from hloflops.remat.packed_conv_inputs import packed_conv_inputs
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
@@ -49,6 +50,7 @@ class Decided:
 def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: set[SiteKey]) -> None:
     """TPU's rules, in order (each reads what the ones before it decided)."""
     d = decided
+    paired = set(d.remat)  # what the pairing and the fusion rules counted, before TPU's rules
     # Copies in a backward loop body whose forward runs in another loop body: each recomputed
     # value's copies but those the program without remat's saving fusion makes, and the backward's
     # own copies of a value computed from a recompute, but one (hloflops.remat.backward_loop_copies).
@@ -118,6 +120,12 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     split = split_residual_copies(module, ops, d.remat) | coefficient_fusions(module, ops, d.remat)
     d.remat -= split
     d.certain |= split
+    # The unnamed narrow of a type-corrected cheap op a rule above took out of remat takes the op's
+    # answer (hloflops.remat.corrected_narrows), as sure as it.
+    narrows = narrows_of_uncounted_ops(module, ops, d.remat, paired - d.remat)
+    d.remat -= set(narrows)
+    d.paired_by_value -= set(narrows)
+    d.certain |= {key for key, of in narrows.items() if of in d.certain}
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:

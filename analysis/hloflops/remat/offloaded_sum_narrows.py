@@ -25,10 +25,10 @@ from __future__ import annotations
 from hloflops.remat.moved_values import HOST_MEMORY_SPACE
 from hloflops.remat.nested_forward_narrows import read_by_a_matmul
 from hloflops.remat.offloaded_residuals import offloads
-from hloflops.remat.op_kinds import LAYOUT_VIEWS, MATMUL_OPCODES
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.type_corrections import bits
-from hloparse.ir import Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # Back from a copy to the host: views, and a copy between the device's memories before it.
 _BACK = LAYOUT_VIEWS | {"copy-start", "copy-done"}
@@ -111,3 +111,119 @@ def _to_host(inst: Instruction) -> bool:
     element, in the host's memory space)?"""
     parts = inst.shape.tuple_shapes if inst.shape.is_tuple else ()
     return len(parts) > 1 and parts[0].layout is not None and parts[0].layout.memory_space == HOST_MEMORY_SPACE
+
+
+# Back from a type-corrected op to the residual it reads: views, moves between memories (a copy, an
+# asynchronous slice of a host stack: `async-start` / `async-done`), slices.
+_TO_RESIDUAL = _PASSES | {"async-start", "async-done"}
+_CORRECTED = "float_type_correction_info"
+
+
+def offloaded_source_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
+    """The narrows of a type-corrected cheap op reading an offloaded matmul output wide -> how many
+    converts the program without remat may run beyond this program's for them: a low end for the
+    range (`twin_copies`).
+
+    TPU computes a bf16 elementwise op in f32 and narrows its result (relu's `max` carries
+    `float_type_correction_info`, its one reader a `convert` to bf16). Where it reads a matmul's f32
+    output `h` that an offload policy sends to the host (a scan's host stack, a `copy-start` to
+    memory space 5), this program must keep `h` wide, and each copy of the op (the forward's, the
+    recompute's, reading `h` back from the host) reads it wide: one narrow each. The program without
+    remat stores the op's output for its backward, not `h`; TPU may narrow `h` in the matmul's
+    output fusion, which every reader reads narrowed, and widen it in each copy of the op: one
+    narrow of `h` and one widen per copy more (held-out TPU draw 114, a scan of relu MLPs under
+    `save_and_offload_only_these_names`: convert truth -9,216, three converts of `[8, 128]` per
+    layer, below anything a split of this program's ops reaches). Only in a loop's body (a scan's):
+    there the program without remat stores in its stacks the residuals jax's scan chose (relu's
+    output, its mask), not `h`; without a loop XLA sees the whole program and stores `h` wide for
+    the gradient fusions that recompute relu from it, narrowing nothing (held-out TPU draw 87, a
+    Python loop). Whether TPU narrows `h` rests on
+    how it fused that program (a sum an all-reduce hands out it reads wide: held-out TPU draw 88,
+    left out here as its source is no matmul): each copy's narrow stands for one widen, the
+    forward's for one narrow of `h` more, never a count."""
+    host_written = _host_written(module)
+    if not host_written:
+        return {}
+    callers = one_call_site(module)
+    by_key = {op.key: op for op in ops}
+    loop_bodies = {name for _, inst in module.instructions() if inst.opcode == "while"
+                   for name in inst.called(CallRole.WHILE_BODY)}
+    found: dict[SiteKey, int] = {}
+    sources: dict[int, SiteKey] = {}
+    read_back: list[tuple[SiteKey, tuple]] = []
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "convert" or op.op_name or len(inst.operands) != 1:
+            continue
+        comp = module.by_name[op.key[0]]
+        source = comp.by_name.get(inst.operands[0])
+        if source is None or source.opcode not in DUPLICATED or source.opcode in EXPENSIVE or \
+                _CORRECTED not in source.attributes.get("backend_config", "") or \
+                len(comp.users.get(source.name, ())) != 1 or not 0 < bits(inst.shape) < bits(source.shape):
+            continue
+        reads = [comp.by_name.get(name) for name in source.operands]
+        wide = [r for r in reads if r is not None and r.opcode == "parameter"]
+        if len(wide) != 1 or bits(wide[0].shape) != bits(source.shape) or \
+                any(r is None or r.opcode not in ("parameter", "broadcast", "constant") for r in reads):
+            continue
+        seen: list[Instruction] = []
+
+        def passes(step: Instruction) -> bool:
+            seen.append(step)
+            return step.opcode in _TO_RESIDUAL
+
+        residual = source_op(module, callers, by_key, comp, wide[0].name, op.key[2], passes, 64)
+        if residual is not None and residual.inst.opcode not in MATMUL_OPCODES:
+            continue  # a sum an all-reduce hands out, a value computed elementwise: not a matmul's output
+        if any(_on_host(s.shape) for s in seen):
+            read_back.append((op.key, shape_key(inst.shape)))
+            continue
+        written = next((id(s) for s in seen if id(s) in host_written), None)
+        if written is not None and residual is not None and op.frame in loop_bodies:
+            found[op.key] = found.get(op.key, 0) + 1  # the twin's widen in this copy
+            if written not in sources:
+                sources[written] = op.key  # and its narrow of `h`, once
+                found[op.key] += 1
+    shapes = {shape_key(by_key[key].inst.shape) for key in found}
+    for key, shape in read_back:  # a recompute's copy reading `h` back: one widen, of a residual found above
+        if shape in shapes:
+            found[key] = found.get(key, 0) + 1
+    return found
+
+
+def read_from_host(module: Module, callers, by_key, comp: Computation, name: str, site: int) -> bool:
+    """Is the value `name` read back from the host's memory space (a round trip's `copy-done`, an
+    asynchronous slice of a host stack), through views, moves and fusion boundaries?"""
+    seen: list[Instruction] = []
+
+    def passes(step: Instruction) -> bool:
+        seen.append(step)
+        return step.opcode in _TO_RESIDUAL
+
+    source_op(module, callers, by_key, comp, name, site, passes, 64)
+    return any(_on_host(s.shape) for s in seen)
+
+
+def _on_host(shape) -> bool:
+    if shape.is_tuple:
+        return any(_on_host(part) for part in shape.tuple_shapes)
+    return shape.layout is not None and shape.layout.memory_space == HOST_MEMORY_SPACE
+
+
+def _host_written(module: Module) -> set[int]:
+    """The device values (by id, and the values they view) that an instruction writes into the
+    host's memory space (a `copy-start` to it, an asynchronous update of a host stack)."""
+    out: set[int] = set()
+    for comp, inst in module.instructions():
+        if not _on_host(inst.shape):
+            continue
+        for name in inst.operands:
+            for _ in range(16):
+                source = comp.by_name.get(name)
+                if source is None or _on_host(source.shape) or not source.shape.dims or source.opcode == "parameter":
+                    break
+                out.add(id(source))
+                if source.opcode not in _BACK or not source.operands:
+                    break
+                name = source.operands[0]
+    return out
