@@ -55,8 +55,9 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
         matmuls = [i for name in inside for i in module.by_name[name].instructions if i.opcode in MATMUL_OPCODES]
         if not matmuls or not any(i.opcode in _PERMUTES for name in inside for i in module.by_name[name].instructions):
             continue
-        if not any(model_components(m.op_name) in regathered or any(ends_with(m.op_name, t) for t in recomputes)
-                   for m in matmuls if m.op_name):
+        # A recompute's own gather marks only a window loop (named as its matmul; not a scan's loop).
+        if not any(model_components(m.op_name) in regathered or m.op_name == inst.op_name
+                   and any(ends_with(m.op_name, t) for t in recomputes) for m in matmuls if m.op_name):
             continue
         loop_comps |= inside
         feeds |= _only_for(comp, inst)
