@@ -57,7 +57,8 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
             continue
         # A recompute's own gather marks only a window loop (named as its matmul; not a scan's loop).
         if not any(model_components(m.op_name) in regathered or m.op_name == inst.op_name
-                   and any(ends_with(m.op_name, t) for t in recomputes) for m in matmuls if m.op_name):
+                   and any(ends_with(m.op_name, t) for c, t in recomputes if c == comp.name) for m in matmuls
+                   if m.op_name):
             continue
         loop_comps |= inside
         feeds |= _only_for(comp, inst)
@@ -77,11 +78,15 @@ def _regathered_matmuls(module: Module) -> set[tuple[str, ...]]:
     return out
 
 
-def _recompute_gathers(module: Module) -> set[tuple[str, ...]]:
-    """Inner names (`inner_tail`) of the recomputed matmuls that all-gather their own operand, under
-    the recompute's name (haiku, TPU held-out 99: `checkpoint/rematted_computation/linear_4/dot_general`):
-    the weight gradient reads that gathered copy, and the forward's gather is the forward matmul's alone."""
-    return {inner_tail(inst.op_name) for _, inst in module.instructions()
+def _recompute_gathers(module: Module) -> set[tuple[str, tuple[str, ...]]]:
+    """(computation, inner name `inner_tail`) of the recomputed matmuls that all-gather their own
+    operand, under the recompute's name (haiku, TPU held-out 99: `checkpoint/rematted_computation/
+    linear_4/dot_general`): the weight gradient reads that gathered copy, and the forward's gather is
+    the forward matmul's alone. Only in the window loop's own computation: the program without remat
+    shares a gather between its forward matmul and weight gradient in one frame only (in a scan the
+    backward loop gathers its stacked activation again; TPU held-out 77, flax's remat_scan, keeps
+    its window loop without remat too)."""
+    return {(comp.name, inner_tail(inst.op_name)) for comp, inst in module.instructions()
             if inst.opcode in _GATHERS and is_remat_named(inst) and inst.op_name.endswith("dot_general")}
 
 
