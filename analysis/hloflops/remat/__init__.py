@@ -194,6 +194,10 @@ place and without the unit dimension in another, hloflops.remat.views):
    rest on per-trip pairing (hloflops.remat.packed_conv_inputs). The narrow a convolution's operand
    takes inside the convolution's fusion (a weight gradient's nested relu) is remat as the op it
    narrows: the program without remat narrows there too (hloflops.remat.conv_operand_narrows).
+   A recomputed relu mask TPU packs into bits (`shift-left` by an `iota`, a `reduce` by `or`) in a
+   scan's backward loop body, and its unpacks in the gradient fusions, are remat: the program
+   without remat stacks the mask as `pred` from its forward loop and packs nothing; outside a loop
+   both programs pack the mask they hand to the backward (hloflops.remat.packed_masks).
    range (hloflops.remat.nested_forward_narrows). Where jax differentiates inside a function the
    program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
    TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:
@@ -286,7 +290,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    backward's weight gradient gathers a recompute rather than the forward's gathered activation:
    the program without remat shares one gather and runs one matmul, so the loop's accumulating
    adds and selects are remat (hloflops.remat.regathered_windowed_einsums; the weight's narrow
-   for the loop in the range).
+   for the loop in the range). So where the recompute's matmul gathers its own operand under its
+   remat name (haiku), for a loop named as its matmul.
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy

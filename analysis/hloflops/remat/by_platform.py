@@ -20,6 +20,7 @@ from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.conv_operand_narrows import conv_operand_narrows
 from hloflops.remat.corrected_narrows import narrows_of_uncounted_ops
 from hloflops.remat.packed_conv_inputs import packed_conv_inputs
+from hloflops.remat.packed_masks import packed_masks
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
@@ -114,6 +115,8 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
+    # A recomputed mask bit-packed in a scan's backward loop body, and its unpacks: remat (packed_masks).
+    packed_masks(module, ops, d)
     # A recompute of a residual the program without remat computes twice in its forward
     # (hloflops.remat.twin_residual_copies), or fused with its coefficient's gradient, which that
     # program computes in a fusion of its own (hloflops.remat.coefficient_fusions): model FLOPs.

