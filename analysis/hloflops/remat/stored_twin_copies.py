@@ -253,7 +253,8 @@ def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, 
     remat saves in a stack: an unnamed convert (float normalization's, or one named for its call)
     of an op in the checkpoint's recompute scope computed from a recomputed matmul, or the
     recompute's own named cast of a value the loop reads in (a layer's kernel, sliced from the
-    stacked weights); None for any other."""
+    stacked weights) or of a value it computes (a layer norm's output cast for the next matmuls);
+    None for any other."""
     if inst.opcode != "convert" or not inst.operands or bits(inst.shape) != 16:
         return None
     named = op_names.of(comp.name, inst)
@@ -261,11 +262,17 @@ def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, 
     name = op_names.of(source[0].name, source[1]) if source is not None else ""
     # A convert named for the call enclosing its operand (a prefix of the operand's name) is float
     # normalization's narrowing of the call's result, as an unnamed one.
-    if named and not name.startswith(named + "/"):  # a cast jax named: the recompute's cast of a loop input
+    if named and not name.startswith(named + "/"):  # a cast jax named in the recompute
         if REMAT_SCOPE not in named or phase(named) != "backward" or not named.endswith("convert_element_type"):
             return None
-        return (comp, inst) if source is not None and bits(source[1].shape) == 32 and _loop_input(
-            module, *source, callers, body) else None
+        if source is None or bits(source[1].shape) != 32:
+            return None
+        if _loop_input(module, *source, callers, body):
+            return comp, inst
+        # The recompute's cast of a value it computes (a layer norm's output, cast for the next
+        # matmuls and read by their weights' gradients): the program without remat stacks that
+        # bf16 value as it does float normalization's narrowings (more 73, held-out more 155).
+        return source if REMAT_SCOPE in name and phase(name) == "backward" else None
     if source is None or bits(source[1].shape) != 32:
         return None
     return source if REMAT_SCOPE in name and phase(name) == "backward" else None
