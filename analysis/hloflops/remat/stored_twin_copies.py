@@ -54,7 +54,9 @@ float normalization's narrowing of a recomputed value (tanh's `t` and `1 - t` un
 `nothing_saveable`, base seeds 42, 89, 149; where the recompute calls a nested body, a jitted or
 scanned one, the narrowing of the call's result carries the call's name, a prefix of its operand's:
 held-out base 235, linen_remat_scan, six gelu residuals), and the recompute's own cast of a kernel sliced from
-the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A
+the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71), or of
+a value it computes (a layer norm's output cast for the next matmuls, read by their weights'
+gradients: more 73, held-out more 155, two stacks per block the program without remat keeps). A
 value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
 output's stack: of the residuals computed from one set of loop inputs, the first stands for this
 program's stack of the saved output (a relu's mask where this program stores the conv output:
