@@ -273,8 +273,10 @@ def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, 
             return comp, inst
         # The recompute's cast of a value it computes (a layer norm's output, cast for the next
         # matmuls and read by their weights' gradients): the program without remat stacks that
-        # bf16 value as it does float normalization's narrowings (more 73, held-out more 155).
-        return source if REMAT_SCOPE in name and phase(name) == "backward" else None
+        # bf16 value as it does float normalization's narrowings (more 73, held-out more 155), for
+        # the weight gradient's matmul; other readers of such a cast are left as they were.
+        return source if REMAT_SCOPE in name and phase(name) == "backward" and _read_by_gradient(
+            module, comp, inst, op_names, callers, body, matmul=True) else None
     if source is None or bits(source[1].shape) != 32:
         return None
     return source if REMAT_SCOPE in name and phase(name) == "backward" else None
@@ -344,16 +346,18 @@ def _inputs(module: Module, comp, inst, op_names: OpNames, callers, body: str) -
     return False, frozenset(inputs)
 
 
-def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, body: str, depth: int = 0) -> bool:
+def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, body: str, depth: int = 0,
+                      matmul: bool = False) -> bool:
     """Is the value read, through widens, views and fusion boundaries within the loop body, by a
-    gradient op (a named op of the backward outside the recompute scope)?"""
+    gradient op (a named op of the backward outside the recompute scope; with `matmul`, a gradient
+    matmul: a weight's gradient reading a recomputed cast)?"""
     if depth > 8:
         return False
     readers = [r for r in comp.instructions if inst.name in r.operands]
     if inst.is_root and comp.name != body:
         caller = callers.get(comp.name)
         if caller is not None and caller[0].name == body:
-            if _read_by_gradient(module, caller[0], caller[1], op_names, callers, body, depth + 1):
+            if _read_by_gradient(module, caller[0], caller[1], op_names, callers, body, depth + 1, matmul):
                 return True
     for reader in readers:
         name = op_names.of(comp.name, reader)
@@ -362,13 +366,13 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
                 fused = module.by_name[callee]
                 indices = {i for i, operand in enumerate(reader.operands) if operand == inst.name}
                 params = [p for p in fused.instructions if p.opcode == "parameter" and parameter_number(p) in indices]
-                if any(_read_by_gradient(module, fused, p, op_names, callers, body, depth + 1) for p in params):
+                if any(_read_by_gradient(module, fused, p, op_names, callers, body, depth + 1, matmul) for p in params):
                     return True
             continue
         if reader.opcode == "tuple" and reader.is_root and comp.name != body:  # a fusion's outputs
             caller = callers.get(comp.name)
             if caller is not None and any(
-                    _read_by_gradient(module, caller[0], out, op_names, callers, body, depth + 1)
+                    _read_by_gradient(module, caller[0], out, op_names, callers, body, depth + 1, matmul)
                     for out in caller[0].instructions if out.opcode == "get-tuple-element"
                     and out.operands == (caller[1].name,)
                     and int(out.attributes.get("index", "-1")) in [i for i, o in enumerate(reader.operands)
@@ -376,10 +380,12 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
                 return True
             continue
         if name:
-            if REMAT_SCOPE not in name and phase(name) == "backward":
+            if REMAT_SCOPE not in name and phase(name) == "backward" and (
+                    not matmul or reader.opcode in ("dot", "convolution")):
                 return True
             continue
-        if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body, depth + 1):
+        if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body,
+                                                            depth + 1, matmul):
             return True
     return False
 
