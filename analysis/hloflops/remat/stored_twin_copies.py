@@ -54,7 +54,9 @@ float normalization's narrowing of a recomputed value (tanh's `t` and `1 - t` un
 `nothing_saveable`, base seeds 42, 89, 149; where the recompute calls a nested body, a jitted or
 scanned one, the narrowing of the call's result carries the call's name, a prefix of its operand's:
 held-out base 235, linen_remat_scan, six gelu residuals), and the recompute's own cast of a kernel sliced from
-the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71). A
+the loop's input (`convert(W[i], bf16)`, read by the input's gradient: base 25, more 60, 71), or of
+a value it computes (a layer norm's output cast for the next matmuls, read by their weights'
+gradients: more 73, held-out more 155, two stacks per block the program without remat keeps). A
 value computed from a matmul output the policy saved, not from a recomputed matmul, shares that
 output's stack: of the residuals computed from one set of loop inputs, the first stands for this
 program's stack of the saved output (a relu's mask where this program stores the conv output:
@@ -253,7 +255,8 @@ def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, 
     remat saves in a stack: an unnamed convert (float normalization's, or one named for its call)
     of an op in the checkpoint's recompute scope computed from a recomputed matmul, or the
     recompute's own named cast of a value the loop reads in (a layer's kernel, sliced from the
-    stacked weights); None for any other."""
+    stacked weights) or of a value it computes (a layer norm's output cast for the next matmuls);
+    None for any other."""
     if inst.opcode != "convert" or not inst.operands or bits(inst.shape) != 16:
         return None
     named = op_names.of(comp.name, inst)
@@ -261,11 +264,19 @@ def _narrowed_recompute(module: Module, comp, inst, op_names: OpNames, callers, 
     name = op_names.of(source[0].name, source[1]) if source is not None else ""
     # A convert named for the call enclosing its operand (a prefix of the operand's name) is float
     # normalization's narrowing of the call's result, as an unnamed one.
-    if named and not name.startswith(named + "/"):  # a cast jax named: the recompute's cast of a loop input
+    if named and not name.startswith(named + "/"):  # a cast jax named in the recompute
         if REMAT_SCOPE not in named or phase(named) != "backward" or not named.endswith("convert_element_type"):
             return None
-        return (comp, inst) if source is not None and bits(source[1].shape) == 32 and _loop_input(
-            module, *source, callers, body) else None
+        if source is None or bits(source[1].shape) != 32:
+            return None
+        if _loop_input(module, *source, callers, body):
+            return comp, inst
+        # The recompute's cast of a value it computes (a layer norm's output, cast for the next
+        # matmuls and read by their weights' gradients): the program without remat stacks that
+        # bf16 value as it does float normalization's narrowings (more 73, held-out more 155), for
+        # the weight gradient's matmul; other readers of such a cast are left as they were.
+        return source if REMAT_SCOPE in name and phase(name) == "backward" and _read_by_gradient(
+            module, comp, inst, op_names, callers, body, matmul=True) else None
     if source is None or bits(source[1].shape) != 32:
         return None
     return source if REMAT_SCOPE in name and phase(name) == "backward" else None
@@ -335,16 +346,18 @@ def _inputs(module: Module, comp, inst, op_names: OpNames, callers, body: str) -
     return False, frozenset(inputs)
 
 
-def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, body: str, depth: int = 0) -> bool:
+def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, body: str, depth: int = 0,
+                      matmul: bool = False) -> bool:
     """Is the value read, through widens, views and fusion boundaries within the loop body, by a
-    gradient op (a named op of the backward outside the recompute scope)?"""
+    gradient op (a named op of the backward outside the recompute scope; with `matmul`, a gradient
+    matmul: a weight's gradient reading a recomputed cast)?"""
     if depth > 8:
         return False
     readers = [r for r in comp.instructions if inst.name in r.operands]
     if inst.is_root and comp.name != body:
         caller = callers.get(comp.name)
         if caller is not None and caller[0].name == body:
-            if _read_by_gradient(module, caller[0], caller[1], op_names, callers, body, depth + 1):
+            if _read_by_gradient(module, caller[0], caller[1], op_names, callers, body, depth + 1, matmul):
                 return True
     for reader in readers:
         name = op_names.of(comp.name, reader)
@@ -353,13 +366,13 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
                 fused = module.by_name[callee]
                 indices = {i for i, operand in enumerate(reader.operands) if operand == inst.name}
                 params = [p for p in fused.instructions if p.opcode == "parameter" and parameter_number(p) in indices]
-                if any(_read_by_gradient(module, fused, p, op_names, callers, body, depth + 1) for p in params):
+                if any(_read_by_gradient(module, fused, p, op_names, callers, body, depth + 1, matmul) for p in params):
                     return True
             continue
         if reader.opcode == "tuple" and reader.is_root and comp.name != body:  # a fusion's outputs
             caller = callers.get(comp.name)
             if caller is not None and any(
-                    _read_by_gradient(module, caller[0], out, op_names, callers, body, depth + 1)
+                    _read_by_gradient(module, caller[0], out, op_names, callers, body, depth + 1, matmul)
                     for out in caller[0].instructions if out.opcode == "get-tuple-element"
                     and out.operands == (caller[1].name,)
                     and int(out.attributes.get("index", "-1")) in [i for i, o in enumerate(reader.operands)
@@ -367,10 +380,12 @@ def _read_by_gradient(module: Module, comp, inst, op_names: OpNames, callers, bo
                 return True
             continue
         if name:
-            if REMAT_SCOPE not in name and phase(name) == "backward":
+            if REMAT_SCOPE not in name and phase(name) == "backward" and (
+                    not matmul or reader.opcode in ("dot", "convolution")):
                 return True
             continue
-        if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body, depth + 1):
+        if reader.opcode in _HANDS_ON and _read_by_gradient(module, comp, reader, op_names, callers, body,
+                                                            depth + 1, matmul):
             return True
     return False
 
