@@ -59,7 +59,7 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
     for comp_name in fused_outputs(module):
         comp = module.by_name.get(comp_name)
         caller = callers.get(comp_name)
-        if comp is None or caller is None or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+        if comp is None or caller is None:
             continue
         outputs = list(comp.root.operands) if comp.root.opcode == "tuple" else [comp.root.name]
         for index, name in enumerate(outputs):
@@ -67,13 +67,14 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
             if not _is_narrow(comp, narrow):
                 continue
             chain = _chain(comp, narrow.operands[0])
-            if not any(op.marked for key in chain for op in by_name.get((comp_name, key), ())):
+            recomputes = {key for key in chain if any(op.marked for op in by_name.get((comp_name, key), ()))}
+            if not recomputes:
                 continue
             readers_of = readers_of if readers_of is not None else value_readers(module)
             readers = _computing_readers(module, caller[0], caller[1], index if comp.root.opcode == "tuple"
                                          else None, readers_of)
             if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
-                    or not _reads_saved_residual(module, callers, comp, chain):
+                    or not _reads_saved_residual(module, callers, comp, recomputes):
                 continue
             shared = set()  # the chain's ops another output of the fusion reads too
             for other in outputs:
@@ -104,6 +105,8 @@ def _chain(comp: Computation, name: str) -> set[str]:
     while stack:
         inst = comp.by_name.get(stack.pop())
         if inst is None or inst.name in out or inst.opcode == "parameter":
+            continue
+        if inst.opcode in MATMUL_OPCODES:
             continue
         out.add(inst.name)
         stack.extend(inst.operands)
