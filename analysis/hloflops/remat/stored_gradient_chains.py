@@ -1,6 +1,6 @@
-"""A recomputed cheap chain a loop fusion stores once, narrowed, for several matmuls, which the
-program without remat may copy into each of them (TPU; hloflops.remat.pairing calls
-`stored_chain_copies` beside hloflops.remat.stored_scales).
+"""A recomputed cheap chain a fusion stores once, narrowed, for several matmuls, which the program
+without remat may copy into each of them (TPU; hloflops.remat.pairing calls `stored_chain_copies`
+beside hloflops.remat.stored_scales).
 
 A gradient through a cheap activation (gelu's `dy * gelu'(h)`, with `h` and `gelu'(h)` rebuilt by
 the recompute from a saved matmul output) is read by two matmuls, the input's gradient and the
@@ -10,7 +10,13 @@ fusion. Which one it picks rests on how it fused the whole program: the program 
 reads its forward's stored `h` where this one rebuilds it, and may copy the chain into each reader
 (TPU draw 43, dots_saveable gelu: the twin runs the 14-multiply chain in the reduce's fusion and in
 both matmuls' fusions, three copies per layer against this program's one, so the per-opcode truth
-of multiply and add is negative and no split of this program's ops reaches it).
+of multiply and add is negative and no split of this program's ops reaches it). The fusion may as
+well be the output fusion of the matmul computing the cotangent the chain scales (the next layer's
+input gradient, `dy @ w.T`): held-out TPU 102 and 115, f32 MLPs under dots_saveable, store the
+chain so once per layer, and the twin copies it into both readers' fusions on one of the layers
+(the weight gradient's fusion nests it as a loop fusion), 2 x 14 multiplies more than this program.
+The chain then stops at the matmul: its operands are its own inputs, and XLA copies only the cheap
+ops (`InstructionFusion` never duplicates a matmul), so the matmul is no part of what is copied.
 
 So for each such stored value, the chain under its narrowing (the cheap ops of the fusion it is
 computed from, one of them at least a recompute) may run once per matmul reader in the program
@@ -21,11 +27,15 @@ cheap producer at most once into each reader. A recompute of the chain stays a "
 as well where it was one (kept apart from the twin copies other rules find, which are no hinge of
 their own). The narrowing itself is not counted: a reader that computes the chain reads it wide.
 
-Only a chain holding a recompute (without one the value is the backward's own, computed alike from
-the same stored values) and reading a policy's saved residual (an identity rounding of a matmul's
+Only a chain with a recompute reading a policy's saved residual (an identity rounding of a matmul's
 output): there the two programs' chains start from different stored values (the saved matmul output
 and the recomputed bias add here, the twin's stored activation input there), so this program's
-fusion says nothing of the twin's. A chain rebuilt from a recomputed matmul (nothing saveable) was
+fusion says nothing of the twin's. Without a recompute the value is the backward's own, computed
+alike from the same stored values; and where the chain reads the saved value through no recompute,
+that value is the one the twin stores too (TPU 41, save_only_these_names without prevent_cse: the
+policy saves gelu's input itself and CSE merged the recomputed gelu with the forward's, so the only
+remat-named ops left in the chain are the linearization's own `1 - tanh` and `3 * x**2`; both
+programs stored the chain alike, exact). A chain rebuilt from a recomputed matmul (nothing saveable) was
 stored once by the twin too on every TPU draw of 0-59 (2, 24: exact); so was a short chain read
 through a sharded conv's all-reduce (47: exact), while 40, of the same structure, is the twin's copy
 again (relu's narrow in each matmul's fusion): left out of the rule, no test in this program tells
@@ -67,6 +77,8 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
             if not _is_narrow(comp, narrow):
                 continue
             chain = _chain(comp, narrow.operands[0])
+            # the gate reads the recomputes' inputs: only a recompute reading the saved value starts
+            # the chain from another stored value than the twin's (module docstring, TPU 41)
             recomputes = {key for key in chain if any(op.marked for op in by_name.get((comp_name, key), ()))}
             if not recomputes:
                 continue
@@ -99,14 +111,16 @@ def _is_narrow(comp: Computation, inst: Instruction | None) -> bool:
 
 
 def _chain(comp: Computation, name: str) -> set[str]:
-    """The instructions of the fusion the value is computed from, itself included (not parameters)."""
+    """The instructions of the fusion the value is computed from, itself included (not parameters),
+    up to a matmul: in a matmul's output fusion the chain scales the matmul's result, and neither the
+    matmul nor its operands are copied with the chain."""
     out: set[str] = set()
     stack = [name]
     while stack:
         inst = comp.by_name.get(stack.pop())
         if inst is None or inst.name in out or inst.opcode == "parameter":
             continue
-        if inst.opcode in MATMUL_OPCODES:
+        if inst.opcode in MATMUL_OPCODES:  # the chain's input, as a fusion parameter is
             continue
         out.add(inst.name)
         stack.extend(inst.operands)
