@@ -168,3 +168,14 @@ def test_a_chain_whose_recomputes_do_not_read_the_saved_residual_is_left_alone()
         same_start = text.replace('%rh = f32[8,16] add(%g1, %gb), metadata={op_name="@R/dense_0/add"}',
                                   '%rh = f32[8,16] add(%g1, %gb), metadata={op_name="@F/dense_0/add"}')
         assert _chain_hinges(_accounted(same_start)) == []
+
+
+def test_a_chain_whose_saved_value_is_the_activations_input_is_left_alone():
+    # TPU 0 (whole-model attention, no bias, dots_with_no_batch_dims_saveable): the saved matmul
+    # output is gelu's input itself, the value the twin stores too; the recomputes read it with
+    # constants and each other only, and both programs stored the chain alike (three copies each)
+    for text in (CHAIN, IN_MATMUL):
+        no_bias = text.replace("  %gb = f32[8,16] broadcast(%g2), dimensions={1}\n",
+                               "  %one = f32[] constant(1)\n  %gb = f32[8,16] broadcast(%one), dimensions={}\n")
+        assert no_bias != text
+        assert _chain_hinges(_accounted(no_bias)) == []
