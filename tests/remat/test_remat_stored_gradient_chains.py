@@ -132,3 +132,50 @@ def test_a_chain_read_by_one_matmul_has_no_copies_to_make():
 def test_only_on_tpu():
     cpu = CHAIN.replace(', @T', '')
     assert _chain_hinges(_accounted(cpu)) == []
+
+
+# The chain in the output fusion of the matmul that computes the cotangent it scales (the input
+# gradient of the next layer, `up @ w2`): held-out TPU 102 and 115 (f32 MLPs under dots_saveable, gelu),
+# where the program without remat copies gelu's derivative chain into the weight gradient's fusion
+# and the input gradient's, and this program stores it narrowed once.
+IN_MATMUL = CHAIN.replace(
+    "%grad (g0: f32[8,16], g1: f32[8,16], g2: f32[16]) -> (f32[16], bf16[8,16]) {\n"
+    "  %g0 = f32[8,16] parameter(0)\n",
+    "%grad (u0: f32[8,8], g1: f32[8,16], g2: f32[16], w2: f32[8,16]) -> (f32[16], bf16[8,16]) {\n"
+    "  %u0 = f32[8,8] parameter(0)\n  %w2 = f32[8,16] parameter(3)\n"
+    "  %g0 = f32[8,16] dot(%u0, %w2), @D, metadata={op_name=\"@M\"}, @T\n").replace(
+    "up: f32[8,16]) ->", "up: f32[8,8], w2: f32[8,16]) ->").replace(
+    "  %up = f32[8,16] parameter(3)\n", "  %up = f32[8,8] parameter(3)\n  %w2 = f32[8,16] parameter(4)\n").replace(
+    "fusion(%up, %res, %b), kind=kLoop", "fusion(%up, %res, %b, %w2), kind=kOutput")
+
+
+def test_a_chain_stored_by_the_cotangents_matmul_fusion_may_be_copied_too():
+    acc = _accounted(IN_MATMUL)
+    # the cheap ops under the narrow, not the matmul computing the cotangent (not copied: XLA
+    # copies only cheap producers into readers)
+    assert _chain_hinges(acc) == [("dh", 2), ("dx", 2), ("dy", 2), ("rh", 2), ("rsq", 2)]
+    low, high = acc.remat_flops_bounds
+    assert low <= acc.remat_flops - 5 * 128 * 2 and high >= acc.remat_flops
+
+
+def test_a_chain_whose_recomputes_do_not_read_the_saved_residual_is_left_alone():
+    # TPU 41 (save_only_these_names, no prevent_cse): the policy saves the activation's input itself,
+    # the twin stores that value too, and CSE merged the recomputed gelu with the forward's: the chain
+    # reads the saved value through forward-named ops, and its only remat-named ops are the
+    # linearization's own (`1 - tanh`, `3 * x**2`). Both programs' chains start from the same stored
+    # value, so this one's fusion is the twin's: nothing to copy.
+    for text in (CHAIN, IN_MATMUL):
+        same_start = text.replace('%rh = f32[8,16] add(%g1, %gb), metadata={op_name="@R/dense_0/add"}',
+                                  '%rh = f32[8,16] add(%g1, %gb), metadata={op_name="@F/dense_0/add"}')
+        assert _chain_hinges(_accounted(same_start)) == []
+
+
+def test_a_chain_whose_saved_value_is_the_activations_input_is_left_alone():
+    # TPU 0 (whole-model attention, no bias, dots_with_no_batch_dims_saveable): the saved matmul
+    # output is gelu's input itself, the value the twin stores too; the recomputes read it with
+    # constants and each other only, and both programs stored the chain alike (three copies each)
+    for text in (CHAIN, IN_MATMUL):
+        no_bias = text.replace("  %gb = f32[8,16] broadcast(%g2), dimensions={1}\n",
+                               "  %one = f32[] constant(1)\n  %gb = f32[8,16] broadcast(%one), dimensions={}\n")
+        assert no_bias != text
+        assert _chain_hinges(_accounted(no_bias)) == []

@@ -421,8 +421,9 @@ residual computed from it) beyond this program's and beyond the recomputes they 
 (`RematIndex.twin_copies`, hloflops.remat.stored_twin_copies), and by those it may make of a loss
 gradient's scale `(pred - y) * c` that a matmul's output fusion here stores once for k readers,
 copying it into each (hloflops.remat.stored_scales), and, on TPU, of a recomputed cheap chain a
-loop fusion rebuilds from a policy's saved matmul output and stores narrowed for k matmuls (gelu's
-gradient), which the program without remat may copy into each matmul's fusion instead
+fusion (a loop fusion, or the output fusion of the matmul computing the cotangent) rebuilds from a
+policy's saved matmul output and stores narrowed for k matmuls (gelu's gradient), which the program
+without remat may copy into each matmul's fusion instead
 (hloflops.remat.stored_gradient_chains), and of a select stored here once: the
 embedding lookup's out-of-range fill, which the recomputes read too (the twin copies it into its
 other readers, with the elementwise chain a recompute here runs on it), and, on TPU, a scan's ReLU

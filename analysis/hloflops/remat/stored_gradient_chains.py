@@ -1,6 +1,6 @@
-"""A recomputed cheap chain a loop fusion stores once, narrowed, for several matmuls, which the
-program without remat may copy into each of them (TPU; hloflops.remat.pairing calls
-`stored_chain_copies` beside hloflops.remat.stored_scales).
+"""A recomputed cheap chain a fusion stores once, narrowed, for several matmuls, which the program
+without remat may copy into each of them (TPU; hloflops.remat.pairing calls `stored_chain_copies`
+beside hloflops.remat.stored_scales).
 
 A gradient through a cheap activation (gelu's `dy * gelu'(h)`, with `h` and `gelu'(h)` rebuilt by
 the recompute from a saved matmul output) is read by two matmuls, the input's gradient and the
@@ -10,7 +10,13 @@ fusion. Which one it picks rests on how it fused the whole program: the program 
 reads its forward's stored `h` where this one rebuilds it, and may copy the chain into each reader
 (TPU draw 43, dots_saveable gelu: the twin runs the 14-multiply chain in the reduce's fusion and in
 both matmuls' fusions, three copies per layer against this program's one, so the per-opcode truth
-of multiply and add is negative and no split of this program's ops reaches it).
+of multiply and add is negative and no split of this program's ops reaches it). The fusion may as
+well be the output fusion of the matmul computing the cotangent the chain scales (the next layer's
+input gradient, `dy @ w.T`): held-out TPU 102 and 115, f32 MLPs under dots_saveable, store the
+chain so once per layer, and the twin copies it into both readers' fusions on one of the layers
+(the weight gradient's fusion nests it as a loop fusion), 2 x 14 multiplies more than this program.
+The chain then stops at the matmul: its operands are its own inputs, and XLA copies only the cheap
+ops (`InstructionFusion` never duplicates a matmul), so the matmul is no part of what is copied.
 
 So for each such stored value, the chain under its narrowing (the cheap ops of the fusion it is
 computed from, one of them at least a recompute) may run once per matmul reader in the program
@@ -21,11 +27,17 @@ cheap producer at most once into each reader. A recompute of the chain stays a "
 as well where it was one (kept apart from the twin copies other rules find, which are no hinge of
 their own). The narrowing itself is not counted: a reader that computes the chain reads it wide.
 
-Only a chain holding a recompute (without one the value is the backward's own, computed alike from
-the same stored values) and reading a policy's saved residual (an identity rounding of a matmul's
-output): there the two programs' chains start from different stored values (the saved matmul output
-and the recomputed bias add here, the twin's stored activation input there), so this program's
-fusion says nothing of the twin's. A chain rebuilt from a recomputed matmul (nothing saveable) was
+Only a chain with a recompute that rebuilds the activation's input from a policy's saved residual
+(an identity rounding of a matmul's output) and another input of the fusion (the bias add): there
+the two programs' chains start from different stored values (the saved matmul output and the
+recomputed bias add here, the twin's stored activation input there), so this program's fusion says
+nothing of the twin's. Without a recompute the value is the backward's own, computed alike from the
+same stored values. Where the saved value is the activation's input itself, it is the value the
+twin stores too, and both programs stored the chain alike: TPU 0 (no bias, the recomputed gelu
+reads the saved matmul output with constants only; three chain fusions in each program) and TPU
+41 (save_only_these_names without prevent_cse: the policy saves gelu's input, CSE merged the
+recomputed gelu with the forward's, and the only remat-named ops left in the chain are the
+linearization's own `1 - tanh` and `3 * x**2`; exact). A chain rebuilt from a recomputed matmul (nothing saveable) was
 stored once by the twin too on every TPU draw of 0-59 (2, 24: exact); so was a short chain read
 through a sharded conv's all-reduce (47: exact), while 40, of the same structure, is the twin's copy
 again (relu's narrow in each matmul's fusion): left out of the rule, no test in this program tells
@@ -59,7 +71,7 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
     for comp_name in fused_outputs(module):
         comp = module.by_name.get(comp_name)
         caller = callers.get(comp_name)
-        if comp is None or caller is None or any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+        if comp is None or caller is None:
             continue
         outputs = list(comp.root.operands) if comp.root.opcode == "tuple" else [comp.root.name]
         for index, name in enumerate(outputs):
@@ -67,13 +79,16 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
             if not _is_narrow(comp, narrow):
                 continue
             chain = _chain(comp, narrow.operands[0])
-            if not any(op.marked for key in chain for op in by_name.get((comp_name, key), ())):
+            # the gate reads the recomputes' inputs: only a recompute adding the bias to the saved
+            # value starts the chain from another stored value than the twin's (module docstring)
+            recomputes = {key for key in chain if any(op.marked for op in by_name.get((comp_name, key), ()))}
+            if not recomputes:
                 continue
             readers_of = readers_of if readers_of is not None else value_readers(module)
             readers = _computing_readers(module, caller[0], caller[1], index if comp.root.opcode == "tuple"
                                          else None, readers_of)
             if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
-                    or not _reads_saved_residual(module, callers, comp, chain):
+                    or not _rebuilds_from_saved(module, callers, comp, recomputes):
                 continue
             shared = set()  # the chain's ops another output of the fusion reads too
             for other in outputs:
@@ -98,12 +113,16 @@ def _is_narrow(comp: Computation, inst: Instruction | None) -> bool:
 
 
 def _chain(comp: Computation, name: str) -> set[str]:
-    """The instructions of the fusion the value is computed from, itself included (not parameters)."""
+    """The instructions of the fusion the value is computed from, itself included (not parameters),
+    up to a matmul: in a matmul's output fusion the chain scales the matmul's result, and neither the
+    matmul nor its operands are copied with the chain."""
     out: set[str] = set()
     stack = [name]
     while stack:
         inst = comp.by_name.get(stack.pop())
         if inst is None or inst.name in out or inst.opcode == "parameter":
+            continue
+        if inst.opcode in MATMUL_OPCODES:  # the chain's input, as a fusion parameter is
             continue
         out.add(inst.name)
         stack.extend(inst.operands)
@@ -141,25 +160,54 @@ def _is_matmul(module: Module, inst: Instruction) -> bool:
 
 
 
-def _reads_saved_residual(module: Module, callers, comp: Computation, chain: set[str]) -> bool:
-    """Does the chain read a policy's saved residual (an identity rounding, in the forward matmul's
-    fusion or unfused), through the fusion's parameters and views?"""
-    for name in chain:
-        for operand in comp.by_name[name].operands:
-            frame, source = comp, operand
-            for _ in range(8):
-                inst = frame.by_name.get(source)
-                if inst is None:
-                    break
-                if is_identity_rounding(inst):
-                    return True
-                if inst.opcode in _VIEWS and inst.operands:
-                    source = inst.operands[0]
-                elif inst.opcode in FUSION_BOUNDARY:
-                    step = across_fusion_boundary(module, callers, frame, inst)
-                    if step is None:
-                        break
-                    frame, source = step
-                else:
-                    break
+def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes: set[str]) -> bool:
+    """Does a recompute of the chain rebuild the activation's input from a policy's saved residual
+    and another input of the fusion (the bias add: the saved matmul output plus the broadcast bias)?
+    The program without remat stores that sum, this one the matmul output: the chains start from
+    different stored values. Where the saved value is the activation's input itself (no bias, TPU 0;
+    the named activation saved, TPU 41) the recomputes read it with constants and each other only."""
+    for name in recomputes:
+        operands = comp.by_name[name].operands
+        saved = [o for o in operands if _is_saved(module, callers, comp, o)]
+        if saved and any(not _is_saved(module, callers, comp, param) for o in operands if o not in saved
+                         for param in _parameters(comp, o)):
+            return True
+    return False
+
+
+def _parameters(comp: Computation, name: str) -> set[str]:
+    """The fusion's parameters the value is computed from, up to a matmul."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        inst = comp.by_name.get(stack.pop())
+        if inst is None or inst.name in seen or inst.opcode in MATMUL_OPCODES:
+            continue
+        seen.add(inst.name)
+        if inst.opcode == "parameter":
+            out.add(inst.name)
+        stack.extend(inst.operands)
+    return out
+
+
+def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
+    """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
+    or unfused), through the fusion's parameters and views?"""
+    frame, source = comp, name
+    for _ in range(8):
+        inst = frame.by_name.get(source)
+        if inst is None:
+            return False
+        if is_identity_rounding(inst):
+            return True
+        if inst.opcode in _VIEWS and inst.operands:
+            source = inst.operands[0]
+        elif inst.opcode in FUSION_BOUNDARY:
+            step = across_fusion_boundary(module, callers, frame, inst)
+            if step is None:
+                return False
+            frame, source = step
+        else:
+            return False
     return False
