@@ -1,11 +1,11 @@
 """The loss's cotangent that TPU's fusion hands out of the loss's own fusion, which the program
-without remat copies into each reader (analysis/hloflops/remat/loss_cotangent_copies.py).
-
+without remat may copy into each reader (analysis/hloflops/remat/loss_cotangent_copies.py).
 TPU draw 17 (whole_model attn, save_only_these_names, fsdp): the loss fusion computes `y * c`
 beside `sum(y * y)` and hands it to three gradient fusions; the program without remat hands out
-`y` and copies the multiply into all three: multiply truth 512 below what this program's split
-reached (multiply +512 before, now exact; TPU 0, 27, 48, 55 alike). The unit tests use small
-hand-written fusions; the replay is skipped without libtpu, as tests/remat/test_remat_tpu_generated.py."""
+`y` and copies the multiply into all three (multiply truth 512 below this program's split). TPU
+draw 42 (eqx_list, tp) has the same structure here, and its program without remat merges the
+cotangent alike: so the copies are a range hinge. The unit tests use small hand-written fusions;
+the replays are skipped without libtpu, as tests/remat/test_remat_tpu_generated.py."""
 
 from __future__ import annotations
 
@@ -78,14 +78,17 @@ def test_cotangent_read_by_the_root_is_stored_by_both():
     assert loss_cotangent_copies(hloparse.parse(_module(with_loss=True, root_reads=True))) == {}
 
 
-def test_tpu_draw_17_multiply_exact(monkeypatch):
+@pytest.mark.parametrize("seed", [17, 42])
+def test_tpu_draws_where_the_twin_copies_the_cotangent_or_not_are_in_range(seed, monkeypatch):
+    # 17: the twin copies the cotangent into its three readers (multiply +512, inside the range);
+    # 42: the twin merges it into its loss fusion alike and runs it once, so a sure share of the
+    # copies (a first version of the rule) broke this exact draw: multiply -768, out of range.
     pytest.importorskip("jax")
     pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
     from tests.remat.generator import check, draw
-
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    outcome = check(draw(17, "tpu"))
-    after = next(v for v in outcome.verdicts if v.stage == "after")
-    assert "multiply" not in after.misses, outcome.describe()
+    outcome = check(draw(seed, "tpu"))
     assert outcome.in_bounds("after"), outcome.describe()
+    if seed == 42:
+        assert outcome.all_ok("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()

@@ -446,9 +446,9 @@ its forward alone computes, and the widens of its inputs fused into the stack's 
 residual), are sure too where the narrowing here was not counted as remat (this forward narrows no
 such value), else they lower the low end (as 1 per kernel cast, which both forwards narrow).
 On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands out of the loss's
-own fusion (beside `sum(y * y)`) to k readers, runs once here and once per reader in the program
-without remat, which hands out `y` and copies the multiply into each: k - 1 copies are the twin's
-alone, a negative share of that row (`RematIndex.twin_stores`; hloflops.remat.loss_cotangent_copies).
+own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
+out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
+low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

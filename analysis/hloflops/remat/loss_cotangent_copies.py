@@ -1,20 +1,20 @@
 """The loss's cotangent, which TPU's fusion hands out of the loss's fusion here and the program
-without remat copies into each reader (hloflops.remat.pairing calls `loss_cotangent_copies`).
+without remat may copy into each reader (hloflops.remat.pairing calls `loss_cotangent_copies`).
 
 The backward starts from the cotangent of the loss's mean, `y * (2 / n)` (jax names it
 `transpose(jvp())/mul;.../broadcast_in_dim`), read by the first gradient fusions: the last
 matmul's input and weight gradients and the residual's gradient. It reads nothing but the
-forward's output `y`, which the loss's own fusion computes for its reduce. In a program with remat,
-XLA's multi-output fusion merges the cotangent into that fusion as a second output beside the loss
-(`(y * c, sum(y * y))`): it runs once and its k readers read it stored. The program without remat
-hands out `y` instead and copies the cheap multiply into each of its k readers, as TPU's fusion
-copies any cheap producer (TPU draws 0, 17, 19, 27, 43, 45, 48, 55 and held-out 87, 93, 99, 100,
-102, 115, 116: the twin runs it once per reader of this program's hand-out). So k - 1 copies of it
-are the twin's alone: this program's remat FLOPs of multiply are its own less them
-(`RematIndex.twin_stores`, a negative share of the row). Not where the cotangent is handed out of a
-backward fusion of its own (the residual add and the cotangent, without the loss's reduce: TPU draw
-41, where the twin does the same and runs it once), nor where a reader is the computation's root
-(an output of the program, stored by both: draws 40, 80, 83)."""
+forward's output `y`, which the loss's own fusion computes for its reduce. XLA's multi-output
+fusion may merge the cotangent into that fusion as a second output beside the loss
+(`(y * c, sum(y * y))`): it runs once and its k readers read it stored. Where this program does so,
+the program without remat sometimes hands out `y` instead and copies the cheap multiply into each
+of its k readers (TPU draws 0, 4, 17, 22, 27, 48, 50, 55: the twin runs it once per reader of this
+program's hand-out), and sometimes merges it alike and runs it once (TPU 42 and unseen draws 141,
+179: the same structure here, no copy there). Nothing in this program tells the two apart, so the
+k - 1 copies are a `twin_copies` hinge: they lower the range's low end, never the split. Not where
+the cotangent is handed out of a backward fusion of its own (the residual add and the cotangent,
+without the loss's reduce: TPU draw 41, where the twin does the same and runs it once), nor where a
+reader is the computation's root (an output of the program, stored by both: draws 40, 80, 83)."""
 
 from __future__ import annotations
 

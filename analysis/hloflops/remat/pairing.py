@@ -337,21 +337,22 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
-    # The loss's cotangent the twin copies into each reader: sure, so a `twin_copies` hinge of it
-    # keeps only the copies beyond those (hloflops.remat.loss_cotangent_copies).
+    # The loss's cotangent the twin may copy into each reader: a `twin_copies` hinge of those
+    # copies, never a sure share (hloflops.remat.loss_cotangent_copies).
     cotangents = loss_cotangent_copies(module) if module.is_scheduled and remat_named and is_tpu_module(module) else {}
+    hinged = {key[:2]: n for key, n in twin_copies.items()}
+    for key, n in cotangents.items():
+        hinged[key] = max(hinged.get(key, 0), n)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
                       frozenset(unsure) - index.remat - frozenset(partial) - {key[:2] for key in twin_copies}
                       - set(stacks),
-                      partial, _with_stacks(_with_stacks({key[:2]: n - cotangents.get(key[:2], 0)
-                                                          for key, n in twin_copies.items()
-                                                          if n > cotangents.get(key[:2], 0)}, {
+                      partial, _with_stacks(_with_stacks(hinged, {
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
-                      {key: sure for key, (sure, _, _) in stacks.items()} | dict(cotangents),
+                      {key: sure for key, (sure, _, _) in stacks.items()},
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n})
 
 
