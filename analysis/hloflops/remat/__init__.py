@@ -198,6 +198,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    scan's backward loop body, and its unpacks in the gradient fusions, are remat: the program
    without remat stacks the mask as `pred` from its forward loop and packs nothing; outside a loop
    both programs pack the mask they hand to the backward (hloflops.remat.packed_masks).
+   Float normalization's unnamed widens in a scan's backward loop recompute fusions are in the
+   range only: the program without remat copies such widens into the forward fusions stacking
+   the residual chains (hloflops.remat.saved_chain_widens).
    range (hloflops.remat.nested_forward_narrows). Where jax differentiates inside a function the
    program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
    TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:

@@ -26,6 +26,7 @@ from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.regathered_narrows import repeated_shard_narrows
 from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
+from hloflops.remat.saved_chain_widens import recompute_widens_hinge
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
@@ -117,6 +118,10 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
     # A recomputed mask bit-packed in a scan's backward loop body, and its unpacks: remat (packed_masks).
     packed_masks(module, ops, d)
+    # Float normalization's widens in a backward loop's recompute fusions: the program without remat
+    # copies such widens into its saving fusions, so their count is the range's (saved_chain_widens).
+    if backward_loops:
+        d.paired_by_value -= recompute_widens_hinge(module, ops, d.remat, backward_loops)
     # A recompute of a residual the program without remat computes twice in its forward
     # (hloflops.remat.twin_residual_copies), or fused with its coefficient's gradient, which that
     # program computes in a fusion of its own (hloflops.remat.coefficient_fusions): model FLOPs.
