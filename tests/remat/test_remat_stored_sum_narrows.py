@@ -158,3 +158,18 @@ def test_without_the_policy_saving_the_matmul_output_the_rule_stands_aside():
         .replace("  ud = f32[2,32] dot(", "  ROOT ud = f32[2,32] dot(")
     twin = find_remat(_parsed(plain)).twin_copies
     assert ("relu_fwd", "m") not in twin and ("relu_bwd", "rm") not in twin
+
+
+def test_a_forward_copy_narrowing_the_activation_for_its_reader_counts_the_widen_alone():
+    # TPU draw 40 (dots_saveable, tp): the forward's relu is a fusion of its own narrowing relu's
+    # result for the next matmul, a narrow the twin makes too; the twin's widen of the stored sum
+    # and its narrow of `h + b` remain (convert truth -4,608 with the recompute's widen and narrow).
+    narrowing = STACKED.replace(
+        "  ROOT m = f32[2,32] maximum(a, zb), metadata={op_name=\"@F/jit(relu)/max\"}\n",
+        "  m = f32[2,32] maximum(a, zb), metadata={op_name=\"@F/jit(relu)/max\"}\n"
+        "  ROOT n = bf16[2,32] convert(m)\n").replace(
+        "  f = f32[2,32] fusion(q0, q1), kind=kLoop, calls=relu_fwd\n",
+        "  f = bf16[2,32] fusion(q0, q1), kind=kLoop, calls=relu_fwd\n")
+    twin = find_remat(_parsed(narrowing)).twin_copies
+    assert twin.get(("relu_fwd", "n")) == 2  # its widen and the narrow of `h + b`, once
+    assert twin.get(("relu_bwd", "rm")) == 2
