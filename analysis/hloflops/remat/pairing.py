@@ -33,7 +33,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
-from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows
+from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
 from hloflops.remat.op_kinds import is_identity_rounding
@@ -265,6 +265,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 for key, n in offloaded_sum_narrows(module, ops).items():
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 for key, n in offloaded_source_narrows(module, ops).items():  # and of an offloaded `h`
+                    twin_copies[key] = twin_copies.get(key, 0) + n
+                for key, n in stored_sum_narrows(module, ops).items():  # and of `h` a loop's stack keeps
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 unsplit_residual_copies(module, ops, remat, twin_copies)
         if module.is_scheduled:
