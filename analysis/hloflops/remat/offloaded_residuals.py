@@ -107,9 +107,11 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if adds_to_matmul(module, callers, by_key, op):
             continue
         tail = inner_tail(op.op_name)
+        # A forward bias add of a matmul's output is that matmul's epilogue, not the like of an add
+        # the recompute makes of other values (gelu's `z + 0.044715 z^3`, named `add` alike: draw 100).
         like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
-                if ends_with(twin.op_name, tail)]
-        if not like or not all(twin.key[0] in homes for twin in like):
+                if ends_with(twin.op_name, tail) and not _matmul_bias_add(module, twin)]
+        if not like or not all(twin.key[0] in homes or _kept_inside(module, fused, twin) for twin in like):
             continue
         site = (home, op.key[2])
         if site not in gradient:
@@ -123,6 +125,43 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if gradient[site]:
             found.add(op.key)
     return found
+
+
+def _matmul_bias_add(module: Module, op: SiteOp) -> bool:
+    """Is the op an `add` of one broadcast and a matmul computed in the same computation (the
+    epilogue XLA fuses into the matmul's output fusion)?"""
+    if op.inst.opcode != "add" or len(op.inst.operands) != 2:
+        return False
+    comp = module.by_name[op.key[0]]
+    operands = [comp.by_name.get(name) for name in op.inst.operands]
+    if any(inst is None for inst in operands) or sum(inst.opcode == "broadcast" for inst in operands) != 1:
+        return False
+    return any(inst.opcode in MATMUL_OPCODES for inst in operands)
+
+
+def _kept_inside(module: Module, fused: Mapping[str, frozenset[str]], twin: SiteOp) -> bool:
+    """Does a forward op run inside a fusion that hands out nothing computed from it at its own
+    shape and precision (a matmul's output fusion with the bias add and gelu, handing out gelu's
+    bf16 narrow for the next matmul and the f32 sum for the backward: held-out TPU draw 100)? Then
+    no program stores that value, and the one without remat rebuilds it where its backward matmul
+    reads it, as the recompute does."""
+    outputs = fused.get(twin.key[0])
+    if outputs is None:
+        return False
+    comp = module.by_name[twin.key[0]]
+    key = shape_key(twin.inst.shape)
+    reached, pending = {twin.key[1]}, [twin.key[1]]
+    users: dict[str, list[str]] = {}
+    for inst in comp.instructions:
+        for operand in inst.operands:
+            users.setdefault(operand, []).append(inst.name)
+    while pending:
+        for user in users.get(pending.pop(), ()):
+            if user not in reached:
+                reached.add(user)
+                pending.append(user)
+    return not any(name in reached and comp.by_name[name].opcode != "tuple" and
+                   shape_key(comp.by_name[name].shape) == key for name in outputs)
 
 
 def _through_widens(module: Module, by_key: Mapping[SiteKey, SiteOp], key: SiteKey) -> SiteOp | None:
