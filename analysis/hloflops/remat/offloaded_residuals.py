@@ -111,7 +111,9 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         # the recompute makes of other values (gelu's `z + 0.044715 z^3`, named `add` alike: draw 100).
         like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
                 if ends_with(twin.op_name, tail) and not _matmul_bias_add(module, twin)]
-        if not like or not all(twin.key[0] in homes or _kept_inside(module, fused, twin) for twin in like):
+        if not like or not all(twin.key[0] in homes for twin in like) and not (
+                all(twin.key[0] in homes or _kept_inside(module, fused, twin) for twin in like)
+                and _reads_stored_values(module, callers, by_key, remat, op)):
             continue
         site = (home, op.key[2])
         if site not in gradient:
@@ -137,6 +139,20 @@ def _matmul_bias_add(module: Module, op: SiteOp) -> bool:
     if any(inst is None for inst in operands) or sum(inst.opcode == "broadcast" for inst in operands) != 1:
         return False
     return any(inst.opcode in MATMUL_OPCODES for inst in operands)
+
+
+def _reads_stored_values(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey],
+                         op: SiteOp) -> bool:
+    """Does the recompute's fused computation read only values no recompute computes (what the
+    forward stores, which the program without remat stores alike)? A layer norm's recompute reads
+    its recomputed statistics: the program without remat need not rebuild it (held-out TPU 93)."""
+    comp = module.by_name[op.key[0]]
+    for param in comp.parameters:
+        source = source_op(module, callers, by_key, comp, param.name, op.key[2],
+                           lambda inst: inst.opcode in _PASSES, 64)
+        if source is None or source.key in remat or source.marked:
+            return False
+    return True
 
 
 def _kept_inside(module: Module, fused: Mapping[str, frozenset[str]], twin: SiteOp) -> bool:
