@@ -150,9 +150,26 @@ def _reads_stored_values(module: Module, callers, by_key: Mapping[SiteKey, SiteO
     for param in comp.parameters:
         source = source_op(module, callers, by_key, comp, param.name, op.key[2],
                            lambda inst: inst.opcode in _PASSES, 64)
+        if source is None and _entry_parameter(module, callers, comp, param.name):
+            continue  # the program's input (a weight, a bias): both programs read it
         if source is None or source.key in remat or source.marked:
             return False
     return True
+
+
+def _entry_parameter(module: Module, callers, comp, name: str) -> bool:
+    """Does a fused parameter come, through its call sites, from a parameter of the entry?"""
+    inst = comp.by_name.get(name)
+    for _ in range(16):
+        if inst is None or inst.opcode != "parameter":
+            return False
+        if comp.name == module.entry.name:
+            return True
+        caller = callers.get(comp.name)
+        if caller is None:
+            return False
+        comp, inst = caller[0], caller[0].by_name.get(caller[1].operands[int(inst.attributes["parameter_number"])])
+    return False
 
 
 def _kept_inside(module: Module, fused: Mapping[str, frozenset[str]], twin: SiteOp) -> bool:
