@@ -30,6 +30,7 @@ from hloflops.remat.saved_chain_widens import recompute_widens_hinge
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
+from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
 from hloflops.remat.twin_residual_copies import split_residual_copies
 from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
@@ -116,6 +117,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
+    # A recomputed pre-activation stored narrowed and widened back, as the program without remat's
+    # forward stores it: remat, not sure (hloflops.remat.stored_preactivations).
+    d.paired_by_value -= {key for pair in stored_preactivation_trips(module, ops, d.remat).items() for key in pair}
     # A recomputed mask bit-packed in a scan's backward loop body, and its unpacks: remat (packed_masks).
     packed_masks(module, ops, d)
     # Float normalization's widens in a backward loop's recompute fusions: the program without remat

@@ -107,9 +107,13 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if adds_to_matmul(module, callers, by_key, op):
             continue
         tail = inner_tail(op.op_name)
+        # A forward bias add of a matmul's output is that matmul's epilogue, not the like of an add
+        # the recompute makes of other values (gelu's `z + 0.044715 z^3`, named `add` alike: draw 100).
         like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
-                if ends_with(twin.op_name, tail)]
-        if not like or not all(twin.key[0] in homes for twin in like):
+                if ends_with(twin.op_name, tail) and not _matmul_bias_add(module, twin)]
+        if not like or not all(twin.key[0] in homes for twin in like) and not (
+                all(twin.key[0] in homes or _kept_inside(module, fused, twin) for twin in like)
+                and _reads_stored_values(module, callers, by_key, remat, op)):
             continue
         site = (home, op.key[2])
         if site not in gradient:
@@ -123,6 +127,74 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         if gradient[site]:
             found.add(op.key)
     return found
+
+
+def _matmul_bias_add(module: Module, op: SiteOp) -> bool:
+    """Is the op an `add` of one broadcast and a matmul computed in the same computation (the
+    epilogue XLA fuses into the matmul's output fusion)?"""
+    if op.inst.opcode != "add" or len(op.inst.operands) != 2:
+        return False
+    comp = module.by_name[op.key[0]]
+    operands = [comp.by_name.get(name) for name in op.inst.operands]
+    if any(inst is None for inst in operands) or sum(inst.opcode == "broadcast" for inst in operands) != 1:
+        return False
+    return any(inst.opcode in MATMUL_OPCODES for inst in operands)
+
+
+def _reads_stored_values(module: Module, callers, by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey],
+                         op: SiteOp) -> bool:
+    """Does the recompute's fused computation read only values no recompute computes (what the
+    forward stores, which the program without remat stores alike)? A layer norm's recompute reads
+    its recomputed statistics: the program without remat need not rebuild it (held-out TPU 93)."""
+    comp = module.by_name[op.key[0]]
+    for param in comp.parameters:
+        source = source_op(module, callers, by_key, comp, param.name, op.key[2],
+                           lambda inst: inst.opcode in _PASSES, 64)
+        if source is None and _entry_parameter(module, callers, comp, param.name):
+            continue  # the program's input (a weight, a bias): both programs read it
+        if source is None or source.key in remat or source.marked:
+            return False
+    return True
+
+
+def _entry_parameter(module: Module, callers, comp, name: str) -> bool:
+    """Does a fused parameter come, through its call sites, from a parameter of the entry?"""
+    inst = comp.by_name.get(name)
+    for _ in range(16):
+        if inst is None or inst.opcode != "parameter":
+            return False
+        if comp.name == module.entry.name:
+            return True
+        caller = callers.get(comp.name)
+        if caller is None:
+            return False
+        comp, inst = caller[0], caller[0].by_name.get(caller[1].operands[int(inst.attributes["parameter_number"])])
+    return False
+
+
+def _kept_inside(module: Module, fused: Mapping[str, frozenset[str]], twin: SiteOp) -> bool:
+    """Does a forward op run inside a fusion that hands out nothing computed from it at its own
+    shape and precision (a matmul's output fusion with the bias add and gelu, handing out gelu's
+    bf16 narrow for the next matmul and the f32 sum for the backward: held-out TPU draw 100)? Then
+    no program stores that value, and the one without remat rebuilds it where its backward matmul
+    reads it, as the recompute does."""
+    outputs = fused.get(twin.key[0])
+    if outputs is None:
+        return False
+    comp = module.by_name[twin.key[0]]
+    key = shape_key(twin.inst.shape)
+    reached, pending = {twin.key[1]}, [twin.key[1]]
+    users: dict[str, list[str]] = {}
+    for inst in comp.instructions:
+        for operand in inst.operands:
+            users.setdefault(operand, []).append(inst.name)
+    while pending:
+        for user in users.get(pending.pop(), ()):
+            if user not in reached:
+                reached.add(user)
+                pending.append(user)
+    return not any(name in reached and comp.by_name[name].opcode != "tuple" and
+                   shape_key(comp.by_name[name].shape) == key for name in outputs)
 
 
 def _through_widens(module: Module, by_key: Mapping[SiteKey, SiteOp], key: SiteKey) -> SiteOp | None:

@@ -45,6 +45,7 @@ from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
+from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -269,6 +270,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 for key, n in stored_sum_narrows(module, ops).items():  # and of `h` a loop's stack keeps
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 unsplit_residual_copies(module, ops, remat, twin_copies)
+                for widen in stored_preactivation_trips(module, ops, remat).values():  # stored_preactivations
+                    twin_copies[widen] = twin_copies.get(widen, 0) + 1
         if module.is_scheduled:
             # The rules one backend's compiler needs: TPU's backward loops and sharded weights, CPU's
             # float normalization (hloflops.remat.by_platform).
