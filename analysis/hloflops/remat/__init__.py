@@ -200,8 +200,14 @@ place and without the unit dimension in another, hloflops.remat.views):
    both programs pack the mask they hand to the backward (hloflops.remat.packed_masks).
    Float normalization's unnamed widens in a scan's backward loop recompute fusions are in the
    range only: the program without remat copies such widens into the forward fusions stacking
-   the residual chains (hloflops.remat.saved_chain_widens).
-   range (hloflops.remat.nested_forward_narrows). Where jax differentiates inside a function the
+   the residual chains (hloflops.remat.saved_chain_widens). A recomputed pre-activation `z` its
+   matmul fusion hands out narrowed and the weight gradient widens back: the program without remat
+   makes that round trip in its forward and widens once more, so both converts are unsure and one
+   more widen lowers the low end (hloflops.remat.stored_preactivations). The unnamed narrow of a
+   type-corrected cheap op a TPU rule took out of remat, reading an offloaded residual, follows the
+   op (hloflops.remat.corrected_narrows); relu copies of a matmul output a loop stores wide (or
+   offloads) lower the low end by the twin's narrow of `h` and its widen and narrow per copy
+   (hloflops.remat.offloaded_sum_narrows). Where jax differentiates inside a function the
    program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
    TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:
    unit-free for its matmul fusions, and in jax's `[b, t, 1]` shape as the residual the input
