@@ -59,10 +59,9 @@ def offloaded_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, in
             continue
         if not _single_reads(comp, inst):
             continue
-        operands = [comp.by_name.get(name) for name in inst.operands]
-        if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
+        other = _unbroadcast_operand(comp, inst)
+        if other is None:
             continue
-        other = next(o for o in operands if o.opcode != "broadcast")
         seen: list[Instruction] = []
 
         def passes(step: Instruction) -> bool:
@@ -76,6 +75,15 @@ def offloaded_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, in
         if key in by_key:
             found[key] = 1
     return found
+
+
+def _unbroadcast_operand(comp: Computation, add: Instruction) -> Instruction | None:
+    """The operand of a bias add that is not its broadcast (the matmul output's side); None unless
+    exactly one operand is a broadcast."""
+    operands = [comp.by_name.get(name) for name in add.operands]
+    if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
+        return None
+    return next(o for o in operands if o.opcode != "broadcast")
 
 
 def _single_reads(comp: Computation, add: Instruction) -> bool:
@@ -271,10 +279,9 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
         narrow = _narrowed_root(comp, inst)
         if narrow is None and (not read_by_a_matmul(site[0], site[1].name) or bits(root.shape) != bits(inst.shape)):
             continue
-        operands = [comp.by_name.get(name) for name in inst.operands]
-        if any(o is None for o in operands) or sum(o.opcode == "broadcast" for o in operands) != 1:
+        other = _unbroadcast_operand(comp, inst)
+        if other is None:
             continue
-        other = next(o for o in operands if o.opcode != "broadcast")
         seen: list[Instruction] = []
 
         def passes(step: Instruction) -> bool:
