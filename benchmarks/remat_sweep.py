@@ -12,7 +12,8 @@ a conv net, the offload policies, the Flax examples' sizes); `--family tpu` comp
 either family for a v5e through libtpu (one device or sharded; libtpu needed). Rows are
 `generator.label`: the form, with the architecture, offload policy and TPU mesh where they are
 new. `--out` writes the table and the failing draws to FILE. Each failing draw is printed with
-the line that replays it. `--jsonl` writes a line per draw and stage, to compare two runs seed by seed.
+the line that replays it. `--jsonl` writes a line per draw and stage, to compare two runs seed by seed
+(`benchmarks/remat_compare.py OLD.jsonl NEW.jsonl`).
 `--cache DIR` keeps each draw's compiled texts in DIR and reads them back on the next run
 (tests/remat/text_cache.py): compiling is most of a sweep and does not depend on the analysis, so
 a rerun after a change to a rule takes a fraction of the time (base 150 draws: about 70 s
