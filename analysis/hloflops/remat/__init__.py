@@ -458,6 +458,10 @@ On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands
 own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
 out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
 low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
+A cheap forward value a checkpoint reads as its input, which the checkpoint's barrier kept from
+being copied into its readers here, may be copied into each of them by the program without remat:
+its readers outside the recompute less one lower the low end (`twin_copies`;
+hloflops.remat.checkpoint_input_copies).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
