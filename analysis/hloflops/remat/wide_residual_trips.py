@@ -24,7 +24,12 @@ widened in this fusion (an unnamed convert from bf16 on its operand tree, throug
 ops), read directly by an elementwise op of the backward not named in the recompute, of the same
 shape. A value jax itself computes in f32 (a named `convert_element_type` upcast, flax's layer norm
 statistics) is stored in f32 by the program without remat: no round trip, and not found here
-(its widen is named). An f32 program has no such widen at all."""
+(its widen is named). An f32 program has no such widen at all. Not a value this program narrows
+too in the backward loop (the recompute hands it out narrowed for a weight's gradient, as the
+forward narrows it for its own matmul: the stack's narrow has its counterpart here; gelu's `x`
+on draw 29, tanh's `t` on TPU draw 37), nor `c - t` of a widened constant and such a value,
+whose two converts hloflops.remat.saved_residual_narrows settles, sure (draw 37 keeps its exact
+count and its range)."""
 
 from __future__ import annotations
 
