@@ -81,12 +81,14 @@ _UPCAST = 'convert(g1), metadata={op_name="@R/convert_element_type"}'
 
 def _parsed(widen: str = _NORMALIZED, text: str = SCAN):
     """The module, its op_name prefixes written out: @F the forward, @R the checkpoint's
-    recompute, @B its backward; @D a matmul's dimension numbers, @L the entry's layout and @T
-    TPU's backend config (what makes it a TPU module); @WIDEN the recompute's widen of its input."""
+    recompute, @B its backward; @D, @G a matmul's and a weight gradient's dimension numbers, @L
+    the entry's layout and @T TPU's backend config (what makes it a TPU module); @WIDEN the
+    recompute's widen of its input."""
     text = text.replace("@WIDEN(g1)", widen if widen != _NORMALIZED else "convert(g1)")
     for short, long in (("@R", "jit(loss)/transpose(jvp())/while/body/checkpoint/rematted_computation"),
                         ("@B", "jit(loss)/transpose(jvp())/while/body/checkpoint"), ("@F", "jit(loss)/jvp()"),
                         ("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
+                        ("@G", "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
                         ("@L", "{(bf16[8,16]{1,0:T(8,128)(2,1)})->bf16[8,8]{1,0:T(8,128)(2,1)}}"),
                         ("@T", 'backend_config={"scoped_memory_configs":[]}')):
         text = text.replace(short, long)
@@ -120,3 +122,23 @@ def test_no_trips_for_a_value_jax_computes_in_f32():
 def test_no_trips_before_optimization():
     unscheduled = SCAN.replace(", is_scheduled=true", "")
     assert _trips(find_remat(_parsed(text=unscheduled))) == 0
+
+
+_GRADIENT_CALL = "  dx = bf16[8,16] fusion(dy, x), kind=kLoop, calls=gradient\n"
+
+
+def test_no_trips_for_a_residual_this_program_narrows_too():
+    # The recompute hands `t` out narrowed for the weight's gradient too (TPU draw 37): the stack's
+    # narrow has its counterpart here, and `1 - t` is saved_residual_narrows' to settle.
+    narrowed = SCAN.replace("gradient {", """tanh_bwd {
+  r0 = bf16[8,16] parameter(0)
+  rw = f32[8,16] convert(r0)
+  rt = f32[8,16] tanh(rw), metadata={op_name="@R/tanh"}
+  ROOT rn = bf16[8,16] convert(rt)
+}
+
+gradient {""").replace(_GRADIENT_CALL, """  t = bf16[8,16] fusion(x), kind=kLoop, calls=tanh_bwd
+  dw = bf16[16,16] dot(t, dy), @G, metadata={op_name="@B/dense/transpose"}
+  dx = bf16[8,16] fusion(dy, x), kind=kLoop, calls=gradient
+""")
+    assert _trips(find_remat(_parsed(text=narrowed))) == 0
