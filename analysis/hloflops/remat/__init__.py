@@ -220,6 +220,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    forward, before any cotangent, and that product in a gradient fusion of its own into which it
    copies the chain of `r`, so the fused recompute stands for that gradient fusion: model FLOPs
    (hloflops.remat.coefficient_fusions).
+   A scan's gradient fusion reading a bf16 program's residuals recomputed wide lowers the low end
+   by the program without remat's narrow into its stack and widen back, two converts per residual
+   (hloflops.remat.wide_residual_trips).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

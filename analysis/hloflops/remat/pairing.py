@@ -35,6 +35,7 @@ from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
+from hloflops.remat.wide_residual_trips import wide_residual_trips
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -279,6 +280,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             decided = Decided(remat, certain, paired_by_value, stand_ins)
             if is_tpu_module(module):
                 tpu_rules(module, ops, decided, recomputes)
+                wide_residual_trips(module, ops, decided.remat, twin_copies)  # hloflops.remat.wide_residual_trips
             else:
                 settled_widens = float_normalization_rules(module, ops, decided)
             remat, certain, paired_by_value, stand_ins = (decided.remat, decided.certain, decided.paired_by_value,
