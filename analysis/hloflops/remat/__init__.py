@@ -304,6 +304,10 @@ place and without the unit dimension in another, hloflops.remat.views):
    adds and selects are remat (hloflops.remat.regathered_windowed_einsums; the weight's narrow
    for the loop in the range). So where the recompute's matmul gathers its own operand under its
    remat name (haiku), for a loop named as its matmul.
+   Under FSDP, an activation TPU gathers in windows (collective-permutes, `-inf` pad maximums)
+   for a forward matmul and again for its weight gradient in one frame: the program without remat
+   gathers it once for both, so the windows' concatenations, row selections and partial sums are
+   remat (hloflops.remat.twice_windowed_gathers).
 6. Layout copies (after optimization): a cheap value read in two layouts is copied by XLA into
    one fusion per transposition; a remat-marked such fusion writing a layout the forward does
    not, beside the forward's fusion of the same value writing another, stands in for the copy

@@ -32,6 +32,7 @@ from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.tpu_folded_squares import tpu_folded_square_offsets
+from hloflops.remat.twice_windowed_gathers import twice_windowed_gathers
 from hloflops.remat.twin_residual_copies import split_residual_copies
 from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
 from hloflops.remat.widen_counts import balanced_widens
@@ -114,6 +115,12 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).
     windowed, narrowed_for_it = regathered_windowed_einsums(module, ops)
     d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
+    # An activation window-gathered for its forward matmul and again for its weight gradient, which
+    # the program without remat gathers once for both: the windows' concatenations, row selections
+    # and partial sums are remat (hloflops.remat.twice_windowed_gathers).
+    twice = twice_windowed_gathers(module, ops)
+    d.remat, d.certain, d.stand_ins = d.remat | twice, d.certain | twice, d.stand_ins - twice
+    d.paired_by_value |= twice
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
