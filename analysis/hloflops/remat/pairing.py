@@ -33,6 +33,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
+from hloflops.remat.host_stacked_activations import host_stacked_activation_narrows
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
@@ -268,6 +269,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 for key, n in offloaded_source_narrows(module, ops).items():  # and of an offloaded `h`
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 for key, n in stored_sum_narrows(module, ops).items():  # and of `h` a loop's stack keeps
+                    twin_copies[key] = twin_copies.get(key, 0) + n
+                for key, n in host_stacked_activation_narrows(module, ops).items():  # and of `act(h)`, no bias
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 unsplit_residual_copies(module, ops, remat, twin_copies)
                 for widen in stored_preactivation_trips(module, ops, remat).values():  # stored_preactivations
