@@ -37,7 +37,7 @@ from hloparse.ir import CallRole, Computation, Instruction, Module
 # Back from an operand fusion's parameter to `h`: views, moves between memories, slices of a stack.
 _PASSES = frozenset({"bitcast", "reshape", "copy", "transpose", "copy-start", "copy-done", "dynamic-slice",
                      "slice", "dynamic-slice-start", "dynamic-slice-done", "async-start", "async-done"})
-# The start of an asynchronous read of a stack (TPU writes it either way).
+# The start of an asynchronous read of a stack (the parser reads `dynamic-slice-start` as `async-start`).
 _SLICE_STARTS = frozenset({"dynamic-slice-start", "async-start"})
 # Chain ops whose result rounds as their operand does (`max(bf16(h), 0) == bf16(max(h, 0))`).
 _COMMUTE_WITH_ROUNDING = frozenset({"maximum", "minimum"})

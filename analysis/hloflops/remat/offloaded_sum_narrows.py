@@ -313,8 +313,9 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
     return found
 
 
-# An asynchronous slice of a loop's stack (a scan's host stack, read back a step at a time).
-_STACK_READS = frozenset({"dynamic-slice-start", "dynamic-slice-done"})
+# An asynchronous slice of a loop's stack (a scan's host stack, read back a step at a time; the
+# parser reads `dynamic-slice-start` / `-done` as `async-start` / `async-done`).
+_STACK_READS = frozenset({"dynamic-slice-start", "dynamic-slice-done", "async-start", "async-done"})
 
 
 def _narrowed_root(comp: Computation, add: Instruction) -> Instruction | None:
