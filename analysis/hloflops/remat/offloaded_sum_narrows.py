@@ -258,7 +258,11 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
     missed truth -3,072; the twin's three converts of `[8, 64]` a layer more). The same mechanism as
     `offloaded_source_narrows` for a value the device keeps: only in a loop's body (without a loop
     XLA sees the whole program and may keep `h` wide: held-out TPU draw 87); whether TPU narrows
-    rests on how it fused that program, so each stands for converts it may make, never a count."""
+    rests on how it fused that program, so each stands for converts it may make, never a count.
+    An offload policy's `h` a scan writes into a host stack a step at a time (an asynchronous
+    `dynamic-update-slice` into memory space 5, read back by an asynchronous slice) is saved alike:
+    held-out TPU draw 144 (nnx_scan, relu, `offload_dot_with_no_batch_dims`), the twin's five
+    converts of `[4, 64]` a layer, convert truth -2,304 below the range [0, 1,536]."""
     offloaded = _offloaded_values(module)
     host_stacked = _host_written(module)  # `h` a scan writes into a host stack (an offload policy's)
     callers = one_call_site(module)
