@@ -207,7 +207,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    type-corrected cheap op a TPU rule took out of remat, reading an offloaded residual, follows the
    op (hloflops.remat.corrected_narrows); relu copies of a matmul output a loop stores wide (or
    offloads) lower the low end by the twin's narrow of `h` and its widen and narrow per copy
-   (hloflops.remat.offloaded_sum_narrows). Where jax differentiates inside a function the
+   (hloflops.remat.offloaded_sum_narrows); an activation straight off a matmul output a scan
+   offloads to a host stack, by the narrow the twin hands its next matmul from the fusion stacking
+   it (hloflops.remat.host_stacked_activations). Where jax differentiates inside a function the
    program calls (an unrolled gradient accumulation's per-microbatch gradient) and no loop runs,
    TPU's program without remat computes a layer norm's `rsqrt(var + eps)` twice in its forward:
    unit-free for its matmul fusions, and in jax's `[b, t, 1]` shape as the residual the input

@@ -258,8 +258,13 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
     missed truth -3,072; the twin's three converts of `[8, 64]` a layer more). The same mechanism as
     `offloaded_source_narrows` for a value the device keeps: only in a loop's body (without a loop
     XLA sees the whole program and may keep `h` wide: held-out TPU draw 87); whether TPU narrows
-    rests on how it fused that program, so each stands for converts it may make, never a count."""
+    rests on how it fused that program, so each stands for converts it may make, never a count.
+    An offload policy's `h` a scan writes into a host stack a step at a time (an asynchronous
+    `dynamic-update-slice` into memory space 5, read back by an asynchronous slice) is saved alike:
+    held-out TPU draw 144 (nnx_scan, relu, `offload_dot_with_no_batch_dims`), the twin's five
+    converts of `[4, 64]` a layer, convert truth -2,304 below the range [0, 1,536]."""
     offloaded = _offloaded_values(module)
+    host_stacked = _host_written(module)  # `h` a scan writes into a host stack (an offload policy's)
     callers = one_call_site(module)
     by_key = {op.key: op for op in ops}
     loop_bodies = {name for _, inst in module.instructions() if inst.opcode == "while"
@@ -286,7 +291,7 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
 
         def passes(step: Instruction) -> bool:
             seen.append(step)
-            return step.opcode in _PASSES or is_identity_rounding(step)
+            return step.opcode in _PASSES or step.opcode in _STACK_READS or is_identity_rounding(step)
 
         source = source_op(module, callers, by_key, comp, other.name, op.key[2], passes, 64)
         if any(id(s) in offloaded for s in seen):
@@ -297,10 +302,11 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
         # The twin's widen of the stored sum in this copy, and its narrow of the activation where
         # this copy hands it on wide (one narrowing it for its reader makes the twin's own).
         entry = (key, shape_key(inst.shape), 1 if narrow is not None else 2)
-        if source is not None and source.inst.opcode in MATMUL_OPCODES and any(is_identity_rounding(s) for s in seen):
-            saved.append(entry)  # the forward's copy, of `h` the policy saves
+        if source is not None and source.inst.opcode in MATMUL_OPCODES and \
+                any(is_identity_rounding(s) or id(s) in host_stacked for s in seen):
+            saved.append(entry)  # the forward's copy, of `h` the policy saves (on the device or the host)
         elif source is None and seen[-1].opcode == "get-tuple-element" and \
-                any(s.opcode == "dynamic-slice" for s in seen):
+                any(s.opcode == "dynamic-slice" or s.opcode in _STACK_READS and _on_host(s.shape) for s in seen):
             read_back.append(entry)  # a recompute's copy, of `h` read from a loop's stack
     shapes = {shape for _, shape, _ in saved}
     for key, shape, n in saved + [entry for entry in read_back if entry[1] in shapes]:
@@ -309,6 +315,11 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
             shapes.discard(shape)
             found[key] += 1  # and its narrow of `h + b` in the matmul's output fusion, once
     return found
+
+
+# An asynchronous slice of a loop's stack (a scan's host stack, read back a step at a time; the
+# parser reads `dynamic-slice-start` / `-done` as `async-start` / `async-done`).
+_STACK_READS = frozenset({"dynamic-slice-start", "dynamic-slice-done", "async-start", "async-done"})
 
 
 def _narrowed_root(comp: Computation, add: Instruction) -> Instruction | None:

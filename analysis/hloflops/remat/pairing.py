@@ -33,6 +33,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
+from hloflops.remat.host_stacked_activations import host_stacked_activation_narrows
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.wide_residual_trips import wide_residual_trips
@@ -92,6 +93,10 @@ class RematIndex:
     twin_stores: Mapping[Key, int] = field(default_factory=dict)
     # Of `twin_copies`, those that are sure where the row was not counted as remat (stored_twin_copies).
     twin_store_forward: Mapping[Key, int] = field(default_factory=dict)
+    # Converts of an op's result the program without remat may run beyond this one: key -> (how
+    # many, elements each), where the op's own FLOPs cannot stand for them (a tanh counts none:
+    # hloflops.remat.host_stacked_activations; lowers the range's low end only).
+    twin_narrows: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -188,6 +193,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
+    twin_narrows: dict[SiteKey, int] = {}  # converts of a value the program without remat may run
     chain_copies = stored_chain_copies(module, ops) if module.is_scheduled and remat_named else {}
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
@@ -271,6 +277,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 for key, n in stored_sum_narrows(module, ops).items():  # and of `h` a loop's stack keeps
                     twin_copies[key] = twin_copies.get(key, 0) + n
+                twin_narrows = host_stacked_activation_narrows(module, ops)  # and of `act(h)`, no bias
                 unsplit_residual_copies(module, ops, remat, twin_copies)
                 for widen in stored_preactivation_trips(module, ops, remat).values():  # stored_preactivations
                     twin_copies[widen] = twin_copies.get(widen, 0) + 1
@@ -366,7 +373,20 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()},
-                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n})
+                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
+                      twin_narrows=_narrows(module, twin_narrows))
+
+
+def _narrows(module: Module, narrows: Mapping[SiteKey, int]) -> dict[Key, tuple[int, int]]:
+    """`RematIndex.twin_narrows`: each op's converts with its result's elements."""
+    out: dict[Key, tuple[int, int]] = {}
+    for (comp, name, _), n in narrows.items():
+        shape = module.by_name[comp].by_name[name].shape
+        elements = 1
+        for dim in shape.dims:
+            elements *= dim
+        out[(comp, name)] = (max(out.get((comp, name), (0, 0))[0], n), elements)
+    return out
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
