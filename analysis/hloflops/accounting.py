@@ -477,7 +477,7 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     counted one with the FLOPs it counts (a `Row.remat_part`'s share); and the values the program
     without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
     twin, stores = index.twin_copies, index.twin_stores
-    narrows = getattr(index, "twin_narrows", {})  # converts of a row's result (no FLOPs of its own to copy)
+    narrows = index.twin_narrows  # converts of a row's result (no FLOPs of its own to copy)
     if not (index.weak or index.unsure or twin or narrows):
         return ()
 
