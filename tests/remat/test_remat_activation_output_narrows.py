@@ -96,3 +96,31 @@ def test_a_narrow_of_an_activation_the_backward_reads_only_in_matmuls_is_left_al
     index = find_remat(_parsed(text))
     assert ("recompute", "d.r") in index
     assert ("inner", "c") not in index
+
+
+def test_a_narrow_in_a_loop_body_is_left_alone():
+    # A scan's forward body: the program without remat writes `t` into its residual stack with a
+    # fusion that hands the next matmul a narrowed copy too, the same narrow (TPU draw 13).
+    text = HLO.replace("""ENTRY main {""", """body {
+  s = (f32[8,16], f32[16,32], bf16[32,4], f32[32], f32[8,4]) parameter(0)
+  bx = f32[8,16] get-tuple-element(s), index=0
+  bw = f32[16,32] get-tuple-element(s), index=1
+  bv = bf16[32,4] get-tuple-element(s), index=2
+  bb = f32[32] get-tuple-element(s), index=3
+  by = f32[8,4] fusion(bx, bw, bv, bb), kind=kOutput, calls=outer, @T
+  ROOT bs = (f32[8,16], f32[16,32], bf16[32,4], f32[32], f32[8,4]) tuple(bx, bw, bv, bb, by)
+}
+
+cond {
+  cs = (f32[8,16], f32[16,32], bf16[32,4], f32[32], f32[8,4]) parameter(0)
+  ROOT ck = pred[] constant(false)
+}
+
+ENTRY main {""").replace("""  y = f32[8,4] fusion(x, w, v, bias), kind=kOutput, calls=outer, @T""",
+                         """  y0 = f32[8,4] constant({...})
+  st = (f32[8,16], f32[16,32], bf16[32,4], f32[32], f32[8,4]) tuple(x, w, v, bias, y0)
+  l = (f32[8,16], f32[16,32], bf16[32,4], f32[32], f32[8,4]) while(st), condition=cond, body=body
+  y = f32[8,4] get-tuple-element(l), index=4""")
+    index = find_remat(_parsed(text))
+    assert ("recompute", "d.r") in index
+    assert ("inner", "c") not in index
