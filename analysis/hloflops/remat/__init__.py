@@ -194,6 +194,11 @@ place and without the unit dimension in another, hloflops.remat.views):
    rest on per-trip pairing (hloflops.remat.packed_conv_inputs). The narrow a convolution's operand
    takes inside the convolution's fusion (a weight gradient's nested relu) is remat as the op it
    narrows: the program without remat narrows there too (hloflops.remat.conv_operand_narrows).
+   The forward's narrow of a chain of single reads (`tanh(x @ w + b)`) nested with its matmul in
+   the next matmul's fusion, outside loop bodies, whose recompute the backward reads wide (tanh's
+   derivative reads `t`): the program without remat stores `t` in f32 and its next matmul reads it
+   with no convert, so that narrow is recompute too, in the range
+   (hloflops.remat.activation_output_narrows).
    A recomputed relu mask TPU packs into bits (`shift-left` by an `iota`, a `reduce` by `or`) in a
    scan's backward loop body, and its unpacks in the gradient fusions, are remat: the program
    without remat stacks the mask as `pred` from its forward loop and packs nothing; outside a loop
@@ -328,8 +333,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    earlier all-reduce gathered, read by a recompute, gathers it again because the checkpoint's
    barrier keeps CSE from merging the recompute's gather with the forward's: those elements are
    remat (hloflops.remat.collectives). So, on TPU, is an unnamed narrow of a weight shard for a
-   gather, where an earlier one narrowed that shard already (in the range;
-   hloflops.remat.regathered_narrows).
+   gather, or for a tensor-parallel windowed einsum's loop, where an earlier one narrowed that
+   shard already (in the range; hloflops.remat.regathered_narrows).
 
 8. Ops XLA could not simplify across a checkpoint's barrier (after optimization, not TPU): its
    simplifier moves a broadcast below an elementwise op whose operands are all broadcasts

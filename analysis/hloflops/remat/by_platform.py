@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hloflops.remat.activation_output_narrows import activation_output_narrows
 from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_chain_copies
 from hloflops.remat.coefficient_fusions import coefficient_fusions
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
@@ -104,6 +105,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # fusion: the program without remat stores that matmul's output and reads it wide
     # (hloflops.remat.nested_forward_narrows; in the range).
     d.remat |= nested_forward_narrows(module, ops, d.remat)
+    # Its single-read chain (tanh's), where the backward reads the activation's recompute wide: that
+    # program stores the activation wide outside loops (hloflops.remat.activation_output_narrows; in the range).
+    d.remat |= activation_output_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
     # Unpaired recomputed matmuls whose twin the partitioner windowed, or that read a residual offloaded

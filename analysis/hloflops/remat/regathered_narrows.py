@@ -19,7 +19,14 @@ which narrow came first is the order of the fusions in their caller. The same ho
 checkpoint's input, not a weight only: the barrier hands the recompute another copy of `x`, which
 the partitioner narrows and gathers again (held-out TPU draw 94, an FSDP `fori_loop` MLP: the
 program without remat gathers `x` once for its forward and backward, this one twice; convert
--128 -> exact)."""
+-128 -> exact).
+
+Under tensor parallelism the partitioner's windowed einsum (a loop passing the weight shard on with
+collective-permutes, one step per device) reads the narrowed shard as a loop state element: each
+of the forward's and the backward's windowed loops reads a narrow, and the backward's weight came
+through the barrier. The program without remat narrows each shard once for both (held-out TPU
+draw 123, an offloaded nnx MLP: five weights narrowed again for the backward's loops, convert
+-10,048 out of range -> in range)."""
 
 from __future__ import annotations
 
@@ -85,7 +92,7 @@ def _fused_shard(module: Module, comp: Computation, inst: Instruction, caller: C
     """The program input a fusion's root convert narrows (through views inside the fusion, then
     moves in its caller), where the fusion is read only by gathers; else None."""
     readers = caller.users.get(fusion.name, ())
-    if not readers or not all(_gathers(module, reader) for reader in readers):
+    if not readers or not all(_gathers(module, caller, reader) for reader in readers):
         return None
     source = comp.by_name.get(inst.operands[0])
     if source is None or not _narrows(source, inst):
@@ -119,7 +126,7 @@ def _shard(module: Module, comp: Computation, inst: Instruction) -> str | None:
     """The program input (a parameter) the convert narrows, through moves and views, where it is
     narrowed to be gathered; else None."""
     readers = comp.users.get(inst.name, ())
-    if not readers or not all(_gathers(module, reader) for reader in readers):
+    if not readers or not all(_gathers(module, comp, reader) for reader in readers):
         return None
     source = comp.by_name.get(inst.operands[0])
     if source is None or not _narrows(source, inst):
@@ -135,14 +142,39 @@ def _shard(module: Module, comp: Computation, inst: Instruction) -> str | None:
     return None
 
 
-def _gathers(module: Module, reader: Instruction) -> bool:
-    """Does the reader gather its operand (an all-gather, or TPU's fusion starting an async one)?"""
+def _gathers(module: Module, comp: Computation, reader: Instruction) -> bool:
+    """Does the reader gather its operand (an all-gather, or TPU's fusion starting an async one,
+    or the state tuple of a windowed einsum's loop, which passes the shard around)?"""
     if reader.opcode in _GATHERS:
         return True
+    if reader.opcode == "tuple":
+        return _windowed_loop_state(module, comp, reader)
     if reader.opcode != "fusion":
         return False
     return any(inst.opcode in _GATHERS for name in reader.called(CallRole.FUSION)
                for inst in getattr(module.by_name.get(name), "instructions", ()))
+
+
+def _windowed_loop_state(module: Module, comp: Computation, state: Instruction) -> bool:
+    """Is the tuple read only by while loops whose body moves data between devices (a windowed
+    einsum: the partitioner's loop passing a weight shard on with collective-permutes)?"""
+    readers = comp.users.get(state.name, ())
+    return bool(readers) and all(reader.opcode == "while" and any(
+        _passes_shards(module, module.by_name[body], 3) for body in reader.called(CallRole.WHILE_BODY))
+        for reader in readers)
+
+
+def _passes_shards(module: Module, comp: Computation, depth: int) -> bool:
+    """Does the computation (or one it calls, `depth` levels down) hold a collective-permute or a
+    gather?"""
+    for inst in comp.instructions:
+        if inst.opcode.startswith("collective-permute") or inst.opcode in _GATHERS:
+            return True
+        if depth and any(_passes_shards(module, module.by_name[name], depth - 1)
+                         for role in (CallRole.FUSION, CallRole.CALL, CallRole.ASYNC, CallRole.BRANCH)
+                         for name in inst.called(role) if name in module.by_name):
+            return True
+    return False
 
 
 def _narrows(source: Instruction, inst: Instruction) -> bool:
