@@ -81,7 +81,8 @@ FORMS.update({
 # a signature pairing offers the twin of the shortest name first (they missed add +32,768). The
 # LM under `prevent_cse=False` is exact after optimization since the recompute's rsqrt pairs with
 # its forward through a unit-dimension bitcast and the forward-named variance chain under it is
-# its copy (remat/expensive_chains.py; it missed multiply -1,536, add, maximum, subtract -512).
+# its copy (remat/views.py, remat/expensive_chains.py; it missed multiply -1,536, add, maximum,
+# subtract -512).
 # Unrolled gradient accumulation and the unrolled scan are exact after optimization since a
 # layer's all-marked copies count only forward values no recompute of their level matched
 # (remat/forward_twins.py: every layer reads the same stacked weights, and other layers' layer

@@ -163,7 +163,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    the forward's: the recompute's chain is model FLOPs and the forward's copies are remat, and so
    is another recompute fusion storing a value of that chain the forward never hands out (the
    clamped indices for the embedding gradient's scatter). Not for a chain holding an expensive op
-   or a saved residual (hloflops.remat.stored_by_the_recompute).
+   or a saved residual (hloflops.remat.stored_by_the_recompute). The chain may read another
+   recompute fusion's value that the forward hands out too (a bias cast).
    A paired cheap recompute in a gradient fusion that reads a recomputed matmul of that fusion (or
    the collective completing one, at its parameter) is no copy the program without remat makes:
    XLA never duplicates a matmul, and where the forward computes the op in its matmul's fusion (a

@@ -116,9 +116,9 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # XLA may lay out a recompute's elementwise op with a unit dimension its forward lacks (one
     # attention head: the scaled scores `[b, 1, q, k]` against the forward's `[b, q, k]`): a
     # recompute left without a twin of its own signature takes one equal but for unit dimensions,
-    # after every recompute has had its own signature's (more 170). Not an expensive op: its
-    # twin read through unit-dimension views is hloflops.remat.expensive_chains' (a layer norm's
-    # `[b, t, 1]` rsqrt), with the chain under it; nor a cast (a bias's bf16 cast, read from the
+    # after every recompute has had its own signature's (more 170). Not an expensive op: the value
+    # numbering pairs its twin read through unit-dimension views by value (a layer norm's
+    # `[b, t, 1]` rsqrt, hloflops.remat.views); nor a cast (a bias's bf16 cast, read from the
     # saved stack of f32 biases: the widen and cast counts decide those, more 60).
     # Not on TPU, whose tiled layouts keep a scan's stacked unit dimension in both copies (TPU
     # draw 29, flax's remat_scan: a layer norm's chain of its inner recompute loop took such twins
@@ -144,7 +144,7 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
         own_signature = signature(op, shapes)
         twins = pool.get(own_signature, [])
         if fallback and (op.inst.opcode in EXPENSIVE or op.inst.opcode == "convert"):
-            continue  # an expensive op's reshaped twin is hloflops.remat.expensive_chains', a cast's the widens'
+            continue  # an expensive op's reshaped twin pairs by value (hloflops.remat.views), a cast's the widens'
         if fallback:
             twins = [twin for twin in squeezed.get(unit_dimension_free_signature(own_signature), ())
                      if twin not in twins]
@@ -214,10 +214,10 @@ def linearization_only(ops: list[SiteOp], settled: set[SiteKey]) -> set[SiteKey]
     but the linearization's own work that jax named inside the recompute (softmax's `s * s`
     for the derivative of `1 / s`; the program without remat computes it in its forward). An
     unnamed op outside the backward (XLA's) may be any op's copy and counts as a possible twin.
-    A layer norm's `rsqrt` read with a unit dimension more (`expensive_chains`) is no such op, nor
-    is a matmul: sharded, the partitioner may give the recompute's another result shape than the
-    forward's (hloflops.remat.partitioned), and a matmul named in the recompute is the primal's
-    (its tangent's matmuls are transposed into the backward)."""
+    A layer norm's `rsqrt` read with a unit dimension more (one value with the forward's, through
+    its views) is no such op, nor is a matmul: sharded, the partitioner may give the recompute's
+    another result shape than the forward's (hloflops.remat.partitioned), and a matmul named in
+    the recompute is the primal's (its tangent's matmuls are transposed into the backward)."""
     forward: dict[tuple, list[str]] = {}
     for op in ops:
         if not op.marked and phase(op.op_name) != "backward":

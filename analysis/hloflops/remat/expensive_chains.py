@@ -1,7 +1,12 @@
 """Expensive recomputes and the cheap chains under them, after optimization (hloflops.remat.
 fusion_copies calls these). XLA never copies an expensive op (a transcendental, a divide) into a
-second fusion, so where a recompute's expensive op matched no value, or CSE left its cheap chain
-the forward's name, the pairing needs to look through what the numbering keeps apart."""
+second fusion, so where CSE left a recompute's cheap chain the forward's name, the pairing needs
+to look through what the names say.
+
+(`reshaped_twins`, which paired a recompute's `rsqrt` over a `[b, t, 1]` bitcast of a layer
+norm's variance with the forward's over `[b, t]`, is gone: the value numbering gives both one
+number since it sees through views that only add or drop unit dimensions (hloflops.remat.views),
+and leaving it out changed no draw of base, more, tpu 0-179 or held-out base/more 150-299.)"""
 
 from __future__ import annotations
 
@@ -11,49 +16,6 @@ from hloflops.remat.op_kinds import EXPENSIVE
 from hloflops.scopes import phase
 from hloparse.ir import Module
 from hloflops.remat.sites import SiteKey, SiteOp
-
-
-def reshaped_twins(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> dict[SiteKey, SiteOp]:
-    """Remat-marked expensive elementwise ops of one operand, left unpaired, that apply their
-    opcode to a value an unmarked op applies it to, read through bitcasts, reshapes and copies
-    that only add or drop unit dimensions: each such op and its forward twin. A layer norm keeps
-    its variance `[b, t, 1]`: XLA bitcasts the `[b, t]` sums for the recompute's `rsqrt` and not
-    for the forward's, so the two rsqrts are two values to the numbering (a result shape of its
-    own) though they hold the same elements, and the recompute's matched nothing (base draws 9,
-    12, 13, 74, 96). Only these ops are matched so, after the pairing: numbering every value
-    without its unit dimensions moves classes the pairing splits by how many copies the forward
-    computes (more draws 9 and 88)."""
-    wanted = [op for op in ops if op.marked and op.key not in remat and op.inst.opcode in EXPENSIVE
-              and len(op.inst.operands) == 1]
-    if not wanted:
-        return {}
-    by_key = {op.key: op for op in ops}
-    forward: dict[tuple, SiteOp] = {}  # (opcode, element type, the operand's value) -> an unmarked op
-    for op in ops:
-        if not op.marked and op.inst.opcode in EXPENSIVE and len(op.inst.operands) == 1:
-            read = _through_unit_views(module, op, by_key)
-            if read is not None:
-                forward.setdefault((op.inst.opcode, op.inst.shape.element_type, read.exact), op)
-    out: dict[SiteKey, SiteOp] = {}
-    for op in wanted:
-        read = _through_unit_views(module, op, by_key)
-        twin = forward.get((op.inst.opcode, op.inst.shape.element_type, read.exact)) if read is not None else None
-        if twin is not None and twin.frame == op.frame:
-            out[op.key] = twin
-    return out
-
-
-def _through_unit_views(module: Module, op: SiteOp, by_key: Mapping[SiteKey, SiteOp]) -> SiteOp | None:
-    """The op whose value `op` reads as its one operand, through copies and through bitcasts and
-    reshapes that only add or drop unit dimensions (None where the chain does more)."""
-    comp = module.by_name[op.key[0]]
-    inst = comp.by_name.get(op.inst.operands[0])
-    while inst is not None and inst.opcode in ("copy", "bitcast", "reshape") and len(inst.operands) == 1:
-        source = comp.by_name.get(inst.operands[0])
-        if source is None or unit_free(source.shape) != unit_free(inst.shape):
-            return None
-        inst = source
-    return by_key.get((op.key[0], inst.name, op.key[2])) if inst is not None else None
 
 
 def unit_free(shape) -> tuple | None:
@@ -72,8 +34,7 @@ def unit_free(shape) -> tuple | None:
     return (shape.element_type, tuple(shape.dims[d] for d in kept), tuple(rank[d] for d in order if d in rank))
 
 
-def mirrored_chains(module: Module, by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey],
-                     twins: Mapping[SiteKey, SiteOp]) -> set[SiteKey]:
+def mirrored_chains(module: Module, by_key: Mapping[SiteKey, SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
     """The unmarked ops an expensive recompute reads inside its fusion whose values its forward
     twin (an unmarked expensive op of the same value) also reads inside its own fusion. XLA never
     copies the expensive op, so each of the two fusions computes the cheap chain under it for
@@ -110,8 +71,7 @@ def mirrored_chains(module: Module, by_key: Mapping[SiteKey, SiteOp], remat: set
     out: set[SiteKey] = set()
     for key, read in reads.items():
         op = by_key[key]
-        value = twins[key].exact if key in twins else op.exact
-        if op.marked and key in remat and value in twin_reads:
-            out.update(k for k in read if not by_key[k].marked and by_key[k].exact in twin_reads[value]
+        if op.marked and key in remat and op.exact in twin_reads:
+            out.update(k for k in read if not by_key[k].marked and by_key[k].exact in twin_reads[op.exact]
                        and by_key[k].op_name and phase(by_key[k].op_name) == "forward")
     return out

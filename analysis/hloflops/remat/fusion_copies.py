@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 from weakref import WeakKeyDictionary
 
-from hloflops.remat.expensive_chains import mirrored_chains, reshaped_twins
+from hloflops.remat.expensive_chains import mirrored_chains
 from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, unit_free_shape
 from hloflops.remat.linearization_copies import (
@@ -74,9 +74,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     feeds_expensive = feeding_marked_expensive(
         module, fused, {op.key[:2] for op in by_key.values() if op.marked and op.key not in own} - duplicated)
     under_duplicated = duplicated | feeding_marked_expensive(module, fused, duplicated)
-    reshaped = reshaped_twins(module, ops, remat)
-    remat = remat | set(reshaped)
-    mirrored = mirrored_chains(module, by_key, remat, reshaped)
+    mirrored = mirrored_chains(module, by_key, remat)
     decided: dict[tuple[str, int], bool | None] = {}  # (fusion, site) -> do its copies run because of remat?
     twins = _forward_twins(ops, fused, by_key)
     stored = _stored_by_the_forward(ops, twins)

@@ -111,7 +111,8 @@ def _chain(module: Module, comp, w: SiteOp, by_key: Mapping[SiteKey, SiteOp],
     pending, seen = [w.inst.name], {w.inst.name}
     while pending:
         inst = comp.by_name[pending.pop()]
-        if inst.opcode == "parameter" and _reads_recompute(module, callers.get(comp.name), inst, by_key, fused, site):
+        if inst.opcode == "parameter" and _reads_recompute(module, callers.get(comp.name), inst, by_key, fused, site,
+                                                           {value for f, value in handed_out if f == frame}):
             return None  # the chain starts inside the recompute: not the forward's value stored
         op = by_key.get((comp.name, inst.name, site))
         if op is not None:
@@ -181,9 +182,12 @@ def _chain(module: Module, comp, w: SiteOp, by_key: Mapping[SiteKey, SiteOp],
 
 
 def _reads_recompute(module: Module, call: tuple[str, str] | None, param, by_key: Mapping[SiteKey, SiteOp],
-                     fused: Mapping[str, frozenset[str]], site: int) -> bool:
+                     fused: Mapping[str, frozenset[str]], site: int, forward_stored: set[object]) -> bool:
     """Is the fusion's operand for `param` a remat-marked value (an op of the recompute, or a fusion
-    handing one out)?"""
+    handing one out)? Not one whose value the forward hands out too (`forward_stored`): the
+    recompute's own cast of a bias, a fusion of its own beside the forward's cast of the same
+    parameter, is an input the program without remat reads from its forward's cast (held-out base
+    draw 227: the residual sum `x + (attn @ wo + b)`, copied into four forward fusions)."""
     if call is None:
         return False
     caller = module.by_name[call[0]]
@@ -195,10 +199,11 @@ def _reads_recompute(module: Module, call: tuple[str, str] | None, param, by_key
     if inst is None:
         return False
     if inst.opcode == "fusion":
-        return any(by_key[key].marked for callee in inst.called(CallRole.FUSION) if callee in fused
+        return any(by_key[key].marked and by_key[key].exact not in forward_stored
+                   for callee in inst.called(CallRole.FUSION) if callee in fused
                    for key in ((callee, name, site) for name in fused[callee]) if key in by_key)
     op = by_key.get((call[0], inst.name, site))
-    return op is not None and op.marked
+    return op is not None and op.marked and op.exact not in forward_stored
 
 
 def _reads_parameter(body, inst) -> bool:
