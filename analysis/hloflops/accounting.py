@@ -477,7 +477,8 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     counted one with the FLOPs it counts (a `Row.remat_part`'s share); and the values the program
     without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
     twin, stores = index.twin_copies, index.twin_stores
-    if not (index.weak or index.unsure or twin):
+    trips = getattr(index, "twin_trips", {})  # one trip more of a peeled loop's op: hloflops.remat.peeled_iterations
+    if not (index.weak or index.unsure or twin or trips):
         return ()
 
     def counted(r: Row) -> int:  # the remat FLOPs of the row's own (not the twin's stores taken off)
@@ -489,7 +490,10 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
                                        else (r.computation, r.name) in index.unsure)) + \
         tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops * twin[(r.computation, r.name)],
                          counted(r) > 0, twin[(r.computation, r.name)])
-              for r in rows if r.total.flops and (r.computation, r.name) in twin)
+              for r in rows if r.total.flops and (r.computation, r.name) in twin) + \
+        tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops // trips[(r.computation, r.name)],
+                         counted(r) > 0, 1)
+              for r in rows if r.total.flops and (r.computation, r.name) in trips)
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,

@@ -53,6 +53,7 @@ from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp, by_number
 from hloflops.remat.by_signature import across_frames, by_signature, linearization_only
+from hloflops.remat.peeled_iterations import peeled_iteration_drops
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -90,6 +91,9 @@ class RematIndex:
     twin_stores: Mapping[Key, int] = field(default_factory=dict)
     # Of `twin_copies`, those that are sure where the row was not counted as remat (stored_twin_copies).
     twin_store_forward: Mapping[Key, int] = field(default_factory=dict)
+    # Loop body ops a trip XLA peeled off the loop lacks: key -> the loop's trip count here; the
+    # program without remat may run one trip more of each (hloflops.remat.peeled_iterations).
+    twin_trips: Mapping[Key, int] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -358,7 +362,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()},
-                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n})
+                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
+                      twin_trips=peeled_iteration_drops(module) if module.is_scheduled and remat_named else {})
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
