@@ -15,6 +15,10 @@ from hloflops.remat.peeled_iterations import peeled_iteration_drops
 
 _BODY = "jit(loss)/transpose(jvp())/while/body"
 _RECOMPUTE = f"{_BODY}/closed_call/checkpoint/rematted_computation/sin"
+_DOT = 'metadata={op_name="' + _BODY + '/closed_call/checkpoint/dot_general"}'
+
+
+_TRIPS = 'backend_config={"known_trip_count":{"n":"2"}}'
 
 
 def _module(peeled: str) -> str:
@@ -33,9 +37,9 @@ def _module(peeled: str) -> str:
   %b = f32[8,16]{{1,0}} broadcast(%r), dimensions={{0}}
   %m = f32[8,16]{{1,0}} multiply(%b, %p1)
   %z = f32[] constant(0)
-  %w = f32[16]{{0}} reduce(%m, %z), dimensions={{0}}, to_apply=%add, metadata={{op_name="{_BODY}/closed_call/checkpoint/dot_general"}}
+  %w = f32[16]{{0}} reduce(%m, %z), dimensions={{0}}, to_apply=%add, {_DOT}
   %m2 = f32[8,16]{{1,0}} multiply(%p1, %p1)
-  %x = f32[8]{{0}} reduce(%m2, %z), dimensions={{1}}, to_apply=%add, metadata={{op_name="{_BODY}/closed_call/checkpoint/dot_general"}}
+  %x = f32[8]{{0}} reduce(%m2, %z), dimensions={{1}}, to_apply=%add, {_DOT}
   ROOT %t = (f32[16]{{0}}, f32[8]{{0}}) tuple(%w, %x)
 }}
 
@@ -46,7 +50,7 @@ def _module(peeled: str) -> str:
   %b = f32[8,16]{{1,0}} broadcast(%r), dimensions={{0}}
   %m = f32[8,16]{{1,0}} multiply(%b, %q1)
   %z = f32[] constant(0)
-  ROOT %w = f32[16]{{0}} reduce(%m, %z), dimensions={{0}}, to_apply=%add, metadata={{op_name="{_BODY}/closed_call/checkpoint/dot_general"}}
+  ROOT %w = f32[16]{{0}} reduce(%m, %z), dimensions={{0}}, to_apply=%add, {_DOT}
 }}
 
 %body (s: (s32[], f32[8], f32[8,16])) -> (s32[], f32[8], f32[8,16]) {{
@@ -54,7 +58,7 @@ def _module(peeled: str) -> str:
   %i = s32[] get-tuple-element(%s), index=0
   %g = f32[8]{{0}} get-tuple-element(%s), index=1
   %k = f32[8,16]{{1,0}} get-tuple-element(%s), index=2
-  %f = (f32[16]{{0}}, f32[8]{{0}}) fusion(%g, %k), kind=kLoop, calls=%grads, metadata={{op_name="{_BODY}/closed_call/checkpoint/dot_general"}}
+  %f = (f32[16]{{0}}, f32[8]{{0}}) fusion(%g, %k), kind=kLoop, calls=%grads, {_DOT}
   %dx = f32[8]{{0}} get-tuple-element(%f), index=1
   %one = s32[] constant(1)
   %n = s32[] add(%i, %one), metadata={{op_name="{_BODY}/add"}}
@@ -73,19 +77,20 @@ ENTRY %main (x: f32[8], k: f32[8,16]) -> f32[16] {{
   %k = f32[8,16]{{1,0}} parameter(1)
   %zero = s32[] constant(0)
   %init = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%zero, %x, %k)
-  %loop = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) while(%init), condition=%cond, body=%body, backend_config={{"known_trip_count":{{"n":"2"}}}}
+  %loop = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) while(%init), condition=%cond, body=%body, {_TRIPS}
   %lg = f32[8]{{0}} get-tuple-element(%loop), index=1
 {peeled}}}
 """
 
 
 # The peeled last trip: only the weight gradient, the carried input gradient being dead after it.
-_PEELED = f"""  ROOT %last = f32[16]{{0}} fusion(%lg, %k), kind=kLoop, calls=%weight_grad, metadata={{op_name="{_BODY}/closed_call/checkpoint/dot_general"}}
+_PEELED = f"""  ROOT %last = f32[16]{{0}} fusion(%lg, %k), kind=kLoop, calls=%weight_grad, {_DOT}
 """
 # No peeled trip: the loop's output read by an op of the forward's own.
 _UNPEELED = """  %b = f32[8,16]{1,0} broadcast(%lg), dimensions={0}
   %z = f32[] constant(0)
-  ROOT %last = f32[16]{0} reduce(%b, %z), dimensions={0}, to_apply=%add, metadata={op_name="jit(loss)/jvp()/reduce_sum"}
+  ROOT %last = f32[16]{0} reduce(%b, %z), dimensions={0}, to_apply=%add,
+    metadata={op_name="jit(loss)/jvp()/reduce_sum"}
 """
 
 
