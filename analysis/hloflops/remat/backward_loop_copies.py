@@ -65,6 +65,7 @@ from hloflops.remat.op_kinds import (
     DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key, unit_free_shape,
 )
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.unpacked_masks import packed_compare
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
 
@@ -341,6 +342,11 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
             if source is not None and source.named:
                 residuals.append((source, source))
                 read_wide[source.key] = read_wide.get(source.key, False) or not _matmul_operand(op)
+                # A mask TPU packed into bits between two fusions: the residual is the packed compare.
+                packed = packed_compare(module, callers, by_key, source)
+                if packed is not None and packed.named:
+                    residuals.append((packed, packed))
+                    read_wide[packed.key] = read_wide.get(packed.key, False) or not _matmul_operand(op)
     values: dict = {}
     seen: set[tuple[SiteKey, object]] = set()
     while residuals:
