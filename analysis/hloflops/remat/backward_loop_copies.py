@@ -15,7 +15,9 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   in a weight gradient's fusion, TPU draw 10) runs k times because of remat, less the copies
   the program without remat's saving fusions make of it (`_saving_copies`): one where the value is
   on a residual's chain (what a backward op reads of the recompute, and what that is computed from
-  in its fusion), the residual itself or another the forward does not store; and one more where it
+  in its fusion; a mask TPU packed into bits between fusions is read as its compare, relu's `x > 0`:
+  hloflops.remat.unpacked_masks, held-out TPU 109), the residual itself or another the forward does
+  not store; and one more where it
   is a residual itself of broadcasts alone (a layer norm's `scale * rsqrt(var)`, `[b, t, d]` of
   `[d]` and `[b, t]`) and also on another residual's chain: the stack's `[1, b, t, d]` broadcast,
   which XLA's simplifier moves into the op's broadcast operands, makes the stacked copy an op of
