@@ -458,6 +458,10 @@ On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands
 own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
 out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
 low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
+Where XLA peeled a loop's trip off into the computation around it and pruned what only the loop's
+state needed there (layer 0's input gradient in a scan's last backward trip), the program without
+remat may run its loop whole: one trip of each body op the peeled trip lacks lowers the low end
+(`RematIndex.twin_trips`; hloflops.remat.peeled_iterations).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
