@@ -32,3 +32,22 @@ def test_any_other_op_reads_back_nothing():
     callers = one_call_site(module)
     for name in ("a", "sel", "pb"):
         assert packed_compare(module, callers, by_key, by_key[("unpack", name, 0)]) is None
+
+
+def test_a_word_packed_in_eight_bits_is_widened_back_before_the_and():
+    # A short dimension packs into u8 (ntpu 127): narrowed after the shift, widened after the broadcast.
+    text = HLO.replace("@T", _T).replace("@NAME", _RECOMPUTE)
+    text = text.replace("lhs = u32[]", "lhs = u8[]").replace("rhs = u32[]", "rhs = u8[]") \
+        .replace("ROOT o = u32[]", "ROOT o = u8[]")
+    text = text.replace("c0 = u32[] constant(0)", "s8 = u8[2,8,4]{2,1,0:T(8,128)} convert(s)\n  c0 = u8[] constant(0)")
+    text = text.replace("reduce(s, c0)", "reduce(s8, c0)").replace("u32[8,4]", "u8[8,4]")
+    text = text.replace("pb = u32[2,8,4]{2,1,0:T(8,128)} broadcast(p), dimensions={1,2}",
+                        "pn = u8[2,8,4]{2,1,0:T(8,128)} broadcast(p), dimensions={1,2}\n"
+                        "  pb = u32[2,8,4]{2,1,0:T(8,128)} convert(pn)")
+    module = hloparse.parse(text)
+    ops = [SiteOp((comp, inst.name, 0), inst, inst.op_name, inst.name == "gt", inst.name == "gt", i, None, None, "body")
+           for comp in ("pack", "unpack") for i, inst in enumerate(module.by_name[comp].instructions)]
+    by_key = {op.key: op for op in ops}
+    assert "convert(pn)" in text and "reduce(s8, c0)" in text
+    found = packed_compare(module, one_call_site(module), by_key, by_key[("unpack", "m", 0)])
+    assert found is not None and found.key == ("pack", "gt", 0), found

@@ -33,7 +33,7 @@ def packed_compare(module: Module, callers: Mapping, by_key: Mapping[SiteKey, Si
     bits = comp.by_name.get(op.inst.operands[0])
     if bits is None or bits.opcode != "and" or len(bits.operands) != 2:
         return None
-    sides = [comp.by_name.get(name) for name in bits.operands]
+    sides = [_unwidened(comp, name) for name in bits.operands]
     words = [inst for inst in sides if inst is not None and inst.opcode == "broadcast" and inst.operands]
     if len(words) != 1 or not any(inst is not None and inst.opcode == "shift-left" for inst in sides):
         return None
@@ -69,3 +69,11 @@ def packed_compare(module: Module, callers: Mapping, by_key: Mapping[SiteKey, Si
             if mask is not None and mask.shape.element_type == "pred":
                 return by_key.get((comp.name, mask.name, op.key[2]))
     return None
+
+
+def _unwidened(comp, name: str):
+    """The op a value is widened from (a packed u8 or u16 word widened to u32 for the `and`)."""
+    inst = comp.by_name.get(name)
+    while inst is not None and inst.opcode == "convert" and inst.operands:
+        inst = comp.by_name.get(inst.operands[0])
+    return inst
