@@ -478,7 +478,8 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
     twin, stores = index.twin_copies, index.twin_stores
     narrows = index.twin_narrows  # converts of a row's result (no FLOPs of its own to copy)
-    if not (index.weak or index.unsure or twin or narrows):
+    trips = index.twin_trips  # one trip more of a peeled loop's op: hloflops.remat.peeled_iterations
+    if not (index.weak or index.unsure or twin or narrows or trips):
         return ()
 
     def counted(r: Row) -> int:  # the remat FLOPs of the row's own (not the twin's stores taken off)
@@ -492,7 +493,10 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
                          counted(r) > 0, twin[(r.computation, r.name)])
               for r in rows if r.total.flops and (r.computation, r.name) in twin) + \
         tuple(RematHinge(r.name, r.computation, "convert", r.executions * n * elements, counted(r) > 0, n)
-              for r in rows for n, elements in (narrows.get((r.computation, r.name), (0, 0)),) if n and elements)
+              for r in rows for n, elements in (narrows.get((r.computation, r.name), (0, 0)),) if n and elements) + \
+        tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops // trips[(r.computation, r.name)],
+                         counted(r) > 0, 1)
+              for r in rows if r.total.flops and (r.computation, r.name) in trips)
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,

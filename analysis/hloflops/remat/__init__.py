@@ -477,6 +477,10 @@ A cheap forward value a checkpoint reads as its input, which the checkpoint's ba
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;
 hloflops.remat.checkpoint_input_copies).
+Where XLA peeled a loop's trip off into the computation around it and pruned what only the loop's
+state needed there (layer 0's input gradient in a scan's last backward trip), the program without
+remat may run its loop whole: one trip of each body op the peeled trip lacks lowers the low end
+(`RematIndex.twin_trips`; hloflops.remat.peeled_iterations).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

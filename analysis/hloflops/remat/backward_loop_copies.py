@@ -15,7 +15,9 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   in a weight gradient's fusion, TPU draw 10) runs k times because of remat, less the copies
   the program without remat's saving fusions make of it (`_saving_copies`): one where the value is
   on a residual's chain (what a backward op reads of the recompute, and what that is computed from
-  in its fusion), the residual itself or another the forward does not store; and one more where it
+  in its fusion; a mask TPU packed into bits between fusions is read as its compare, relu's `x > 0`:
+  hloflops.remat.unpacked_masks, held-out TPU 109), the residual itself or another the forward does
+  not store; and one more where it
   is a residual itself of broadcasts alone (a layer norm's `scale * rsqrt(var)`, `[b, t, d]` of
   `[d]` and `[b, t]`) and also on another residual's chain: the stack's `[1, b, t, d]` broadcast,
   which XLA's simplifier moves into the op's broadcast operands, makes the stacked copy an op of
@@ -65,6 +67,7 @@ from hloflops.remat.op_kinds import (
     DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key, unit_free_shape,
 )
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.unpacked_masks import packed_compare
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
 
@@ -331,6 +334,7 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
     each residual op whether a backward op reads it other than as a matmul's operand (read wide)."""
     callers = one_call_site(module)
     residuals: list[tuple[SiteOp, object]] = []
+    masks: list[SiteOp] = []
     read_wide: dict[SiteKey, bool] = {}
     for op in ops:
         if op.frame not in backward_loops or op.named or not op.op_name or phase(op.op_name) != "backward":
@@ -341,6 +345,14 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
             if source is not None and source.named:
                 residuals.append((source, source))
                 read_wide[source.key] = read_wide.get(source.key, False) or not _matmul_operand(op)
+                # A mask TPU packed into bits between two fusions: the residual is the packed compare,
+                # which the program without remat's forward computes once to save (its operands' copies
+                # are left as they were: that forward may compute them in the same fusion, once,
+                # held-out TPU 73's bias add).
+                packed = packed_compare(module, callers, by_key, source)
+                if packed is not None and packed.named:
+                    masks.append(packed)
+                    read_wide[packed.key] = read_wide.get(packed.key, False) or not _matmul_operand(op)
     values: dict = {}
     seen: set[tuple[SiteKey, object]] = set()
     while residuals:
@@ -355,6 +367,8 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
                 inner = by_key.get((op.key[0], inner.inst.operands[0], op.key[2]))
             if inner is not None and inner.named:
                 residuals.append((inner, root))
+    for mask in masks:
+        values.setdefault(mask.exact, {}).setdefault(mask.exact, mask)
     return values, read_wide
 
 

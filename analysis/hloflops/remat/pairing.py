@@ -56,6 +56,7 @@ from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 from hloflops.remat.sites import Key, SiteKey, SiteOp, by_number
 from hloflops.remat.by_signature import across_frames, by_signature, linearization_only
+from hloflops.remat.peeled_iterations import peeled_iteration_drops
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -97,6 +98,9 @@ class RematIndex:
     # many, elements each), where the op's own FLOPs cannot stand for them (a tanh counts none:
     # hloflops.remat.host_stacked_activations; lowers the range's low end only).
     twin_narrows: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
+    # Loop body ops a trip XLA peeled off the loop lacks: key -> the loop's trip count here; the
+    # program without remat may run one trip more of each (hloflops.remat.peeled_iterations).
+    twin_trips: Mapping[Key, int] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -374,7 +378,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()},
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
-                      twin_narrows=_narrows(module, twin_narrows))
+                      twin_narrows=_narrows(module, twin_narrows),
+                      twin_trips=peeled_iteration_drops(module) if module.is_scheduled and remat_named else {})
 
 
 def _narrows(module: Module, narrows: Mapping[SiteKey, int]) -> dict[Key, tuple[int, int]]:

@@ -1,0 +1,116 @@
+"""A loop trip XLA peeled off the loop and pruned of what only the loop's state needed
+(analysis/hloflops/remat/peeled_iterations.py). Held-out TPU 91 (scan, relu MLP, offload policy,
+fsdp): the program with remat peels its backward loop's last trip, which drops layer 0's input
+gradient (a multiply and a reduce: a batch of one row) and its accumulation add; the program without
+remat runs its loop whole, 3 trips, so truth is -16,384 while the split said 0 with bounds [0, 64].
+Nothing here says the twin did not peel alike, so the lacked ops lower the range's low end by one
+trip each and never the split. Small hand-written modules: a loop of two trips whose body computes
+a weight gradient (stacked) and an input gradient (carried), and a peeled trip after it."""
+
+from __future__ import annotations
+
+import hloparse
+from hloflops.accounting import account
+from hloflops.remat.peeled_iterations import peeled_iteration_drops
+
+_BODY = "jit(loss)/transpose(jvp())/while/body"
+_RECOMPUTE = f"{_BODY}/closed_call/checkpoint/rematted_computation/sin"
+_DOT = 'metadata={op_name="' + _BODY + '/closed_call/checkpoint/dot_general"}'
+
+
+_TRIPS = 'backend_config={"known_trip_count":{"n":"2"}}'
+
+
+def _module(peeled: str) -> str:
+    return f"""HloModule m, is_scheduled=true
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%grads (p0: f32[8], p1: f32[8,16]) -> (f32[16], f32[8]) {{
+  %p0 = f32[8]{{0}} parameter(0)
+  %p1 = f32[8,16]{{1,0}} parameter(1)
+  %r = f32[8]{{0}} sine(%p0), metadata={{op_name="{_RECOMPUTE}"}}
+  %b = f32[8,16]{{1,0}} broadcast(%r), dimensions={{0}}
+  %m = f32[8,16]{{1,0}} multiply(%b, %p1)
+  %z = f32[] constant(0)
+  %w = f32[16]{{0}} reduce(%m, %z), dimensions={{0}}, to_apply=%add, {_DOT}
+  %m2 = f32[8,16]{{1,0}} multiply(%p1, %p1)
+  %x = f32[8]{{0}} reduce(%m2, %z), dimensions={{1}}, to_apply=%add, {_DOT}
+  ROOT %t = (f32[16]{{0}}, f32[8]{{0}}) tuple(%w, %x)
+}}
+
+%weight_grad (q0: f32[8], q1: f32[8,16]) -> f32[16] {{
+  %q0 = f32[8]{{0}} parameter(0)
+  %q1 = f32[8,16]{{1,0}} parameter(1)
+  %r = f32[8]{{0}} sine(%q0), metadata={{op_name="{_RECOMPUTE}"}}
+  %b = f32[8,16]{{1,0}} broadcast(%r), dimensions={{0}}
+  %m = f32[8,16]{{1,0}} multiply(%b, %q1)
+  %z = f32[] constant(0)
+  ROOT %w = f32[16]{{0}} reduce(%m, %z), dimensions={{0}}, to_apply=%add, {_DOT}
+}}
+
+%body (s: (s32[], f32[8], f32[8,16])) -> (s32[], f32[8], f32[8,16]) {{
+  %s = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %g = f32[8]{{0}} get-tuple-element(%s), index=1
+  %k = f32[8,16]{{1,0}} get-tuple-element(%s), index=2
+  %f = (f32[16]{{0}}, f32[8]{{0}}) fusion(%g, %k), kind=kLoop, calls=%grads, {_DOT}
+  %dx = f32[8]{{0}} get-tuple-element(%f), index=1
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one), metadata={{op_name="{_BODY}/add"}}
+  ROOT %o = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%n, %dx, %k)
+}}
+
+%cond (c: (s32[], f32[8], f32[8,16])) -> pred[] {{
+  %c = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %lim = s32[] constant(2)
+  ROOT %lt = pred[] compare(%ci, %lim), direction=LT
+}}
+
+ENTRY %main (x: f32[8], k: f32[8,16]) -> f32[16] {{
+  %x = f32[8]{{0}} parameter(0)
+  %k = f32[8,16]{{1,0}} parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%zero, %x, %k)
+  %loop = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) while(%init), condition=%cond, body=%body, {_TRIPS}
+  %lg = f32[8]{{0}} get-tuple-element(%loop), index=1
+{peeled}}}
+"""
+
+
+# The peeled last trip: only the weight gradient, the carried input gradient being dead after it.
+_PEELED = f"""  ROOT %last = f32[16]{{0}} fusion(%lg, %k), kind=kLoop, calls=%weight_grad, {_DOT}
+"""
+# No peeled trip: the loop's output read by an op of the forward's own.
+_UNPEELED = """  %b = f32[8,16]{1,0} broadcast(%lg), dimensions={0}
+  %z = f32[] constant(0)
+  ROOT %last = f32[16]{0} reduce(%b, %z), dimensions={0}, to_apply=%add,
+    metadata={op_name="jit(loss)/jvp()/reduce_sum"}
+"""
+
+
+def test_a_peeled_trip_lacking_the_carried_gradient_hinges_on_it():
+    found = peeled_iteration_drops(hloparse.parse(_module(_PEELED)))
+    # The input gradient's multiply and reduce, one trip of two each; not the loop's counter add.
+    assert found == {("grads", "m2"): 2, ("grads", "x"): 2}, found
+
+
+def test_no_peeled_trip_no_hinge():
+    assert peeled_iteration_drops(hloparse.parse(_module(_UNPEELED))) == {}
+
+
+def test_the_hinge_lowers_the_range_by_one_trip_and_never_the_split():
+    plain = account(hloparse.parse(_module(_PEELED)))
+    low, high = plain.remat_flops_bounds
+    # One trip of the input gradient: a multiply of 128 and a reduce of 8 * 15.
+    trip = 128 + 8 * 15
+    hinges = [h for h in plain.remat_hinges if h.twin_copies]
+    assert sorted((h.name, h.flops) for h in hinges) == [("m2", 128), ("x", 120)], hinges
+    assert high - low >= trip
+    assert low == plain.remat_flops - trip - sum(h.flops for h in plain.remat_hinges
+                                                  if h.counted and not h.twin_copies)
