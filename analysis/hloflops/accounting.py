@@ -477,7 +477,8 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     counted one with the FLOPs it counts (a `Row.remat_part`'s share); and the values the program
     without remat copies more often (`RematIndex.twin_copies`), with those copies' FLOPs."""
     twin, stores = index.twin_copies, index.twin_stores
-    if not (index.weak or index.unsure or twin):
+    forms = getattr(index, "twin_forms", {})
+    if not (index.weak or index.unsure or twin or forms):
         return ()
 
     def counted(r: Row) -> int:  # the remat FLOPs of the row's own (not the twin's stores taken off)
@@ -489,7 +490,23 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
                                        else (r.computation, r.name) in index.unsure)) + \
         tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops * twin[(r.computation, r.name)],
                          counted(r) > 0, twin[(r.computation, r.name)])
-              for r in rows if r.total.flops and (r.computation, r.name) in twin)
+              for r in rows if r.total.flops and (r.computation, r.name) in twin) + \
+        _form_hinges(rows, forms, counted)
+
+
+def _form_hinges(rows: list[Row], forms, counted) -> tuple[RematHinge, ...]:
+    """A packed layer's weight gradient the twin may write in its other form
+    (hloflops.remat.weight_gradient_forms): its FLOPs per execution times the row's executions, the
+    low end (negative) or the high end; a packing of it (None) with its own FLOPs, where not remat."""
+    found = []
+    for r in rows:
+        per = forms.get((r.computation, r.name), 0)
+        if per is None and r.total.flops and not counted(r):
+            found.append(RematHinge(r.name, r.computation, r.opcode, r.total.flops, False, twin_form=1))
+        elif per:
+            found.append(RematHinge(r.name, r.computation, r.opcode, abs(per) * r.executions, False,
+                                    twin_form=1 if per > 0 else -1))
+    return tuple(found)
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,

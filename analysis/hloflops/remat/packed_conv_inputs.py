@@ -77,7 +77,7 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         if len(body_names) != 1 or callers.get(body_names[0]) is None:
             continue
         body = module.by_name[body_names[0]]
-        if not _is_packing(body):
+        if not is_packing(body):
             continue
         if any(op.frame in bodies for op in by_comp.get(body.name, ())):
             continue  # in a loop body a convolution's flag rests on per-trip pairing (see above)
@@ -112,7 +112,7 @@ def _halo_masks(body: Computation) -> set[str]:
     return names
 
 
-def _is_packing(body: Computation) -> bool:
+def is_packing(body: Computation) -> bool:
     """Only `-inf` pads, converts, views and maximums of those pads, with one maximum at least."""
     if any(inst.opcode not in _ALLOWED for inst in body.instructions):
         return False
@@ -175,7 +175,7 @@ def _reader_conv_flags(module: Module, comp: Computation, readers: list[Instruct
     for reader in readers:
         names = reader.called(CallRole.FUSION) if reader.opcode == "fusion" else []
         if depth and len(names) == 1 and callers.get(names[0]) is not None and \
-                reader.attributes.get("kind") == "kLoop" and _is_packing(module.by_name[names[0]]):
+                reader.attributes.get("kind") == "kLoop" and is_packing(module.by_name[names[0]]):
             outer = _reader_conv_flags(module, comp, all_readers.get((comp.name, reader.name), []), by_comp,
                                        callers, remat, all_readers, depth - 1)
             if not outer:

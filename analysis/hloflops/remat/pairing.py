@@ -46,6 +46,7 @@ from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
+from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -90,6 +91,10 @@ class RematIndex:
     twin_stores: Mapping[Key, int] = field(default_factory=dict)
     # Of `twin_copies`, those that are sure where the row was not counted as remat (stored_twin_copies).
     twin_store_forward: Mapping[Key, int] = field(default_factory=dict)
+    # A packed layer's weight gradient whose form the twin may have chosen otherwise: key -> FLOPs per
+    # execution (negative: the low end; positive: the high end; None: a packing's own FLOPs, the
+    # high end) (hloflops.remat.weight_gradient_forms; a range hinge, never the split).
+    twin_forms: Mapping[Key, int | None] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -358,7 +363,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()},
-                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n})
+                      twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
+                      # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
+                      twin_forms=weight_gradient_forms(module) if module.is_scheduled and remat_named else {})
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
