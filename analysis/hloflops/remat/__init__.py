@@ -458,6 +458,12 @@ On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands
 own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
 out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
 low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
+On TPU a packed 3x3 layer's weight gradient runs packed (the forward's count, and a packing of its
+own) or natural (the in-bounds taps only), as XLA fused the bias gradient beside it, which it
+decides in the program without remat apart: natural here lowers the low end by the packed count
+over this one and the twin's packing of the pieces; packed here raises the high end by its count
+over the natural form's floor and its own packing (`RematHinge.twin_form`;
+hloflops.remat.weight_gradient_forms).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

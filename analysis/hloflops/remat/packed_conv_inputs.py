@@ -34,14 +34,9 @@ one remat flag. Not in a while loop's body: there the convolutions' own flags re
 per-trip pairing, which this rule would only carry over to the packings (held-out tpu seed 73, a
 scan whose convolutions are under-counted by a third: its packings would follow them).
 
-Not covered (round 18's diagnosis, no rule): TPU writes a weight gradient either packed (window
-`Hx5x1` over three shifted pieces, the W halo materialized as zeros: it counts the forward's
-FLOPs, and needs a packing fusion of its own) or natural (window `HxW`, `pad=1_1x1_1`: only the
-in-bounds taps count, 0.64-0.85 of the packed count), and the program without remat may choose
-the other form for the same layer (tpu 36, 73, 97, 121, 165; data gradients never flipped). This
-program shows no sign of which form the twin took (the same form pattern is exact on tpu 89, 96
-and flipped on 73), so only a two-sided range over each weight gradient and its packing would be
-honest, and it would widen the exact draws 11, 67, 89, 96, 166.
+A weight gradient's form (packed, with a packing of its own, or natural), which the program
+without remat may choose otherwise, is a range hinge of hloflops.remat.weight_gradient_forms: the
+packings it finds here are the ones this module flags with their convolution.
 """
 
 from __future__ import annotations
