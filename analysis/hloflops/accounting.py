@@ -479,7 +479,8 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
     twin, stores = index.twin_copies, index.twin_stores
     narrows = index.twin_narrows  # converts of a row's result (no FLOPs of its own to copy)
     trips = index.twin_trips  # one trip more of a peeled loop's op: hloflops.remat.peeled_iterations
-    if not (index.weak or index.unsure or twin or narrows or trips):
+    forms = index.twin_forms  # a packed layer's weight gradient: hloflops.remat.weight_gradient_forms
+    if not (index.weak or index.unsure or twin or narrows or trips or forms):
         return ()
 
     def counted(r: Row) -> int:  # the remat FLOPs of the row's own (not the twin's stores taken off)
@@ -496,7 +497,23 @@ def _hinges(rows: list[Row], index: remat_analysis.RematIndex) -> tuple[RematHin
               for r in rows for n, elements in (narrows.get((r.computation, r.name), (0, 0)),) if n and elements) + \
         tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops // trips[(r.computation, r.name)],
                          counted(r) > 0, 1)
-              for r in rows if r.total.flops and (r.computation, r.name) in trips)
+              for r in rows if r.total.flops and (r.computation, r.name) in trips) + \
+        _form_hinges(rows, forms, counted)
+
+
+def _form_hinges(rows: list[Row], forms, counted) -> tuple[RematHinge, ...]:
+    """A packed layer's weight gradient the twin may write in its other form
+    (hloflops.remat.weight_gradient_forms): its FLOPs per execution times the row's executions, the
+    low end (negative) or the high end; a packing of it (None) with its own FLOPs, where not remat."""
+    found = []
+    for r in rows:
+        per = forms.get((r.computation, r.name), 0)
+        if per is None and r.total.flops and not counted(r):
+            found.append(RematHinge(r.name, r.computation, r.opcode, r.total.flops, False, twin_form=1))
+        elif per:
+            found.append(RematHinge(r.name, r.computation, r.opcode, abs(per) * r.executions, False,
+                                    twin_form=1 if per > 0 else -1))
+    return tuple(found)
 
 
 def _loops(module: Module, ex: ExecutionCounts, inc: _Inclusive,

@@ -153,6 +153,9 @@ class RematHinge:
     flops: int  # over all its executions
     counted: bool
     twin_copies: int = 0
+    # -1: the program without remat may run `flops` more (a weight gradient's other form: the low
+    # end); +1: it may run `flops` fewer (the high end) (hloflops.remat.weight_gradient_forms).
+    twin_form: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,5 +207,7 @@ class Accounting:
         """[low, high] of the remat FLOPs: `remat_flops` less the hinges counted and the twin's
         extra copies, plus the hinges not counted."""
         hinges = getattr(self, "remat_hinges", ())
-        return (self.remat_flops - sum(h.flops for h in hinges if h.counted or h.twin_copies),
-                self.remat_flops + sum(h.flops for h in hinges if not h.counted and not h.twin_copies))
+        return (self.remat_flops - sum(h.flops for h in hinges if (h.counted or h.twin_copies or h.twin_form < 0)
+                                       and h.twin_form <= 0),
+                self.remat_flops + sum(h.flops for h in hinges if not h.counted and not h.twin_copies
+                                       and h.twin_form >= 0))

@@ -481,6 +481,12 @@ Where XLA peeled a loop's trip off into the computation around it and pruned wha
 state needed there (layer 0's input gradient in a scan's last backward trip), the program without
 remat may run its loop whole: one trip of each body op the peeled trip lacks lowers the low end
 (`RematIndex.twin_trips`; hloflops.remat.peeled_iterations).
+On TPU a packed 3x3 layer's weight gradient runs packed (the forward's count, and a packing of its
+own) or natural (the in-bounds taps only), as XLA fused the bias gradient beside it, which it
+decides in the program without remat apart: natural here lowers the low end by the packed count
+over this one and the twin's packing of the pieces; packed here raises the high end by its count
+over the natural form's floor and its own packing (`RematHinge.twin_form`;
+hloflops.remat.weight_gradient_forms).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

@@ -33,6 +33,10 @@ windowed convolution in the fusion holding the packing, or such a packing of the
 one remat flag. Not in a while loop's body: there the convolutions' own flags rest on the
 per-trip pairing, which this rule would only carry over to the packings (held-out tpu seed 73, a
 scan whose convolutions are under-counted by a third: its packings would follow them).
+
+A weight gradient's form (packed, with a packing of its own, or natural), which the program
+without remat may choose otherwise, is a range hinge of hloflops.remat.weight_gradient_forms: the
+packings it finds here are the ones this module flags with their convolution.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
         if len(body_names) != 1 or callers.get(body_names[0]) is None:
             continue
         body = module.by_name[body_names[0]]
-        if not _is_packing(body):
+        if not is_packing(body):
             continue
         if any(op.frame in bodies for op in by_comp.get(body.name, ())):
             continue  # in a loop body a convolution's flag rests on per-trip pairing (see above)
@@ -103,7 +107,7 @@ def _halo_masks(body: Computation) -> set[str]:
     return names
 
 
-def _is_packing(body: Computation) -> bool:
+def is_packing(body: Computation) -> bool:
     """Only `-inf` pads, converts, views and maximums of those pads, with one maximum at least."""
     if any(inst.opcode not in _ALLOWED for inst in body.instructions):
         return False
@@ -166,7 +170,7 @@ def _reader_conv_flags(module: Module, comp: Computation, readers: list[Instruct
     for reader in readers:
         names = reader.called(CallRole.FUSION) if reader.opcode == "fusion" else []
         if depth and len(names) == 1 and callers.get(names[0]) is not None and \
-                reader.attributes.get("kind") == "kLoop" and _is_packing(module.by_name[names[0]]):
+                reader.attributes.get("kind") == "kLoop" and is_packing(module.by_name[names[0]]):
             outer = _reader_conv_flags(module, comp, all_readers.get((comp.name, reader.name), []), by_comp,
                                        callers, remat, all_readers, depth - 1)
             if not outer:

@@ -49,6 +49,7 @@ from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
+from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -101,6 +102,10 @@ class RematIndex:
     # Loop body ops a trip XLA peeled off the loop lacks: key -> the loop's trip count here; the
     # program without remat may run one trip more of each (hloflops.remat.peeled_iterations).
     twin_trips: Mapping[Key, int] = field(default_factory=dict)
+    # A packed layer's weight gradient whose form the twin may have chosen otherwise: key -> FLOPs per
+    # execution (negative: the low end; positive: the high end; None: a packing's own FLOPs, the
+    # high end) (hloflops.remat.weight_gradient_forms; a range hinge, never the split).
+    twin_forms: Mapping[Key, int | None] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat
@@ -379,7 +384,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       {key: sure for key, (sure, _, _) in stacks.items()},
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
                       twin_narrows=_narrows(module, twin_narrows),
-                      twin_trips=peeled_iteration_drops(module) if module.is_scheduled and remat_named else {})
+                      twin_trips=peeled_iteration_drops(module) if module.is_scheduled and remat_named else {},
+                      # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
+                      twin_forms=weight_gradient_forms(module) if module.is_scheduled and remat_named else {})
 
 
 def _narrows(module: Module, narrows: Mapping[SiteKey, int]) -> dict[Key, tuple[int, int]]:

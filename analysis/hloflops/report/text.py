@@ -93,10 +93,13 @@ def render_summary(report: Report, *, by: str = "scope", depth: int | None = 3, 
         hinges = report.remat_hinges
         lines.append(f"remat flops between {low:,} and {high:,}: the split hinges on {len(hinges):,} ops "
                      f"({sum(h.flops for h in hinges if h.counted and not h.twin_copies):,} flops counted as remat "
-                     f"without an equal value, {sum(h.flops for h in hinges if not h.counted and not h.twin_copies):,} "
+                     f"without an equal value, "
+                     f"{sum(h.flops for h in hinges if not h.counted and not h.twin_copies and not h.twin_form):,} "
                      f"remat-named without a twin, counted as model"
                      + (f", {sum(h.flops for h in hinges if h.twin_copies):,} in copies the program without remat "
-                        f"makes beyond this one's" if any(h.twin_copies for h in hinges) else "") + ")"
+                        f"makes beyond this one's" if any(h.twin_copies for h in hinges) else "")
+                     + (f", {sum(h.flops for h in hinges if h.twin_form):,} in weight gradients the program without "
+                        f"remat may write in their other form" if any(h.twin_form for h in hinges) else "") + ")"
                      + (": the remat split may be low" if high > report.remat_flops else ""))
     stores = report.remat_twin_stores
     if stores:
