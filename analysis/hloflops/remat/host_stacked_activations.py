@@ -27,10 +27,12 @@ reads `h` back from a host stack of a shape the forward's copy reads."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from hloflops.remat.nested_forward_narrows import read_by_a_matmul
 from hloflops.remat.offloaded_sum_narrows import _host_written, _on_host
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, shape_key
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
+from hloflops.remat.sites import Key, SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -116,3 +118,15 @@ def _chain(comp: Computation) -> tuple[Instruction, list[Instruction]] | None:
         steps.append(inst)
         inst = previous
     return None
+
+
+def narrow_elements(module: Module, narrows: Mapping[SiteKey, int]) -> dict[Key, tuple[int, int]]:
+    """`RematIndex.twin_narrows`: each op's converts with its result's elements."""
+    out: dict[Key, tuple[int, int]] = {}
+    for (comp, name, _), n in narrows.items():
+        shape = module.by_name[comp].by_name[name].shape
+        elements = 1
+        for dim in shape.dims:
+            elements *= dim
+        out[(comp, name)] = (max(out.get((comp, name), (0, 0))[0], n), elements)
+    return out

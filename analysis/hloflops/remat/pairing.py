@@ -33,7 +33,7 @@ from hloflops.remat.twin_saves import copied_into_twin_saves
 from hloflops.remat.stored_scales import stored_scale_copies
 from hloflops.remat.stored_selects import stored_select_copies
 from hloflops.remat.stored_gradient_chains import stored_chain_copies
-from hloflops.remat.host_stacked_activations import host_stacked_activation_narrows
+from hloflops.remat.host_stacked_activations import host_stacked_activation_narrows, narrow_elements
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.wide_residual_trips import wide_residual_trips
@@ -383,22 +383,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()},
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
-                      twin_narrows=_narrows(module, twin_narrows),
+                      twin_narrows=narrow_elements(module, twin_narrows),
                       twin_trips=peeled_iteration_drops(module) if module.is_scheduled and remat_named else {},
                       # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
                       twin_forms=weight_gradient_forms(module) if module.is_scheduled and remat_named else {})
-
-
-def _narrows(module: Module, narrows: Mapping[SiteKey, int]) -> dict[Key, tuple[int, int]]:
-    """`RematIndex.twin_narrows`: each op's converts with its result's elements."""
-    out: dict[Key, tuple[int, int]] = {}
-    for (comp, name, _), n in narrows.items():
-        shape = module.by_name[comp].by_name[name].shape
-        elements = 1
-        for dim in shape.dims:
-            elements *= dim
-        out[(comp, name)] = (max(out.get((comp, name), (0, 0))[0], n), elements)
-    return out
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
