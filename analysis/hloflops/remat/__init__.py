@@ -469,6 +469,9 @@ A cheap forward value a checkpoint reads as its input, which the checkpoint's ba
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;
 hloflops.remat.checkpoint_input_copies).
+A recompute of a cheap activation TPU nests in a backward matmul's fusion as its operand, whose
+forward value is stored, may stand for the duplicate the program without remat makes there from its
+own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the
