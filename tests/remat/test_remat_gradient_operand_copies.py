@@ -20,7 +20,7 @@ from hloflops.accounting import account
 _REMAT = "jit(loss)/transpose(jvp(jvp()))/checkpoint/rematted_computation/jit(relu)"
 _GRADIENT = "jit(loss)/transpose(jvp(jvp()))/checkpoint/linear_5/dot_general"
 
-MODULE = """HloModule relu_copy, is_scheduled=true, entry_computation_layout={(f32[4,16]{1,0:T(4,128)})->f32[64,16]{0,1:T(8,128)}}
+MODULE = """HloModule relu_copy, is_scheduled=true, entry_computation_layout=@L
 
 forward_relu {
   p0 = f32[4,64] parameter(0)
@@ -53,7 +53,7 @@ ENTRY main {
   x = f32[4,64] parameter(0)
   bias = f32[64] parameter(1)
   dy = f32[4,16] parameter(2)
-  f = (f32[1,4,64], f32[4,64]) fusion(x, bias), kind=kLoop, calls=forward_relu, backend_config={"scoped_memory_configs":[]}, metadata={op_name="jit(loss)/jvp(linear_5)/dot_general"}
+  f = (f32[1,4,64], f32[4,64]) fusion(x, bias), kind=kLoop, calls=forward_relu, @T
   y = f32[1,4,64] get-tuple-element(f), index=0
   z = f32[4,64] get-tuple-element(f), index=1
   dw = f32[64,16] fusion(dy, z), kind=kOutput, calls=weight_grad, metadata={op_name="@G"}
@@ -68,11 +68,28 @@ _UNSTORED = """m = f32[4,64] multiply(y, y), metadata={op_name="jit(loss)/jvp()/
   mb = f32[1,4,64] bitcast(m)
   ROOT out = (f32[1,4,64], f32[4,64]) tuple(mb, z)"""
 
+_ZERO = "zb = f32[4,64] broadcast(zero), dimensions={}"
+_FLOOR = (
+    (f"{_ZERO}\n  y", "zb = f32[4,64] broadcast(p1), dimensions={1}\n  y"),
+    (f"q0 = f32[4,64] parameter(0)\n  zero = f32[] constant(0)\n  {_ZERO}",
+     "q0 = f32[4,64] parameter(0)\n  q1 = f32[64] parameter(1)\n  zb = f32[4,64] broadcast(q1), dimensions={1}"),
+    ("fusion(s1), kind=kLoop", "fusion(s1, s2), kind=kLoop"),
+    ("s1 = f32[4,64] parameter(1)\n", "s1 = f32[4,64] parameter(1)\n  s2 = f32[64] parameter(2)\n"),
+    ("fusion(dy, z), kind=kOutput", "fusion(dy, z, bias), kind=kOutput"),
+)
 
-def _account(out: str = _STORED, act: str = "maximum", name: str = "max"):
+
+def _account(out: str = _STORED, act: str = "maximum", name: str = "max", floor: bool = False):
     text = MODULE
+    if floor:  # the activation's floor a bias (a second input of the copy), not a constant
+        for short, long in _FLOOR:
+            assert short in text, short
+            text = text.replace(short, long)
     for short, long in (("@OUT", out), ("@ACT", act), ("@ZB", ", zb" if act == "maximum" else ""),
-                        ("@NAME", name), ("@R", _REMAT), ("@G", _GRADIENT)):
+                        ("@NAME", name), ("@R", _REMAT), ("@G", _GRADIENT),
+                        # a TPU module: tiled layouts, TPU's backend config
+                        ("@L", "{(f32[4,16]{1,0:T(4,128)})->f32[64,16]{0,1:T(8,128)}}"),
+                        ("@T", 'backend_config={"scoped_memory_configs":[]}')):
         text = text.replace(short, long)
     return account(hloparse.parse(text), xla={"flops": 0.0})
 
@@ -91,6 +108,14 @@ def test_a_forward_value_the_program_does_not_store_is_not():
     # The forward hands out no relu: the program without remat has no stored value to read instead
     # and would rebuild it too; this rule leaves the count to the others.
     acc = _account(_UNSTORED)
+    assert acc.remat_flops == 512
+    assert not any(h.twin_copies for h in acc.remat_hinges), acc.remat_hinges
+
+
+def test_a_copy_reading_more_than_it_writes_is_not():
+    # max(z, b) with a broadcast bias as its floor: the copy reads z and b, more than the value it
+    # writes, and XLA duplicates such a producer only where every consumer can fuse it.
+    acc = _account(floor=True)
     assert acc.remat_flops == 512
     assert not any(h.twin_copies for h in acc.remat_hinges), acc.remat_hinges
 

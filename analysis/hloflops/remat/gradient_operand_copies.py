@@ -60,8 +60,9 @@ def gradient_operand_copies(module: Module, ops: list[SiteOp], remat: set[SiteKe
                 comp_nested = module.by_name.get(nested)
                 if not members or comp_nested is None or not _cheap_only(comp_nested):
                     continue
-                if not any(op.key in remat and REMAT_SCOPE in op.op_name and op.exact in stored
-                           for op in members):
+                paired = [op for op in members
+                          if op.key in remat and REMAT_SCOPE in op.op_name and op.exact in stored]
+                if not paired or not _may_duplicate(comp_nested, paired):
                     continue
                 for op in members:
                     if op.key in remat and op.inst.opcode in _CHEAP | {"convert"}:
@@ -96,6 +97,16 @@ def _matmul_operand_fusions(body: Computation) -> list[str]:
         if inst is not None and inst.opcode == "fusion":
             out += inst.called(CallRole.FUSION)
     return out
+
+
+def _may_duplicate(comp: Computation, paired: list[SiteOp]) -> bool:
+    """Would XLA's instruction fusion duplicate the activation into a consumer regardless of its
+    other consumers? `InstructionFusion::ComputeGloballyUnfusible` lets it where the producer's
+    operands weigh no more than its output (duplicating it adds no memory traffic): the copy's
+    inputs (the nested fusion's parameters) against the widest paired value it computes. A layer
+    norm's `(x - mean) * r` reads more than it writes and is left out."""
+    inputs = sum(inst.shape.byte_size() for inst in comp.instructions if inst.opcode == "parameter")
+    return inputs <= max(op.inst.shape.byte_size() for op in paired)
 
 
 def _cheap_only(comp: Computation) -> bool:
