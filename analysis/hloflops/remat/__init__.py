@@ -487,6 +487,9 @@ decides in the program without remat apart: natural here lowers the low end by t
 over this one and the twin's packing of the pieces; packed here raises the high end by its count
 over the natural form's floor and its own packing (`RematHinge.twin_form`;
 hloflops.remat.weight_gradient_forms).
+A recompute of a cheap activation TPU nests in a backward matmul's fusion as its operand, whose
+forward value is stored, may stand for the duplicate the program without remat makes there from its
+own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

@@ -48,6 +48,7 @@ from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
+from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
@@ -372,6 +373,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if module.is_scheduled and remat_named and is_tpu_module(module):
         for key, n in checkpoint_input_copies(module).items():
             hinged[key] = max(hinged.get(key, 0), n)
+        # A recompute nested in a backward matmul's operand, which the twin may duplicate from its
+        # stored input in place of the forward's stored value: a hinge of one copy, unless already
+        # weak (hloflops.remat.gradient_operand_copies).
+        for key, n in gradient_operand_copies(module, ops, remat, fused_outputs(module)).items():
+            if key not in loose and key not in weak:
+                hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
