@@ -48,6 +48,7 @@ from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
+from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -362,10 +363,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     hinged = {key[:2]: n for key, n in twin_copies.items()}
     for key, n in cotangents.items():
         hinged[key] = max(hinged.get(key, 0), n)
-    # A checkpoint's cheap input stored once, which the twin may copy into each reader: a hinge too
-    # (hloflops.remat.checkpoint_input_copies).
+    # A checkpoint's cheap input stored once, or a chain only the recompute stores, which the twin may
+    # copy into each reader: a hinge too (hloflops.remat.checkpoint_input_copies, gradient_reader_copies).
     if module.is_scheduled and remat_named and is_tpu_module(module):
-        for key, n in checkpoint_input_copies(module).items():
+        for key, n in (*checkpoint_input_copies(module).items(), *gradient_reader_copies(module).items()):
             hinged[key] = max(hinged.get(key, 0), n)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
