@@ -477,6 +477,9 @@ A cheap forward value a checkpoint reads as its input, which the checkpoint's ba
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;
 hloflops.remat.checkpoint_input_copies).
+A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
+matmul, may be copied into each weight's gradient by the program without remat: one more copy per
+forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).
 Where XLA peeled a loop's trip off into the computation around it and pruned what only the loop's
 state needed there (layer 0's input gradient in a scan's last backward trip), the program without
 remat may run its loop whole: one trip of each body op the peeled trip lacks lowers the low end

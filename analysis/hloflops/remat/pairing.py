@@ -49,6 +49,7 @@ from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
+from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
@@ -362,16 +363,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
-    # The loss's cotangent the twin may copy into each reader: a `twin_copies` hinge of those
-    # copies, never a sure share (hloflops.remat.loss_cotangent_copies).
-    cotangents = loss_cotangent_copies(module) if module.is_scheduled and remat_named and is_tpu_module(module) else {}
     hinged = {key[:2]: n for key, n in twin_copies.items()}
-    for key, n in cotangents.items():
-        hinged[key] = max(hinged.get(key, 0), n)
-    # A checkpoint's cheap input stored once, which the twin may copy into each reader: a hinge too
-    # (hloflops.remat.checkpoint_input_copies).
     if module.is_scheduled and remat_named and is_tpu_module(module):
-        for key, n in checkpoint_input_copies(module).items():
+        # The loss's cotangent, a checkpoint's cheap input stored once, a chain only the recompute
+        # stores: the twin may copy each into every reader; `twin_copies` hinges, never a sure share
+        # (hloflops.remat.loss_cotangent_copies, checkpoint_input_copies, gradient_reader_copies).
+        for key, n in (*loss_cotangent_copies(module).items(), *checkpoint_input_copies(module).items(),
+                       *gradient_reader_copies(module).items()):
             hinged[key] = max(hinged.get(key, 0), n)
         # A recompute nested in a backward matmul's operand, which the twin may duplicate from its
         # stored input in place of the forward's stored value: a hinge of one copy, unless already
