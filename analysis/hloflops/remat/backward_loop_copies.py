@@ -68,6 +68,7 @@ from hloflops.remat.op_kinds import (
 )
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.unpacked_masks import packed_compare
+from hloflops.remat.unseen_masks import UnseenMasks
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
 
@@ -103,6 +104,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     saved, read_wide = _saved_chains(module, ops, by_key, backward_loops)
     saved_apart = _SavedApart(module, ops, fused, backward_loops)
     fewer_reads = _FewerReads(module, ops)
+    masks = UnseenMasks(module, saved_apart.callers, by_key, ops, backward_loops, saved_apart.computed_by_the_forward)
     remat: set[SiteKey] = set()
     sure: set[SiteKey] = set()
     unsure: set[SiteKey] = set()
@@ -120,7 +122,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
             # weight gradient's fusion), asked of the copy of the group's own value.
             roots = {root_value: root for op in members for root_value, root in saved.get(op.exact, {}).items()}
             own = next((op for op in members if op.exact == value), members[0])
-            saving = _saving_copies(module, own, roots, saved_apart, read_wide) if apart else 0
+            saving = _saving_copies(module, own, roots, saved_apart, read_wide, masks) if apart else 0
             if value in joined:
                 # A join of two inputs' chains, or what it is computed from (`_joined_values`).
                 apart = value in saved
@@ -439,13 +441,14 @@ _MATMUL_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
 
 
 def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _SavedApart,
-                   read_wide: Mapping[SiteKey, bool]) -> int:
+                   read_wide: Mapping[SiteKey, bool], masks: UnseenMasks) -> int:
     """How many copies of a recomputed value (`op`, one not stored by the forward) the program without
     remat's saving fusions make, `roots` the residuals (by value) on whose chain it is: one for the
     chain of a residual the forward does not store (a narrowing's operand saved narrowed), or for
     the value saved itself; one more for a value saved itself that is an elementwise op of
     broadcasts alone and on such a chain too, whose stacking broadcast XLA moves into its operands,
-    a copy apart from the chain's (module docstring)."""
+    a copy apart from the chain's (module docstring); one for a residual reading the input of a
+    mask only the backward computes, stored or not (hloflops.remat.unseen_masks: unsure)."""
     chain = False
     other_type = False  # on the chain of a residual saved in another type than the value's
     for value, root in roots.items():
@@ -462,7 +465,9 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
             if inner is None or not inner.named:
                 break
             root, narrowed = inner, True
-        if not saved_apart.stores_residual(root, narrowed):
+        # A residual reading the input of a mask only the backward computes (relu's): the program
+        # without remat may compute it again beside the mask's saving (hloflops.remat.unseen_masks).
+        if not saved_apart.stores_residual(root, narrowed) or masks.shares_input(root):
             chain = True
             other_type = other_type or saved_type != _traced_type(module.by_name[op.key[0]], op.inst)
     if op.exact not in roots:
