@@ -27,9 +27,12 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   one it hands out narrowed where only matmuls read it, whose operands TPU reads in bf16 (a layer
   norm's output all-gathered for the next matmul under tensor parallelism: TPU draws 10, 49), but
   not one read wide (tanh's output for its derivative, handed out narrowed for the next matmul: the
-  saving fusion computes the bias add and tanh again, draw 44). Those copies are model FLOPs: sure
-  for a value only the linearization computes (`1 - tanh`), unsure for one the forward computes too
-  (a program fusing its saving into the forward's own fusion of the value makes none). There are
+  saving fusion computes the bias add and tanh again, draw 44), nor, unsure, one whose chain reads
+  the input of a mask only the backward computes (relu's output beside its mask `x > 0`: that
+  program may compute relu again to save it, hloflops.remat.unseen_masks, held-out TPU 109).
+  Those copies are model FLOPs: sure for a value only the linearization computes (`1 - tanh`),
+  unsure for one the forward computes too (a program fusing its saving into the forward's own
+  fusion of the value makes none). There are
   none for a value the forward hands out of a fusion or computes outside every loop (stored anyway:
   an LSTM's concatenated weights), nor for a saved matmul output's bias add (stored from the
   matmul's own fusion), but where the forward's add reads a loop's output, not a matmul's (a
