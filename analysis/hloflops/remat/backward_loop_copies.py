@@ -140,6 +140,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
                 sure |= counted  # a forward value: the program without remat's backward reads it stored
         elif len(members) > 1 and members[0].key[0] in holding and fewer_reads(members[0].key[0]):
             remat |= {op.key for op in members[1:]}
+    unsure |= masks.narrows(unsure)  # the hinged copies' own narrows, in the range with them
     return remat, sure, unsure, model
 
 
@@ -470,8 +471,11 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
             root, narrowed = inner, True
         # A residual reading the input of a mask only the backward computes (relu's): the program
         # without remat may compute it again beside the mask's saving (hloflops.remat.unseen_masks).
-        if not saved_apart.stores_residual(root, narrowed) or masks.shares_input(root):
+        if not saved_apart.stores_residual(root, narrowed):
             chain = True
+        elif masks.shares_input(root):
+            chain = True
+            masks.hinged.add(op.key)
             other_type = other_type or saved_type != _traced_type(module.by_name[op.key[0]], op.inst)
     if op.exact not in roots:
         return int(chain)

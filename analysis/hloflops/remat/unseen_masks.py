@@ -37,6 +37,7 @@ class UnseenMasks:
                  backward_loops: set[str], computed_by_the_forward: Callable[[SiteOp], bool]) -> None:
         self.module, self.callers, self.by_key = module, callers, by_key
         self.inputs: set[SiteKey] = set()
+        self.hinged: set[SiteKey] = set()  # the copies the sign made a hinge (backward_loop_copies)
         for op in ops:
             if not op.named or op.frame not in backward_loops or op.inst.opcode != "compare" \
                     or op.inst.shape.element_type != "pred" or computed_by_the_forward(op):
@@ -60,3 +61,21 @@ class UnseenMasks:
         """Does a recomputed op read (through views and TPU's own converts) a value a mask the forward
         never computes reads?"""
         return bool(self.inputs) and any(source.key in self.inputs for source in self._sources(op))
+
+    def narrows(self, unsure: set[SiteKey]) -> set[SiteKey]:
+        """The narrows TPU writes after the hinged copies still unsure (its unnamed convert to bf16,
+        each copy's only reader in its fusion, a matmul's operand): the program without remat
+        narrows relu's output where it computes it, so each runs exactly when its copy does."""
+        found: set[SiteKey] = set()
+        for key in self.hinged & unsure:
+            comp = self.module.by_name[key[0]]
+            readers = [inst for inst in comp.instructions if key[1] in inst.operands]
+            if len(readers) != 1:
+                continue
+            narrow = readers[0]
+            if narrow.opcode == "convert" and not narrow.metadata.get("op_name") \
+                    and narrow.shape.element_type == "bf16" and comp.by_name[key[1]].shape.element_type == "f32":
+                op = self.by_key.get((key[0], narrow.name, key[2]))
+                if op is not None:
+                    found.add(op.key)
+        return found
