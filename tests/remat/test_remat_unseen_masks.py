@@ -50,8 +50,8 @@ ENTRY main {
 """
 
 
-def _masks(forward_computes_the_mask: bool = False):
-    module = hloparse.parse(HLO.replace("@T", _T).replace("@R", _REMAT))
+def _masks(forward_computes_the_mask: bool = False, text: str = HLO):
+    module = hloparse.parse(text.replace("@T", _T).replace("@R", _REMAT))
     ops = [SiteOp((comp, inst.name, 0), inst, inst.op_name, bool(inst.op_name), bool(inst.op_name), i, None, None,
                   "main") for comp in ("recompute", "relu") for i, inst in enumerate(module.by_name[comp].instructions)]
     by_key = {op.key: op for op in ops}
@@ -72,3 +72,16 @@ def test_relu_of_another_value_shares_nothing():
 def test_a_mask_the_forward_computes_is_no_sign():
     masks, by_key = _masks(forward_computes_the_mask=True)
     assert not masks.shares_input(by_key[("relu", "mx", 0)])
+
+
+def test_a_hinged_copys_own_narrow_joins_the_hinge():
+    # ntpu 153: relu's `max(x, 0)` narrowed to bf16 for a matmul in the same fusion; the twin narrows
+    # where it computes relu, so the narrow runs exactly when the hinged copy does.
+    text = HLO.replace("  ROOT s = f32[2,8,4]@T add(mx, other)",
+                       "  mn = bf16[2,8,4]@T convert(mx)\n  mw = f32[2,8,4]@T convert(mn)\n"
+                       "  ROOT s = f32[2,8,4]@T add(mw, other)")
+    masks, by_key = _masks(text=text)
+    mx = by_key[("relu", "mx", 0)].key
+    masks.hinged.add(mx)
+    assert masks.narrows({mx}) == {("relu", "mn", 0)}
+    assert masks.narrows(set()) == set()  # no longer unsure: nothing follows
