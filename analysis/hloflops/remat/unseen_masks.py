@@ -9,9 +9,9 @@ output the forward fusion hands out for the next layer: the forward then compute
 stack's saving fusion). Where it hands out the mask, relu's output is saved from the forward's
 hand-out, no copy made. This program, with remat, computes the mask only in its backward, from the
 recompute's `x`, and shows neither: the saving copy is a hinge (hloflops.remat.backward_loop_copies
-counts it unsure, with TPU's narrow of it: `narrows`), told apart from a residual with no such mask (a layer norm's output handed out
-narrowed under tensor parallelism, TPU draws 10 and 49, which the program without remat saves
-from the forward's hand-out)."""
+counts it unsure, with TPU's narrow of it: `narrows`), told apart from a residual with no such
+mask (a layer norm's output handed out narrowed under tensor parallelism, TPU draws 10 and 49,
+which the program without remat saves from the forward's hand-out)."""
 
 from __future__ import annotations
 
