@@ -471,11 +471,11 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
             root, narrowed = inner, True
         # A residual reading the input of a mask only the backward computes (relu's): the program
         # without remat may compute it again beside the mask's saving (hloflops.remat.unseen_masks).
-        if not saved_apart.stores_residual(root, narrowed):
-            chain = True
-        elif masks.shares_input(root):
-            chain = True
+        stored = saved_apart.stores_residual(root, narrowed)
+        if stored and masks.shares_input(root):
             masks.hinged.add(op.key)
+        if not stored or op.key in masks.hinged:
+            chain = True
             other_type = other_type or saved_type != _traced_type(module.by_name[op.key[0]], op.inst)
     if op.exact not in roots:
         return int(chain)
