@@ -27,9 +27,12 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   one it hands out narrowed where only matmuls read it, whose operands TPU reads in bf16 (a layer
   norm's output all-gathered for the next matmul under tensor parallelism: TPU draws 10, 49), but
   not one read wide (tanh's output for its derivative, handed out narrowed for the next matmul: the
-  saving fusion computes the bias add and tanh again, draw 44). Those copies are model FLOPs: sure
-  for a value only the linearization computes (`1 - tanh`), unsure for one the forward computes too
-  (a program fusing its saving into the forward's own fusion of the value makes none). There are
+  saving fusion computes the bias add and tanh again, draw 44), nor, unsure, one whose chain reads
+  the input of a mask only the backward computes (relu's output beside its mask `x > 0`: that
+  program may compute relu again to save it, hloflops.remat.unseen_masks, held-out TPU 109).
+  Those copies are model FLOPs: sure for a value only the linearization computes (`1 - tanh`),
+  unsure for one the forward computes too (a program fusing its saving into the forward's own
+  fusion of the value makes none). There are
   none for a value the forward hands out of a fusion or computes outside every loop (stored anyway:
   an LSTM's concatenated weights), nor for a saved matmul output's bias add (stored from the
   matmul's own fusion), but where the forward's add reads a loop's output, not a matmul's (a
@@ -68,6 +71,7 @@ from hloflops.remat.op_kinds import (
 )
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.unpacked_masks import packed_compare
+from hloflops.remat.unseen_masks import UnseenMasks
 from hloflops.scopes import phase, split_components
 from hloparse.ir import Module
 
@@ -103,6 +107,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     saved, read_wide = _saved_chains(module, ops, by_key, backward_loops)
     saved_apart = _SavedApart(module, ops, fused, backward_loops)
     fewer_reads = _FewerReads(module, ops)
+    masks = UnseenMasks(module, saved_apart.callers, by_key, ops, backward_loops, saved_apart.computed_by_the_forward)
     remat: set[SiteKey] = set()
     sure: set[SiteKey] = set()
     unsure: set[SiteKey] = set()
@@ -120,7 +125,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
             # weight gradient's fusion), asked of the copy of the group's own value.
             roots = {root_value: root for op in members for root_value, root in saved.get(op.exact, {}).items()}
             own = next((op for op in members if op.exact == value), members[0])
-            saving = _saving_copies(module, own, roots, saved_apart, read_wide) if apart else 0
+            saving = _saving_copies(module, own, roots, saved_apart, read_wide, masks) if apart else 0
             if value in joined:
                 # A join of two inputs' chains, or what it is computed from (`_joined_values`).
                 apart = value in saved
@@ -135,6 +140,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
                 sure |= counted  # a forward value: the program without remat's backward reads it stored
         elif len(members) > 1 and members[0].key[0] in holding and fewer_reads(members[0].key[0]):
             remat |= {op.key for op in members[1:]}
+    unsure |= masks.narrows(unsure)  # the hinged copies' own narrows, in the range with them
     return remat, sure, unsure, model
 
 
@@ -439,13 +445,14 @@ _MATMUL_PRIMITIVES = frozenset({"dot_general", "conv_general_dilated"})
 
 
 def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _SavedApart,
-                   read_wide: Mapping[SiteKey, bool]) -> int:
+                   read_wide: Mapping[SiteKey, bool], masks: UnseenMasks) -> int:
     """How many copies of a recomputed value (`op`, one not stored by the forward) the program without
     remat's saving fusions make, `roots` the residuals (by value) on whose chain it is: one for the
     chain of a residual the forward does not store (a narrowing's operand saved narrowed), or for
     the value saved itself; one more for a value saved itself that is an elementwise op of
     broadcasts alone and on such a chain too, whose stacking broadcast XLA moves into its operands,
-    a copy apart from the chain's (module docstring)."""
+    a copy apart from the chain's (module docstring); one for a residual reading the input of a
+    mask only the backward computes, stored or not (hloflops.remat.unseen_masks: unsure)."""
     chain = False
     other_type = False  # on the chain of a residual saved in another type than the value's
     for value, root in roots.items():
@@ -462,7 +469,12 @@ def _saving_copies(module: Module, op: SiteOp, roots: Mapping, saved_apart: _Sav
             if inner is None or not inner.named:
                 break
             root, narrowed = inner, True
-        if not saved_apart.stores_residual(root, narrowed):
+        # A residual reading the input of a mask only the backward computes (relu's): the program
+        # without remat may compute it again beside the mask's saving (hloflops.remat.unseen_masks).
+        stored = saved_apart.stores_residual(root, narrowed)
+        if stored and masks.shares_input(root):
+            masks.hinged.add(op.key)
+        if not stored or op.key in masks.hinged:
             chain = True
             other_type = other_type or saved_type != _traced_type(module.by_name[op.key[0]], op.inst)
     if op.exact not in roots:

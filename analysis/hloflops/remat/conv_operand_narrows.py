@@ -6,8 +6,9 @@ convolution (relu's `max(x, 0)`) and narrows it to the convolution's input type 
 belongs to the convolution's operand: the program without remat narrows the same activation for
 the same convolution, in the same place, whatever it stored (tpu seed 32: the twin stores the f32
 pre-activation and narrows its relu inside the gradient's fusion; this program stores it bf16,
-widens, takes relu and narrows). So the narrow is remat exactly when the op it narrows is; what
-differs (here the widen of the bf16 store) is left to the other rules.
+widens, takes relu and narrows). So the narrow is remat exactly when the op it narrows is, and a
+stand-in where it is one (in the range with it); what differs (here the widen of the bf16 store)
+is left to the other rules.
 
 Only a convolution of the source program (`conv_general_dilated`, with a window wider than one
 tap: TPU writes attention's and other matmuls as convolutions too, some with windows), and only a
@@ -35,6 +36,7 @@ def conv_operand_narrows(module: Module, ops: list[SiteOp], decided) -> None:
     readers = value_readers(module)
     counted: set[SiteKey] = set()
     model: set[SiteKey] = set()
+    hinged: set[SiteKey] = set()
     for comp, inst in module.instructions():
         if not is_spatial_convolution(inst):
             continue
@@ -47,8 +49,11 @@ def conv_operand_narrows(module: Module, ops: list[SiteOp], decided) -> None:
             if op is None or source is None:
                 continue
             (counted if source.key in decided.remat else model).add(op.key)
+            if source.key in decided.stand_ins:
+                hinged.add(op.key)  # a stand-in's narrow: in the range with it (hloflops.remat.unseen_masks)
     decided.remat = (decided.remat | counted) - model
     decided.certain |= counted | model
+    decided.stand_ins = decided.stand_ins | hinged
 
 
 def _narrow_before(module: Module, comp: Computation, name: str, readers: dict,
