@@ -28,8 +28,8 @@ rule's op."""
 from __future__ import annotations
 
 from hloflops.remat.names import ends_with, inner_tail
-from hloflops.remat.nested_forward_narrows import read_by_a_matmul
-from hloflops.remat.op_kinds import DUPLICATED, LAYOUT_VIEWS, MATMUL_OPCODES, NO_WORK_OPERANDS, shape_key
+from hloflops.remat.nested_forward_narrows import chain_matmul, read_by_a_matmul
+from hloflops.remat.op_kinds import LAYOUT_VIEWS, MATMUL_OPCODES, NO_WORK_OPERANDS, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.type_corrections import bits
 from hloflops.scopes import phase
@@ -58,7 +58,7 @@ def activation_output_narrows(module: Module, ops: list[SiteOp], remat: set[Site
         source = by_key.get((comp.name, inst.operands[0], op.key[2]))
         if source is None or source.marked or not source.op_name or not 0 < bits(inst.shape) < bits(source.inst.shape):
             continue
-        matmul = _chain_matmul(comp, source.inst.name, by_key, op.key[2])
+        matmul, _ = chain_matmul(comp, source.inst.name, by_key, op.key[2])
         if matmul is None or not read_by_a_matmul(site[0], site[1].name):
             continue
         if not _recomputed(matmul, recomputed):
@@ -74,34 +74,6 @@ def _recomputed(forward: SiteOp, recomputed: list[SiteOp]) -> list[SiteOp]:
     return [r for r in recomputed if r.inst.opcode == forward.inst.opcode
             and shape_key(r.inst.shape) == shape_key(forward.inst.shape)
             and ends_with(forward.op_name, inner_tail(r.op_name))]
-
-
-def _chain_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp], site: int) -> SiteOp | None:
-    """The one unmarked, named matmul of the fusion that an unmarked elementwise chain from `name`
-    reads; None where the chain reads anything else computed (a marked op, an expensive op)."""
-    found: list[SiteOp] = []
-    pending, seen = [name], set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        step = comp.by_name.get(current)
-        if step is None or step.opcode in NO_WORK_OPERANDS:
-            continue
-        if step.opcode in LAYOUT_VIEWS:
-            pending += step.operands
-            continue
-        op = by_key.get((comp.name, current, site))
-        if op is None or op.marked:
-            return None
-        if step.opcode in MATMUL_OPCODES:
-            found.append(op)
-        elif step.opcode in DUPLICATED:
-            pending += step.operands
-        else:
-            return None
-    return found[0] if len(found) == 1 and found[0].op_name else None
 
 
 def _read_wide_by_backward(module: Module, callers, by_key: dict[SiteKey, SiteOp], recompute: SiteOp) -> bool:

@@ -61,8 +61,11 @@ def nested_forward_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey
     return out
 
 
-def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp], site: int) -> SiteOp | None:
-    """The unmarked matmul of the fusion an unmarked elementwise chain from `name` reads (one)."""
+def chain_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
+                 site: int) -> tuple[SiteOp | None, set[str]]:
+    """The one unmarked, named matmul of the fusion that an unmarked elementwise chain from `name`
+    reads (None where the chain reads anything else computed: a marked op, an expensive op), and
+    the values the walk passed."""
     found: list[SiteOp] = []
     pending, seen = [name], set()
     while pending:
@@ -78,14 +81,20 @@ def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
             continue
         op = by_key.get((comp.name, current, site))
         if op is None or op.marked:
-            return None
+            return None, seen
         if step.opcode in MATMUL_OPCODES:
             found.append(op)
         elif step.opcode in DUPLICATED:
             pending += step.operands
         else:
-            return None
-    if len(found) != 1 or not found[0].op_name:
+            return None, seen
+    return (found[0] if len(found) == 1 and found[0].op_name else None), seen
+
+
+def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp], site: int) -> SiteOp | None:
+    """The unmarked matmul of the fusion an unmarked elementwise chain from `name` reads (one)."""
+    matmul, seen = chain_matmul(comp, name, by_key, site)
+    if matmul is None:
         return None
     # The activation reads a value of the chain twice (gelu's `x * f(x)`): its derivative reads
     # that value, which the program without remat stores wide. A chain of single reads (a bias
@@ -94,7 +103,7 @@ def _forward_matmul(comp: Computation, name: str, by_key: dict[SiteKey, SiteOp],
                     if comp.by_name.get(name) is None or comp.by_name[name].opcode in NO_WORK_OPERANDS}
     if not any(sum(user.name in chain for user in comp.users.get(value, ())) > 1 for value in chain):
         return None
-    return found[0]
+    return matmul
 
 
 def read_by_a_matmul(outer: Computation, name: str) -> bool:
