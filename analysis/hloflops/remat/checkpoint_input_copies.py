@@ -58,7 +58,7 @@ def checkpoint_input_copies(module: Module) -> Mapping[tuple[str, str], int]:
         chain = _cheap_chain(module, comp)
         if not chain:
             continue
-        readers = _readers(caller, fusion)
+        readers = fusion_readers(caller, fusion)
         if not readers or any(inst.is_root for inst in readers):
             continue
         others = [inst for inst in readers if not _recomputes(inst)]
@@ -74,17 +74,23 @@ def checkpoint_input_copies(module: Module) -> Mapping[tuple[str, str], int]:
     return out
 
 
-def _readers(caller: Computation, fusion: Instruction) -> list[Instruction]:
-    """What reads the fusion's value in its caller, through views of it (a layout copy, a bitcast)."""
+def fusion_readers(caller: Computation, fusion: Instruction, passing: frozenset[str] = _VIEWS,
+                   root_reads: bool = True) -> list[Instruction]:
+    """What reads the fusion's value in its caller, through the `passing` ops on it (views: a layout
+    copy, a bitcast); with `root_reads`, a passing op that is the caller's root is a reader."""
     users: dict[str, list[Instruction]] = {}
     for inst in caller.instructions:
         for operand in set(inst.operands):
             users.setdefault(operand, []).append(inst)
     out: list[Instruction] = []
-    pending = [fusion.name]
+    pending, seen = [fusion.name], set()
     while pending:
-        for inst in users.get(pending.pop(), ()):
-            if inst.opcode in _VIEWS and not inst.is_root:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for inst in users.get(name, ()):
+            if inst.opcode in passing and not (root_reads and inst.is_root):
                 pending.append(inst.name)
             else:
                 out.append(inst)

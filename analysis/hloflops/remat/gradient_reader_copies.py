@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from hloflops.remat.checkpoint_input_copies import _CHEAP, _FREE, _fused, _outside_checkpoints
+from hloflops.remat.checkpoint_input_copies import _CHEAP, _FREE, _fused, _outside_checkpoints, fusion_readers
 from hloflops.remat.names import REMAT_SCOPE
 from hloflops.remat.sites import one_call_site
 from hloflops.scopes import phase
@@ -55,7 +55,7 @@ def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
         key = _signature(chain)
         if all(REMAT_SCOPE in name for name in names):
             if any(_holds_matmul(module, inst) and REMAT_SCOPE not in inst.op_name
-                   for inst in _readers(caller, fusion)):
+                   for inst in fusion_readers(caller, fusion, _PASS, root_reads=False)):
                 stored.add(key)
     if not stored:
         return {}
@@ -116,24 +116,3 @@ def _holds_matmul(module: Module, inst: Instruction) -> bool:
             if op.opcode == "fusion":
                 pending.extend(op.called(CallRole.FUSION))
     return False
-
-
-def _readers(caller: Computation, fusion: Instruction) -> list[Instruction]:
-    """What reads the fusion's value in its caller, through views and gathers of it."""
-    users: dict[str, list[Instruction]] = {}
-    for inst in caller.instructions:
-        for operand in set(inst.operands):
-            users.setdefault(operand, []).append(inst)
-    out: list[Instruction] = []
-    pending, seen = [fusion.name], set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for inst in users.get(name, ()):
-            if inst.opcode in _PASS:
-                pending.append(inst.name)
-            else:
-                out.append(inst)
-    return out
