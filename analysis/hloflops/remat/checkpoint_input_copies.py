@@ -34,10 +34,10 @@ from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # The ops a copy of the chain repeats: cheap elementwise ones (a narrowing convert is the reader's
 # own cast of the value, made in both programs once per matmul operand).
-_CHEAP = DUPLICATED - EXPENSIVE - {"convert"}
+CHEAP_COPIED = DUPLICATED - EXPENSIVE - {"convert"}
 _VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 # Ops that compute nothing or that XLA never copies into a consumer.
-_FREE = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "copy", "transpose", "convert",
+FREE_OPS = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "copy", "transpose", "convert",
                    "fusion"})
 
 
@@ -45,7 +45,7 @@ def checkpoint_input_copies(module: Module) -> Mapping[tuple[str, str], int]:
     """(fused computation, op) -> how many more times the program without remat may run the op:
     the readers of the stored value outside the recompute, less this program's one (module docstring)."""
     out: dict[tuple[str, str], int] = {}
-    fused = _fused(module)
+    fused = fused_computations(module)
     for callee, site in one_call_site(module).items():
         if site is None:
             continue
@@ -53,7 +53,7 @@ def checkpoint_input_copies(module: Module) -> Mapping[tuple[str, str], int]:
         comp = module.by_name.get(callee)
         if comp is None or comp.root is None or fusion.shape.is_tuple or caller.name in fused:
             continue
-        if not _outside_checkpoints(fusion) or phase(fusion.op_name) != "forward":
+        if not outside_checkpoints(fusion) or phase(fusion.op_name) != "forward":
             continue
         chain = _cheap_chain(module, comp)
         if not chain:
@@ -102,13 +102,13 @@ def _recomputes(inst: Instruction) -> bool:
     return REMAT_SCOPE in inst.op_name or bool(old_frames(inst.op_name))
 
 
-def _fused(module: Module) -> set[str]:
+def fused_computations(module: Module) -> set[str]:
     """The fused computations (a fusion's operands there are its own parameters, not stored values)."""
     return {name for _, inst in module.instructions() if inst.opcode == "fusion"
             for name in inst.called(CallRole.FUSION)}
 
 
-def _outside_checkpoints(inst: Instruction) -> bool:
+def outside_checkpoints(inst: Instruction) -> bool:
     """An op of the program's own forward: no checkpoint's name, no remat name."""
     name = inst.op_name
     return bool(name) and "checkpoint" not in name and "remat" not in name
@@ -125,12 +125,12 @@ def _cheap_chain(module: Module, comp: Computation) -> list[str]:
                 if nested is None:
                     return []
                 inner = _cheap_chain(module, nested)
-                if any(i.opcode not in _FREE for i in nested.instructions) and not inner:
+                if any(i.opcode not in FREE_OPS for i in nested.instructions) and not inner:
                     return []
             continue
-        if inst.opcode in _FREE:
+        if inst.opcode in FREE_OPS:
             continue
-        if inst.opcode not in _CHEAP:
+        if inst.opcode not in CHEAP_COPIED:
             return []
         chain.append(inst.name)
     return chain

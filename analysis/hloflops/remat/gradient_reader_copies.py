@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from hloflops.remat.checkpoint_input_copies import _CHEAP, _FREE, _fused, _outside_checkpoints, fusion_readers
+from hloflops.remat.checkpoint_input_copies import (CHEAP_COPIED, FREE_OPS, fused_computations, fusion_readers,
+                                                    outside_checkpoints)
 from hloflops.remat.names import REMAT_SCOPE
 from hloflops.remat.sites import one_call_site
 from hloflops.scopes import phase
@@ -39,7 +40,7 @@ Signature = frozenset[tuple[str, str]]
 def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
     """(fused computation, op) -> 1 for each cheap op of a chain copy in a forward matmul fusion
     whose chain the recompute stores for a gradient matmul (module docstring)."""
-    fused = _fused(module)
+    fused = fused_computations(module)
     stored: set[Signature] = set()  # chains the recompute stores for gradient matmuls
     for callee, site in one_call_site(module).items():
         if site is None or site[0].name in fused:
@@ -65,7 +66,7 @@ def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
             continue
         fusion = site[1]
         comp = module.by_name.get(callee)
-        if comp is None or not _outside_checkpoints(fusion) or phase(fusion.op_name) != "forward":
+        if comp is None or not outside_checkpoints(fusion) or phase(fusion.op_name) != "forward":
             continue
         if not any(inst.opcode in _MATMULS for inst in comp.instructions):
             continue
@@ -75,7 +76,7 @@ def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
             for nested_name in inst.called(CallRole.FUSION):
                 nested = module.by_name.get(nested_name)
                 chain = _chain(module, nested) if nested is not None else []
-                if chain and _signature(chain) in stored and all(_outside_checkpoints(op) for op in chain):
+                if chain and _signature(chain) in stored and all(outside_checkpoints(op) for op in chain):
                     for op in chain:
                         out[(nested_name, op.name)] = 1
     return out
@@ -91,11 +92,11 @@ def _chain(module: Module, comp: Computation) -> list[Instruction]:
     """The cheap elementwise ops of a fused computation, none where it holds another kind of op."""
     chain: list[Instruction] = []
     for inst in comp.instructions:
-        if inst.opcode == "fusion" or inst.opcode in _FREE:
+        if inst.opcode == "fusion" or inst.opcode in FREE_OPS:
             if inst.opcode == "fusion":
                 return []
             continue
-        if inst.opcode not in _CHEAP:
+        if inst.opcode not in CHEAP_COPIED:
             return []
         chain.append(inst)
     return chain

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from hloflops.remat.nested_forward_narrows import read_by_a_matmul
-from hloflops.remat.offloaded_sum_narrows import _host_written, _on_host
+from hloflops.remat.offloaded_sum_narrows import host_stack_writes, on_host
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, shape_key
 from hloflops.remat.sites import Key, SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.type_corrections import bits
@@ -50,7 +50,7 @@ _CONSTANTS = frozenset({"broadcast", "constant"})
 def host_stacked_activation_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
     """The root of each operand fusion computing an activation straight from a host-stacked matmul
     output -> the converts the program without remat may make for it (module docstring)."""
-    host_written = _host_written(module)
+    host_written = host_stack_writes(module)
     if not host_written:
         return {}
     callers = one_call_site(module)
@@ -82,7 +82,7 @@ def host_stacked_activation_narrows(module: Module, ops: list[SiteOp]) -> dict[S
         if source is not None and source.inst.opcode in MATMUL_OPCODES and any(id(s) in host_written for s in seen):
             saved.append(entry)  # the forward's copy, of `h` it writes into a host stack
         elif source is None and seen and seen[-1].opcode == "get-tuple-element" and \
-                any(s.opcode in _SLICE_STARTS and _on_host(s.shape) for s in seen):
+                any(s.opcode in _SLICE_STARTS and on_host(s.shape) for s in seen):
             read_back.append(entry)  # a recompute's copy, of `h` read back from a host stack
     shapes = {shape for _, shape, _ in saved}
     found: dict[SiteKey, int] = {}

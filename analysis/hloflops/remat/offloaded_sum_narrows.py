@@ -31,7 +31,7 @@ from hloflops.remat.offloaded_residuals import offloads
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, LAYOUT_VIEWS, MATMUL_OPCODES, is_identity_rounding, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.type_corrections import bits
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, Shape
 
 # Back from a copy to the host: views, and a copy between the device's memories before it.
 _BACK = LAYOUT_VIEWS | {"copy-start", "copy-done"}
@@ -152,7 +152,7 @@ def offloaded_source_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey,
     how it fused that program (a sum an all-reduce hands out it reads wide: held-out TPU draw 88,
     left out here as its source is no matmul): each copy's narrow stands for one widen, the
     forward's for one narrow of `h` more, never a count."""
-    host_written = _host_written(module)
+    host_written = host_stack_writes(module)
     if not host_written:
         return {}
     callers = one_call_site(module)
@@ -186,7 +186,7 @@ def offloaded_source_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey,
         residual = source_op(module, callers, by_key, comp, wide[0].name, op.key[2], passes, 64)
         if residual is not None and residual.inst.opcode not in MATMUL_OPCODES:
             continue  # a sum an all-reduce hands out, a value computed elementwise: not a matmul's output
-        if any(_on_host(s.shape) for s in seen):
+        if any(on_host(s.shape) for s in seen):
             read_back.append((op.key, shape_key(inst.shape)))
             continue
         written = next((id(s) for s in seen if id(s) in host_written), None)
@@ -212,26 +212,26 @@ def read_from_host(module: Module, callers, by_key, comp: Computation, name: str
         return step.opcode in _TO_RESIDUAL
 
     source_op(module, callers, by_key, comp, name, site, passes, 64)
-    return any(_on_host(s.shape) for s in seen)
+    return any(on_host(s.shape) for s in seen)
 
 
-def _on_host(shape) -> bool:
+def on_host(shape: Shape) -> bool:
     if shape.is_tuple:
-        return any(_on_host(part) for part in shape.tuple_shapes)
+        return any(on_host(part) for part in shape.tuple_shapes)
     return shape.layout is not None and shape.layout.memory_space == HOST_MEMORY_SPACE
 
 
-def _host_written(module: Module) -> set[int]:
+def host_stack_writes(module: Module) -> set[int]:
     """The device values (by id, and the values they view) that an instruction writes into the
     host's memory space (a `copy-start` to it, an asynchronous update of a host stack)."""
     out: set[int] = set()
     for comp, inst in module.instructions():
-        if not _on_host(inst.shape):
+        if not on_host(inst.shape):
             continue
         for name in inst.operands:
             for _ in range(16):
                 source = comp.by_name.get(name)
-                if source is None or _on_host(source.shape) or not source.shape.dims or source.opcode == "parameter":
+                if source is None or on_host(source.shape) or not source.shape.dims or source.opcode == "parameter":
                     break
                 out.add(id(source))
                 if source.opcode not in _BACK or not source.operands:
@@ -264,7 +264,7 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
     held-out TPU draw 144 (nnx_scan, relu, `offload_dot_with_no_batch_dims`), the twin's five
     converts of `[4, 64]` a layer, convert truth -2,304 below the range [0, 1,536]."""
     offloaded = _offloaded_values(module)
-    host_stacked = _host_written(module)  # `h` a scan writes into a host stack (an offload policy's)
+    host_stacked = host_stack_writes(module)  # `h` a scan writes into a host stack (an offload policy's)
     callers = one_call_site(module)
     by_key = {op.key: op for op in ops}
     loop_bodies = {name for _, inst in module.instructions() if inst.opcode == "while"
@@ -306,7 +306,7 @@ def stored_sum_narrows(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
                 any(is_identity_rounding(s) or id(s) in host_stacked for s in seen):
             saved.append(entry)  # the forward's copy, of `h` the policy saves (on the device or the host)
         elif source is None and seen[-1].opcode == "get-tuple-element" and \
-                any(s.opcode == "dynamic-slice" or s.opcode in _STACK_READS and _on_host(s.shape) for s in seen):
+                any(s.opcode == "dynamic-slice" or s.opcode in _STACK_READS and on_host(s.shape) for s in seen):
             read_back.append(entry)  # a recompute's copy, of `h` read from a loop's stack
     shapes = {shape for _, shape, _ in saved}
     for key, shape, n in saved + [entry for entry in read_back if entry[1] in shapes]:
