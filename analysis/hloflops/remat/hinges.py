@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from hloflops.remat.pairing import RematIndex
+from hloflops.remat.index import RematIndex
 from hloflops.remat.sites import Key
 from hloflops.results import RematHinge, Row
 
