@@ -28,7 +28,7 @@ from typing import Mapping
 
 from hloflops.remat.names import REMAT_SCOPE, old_frames
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
-from hloflops.remat.sites import one_call_site
+from hloflops.remat.sites import fusion_call_counts, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -45,7 +45,7 @@ def checkpoint_input_copies(module: Module) -> Mapping[tuple[str, str], int]:
     """(fused computation, op) -> how many more times the program without remat may run the op:
     the readers of the stored value outside the recompute, less this program's one (module docstring)."""
     out: dict[tuple[str, str], int] = {}
-    fused = fused_computations(module)
+    fused = fusion_call_counts(module)  # the fused computations
     for callee, site in one_call_site(module).items():
         if site is None:
             continue
@@ -100,12 +100,6 @@ def fusion_readers(caller: Computation, fusion: Instruction, passing: frozenset[
 def _recomputes(inst: Instruction) -> bool:
     """A reader in a checkpoint's recompute (jax's `rematted_computation`, older jax's `remat` frame)."""
     return REMAT_SCOPE in inst.op_name or bool(old_frames(inst.op_name))
-
-
-def fused_computations(module: Module) -> set[str]:
-    """The fused computations (a fusion's operands there are its own parameters, not stored values)."""
-    return {name for _, inst in module.instructions() if inst.opcode == "fusion"
-            for name in inst.called(CallRole.FUSION)}
 
 
 def outside_checkpoints(inst: Instruction) -> bool:

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from hloflops.remat.checkpoint_input_copies import (CHEAP_COPIED, FREE_OPS, fused_computations, fusion_readers,
-                                                    outside_checkpoints)
+from hloflops.remat.checkpoint_input_copies import CHEAP_COPIED, FREE_OPS, fusion_readers, outside_checkpoints
 from hloflops.remat.names import REMAT_SCOPE
-from hloflops.remat.sites import one_call_site
+from hloflops.remat.sites import fusion_call_counts, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -40,7 +39,7 @@ Signature = frozenset[tuple[str, str]]
 def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
     """(fused computation, op) -> 1 for each cheap op of a chain copy in a forward matmul fusion
     whose chain the recompute stores for a gradient matmul (module docstring)."""
-    fused = fused_computations(module)
+    fused = fusion_call_counts(module)  # the fused computations
     stored: set[Signature] = set()  # chains the recompute stores for gradient matmuls
     for callee, site in one_call_site(module).items():
         if site is None or site[0].name in fused:

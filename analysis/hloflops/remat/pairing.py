@@ -79,6 +79,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # One look through the names: jax's scope and older jax's frame both hold `remat`. Most
     # modules have neither, and this look is most of their remat pass.
     remat_named = op_names.any_name_holds("remat", comps)
+    optimized_named = module.is_scheduled and remat_named  # what most rules after optimization ask first
     old = old_remat_frames(op_names, comps) if remat_named else None  # older jax's `remat` frame
     if values is None:
         opcodes = _opcodes(module)
@@ -131,13 +132,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_forward = NamedForward(module, ops) if elsewhere is not None and remat_named else None
     classes = list(by_number([op for op in ops if sizes[op.exact] > 1], exact=True).values())
     all_marked = [members for members in classes if all(m.marked for m in members)]
-    twins = ForwardTwins(module, ops) if module.is_scheduled and remat_named and all_marked else None
+    twins = ForwardTwins(module, ops) if optimized_named and all_marked else None
     forward_of = twins.counts(all_marked) if twins is not None else {}
     counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
     # After optimization, a value the forward computes once and stores: its recompute copies all
     # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap. Not TPU's
     # fusion, which copies a producer into its readers' fusions even where one of them stores it.
-    stored = StoredForwards(module, ops) if module.is_scheduled and remat_named and not is_tpu_module(module) \
+    stored = StoredForwards(module, ops) if optimized_named and not is_tpu_module(module) \
         else None
     stored_copies: set[SiteKey] = set()
     for members in classes:
@@ -159,7 +160,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
     twin_narrows: dict[SiteKey, int] = {}  # converts of a value the program without remat may run
-    chain_copies = stored_chain_copies(module, ops) if module.is_scheduled and remat_named else {}
+    chain_copies = stored_chain_copies(module, ops) if optimized_named else {}
     across: set[SiteKey] = set()  # paired with an op of another loop body
     if named_ops:
         # Before optimization, the marked copies of a value beyond what its forward computes are
@@ -182,15 +183,15 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
     # The linearization's own work jax named in the recompute (softmax's `1 / (s * s)`): a fusion
     # of it is the program without remat's too, and so are the copies in it.
-    own = linearization_only(ops, remat | first_of_class) if module.is_scheduled and remat_named else set()
+    own = linearization_only(ops, remat | first_of_class) if optimized_named else set()
     recomputes = set(remat)  # paired with a forward value, before the fusion rules
     remat, copies, stand_ins, moved, gradient_side = fusion_copies(module, ops, remat, first_of_class, sizes,
                                                                    by_value, own)
     paired_by_value |= moved  # a count by value passed on to a sibling copy
-    if module.is_scheduled and remat_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
+    if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
         rebuilt = rebuilt_in_gradient_matmuls(module, ops, fused_outputs(module), remat, first_of_class)
         remat, certain = remat - rebuilt, certain | rebuilt
-    if module.is_scheduled and remat_named:
+    if optimized_named:
         # A paired cheap recompute reading a recomputed matmul in a gradient fusion, which rule 4
         # took for a copy: the program without remat stores it from its forward matmul's fusion
         # (hloflops.remat.recompute_epilogues).
@@ -198,7 +199,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         remat |= epilogues
         paired_by_value -= epilogues
     remat |= stored_copies  # in gradient fusions too: the program without remat reads the stored value
-    if module.is_scheduled and remat_named and is_tpu_module(module):
+    if optimized_named and is_tpu_module(module):
         # A value only the recompute stores: the forward's extra copies of it in its readers'
         # fusions run because of remat (hloflops.remat.unstored_forward). How many copies the
         # forward without remat makes rests on its fusion: `loose` below, in the range only.
@@ -262,7 +263,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # reads the stored value, else unsure (hloflops.remat.rounding).
     copied_to_save, saved_for_recompute = copied_into_saves(module, ops, remat) \
         if module.is_scheduled else (set(), set())
-    if module.is_scheduled and remat_named:  # an offload policy's residual, unmarked (hloflops.remat.unmarked_saves)
+    if optimized_named:  # an offload policy's residual, unmarked (hloflops.remat.unmarked_saves)
         saved_for_recompute |= copied_into_unmarked_saves(module, ops, remat)
     remat |= saved_for_recompute
     paired_by_value |= saved_for_recompute
@@ -284,7 +285,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         fused = fused_outputs(module)
         remat |= offsets_of_recomputed_collectives(((op.key, op.inst) for op in ops if op.key[0] in fused), remat)
     paired_by_value |= sure_collectives
-    if module.is_scheduled and remat_named:
+    if optimized_named:
         # A recomputed reciprocal the backward's division by the same value shares (XLA's CSE kept
         # one `1 / s` for both): model FLOPs, unsure (hloflops.remat.shared_reciprocals).
         shared = shared_reciprocals(module, ops, remat, across, op_names)
@@ -309,16 +310,16 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         | {key[:2] for key in stand_ins | unsure_widens} \
         | {key[:2] for key in copied_to_save} \
         if module.is_scheduled else set()
-    if module.is_scheduled and remat_named and is_tpu_module(module):  # hloflops.remat.rebuilt_concatenations
+    if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_concatenations
         unsure |= rebuilt_concatenations(module, ops)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
-        if module.is_scheduled and remat_named and not is_tpu_module(module) else {}
+        if optimized_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
     hinged = {key[:2]: n for key, n in twin_copies.items()}
-    if module.is_scheduled and remat_named and is_tpu_module(module):
+    if optimized_named and is_tpu_module(module):
         # The loss's cotangent, a checkpoint's cheap input stored once, a chain only the recompute
         # stores: the twin may copy each into every reader; `twin_copies` hinges, never a sure share
         # (hloflops.remat.loss_cotangent_copies, checkpoint_input_copies, gradient_reader_copies).
@@ -343,9 +344,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       {key: sure for key, (sure, _, _) in stacks.items()},
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
                       twin_narrows=narrow_elements(module, twin_narrows),
-                      twin_trips=peeled_iteration_drops(module) if module.is_scheduled and remat_named else {},
+                      twin_trips=peeled_iteration_drops(module) if optimized_named else {},
                       # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
-                      twin_forms=weight_gradient_forms(module) if module.is_scheduled and remat_named else {})
+                      twin_forms=weight_gradient_forms(module) if optimized_named else {})
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:

@@ -439,7 +439,7 @@ class Report(SourceViews):
             "remat_hinges": [
                 {"name": h.name, "computation": h.computation, "opcode": h.opcode, "flops": h.flops,
                  "counted": h.counted, **({"twin_copies": h.twin_copies} if h.twin_copies else {}),
-                 **({"twin_form": h.twin_form} if getattr(h, "twin_form", 0) else {})}
+                 **({"twin_form": h.twin_form} if h.twin_form else {})}
                 for h in self.remat_hinges
             ],
             "remat_unpaired": [
