@@ -512,8 +512,11 @@ def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[
         frames = {m.frame for m in members}
         unmarked = max((n for (frame, _), n in elsewhere.get(members[0].abstract, Counter()).items()
                         if frame not in frames), default=0)
-        if not unmarked and named_forward is not None:
-            unmarked = named_forward.count(members)
+        # An abstract number is a signature of the inputs, not their value: the forward's layer
+        # norm `x * x` and gelu's `x * x` of another [B, T, D] value share one. Where the forward's
+        # copies under the recompute's own name are fewer, those are its copies of this value.
+        named = named_forward.count(members) if named_forward is not None else 0
+        unmarked = min(unmarked, named) if unmarked and named else unmarked or named
         forward_seen = unmarked > 0
     if not unmarked:
         first = min(marked, key=lambda m: (remat_depth(m.op_name), phase(m.op_name) != "forward", m.order))
