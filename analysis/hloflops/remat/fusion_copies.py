@@ -24,7 +24,7 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
                    sizes: Counter | None = None, by_value: set[SiteKey] = frozenset(),
-                   own: set[SiteKey] = frozenset()
+                   own: set[SiteKey] = frozenset(), forward_valued: set[SiteKey] = frozenset()
                    ) -> tuple[set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey], set[SiteKey]]:
     """After optimization XLA copies a cheap elementwise op into every fusion that consumes it,
     with remat as without: a remat-named copy inside a fusion that computes a gradient (a
@@ -82,7 +82,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     saved = _saved_residuals(ops)
     read_stored = _ReadStored(module, ops)
     backward_loops = backward_loop_bodies(module, ops)
-    coefficients, derived = linearization_coefficients(ops, model)
+    # (not a value the forward computes with a unit dimension less: hloflops.remat.unit_dimension_forwards)
+    coefficients, derived = linearization_coefficients(ops, model - forward_valued)
     # a gradient fusion handing out a recomputed matmul's output too: its gradient's own ops are a
     # gradient fusion's copies (hloflops.remat.mixed_gradient_fusions)
     mixed = gradient_sides(module, fused, by_key, remat, _Gradient(fused, by_key), backward_loops)

@@ -60,6 +60,7 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp, by_number
 from hloflops.remat.index import RematIndex
 from hloflops.remat.by_signature import across_frames, by_signature, linearization_only
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
+from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -185,8 +186,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # of it is the program without remat's too, and so are the copies in it.
     own = linearization_only(ops, remat | first_of_class) if optimized_named else set()
     recomputes = set(remat)  # paired with a forward value, before the fusion rules
+    # A first copy kept as model FLOPs whose forward is a unit dimension apart is no linearization
+    # coefficient (hloflops.remat.unit_dimension_forwards).
+    squeezed = squeezed_forward_values(module, ops, first_of_class) if optimized_named else set()
     remat, copies, stand_ins, moved, gradient_side = fusion_copies(module, ops, remat, first_of_class, sizes,
-                                                                   by_value, own)
+                                                                   by_value, own, squeezed)
     paired_by_value |= moved  # a count by value passed on to a sibling copy
     if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
         rebuilt = rebuilt_in_gradient_matmuls(module, ops, fused_outputs(module), remat, first_of_class)
