@@ -493,6 +493,9 @@ hloflops.remat.weight_gradient_forms).
 A recompute of a cheap activation TPU nests in a backward matmul's fusion as its operand, whose
 forward value is stored, may stand for the duplicate the program without remat makes there from its
 own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
+A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide
+here, may be narrowed once by the program without remat in a fusion merging that reduce: one
+convert of it lowers the low end (`RematIndex.twin_narrows`; hloflops.remat.bias_gradient_narrows).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

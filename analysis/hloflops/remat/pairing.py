@@ -51,6 +51,7 @@ from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
+from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
 from hloflops.remat.views import VIEW_OPCODES
@@ -248,6 +249,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 for key, n in stored_sum_narrows(module, ops).items():  # and of `h` a loop's stack keeps
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 twin_narrows = host_stacked_activation_narrows(module, ops)  # and of `act(h)`, no bias
+                for key, n in bias_gradient_narrows(module, ops).items():  # and of a gradient only matmuls read
+                    twin_narrows[key] = max(twin_narrows.get(key, 0), n)
                 unsplit_residual_copies(module, ops, remat, twin_copies)
                 for widen in stored_preactivation_trips(module, ops, remat).values():  # stored_preactivations
                     twin_copies[widen] = twin_copies.get(widen, 0) + 1
