@@ -77,7 +77,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    compute one copy as a windowed einsum, a window of the sharded operand per trip of a `while`
    named by the matmul (or per matmul, the windows unrolled) while the other runs whole: an
    unpaired recompute in another frame then pairs with those windows together, of its name and of
-   the whole matmul's FLOPs (TPU; hloflops.remat.windowed_matmuls). And a recompute's matmul
+   the whole matmul's FLOPs (TPU; hloflops.remat.windowed_matmuls); in its own frame only with the
+   windows reading its very weight, one layer's slice (hloflops.remat.windowed_forward_recomputes).
+   And a recompute's matmul
    computed from a residual the program offloaded to the host reads what no forward op reads, so
    CSE merged nothing into it: it pairs with a forward twin of its signature and name left over,
    inputs aside (TPU; hloflops.remat.host_read_recomputes). A
@@ -493,6 +495,8 @@ hloflops.remat.weight_gradient_forms).
 A recompute of a cheap activation TPU nests in a backward matmul's fusion as its operand, whose
 forward value is stored, may stand for the duplicate the program without remat makes there from its
 own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
+So may one whose forward copy is handed to a windowed einsum, alike but of another value number
+(hloflops.remat.nested_gradient_activations).
 A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide
 here, may be narrowed once by the program without remat in a fusion merging that reduce: one
 convert of it lowers the low end (`RematIndex.twin_narrows`; hloflops.remat.bias_gradient_narrows).

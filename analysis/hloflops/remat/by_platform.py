@@ -37,6 +37,7 @@ from hloflops.remat.twice_windowed_gathers import twice_windowed_gathers
 from hloflops.remat.twin_residual_copies import split_residual_copies
 from hloflops.remat.type_corrections import type_corrections, widens_of_uncounted_ops
 from hloflops.remat.widen_counts import balanced_widens
+from hloflops.remat.windowed_forward_recomputes import windowed_forward_recomputes
 from hloflops.remat.windowed_matmuls import windowed_recomputes
 from hloparse.ir import Module
 
@@ -114,6 +115,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # to the host (hloflops.remat.windowed_matmuls, hloflops.remat.host_read_recomputes): sure.
     found = windowed_recomputes(module, ops, d.remat)
     found |= host_read_recomputes(module, ops, d.remat | found)
+    # ... or whose forward the partitioner windowed in the recompute's own frame, the windows reading
+    # the recompute's weight (hloflops.remat.windowed_forward_recomputes): sure.
+    found |= windowed_forward_recomputes(module, ops, d.remat | found)
     d.remat, d.certain, d.paired_by_value = d.remat | found, d.certain | found, d.paired_by_value | found
     # A forward windowed einsum whose activation the backward regathers from a recompute: its
     # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).

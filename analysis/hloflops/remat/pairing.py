@@ -48,6 +48,7 @@ from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
+from hloflops.remat.nested_gradient_activations import nested_gradient_activations
 from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
@@ -337,6 +338,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # stored input in place of the forward's stored value: a hinge of one copy, unless already
         # weak (hloflops.remat.gradient_operand_copies).
         for key, n in gradient_operand_copies(module, ops, remat, fused_outputs(module)).items():
+            if key not in loose and key not in weak:
+                hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
+        # And one whose forward copy its input's recompute hides from the value numbers, or holding
+        # a transcendental (hloflops.remat.nested_gradient_activations).
+        for key, n in nested_gradient_activations(module, ops, remat, fused_outputs(module)).items():
             if key not in loose and key not in weak:
                 hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
