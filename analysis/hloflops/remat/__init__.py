@@ -233,6 +233,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    A scan's gradient fusion reading a bf16 program's residuals recomputed wide lowers the low end
    by the program without remat's narrow into its stack and widen back, two converts per residual
    (hloflops.remat.wide_residual_trips).
+   A forward matmul reading relu wide behind a policy's saved-residual rounding, whose recompute
+   copy TPU narrows for the weight gradient, makes that narrow weak and lowers the low end by the
+   narrow the program without remat may make of its forward copy (hloflops.remat.rounded_operand_narrows).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

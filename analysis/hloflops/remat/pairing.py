@@ -36,6 +36,7 @@ from hloflops.remat.host_stacked_activations import host_stacked_activation_narr
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.wide_residual_trips import wide_residual_trips
+from hloflops.remat.rounded_operand_narrows import rounded_operand_narrows
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
@@ -262,6 +263,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             if is_tpu_module(module):
                 tpu_rules(module, ops, decided, recomputes)
                 wide_residual_trips(module, ops, decided.remat, twin_copies)  # hloflops.remat.wide_residual_trips
+                # hloflops.remat.rounded_operand_narrows: weak, and a narrow the twin may run more
+                decided.paired_by_value -= rounded_operand_narrows(module, ops, decided.remat, twin_copies)
             else:
                 settled_widens = float_normalization_rules(module, ops, decided)
             remat, certain, paired_by_value, stand_ins = (decided.remat, decided.certain, decided.paired_by_value,
