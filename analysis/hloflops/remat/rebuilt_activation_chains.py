@@ -23,11 +23,12 @@ program without remat reads it stored."""
 
 from __future__ import annotations
 
-from hloflops.remat.names import ends_with, inner_tail
+from hloflops.remat.fusion_copies import backward_loop_bodies
+from hloflops.remat.names import ends_with, inner_tail, is_remat_named
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, unit_free_shape
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 _CHEAP = DUPLICATED - {"convert"}
 
@@ -45,10 +46,14 @@ def rebuilt_activation_chains(module: Module, ops: list[SiteOp], remat: set[Site
     for op in ops:
         if not op.marked and op.op_name and phase(op.op_name) == "forward" and op.inst.opcode in _CHEAP:
             forward.setdefault((op.inst.opcode, unit_free_shape(op.inst.shape)), []).append(op)
+    rebuilding = _rebuilding_fusions(module)
+    # Not in a scan's backward loop body, whose twin reads what its forward loop stacked
+    # (hloflops.remat.backward_loop_copies counts those copies; TPU 12 exact so).
+    backward_loops = backward_loop_bodies(module, ops)
     out: set[SiteKey] = set()
     for op in ops:
         if not (op.marked and op.key in paired_by_value and op.key in remat and op.inst.opcode in _CHEAP
-                and op.op_name):
+                and op.op_name and op.key[0] in rebuilding and op.frame not in backward_loops):
             continue
         tail = inner_tail(op.op_name)
         twins = [twin for twin in forward.get((op.inst.opcode, unit_free_shape(op.inst.shape)), [])
@@ -73,3 +78,49 @@ def _matmul_fusion_internals(module: Module) -> set[tuple[str, str]]:
             handed = {root.name} | (set(root.operands) if root.opcode == "tuple" else set())
             out |= {(callee, i.name) for i in body.instructions if i.name not in handed}
     return out
+
+
+def _rebuilding_fusions(module: Module) -> set[str]:
+    """The fused computations, holding no matmul, that read the output of a recomputed matmul (a
+    remat-named `convolution` or `dot`, or a fusion holding one): where the recompute hands its
+    matmul's output to fusions that rebuild the chain from it, the program without remat, whose
+    backward has the same fusions, may read its forward's saved output there alike (TPU 231, 239)."""
+    recomputed_matmul = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
+                         for callee in inst.called(CallRole.FUSION)
+                         if any(i.opcode in MATMUL_OPCODES and is_remat_named(i)
+                                for i in module.by_name[callee].instructions)}
+    callers = {callee: (comp, inst) for comp, inst in module.instructions() if inst.opcode == "fusion"
+               for callee in inst.called(CallRole.FUSION)}
+    out: set[str] = set()
+    for comp, inst in module.instructions():
+        if inst.opcode != "fusion":
+            continue
+        callees = [c for c in inst.called(CallRole.FUSION)
+                   if not any(i.opcode in MATMUL_OPCODES for i in module.by_name[c].instructions)]
+        if not callees:
+            continue
+        for name in inst.operands:
+            source, frame = _through_views(comp, name), comp
+            # A fusion nested in another (a chain nested in a weight gradient's fusion) reads the
+            # outer fusion's parameter: what the outer fusion's caller hands it.
+            while source is not None and source.opcode == "parameter" and frame.name in callers:
+                frame, outer = callers[frame.name]
+                index = parameter_number(source)
+                source = _through_views(frame, outer.operands[index]) if index < len(outer.operands) else None
+            if source is None:
+                continue
+            if source.opcode in MATMUL_OPCODES and is_remat_named(source) or source.opcode == "fusion" \
+                    and any(c in recomputed_matmul for c in source.called(CallRole.FUSION)):
+                out.update(callees)
+                break
+    return out
+
+
+def _through_views(comp: Computation, name: str) -> Instruction | None:
+    """The instruction `name` reads through tuple elements, bitcasts and copies."""
+    for _ in range(8):
+        inst = comp.by_name.get(name)
+        if inst is None or inst.opcode not in ("get-tuple-element", "bitcast", "copy") or not inst.operands:
+            return inst
+        name = inst.operands[0]
+    return None
