@@ -5,7 +5,9 @@ TPU draws 231 and 239 (tensor parallel, gelu): the program without remat saves t
 from that fusion and rebuilds gelu's chain from it in each backward fusion, as many copies as the
 recompute makes; the pairing by value counted the forward's count of them as sure recompute
 (231: multiply +393,728, add +163,840; 239: multiply +32,768, add +16,384), and both draws were out
-of range. A value the forward hands out of its fusion is stored by both programs: counted sure."""
+of range. Only where the recompute hands its matmul's output to the fusions rebuilding the chain,
+as the program without remat would its forward's. A value the forward hands out of its fusion is
+stored by both programs: counted sure."""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ ENTRY main {
   a = f32[8,8] parameter(0)
   b = f32[8,8] parameter(1)
   f = @SHAPE fusion(a, b), kind=kOutput, calls=forward_fusion
-  ROOT g = f32[8,8] fusion(a), kind=kLoop, calls=recompute_fusion
+  k = f32[8,8] convolution(a, b), dim_labels=bf_io->bf, metadata={op_name="@MATMUL"}
+  ROOT g = f32[8,8] fusion(k), kind=kLoop, calls=recompute_fusion
 }
 """
 
@@ -44,7 +47,8 @@ RECOMPUTE = "jit(loss)/transpose(jvp())/checkpoint/rematted_computation/integer_
 def _left_to_the_range(hands_out_the_chain: bool) -> set[str]:
     root, shape = ("t = (bf16[8,8], f32[8,8]) tuple(n, c)", "(bf16[8,8], f32[8,8])") if hands_out_the_chain \
         else ("o = bf16[8,8] copy(n)", "bf16[8,8]")
-    module = hloparse.parse(HLO.replace("@ROOT", root).replace("@SHAPE", shape).replace("@RECOMPUTE", RECOMPUTE))
+    module = hloparse.parse(HLO.replace("@ROOT", root).replace("@SHAPE", shape).replace("@RECOMPUTE", RECOMPUTE)
+                            .replace("@MATMUL", RECOMPUTE.replace("integer_pow", "dot_general")))
     ops = []
     for comp in (module.by_name["forward_fusion"], module.by_name["recompute_fusion"]):
         for inst in comp.instructions:

@@ -18,8 +18,12 @@ answers.
 
 Only a cheap elementwise recompute paired by value whose forward copies, all unmarked, lie inside
 fusions holding a matmul (kOutput fusions nesting a `convolution` or `dot`) that do not hand the
-value out: a value the forward hands out is stored by both programs, and the backward of the
-program without remat reads it stored."""
+value out (a value the forward hands out is stored by both programs, and the backward of the
+program without remat reads it stored), in a fusion of no matmul that reads a recomputed matmul's
+output (nested fusions through their callers' operands): the recompute stores `h` and rebuilds the
+chain from it, as the twin may from its forward's `h`. Not in a scan's backward loop body, whose
+copies hloflops.remat.backward_loop_copies counts against the forward loop's saving fusion (TPU 12,
+exact). The sign fires on TPU draws whose recompute shares its frame with the forward (231, 239)."""
 
 from __future__ import annotations
 
