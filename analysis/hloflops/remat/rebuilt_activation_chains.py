@@ -24,7 +24,7 @@ output (nested fusions through their callers' operands): the recompute stores `h
 chain from it, as the twin may from its forward's `h`. Not in a scan's backward loop body, whose
 copies hloflops.remat.backward_loop_copies counts against the forward loop's saving fusion (TPU 12,
 exact). It loosens (the range only, never the count) TPU draws 16, 26, 36, 52, 76, 84, 95, 104, 106,
-190, 200, 230, 231, 236, 239 of 0-239 (ntpu: see the report), none of them exact."""
+130, 154, 163, 165, 190, 200, 230, 231, 236, 239 of 0-239, none of them exact."""
 
 from __future__ import annotations
 
