@@ -126,7 +126,10 @@ place and without the unit dimension in another, hloflops.remat.views):
    all). So is the whole chain of such a nested fusion whose outputs the forward computes only
    nested, no op of it one the forward hands out, in a program without loops: the program without
    remat rebuilds the value there from what it stores (softmax's `p` in the fusion of
-   `dv = p^T @ do`; hloflops.remat.rebuilt_in_gradient_matmuls). But a bias add of a matmul output
+   `dv = p^T @ do`; hloflops.remat.rebuilt_in_gradient_matmuls). A recomputed activation chain the
+   forward runs only inside its matmul's output fusion, handing out the activation alone, is loose:
+   the program without remat may save the matmul's output and rebuild the chain in its backward
+   fusions, or save the chain (hloflops.remat.rebuilt_activation_chains). But a bias add of a matmul output
    the policy saves (through an identity rounding, or an offload policy's round trip through the
    host) is recompute in every fusion that copies it:
    without remat XLA fuses it into the matmul's output fusion and stores the sum, which the backward
@@ -310,9 +313,11 @@ place and without the unit dimension in another, hloflops.remat.views):
    do the gradient's copies
    beyond one (on how XLA fused that program: in the range), in the forward's own frame too where
    the chain reads a recompute of a forward value. Not for a recompute running a loop
-   of its own (flax's `remat_scan`; hloflops.remat.backward_loop_copies).
+   of its own (a `while` named inside the checkpoint; not flax's `remat_scan`, whose layers jax
+   recomputes in the backward loop; hloflops.remat.backward_loop_copies).
    On TPU under tensor parallelism, a forward matmul run as a windowed einsum loop where the
-   backward's weight gradient gathers a recompute rather than the forward's gathered activation:
+   backward's weight gradient gathers a recompute rather than the forward's gathered activation
+   (the loop XLA builds for that matmul, named as it; not a model's loop around matmuls):
    the program without remat shares one gather and runs one matmul, so the loop's accumulating
    adds and selects are remat (hloflops.remat.regathered_windowed_einsums; the weight's narrow
    for the loop in the range). So where the recompute's matmul gathers its own operand under its

@@ -57,8 +57,9 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
 Not in one computation (a Python loop, a whole-model checkpoint), where the forward's fusions are in
 sight and the fusion rules count against them (hloflops.remat.fusion_copies), but for the backward's
 copies of a gradient chain beyond one, unsure there (`gradient_chain_copies`); nor where the
-recompute runs a loop of its own (flax's `remat_scan`), whose backward loop reads what that loop
-saved."""
+recompute runs a loop of its own (a `while` named inside the checkpoint; not flax's `remat_scan`,
+whose per-layer recompute jax runs in the backward loop), whose backward loop reads what that
+loop saved."""
 
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ from hloflops.remat.op_kinds import (
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_op
 from hloflops.remat.unpacked_masks import packed_compare
 from hloflops.remat.unseen_masks import UnseenMasks
-from hloflops.scopes import phase, split_components
-from hloparse.ir import Module
+from hloflops.scopes import phase
+from hloparse.ir import CallRole, Module
 
 # The cheap elementwise ops fusion copies into each reader (a widen's count is float
 # normalization's, hloflops.remat.widen_counts).
@@ -91,9 +92,11 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
     unsure where the forward computes the value too (whether that program computes it apart to save
     it rests on its fusion), sure where only the linearization computes it (`1 - tanh`)."""
     groups: dict[tuple[str, object, bool], list[SiteOp]] = {}
-    # A recompute that runs a loop of its own (a checkpoint around an inner scan, flax's
-    # `remat_scan`) saves for the inner scan's backward loop what the forward loop would: not here.
-    own_loop = {op.frame for op in ops if op.named and op.op_name and _loops_inside(op.op_name)}
+    # A recompute that runs a loop of its own (a `while` under the checkpoint's name) saves for the
+    # backward loop what the forward loop would: not here. Its ops' names alone do not tell: flax's
+    # `remat_scan` names them `rematted_computation/while/...` where jax ran them inside the
+    # backward loop itself, as any scan's per-layer recompute (TPU 29, 77, 105, 214, 219: two loops).
+    own_loop = _recompute_loop_bodies(module)
     for op in ops:
         if op.frame in backward_loops and op.frame not in own_loop and op.key[0] in fused \
                 and op.inst.opcode in CHEAP:
@@ -170,9 +173,11 @@ def _join_unit_free(module: Module, groups: dict[tuple[str, object, bool], list[
             groups[targets[0]].extend(groups.pop(key))
 
 
-def _loops_inside(op_name: str) -> bool:
-    """Does a recompute's name hold a loop inside its checkpoint (`.../rematted_computation/while/...`)?"""
-    return "while" in split_components(op_name.rpartition(REMAT_SCOPE)[2])
+def _recompute_loop_bodies(module: Module) -> set[str]:
+    """The bodies of the loops a recompute runs itself: `while` instructions named inside a checkpoint's
+    recompute (`.../rematted_computation/while`), not the backward loop that recomputes a layer a trip."""
+    return {body for _, inst in module.instructions() if inst.opcode == "while" and REMAT_SCOPE in inst.op_name
+            for body in inst.called(CallRole.WHILE_BODY)}
 
 
 class _SavedApart:

@@ -38,6 +38,7 @@ from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
 from hloflops.remat.wide_residual_trips import wide_residual_trips
 from hloflops.remat.rounded_operand_narrows import rounded_operand_narrows
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
+from hloflops.remat.rebuilt_activation_chains import rebuilt_activation_chains
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
@@ -306,6 +307,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # backward work, not a recompute CSE merged, and is not listed as one.
     listed = [op for op in named_ops if not op.inherited and (old is None or op.op_name not in old)]
     index = _per_instruction(ops, named_ops, listed, remat, clone_keys)
+    if optimized_named and is_tpu_module(module):  # the twin may rebuild it (rebuilt_activation_chains)
+        paired_by_value -= rebuilt_activation_chains(module, ops, remat, paired_by_value)
     # After optimization, what the fusion rules (copies, saved copies, roundings) decide for a cheap
     # op rests on how XLA fused the two programs, not on an equal value: the range covers it.
     loose = {op.key for op in ops if op.inst.opcode not in MATMUL_OPCODES} & (remat - paired_by_value) \

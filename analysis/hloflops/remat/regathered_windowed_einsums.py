@@ -20,9 +20,11 @@ The weight's narrow feeding only such a loop is the loop's too, but the program 
 may narrow the weight for its plain matmul as well (the fusion decides): a stand-in, in the
 range only.
 
-Only for a loop in the forward (no `transpose(` in its name, no remat name) holding a matmul
-and a collective-permute, where an all-gather named for the same matmul's transpose gathers a
-remat-named value (through views), or where the recompute of the same matmul (its name inside the
+Only for a window loop in the forward (no `transpose(` in its name, no remat name; its matmuls
+all named as the loop, as XLA names the loop it builds for one matmul: not a gradient
+accumulation's microbatch loop around matmuls, TPU 231) holding a collective-permute, where
+an all-gather named for the same matmul's transpose gathers a remat-named value (through views),
+or where the recompute of the same matmul (its name inside the
 checkpoint ending the loop matmul's name) all-gathers its operand under its own remat name: haiku
 names the gather for the recompute's matmul, which the weight gradient reads gathered too
 (held-out TPU 99: two such loops, add and select 1,024 each, now remat)."""
@@ -53,7 +55,11 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
             continue
         inside = _reachable(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
         matmuls = [i for name in inside for i in module.by_name[name].instructions if i.opcode in MATMUL_OPCODES]
-        if not matmuls or not any(i.opcode in _PERMUTES for name in inside for i in module.by_name[name].instructions):
+        # A window loop is XLA's for one matmul and carries its name; a loop of the model's (a
+        # gradient accumulation's microbatches, a scan) holding window loops or unrolled windows
+        # is not one, whatever its matmuls are named (TPU 231: plain jax's `dot_general`).
+        if not _window_loop(inst, matmuls) \
+                or not any(i.opcode in _PERMUTES for name in inside for i in module.by_name[name].instructions):
             continue
         # A recompute's own gather marks only a window loop (named as its matmul; not a scan's loop).
         if not any(model_components(m.op_name) in regathered or m.op_name == inst.op_name
@@ -66,6 +72,13 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
     narrows = {op.key for op in ops if op.inst.opcode == "convert"
                and ((op.key[0], op.key[1]) in feeds or (op.frame, op.key[0]) in feeds)}
     return counted, narrows
+
+
+def _window_loop(loop: Instruction, matmuls: list[Instruction]) -> bool:
+    """Is `loop` a windowed einsum's: matmuls inside, all named as the loop? XLA names the loop it
+    builds for a matmul after that matmul (TPU 23, 99); a model's loop (`jit(step)/while`) runs
+    matmuls of other names, its windowed einsums' loops nested inside it."""
+    return bool(matmuls) and all(m.op_name == loop.op_name for m in matmuls)
 
 
 def _regathered_matmuls(module: Module) -> set[tuple[str, ...]]:
