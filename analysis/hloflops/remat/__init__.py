@@ -231,6 +231,11 @@ place and without the unit dimension in another, hloflops.remat.views):
    A scan's gradient fusion reading a bf16 program's residuals recomputed wide lowers the low end
    by the program without remat's narrow into its stack and widen back, two converts per residual
    (hloflops.remat.wide_residual_trips).
+   A layer's `h = x @ w + b` the recompute's matmul fusion stores narrowed while the forward
+   nests matmul, add and activation unstored in the next matmul's fusion: the program without
+   remat stores `h` as the recompute does, and its readers widen it as the backward's do, so the
+   converts around it but one widen of the matmul's output are its own, unsure
+   (hloflops.remat.stored_matmul_outputs).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs
