@@ -239,6 +239,11 @@ place and without the unit dimension in another, hloflops.remat.views):
    A forward matmul reading relu wide behind a policy's saved-residual rounding, whose recompute
    copy TPU narrows for the weight gradient, makes that narrow weak and lowers the low end by the
    narrow the program without remat may make of its forward copy (hloflops.remat.rounded_operand_narrows).
+   A layer's `h = x @ w + b` the recompute's matmul fusion stores narrowed while the forward
+   nests matmul, add and activation unstored in the next matmul's fusion: the program without
+   remat stores `h` as the recompute does, and its readers widen it as the backward's do, so the
+   converts around it but one widen of the matmul's output are its own, unsure
+   (hloflops.remat.stored_matmul_outputs).
 5. Saved copies (after optimization, loop forms): a backward loop's fusion of cheap recomputes
    that a weight's gradient reads as it is stands in for the copy the program without remat
    makes of those ops in the fusion saving the value into its stack: model FLOPs

@@ -25,6 +25,7 @@ from hloflops.remat.packed_masks import packed_masks
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
+from hloflops.remat.stored_matmul_outputs import stored_matmul_output_converts
 from hloflops.remat.regathered_narrows import repeated_shard_narrows
 from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
 from hloflops.remat.saved_chain_widens import recompute_widens_hinge
@@ -153,6 +154,12 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat -= set(narrows)
     d.paired_by_value -= set(narrows)
     d.certain |= {key for key, of in narrows.items() if of in d.certain}
+    # A matmul's biased output the recompute stores and the forward fuses on: the converts around
+    # it but one widen are the program without remat's (hloflops.remat.stored_matmul_outputs); in
+    # the range, resting on how XLA fused that program.
+    stored_sums = stored_matmul_output_converts(module, ops, d.remat, backward_loops)
+    d.remat, d.certain = d.remat - stored_sums, d.certain - stored_sums
+    d.paired_by_value, d.stand_ins = d.paired_by_value - stored_sums, d.stand_ins | stored_sums
 
 
 def float_normalization_rules(module: Module, ops: list[SiteOp], decided: Decided) -> set[SiteKey]:
