@@ -21,6 +21,7 @@ from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.conv_operand_narrows import conv_operand_narrows
 from hloflops.remat.corrected_narrows import narrows_of_uncounted_ops
 from hloflops.remat.packed_conv_inputs import packed_conv_inputs
+from hloflops.remat.packed_layout_recomputes import packed_layout_recomputes
 from hloflops.remat.packed_masks import packed_masks
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
@@ -125,6 +126,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     twice = twice_windowed_gathers(module, ops)
     d.remat, d.certain, d.stand_ins = d.remat | twice, d.certain | twice, d.stand_ins - twice
     d.paired_by_value |= twice
+    # A recompute the forward computes only on a packed convolution's layout: a stand-in, not the
+    # linearization's own (hloflops.remat.packed_layout_recomputes; before its narrow's rule below).
+    packed_layout_recomputes(module, ops, d)
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
