@@ -14,7 +14,8 @@ from hloflops.remat.by_platform import Decided
 from hloflops.remat.loop_invariant_packings import loop_invariant_packings
 from hloflops.remat.sites import SiteOp
 
-_NAME = "jit(loss)/transpose(jvp(Tagger))/backward/while/body/closed_call/checkpoint/rematted_computation/cell/concatenate"
+_NAME = ("jit(loss)/transpose(jvp(Tagger))/backward/while/body/closed_call/checkpoint/rematted_computation/"
+         "cell/concatenate")
 _T = "{1,0:T(8,128)(2,1)}"
 
 HLO = """HloModule packing, is_scheduled=true, entry_computation_layout={(bf16[8,4]@T, bf16[8,4]@T, s32[])->bf16[8,4]@T}
@@ -36,7 +37,8 @@ matmul {
   y = bf16[8,4] parameter(1)
   c = bf16[8,4] parameter(2)
   p = bf16[8,8] fusion(x, y), kind=kLoop, calls=packing, metadata={op_name="@N"}
-  ROOT d = f32[8,4] convolution(p, c), dim_labels=bf_io->bf, metadata={op_name="jit(loss)/transpose(jvp(Tagger))/dot_general"}
+  ROOT d = f32[8,4] convolution(p, c), dim_labels=bf_io->bf,
+    metadata={op_name="jit(loss)/transpose(jvp(Tagger))/dot_general"}
 }
 
 body {

@@ -20,7 +20,10 @@ _FORWARD = "jit(loss)/jvp(ConvNet)/stack/while/body/closed_call/blocks/block/jit
 _RECOMPUTE = ("jit(loss)/transpose(jvp(ConvNet))/stack/while/body/closed_call/checkpoint/rematted_computation/"
               "blocks/block/jit(relu)/max")
 
-HLO = """HloModule packed, is_scheduled=true, entry_computation_layout={(f32[@P]{3,2,1,0:T(8,128)}, f32[1,2,4,4,8]{4,3,2,1,0:T(8,128)})->(f32[@P]{3,2,1,0:T(8,128)}, f32[1,2,4,4,8]{4,3,2,1,0:T(8,128)})}
+_SHAPES = "(f32[@P]{3,2,1,0:T(8,128)}, f32[1,2,4,4,8]{4,3,2,1,0:T(8,128)})"
+_LAYOUT = "{" + _SHAPES + "->" + _SHAPES + "}"
+
+HLO = """HloModule packed, is_scheduled=true, entry_computation_layout=@L
 
 ENTRY main {
   x = f32[@P] parameter(0)
@@ -36,7 +39,8 @@ ENTRY main {
 
 
 def _stand_ins(forward_shape: str, remat: bool = False) -> set[str]:
-    module = hloparse.parse(HLO.replace("@P", forward_shape).replace("@F", _FORWARD).replace("@R", _RECOMPUTE))
+    text = HLO.replace("@L", _LAYOUT).replace("@P", forward_shape)
+    module = hloparse.parse(text.replace("@F", _FORWARD).replace("@R", _RECOMPUTE))
     entry = module.entry
     ops = [SiteOp((entry.name, inst.name, 0), inst, name, name == _RECOMPUTE, name == _RECOMPUTE, i, None, None,
                   entry.name)
