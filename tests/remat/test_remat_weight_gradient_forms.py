@@ -108,35 +108,3 @@ def test_a_weight_gradient_without_a_packed_forward_is_no_hinge():
             assert inst.op_name.endswith("Conv_0/conv_general_dilated")
     module = _parsed(NATURAL.replace("@B@C", "@B/Conv_9/conv_general_dilated"), "f32[3,3,2,2]")
     assert not find_remat(module).twin_forms
-
-
-def _packed_rise(*naturals: str) -> int:
-    """The high end's rise for a packed weight gradient of f = 4 rows of w = 2 (f w = 8), with values
-    laid out naturally beside it (`[N, H, W, C]`)."""
-    extra = "".join(f"\n  v{i} = {shape} parameter({6 + i})" for i, shape in enumerate(naturals))
-    text = HLO.replace("[4,2,3,2,", "[4,4,3,2,")
-    text = text.replace("@WGRAD", PACKED.replace("[4,2,3,2,", "[4,4,3,2,") + extra)
-    text = text.replace("@SHAPE", "f32[3,3,2,2,1]").replace("@C", "/Conv_0/conv_general_dilated")
-    for short, long in (("@L", "{(bf16[4,2,5,2]{3,1,2,0:T(8,128)(2,1)})->f32[4,2,3,2]{3,1,2,0:T(8,128)}}"),
-                        ("@R", "jit(loss)/transpose(jvp(Net))/checkpoint/rematted_computation"),
-                        ("@B", "jit(loss)/transpose(jvp(Net))/checkpoint"), ("@F", "jit(loss)/jvp(Net)"),
-                        ("@T", 'backend_config={"scoped_memory_configs":[]}')):
-        text = text.replace(short, long)
-    return find_remat(hloparse.parse(text)).twin_forms[("main", "wg")]
-
-
-def test_a_batch_in_sight_in_a_natural_layout_tightens_the_natural_floor():
-    """utpu 226: the natural form counts 2 N Cin Cout (3H-2)(3 f w - 2 N); with the batch unseen the
-    floor takes N = f (here 2*2*2*10*(24 - 8) = 1,280 under the packed count), with `[2, 4, 4, 2]` in
-    sight N = 2 (2*2*2*10*(24 - 4) = 1,600): the rise is 320 less."""
-    assert _packed_rise("bf16[2,4,4,2]") == _packed_rise() - 320
-
-
-def test_the_largest_batch_in_sight_is_taken():
-    # [4, 4, 2, 2] holds N 4 = f: the floor of an unseen batch, however many smaller ones are in sight
-    assert _packed_rise("bf16[2,4,4,2]", "bf16[4,4,2,2]") == _packed_rise()
-
-
-def test_a_layout_of_other_rows_is_no_batch():
-    # H 4, but N W = 2 * 3 = 6, not f w = 8
-    assert _packed_rise("bf16[2,4,3,2]") == _packed_rise()

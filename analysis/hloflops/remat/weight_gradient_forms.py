@@ -26,11 +26,7 @@ in this program tells which form the twin took, so each such weight gradient is 
   program's own packing fusion(s) of the weight gradient's operands (which the twin would not run).
   `natural` is not in this program either: its lower bound from the packed operand
   `[H, f, w+1, Cin, 3]` (f rows of w columns each, N W = f w, each row from one image: N <= f) is
-  `2 Cin Cout (3H-2) (3 f w - 2 N)` with N = f where the batch is unseen, so the rise is never short
-  of the twin's saving. Where a value of the program is laid out naturally, `[N, H, W, C]` with
-  the layer's H and N W = f w (the activation stacked for the backward, a bias gradient's operand),
-  the batch is in sight: the largest such N (a larger one only lowers the floor; utpu 226: the
-  floor now the twin's natural count, the rise 20,021,248 a layer against 30,801,920).
+  `2 Cin Cout (3H-2) (3 f w - 2 f)`, so the rise is never short of the twin's saving.
 """
 
 from __future__ import annotations
@@ -66,7 +62,6 @@ def weight_gradient_forms(module: Module) -> Mapping[Key, int | None]:
     if not forwards:
         return out
     callers = one_call_site(module)
-    layouts = _natural_layouts(module)
     for comp, inst in module.instructions():
         if inst.opcode != "convolution" or "transpose(" not in inst.op_name or len(inst.operands) != 2:
             continue
@@ -88,7 +83,7 @@ def weight_gradient_forms(module: Module) -> Mapping[Key, int | None]:
             if packed > own:  # and the twin's packing of the activation's pieces (module docstring)
                 out[(comp.name, inst.name)] = -(packed - own + _PACKING_RATE * pieces * kernel[2])
         elif labels == _PACKED_WGRAD and len(inst.window or ()) == 3:
-            natural = _natural_floor(comp, inst, layouts)
+            natural = _natural_floor(comp, inst)
             if natural is None or own <= natural:
                 continue
             out[(comp.name, inst.name)] = own - natural
@@ -156,27 +151,8 @@ def _packed_forwards(module: Module) -> list[tuple[tuple[str, ...], int, int]]:
     return found
 
 
-def _natural_layouts(module: Module) -> set[tuple[int, int, int]]:
-    """(N, H, W) of each value of the module shaped `[N, H, W, C]` (unit dimensions aside): where
-    one holds a packed layer's activation in its natural layout, its batch is in sight."""
-    found = set()
-    for _, inst in module.instructions():
-        if inst.shape.is_tuple:
-            continue
-        dims = tuple(d for d in inst.shape.dims if d != 1)
-        if len(dims) == 4:
-            found.add(dims[:3])
-    return found
-
-
-def _natural_floor(comp: Computation, inst: Instruction, layouts: set[tuple[int, int, int]] = frozenset()
-                   ) -> int | None:
-    """The fewest FLOPs the natural form of a packed weight gradient can count (module docstring):
-    `2 Cin Cout (3H-2) (3 f w - 2 N)` with N the largest batch of a value laid out naturally, `[N, H, W, C]`
-    with N W = f w (`layouts`: hloflops.remat.weight_gradient_forms' `_natural_layouts`), else f. A
-    larger N than the layer's only lowers the floor; XLA lays the activation out naturally for the
-    bias gradient's reduce or the stack a policy saves (utpu 226: `[4, 32, 32, 32]`, the twin's
-    natural count 72,384,512 exactly, against 61,603,840 with N = f = 32)."""
+def _natural_floor(comp: Computation, inst: Instruction) -> int | None:
+    """The fewest FLOPs the natural form of a packed weight gradient can count (module docstring)."""
     shapes = _shapes(comp, inst)
     if shapes is None:
         return None
@@ -188,8 +164,7 @@ def _natural_floor(comp: Computation, inst: Instruction, layouts: set[tuple[int,
     cin, cout = inst.shape.dims[2], inst.shape.dims[3]
     if w < 1:
         return None
-    batch = max((n for n, height, width in layouts if height == h and n * width == f * w and n <= f), default=f)
-    return 2 * cin * cout * (3 * h - 2) * (3 * f * w - 2 * batch)
+    return 2 * cin * cout * (3 * h - 2) * (3 * f * w - 2 * f)
 
 
 def _own_packings(module: Module, comp: Computation, inst: Instruction,
