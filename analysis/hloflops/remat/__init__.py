@@ -209,6 +209,13 @@ place and without the unit dimension in another, hloflops.remat.views):
    scan's backward loop body, and its unpacks in the gradient fusions, are remat: the program
    without remat stacks the mask as `pred` from its forward loop and packs nothing; outside a loop
    both programs pack the mask they hand to the backward (hloflops.remat.packed_masks).
+   A remat-named op the forward computes only on a packed convolution's output layout
+   (`[H, f, w+1, C]` against the recompute's `[N, H, W, C]`, f w = N W: relu recomputed from a
+   saved pre-activation) is a stand-in, in the range, not the linearization's own work: the program
+   without remat may read relu's output stored or copy relu into its gradient fusion
+   (hloflops.remat.packed_layout_recomputes). A recompute's packing of loop-invariant loop state (an
+   LSTM's concatenated weights) in a backward loop body, one per matmul reading it, is remat: the
+   program without remat hoists it out of its loops (hloflops.remat.loop_invariant_packings).
    Float normalization's unnamed widens in a scan's backward loop recompute fusions are in the
    range only: the program without remat copies such widens into the forward fusions stacking
    the residual chains (hloflops.remat.saved_chain_widens). A recomputed pre-activation `z` its

@@ -16,11 +16,13 @@ from hloflops.remat.backward_loop_copies import backward_loop_copies, gradient_c
 from hloflops.remat.coefficient_fusions import coefficient_fusions
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.host_read_recomputes import host_read_recomputes
+from hloflops.remat.loop_invariant_packings import loop_invariant_packings
 from hloflops.remat.nested_forward_narrows import nested_forward_narrows
 from hloflops.remat.normalization import recompute_barrier_roundings
 from hloflops.remat.conv_operand_narrows import conv_operand_narrows
 from hloflops.remat.corrected_narrows import narrows_of_uncounted_ops
 from hloflops.remat.packed_conv_inputs import packed_conv_inputs
+from hloflops.remat.packed_layout_recomputes import packed_layout_recomputes
 from hloflops.remat.packed_masks import packed_masks
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
@@ -130,9 +132,15 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     twice = twice_windowed_gathers(module, ops)
     d.remat, d.certain, d.stand_ins = d.remat | twice, d.certain | twice, d.stand_ins - twice
     d.paired_by_value |= twice
+    # A recompute the forward computes only on a packed convolution's layout: a stand-in, not the
+    # linearization's own (hloflops.remat.packed_layout_recomputes; before its narrow's rule below).
+    packed_layout_recomputes(module, ops, d)
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
+    # A recompute's packing of loop-invariant pieces in a backward loop body, which the program without
+    # remat hoists out of its loops: remat, in the range (hloflops.remat.loop_invariant_packings).
+    loop_invariant_packings(module, ops, d)
     # A recomputed pre-activation stored narrowed and widened back, as the program without remat's
     # forward stores it: remat, not sure (hloflops.remat.stored_preactivations).
     d.paired_by_value -= {key for pair in stored_preactivation_trips(module, ops, d.remat).items() for key in pair}
