@@ -61,5 +61,7 @@ def test_recomputed_layer_norm_casts_are_stacked_residuals_of_the_twin():
     verdict = judge(build(draw(73, "more")), "after")
     assert verdict.in_bounds, verdict.describe()
     # before: +1,626,624 (the two layer norms' casts' stacks, 3 trips, not taken off)
-    assert 0 <= verdict.misses.get("convert", 0) <= 1_135_104, verdict.describe()
+    # +1,536 since round 19: the four attention bias casts the backward loop's recompute makes (384
+    # FLOPs each, in the program only: in the truth too) now count (hloflops.remat.recompute_only_casts)
+    assert 0 <= verdict.misses.get("convert", 0) <= 1_135_104 + 1_536, verdict.describe()
     assert verdict.reported.get("dot", 0) == verdict.truth.get("dot", 0), verdict.describe()

@@ -67,7 +67,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    depth, checkpoints around the recompute: nested remat recomputes a layer at two levels), also
    where another level's recompute matched its value exactly (rule 1) and this one's was
    numbered apart (hloflops.remat.by_signature). A cheap recompute left without a twin of its
-   signature then takes one equal but for unit dimensions (those scores again). Sharded,
+   signature then takes one equal but for unit dimensions (those scores again).
+   A cast takes one only where nothing but the recompute reads it
+   (hloflops.remat.recompute_only_casts). Sharded,
    the partitioner may split a recompute's matmul another way than its forward (a shard of the
    features contracted and all-reduced, against the weight gathered): other local shapes, the
    same FLOPs on each device. It then pairs, in its own frame, with a matmul of its opcode,

@@ -14,6 +14,7 @@ from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail, remat_depth, remat_level
 from hloflops.remat.op_kinds import EXPENSIVE, MATMUL_OPCODES, shape_key
+from hloflops.remat.recompute_only_casts import RecomputeOnlyCasts
 from hloflops.remat.partitioned import is_partitioned, partitioned_alike, partitioned_key
 from hloflops.remat.signature import signature, unit_dimension_free_signature
 from hloflops.remat.sites import SiteKey, SiteOp, by_number
@@ -118,14 +119,15 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     # recompute left without a twin of its own signature takes one equal but for unit dimensions,
     # after every recompute has had its own signature's (more 170). Not an expensive op: the value
     # numbering pairs its twin read through unit-dimension views by value (a layer norm's
-    # `[b, t, 1]` rsqrt, hloflops.remat.views); nor a cast (a bias's bf16 cast, read from the
-    # saved stack of f32 biases: the widen and cast counts decide those, more 60).
+    # `[b, t, 1]` rsqrt, hloflops.remat.views); a cast only where nothing but the recompute reads
+    # it (below).
     # Not on TPU, whose tiled layouts keep a scan's stacked unit dimension in both copies (TPU
     # draw 29, flax's remat_scan: a layer norm's chain of its inner recompute loop took such twins
     # and its multiplies moved further over).
     squeezed: dict[tuple, list[SiteOp]] = {}
     for key, twins in pool.items() if not is_tpu_module(module) else ():
         squeezed.setdefault(unit_dimension_free_signature(key), []).extend(twins)
+    recompute_only = RecomputeOnlyCasts(module, ops, inputs) if squeezed else None
     for op, fallback in [(op, False) for op in candidates] + [(op, True) for op in candidates]:
         if op.key in found:
             continue
@@ -143,8 +145,19 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
         level = _level(op)
         own_signature = signature(op, shapes)
         twins = pool.get(own_signature, [])
-        if fallback and (op.inst.opcode in EXPENSIVE or op.inst.opcode == "convert"):
-            continue  # an expensive op's reshaped twin pairs by value (hloflops.remat.views), a cast's the widens'
+        if fallback and op.inst.opcode in EXPENSIVE:
+            continue  # an expensive op's reshaped twin pairs by value (hloflops.remat.views)
+        if fallback and op.inst.opcode == "convert" and \
+                (recompute_only is None or not recompute_only.holds(*op.key[:2])):
+            # A cast of model parameters only the recompute reads (a layer's bf16 bias cast,
+            # sliced from the stacked f32 parameters in the backward loop and cast there `[h]`, the
+            # forward's `[1, h]`): the program without remat, whose backward recomputes nothing,
+            # casts it only in its forward (more 60: Conv_0's bias; more 73: attention's four
+            # biases). One a gradient op reads too (a weight's cast for the input gradient), or a
+            # cast of a residual read back from the stack the forward saved (base 235), that
+            # program casts in its backward as well: the widen and cast counts decide it
+            # (hloflops.remat.recompute_only_casts).
+            continue
         if fallback:
             twins = [twin for twin in squeezed.get(unit_dimension_free_signature(own_signature), ())
                      if twin not in twins]
