@@ -20,7 +20,7 @@ an operand of which is (through views) a nested fusion of cheap elementwise ops 
 no reduce: XLA never duplicates those), views, constants and converts, holding a remat-named op
 counted as remat whose value a forward op outside every checkpoint also computes and hands out of
 its own fusion (the stored value the program without remat could read instead); and only a copy
-whose inputs weigh no more than that value (`_may_duplicate`: XLA duplicates such a producer into a
+whose inputs weigh no more than that value (`may_duplicate`: XLA duplicates such a producer into a
 consumer whatever its other consumers; a layer norm's normalize reads more than it writes). On TPU
 draws 0-179 it fires on ntpu 159 alone."""
 
@@ -58,14 +58,14 @@ def gradient_operand_copies(module: Module, ops: list[SiteOp], remat: set[SiteKe
             body = module.by_name.get(callee)
             if body is None or body.root is None:
                 continue
-            for nested in _matmul_operand_fusions(body):
+            for nested in matmul_operand_fusions(body):
                 members = by_site.get(nested, ())
                 comp_nested = module.by_name.get(nested)
                 if not members or comp_nested is None or not _cheap_only(comp_nested):
                     continue
                 paired = [op for op in members
                           if op.key in remat and REMAT_SCOPE in op.op_name and op.exact in stored]
-                if not paired or not _may_duplicate(comp_nested, paired):
+                if not paired or not may_duplicate(comp_nested, paired):
                     continue
                 for op in members:
                     if op.key in remat and op.inst.opcode in _CHEAP | {"convert"}:
@@ -76,15 +76,15 @@ def gradient_operand_copies(module: Module, ops: list[SiteOp], remat: set[SiteKe
 def _stored_forward_values(ops: list[SiteOp], fused: Mapping[str, frozenset[str]]) -> set[object]:
     """The value numbers a forward op outside every checkpoint hands out of its fusion."""
     return {op.exact for op in ops
-            if op.inst.name in fused.get(op.key[0], ()) and _outside_checkpoints(op.op_name)
+            if op.inst.name in fused.get(op.key[0], ()) and outside_checkpoints(op.op_name)
             and phase(op.op_name) == "forward" and op.inst.opcode in _CHEAP}
 
 
-def _outside_checkpoints(name: str) -> bool:
+def outside_checkpoints(name: str) -> bool:
     return bool(name) and "checkpoint" not in name and "remat" not in name
 
 
-def _matmul_operand_fusions(body: Computation) -> list[str]:
+def matmul_operand_fusions(body: Computation) -> list[str]:
     """The fused computations of the nested fusions that feed, through views, an operand of the
     matmul at the body's root (through views)."""
     root: Instruction | None = body.root
@@ -102,7 +102,7 @@ def _matmul_operand_fusions(body: Computation) -> list[str]:
     return out
 
 
-def _may_duplicate(comp: Computation, paired: list[SiteOp]) -> bool:
+def may_duplicate(comp: Computation, paired: list[SiteOp]) -> bool:
     """Would XLA's instruction fusion duplicate the activation into a consumer regardless of its
     other consumers? `InstructionFusion::ComputeGloballyUnfusible` lets it where the producer's
     operands weigh no more than its output (duplicating it adds no memory traffic): the copy's

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hloflops.remat.gradient_operand_copies import matmul_operand_fusions, may_duplicate, outside_checkpoints
 from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE
-from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, shape_key
+from hloflops.remat.op_kinds import DUPLICATED, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Module
 
 _VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 _FREE = frozenset({"parameter", "constant", "broadcast", "convert", "iota"}) | _VIEWS
@@ -64,7 +65,7 @@ def nested_gradient_activations(module: Module, ops: list[SiteOp], remat: set[Si
                 and phase(inst.op_name) == "forward" for callee in inst.called(CallRole.FUSION)}
     inputs = FrameInputs(module)
     handed = {_alike(op, inputs) for op in ops if op.key[0] in windowed and op.inst.opcode in DUPLICATED
-              and op.inst.name in fused.get(op.key[0], ()) and _outside_checkpoints(op.op_name)}
+              and op.inst.name in fused.get(op.key[0], ()) and outside_checkpoints(op.op_name)}
     out: dict[SiteKey, int] = {}
     for callee, members in by_site.items():
         comp = module.by_name.get(callee)
@@ -72,7 +73,7 @@ def nested_gradient_activations(module: Module, ops: list[SiteOp], remat: set[Si
             continue
         paired = [op for op in members if op.key in remat and REMAT_SCOPE in op.op_name
                   and op.inst.opcode in DUPLICATED and _alike(op, inputs) in handed]
-        if not paired or not _reads_no_more(comp, paired):
+        if not paired or not may_duplicate(comp, paired):
             continue
         for op in members:
             if op.key in remat and op.inst.opcode in DUPLICATED | {"convert"}:
@@ -89,7 +90,7 @@ def _operand_fusions(module: Module) -> set[str]:
         for callee in inst.called(CallRole.FUSION):
             body = module.by_name.get(callee)
             if body is not None and body.root is not None:
-                found.update(_matmul_operand_fusions(body))
+                found.update(matmul_operand_fusions(body))
     return found
 
 
@@ -97,34 +98,6 @@ def _alike(op: SiteOp, inputs: FrameInputs) -> tuple:
     return op.inst.opcode, shape_key(op.inst.shape), inputs.of(*op.key[:2])
 
 
-def _outside_checkpoints(name: str) -> bool:
-    return bool(name) and "checkpoint" not in name and "remat" not in name
-
-
-def _matmul_operand_fusions(body: Computation) -> list[str]:
-    """The fused computations of the nested fusions feeding, through views, an operand of the
-    matmul at the body's root (through views)."""
-    root: Instruction | None = body.root
-    while root is not None and root.opcode in _VIEWS:
-        root = body.by_name.get(root.operands[0])
-    if root is None or root.opcode not in MATMUL_OPCODES:
-        return []
-    out: list[str] = []
-    for name in root.operands:
-        inst = body.by_name.get(name)
-        while inst is not None and inst.opcode in _VIEWS:
-            inst = body.by_name.get(inst.operands[0])
-        if inst is not None and inst.opcode == "fusion":
-            out += inst.called(CallRole.FUSION)
-    return out
-
-
 def _elementwise_only(comp: Computation) -> bool:
     return all(inst.opcode in DUPLICATED or inst.opcode in _FREE for inst in comp.instructions)
 
-
-def _reads_no_more(comp: Computation, paired: list[SiteOp]) -> bool:
-    """XLA's instruction fusion duplicates a producer into a consumer whatever its other consumers
-    only where its operands weigh no more than its output (`InstructionFusion::ComputeGloballyUnfusible`)."""
-    inputs = sum(inst.shape.byte_size() for inst in comp.instructions if inst.opcode == "parameter")
-    return inputs <= max(op.inst.shape.byte_size() for op in paired)
