@@ -65,6 +65,7 @@ from hloflops.remat.index import RematIndex
 from hloflops.remat.by_signature import across_frames, by_signature, linearization_only
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
+from hloflops.remat.unstored_probabilities import unstored_probability_copies
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -264,6 +265,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             if is_tpu_module(module):
                 tpu_rules(module, ops, decided, recomputes)
                 wide_residual_trips(module, ops, decided.remat, twin_copies)  # hloflops.remat.wide_residual_trips
+                # a recomputed softmax `e / s` the forward does not store: the twin may copy it (unstored_probabilities)
+                for key, n in unstored_probability_copies(module, ops, decided.remat).items():
+                    twin_copies[key] = twin_copies.get(key, 0) + n
                 # hloflops.remat.rounded_operand_narrows: weak, and a narrow the twin may run more
                 decided.paired_by_value -= rounded_operand_narrows(module, ops, decided.remat, twin_copies)
             else:
