@@ -519,6 +519,9 @@ forward value is stored, may stand for the duplicate the program without remat m
 own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
 So may one whose forward copy is handed to a windowed einsum, alike but of another value number
 (hloflops.remat.nested_gradient_activations).
+A backward loop's recompute of softmax's `e / s` whose forward copy only matmuls read (this program
+stores no `p`) may stand for the copy the program without remat makes to store `p`: a hinge of one
+copy (`twin_copies`; hloflops.remat.unstored_probabilities).
 A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide
 here, may be narrowed once by the program without remat in a fusion merging that reduce: one
 convert of it lowers the low end (`RematIndex.twin_narrows`; hloflops.remat.bias_gradient_narrows).
