@@ -22,10 +22,11 @@ forward divide of the same inner name and element count, outside every checkpoin
 body, whose value only matmuls read (through views, fusion parameters and roots): the forward does
 not store `p`. A forward copy that reaches a stack, a loop's output or any other computing reader is
 left alone (there this program stores `p` too, and its twin computes what it does). Of TPU draws
-0-239 it fires in sixteen programs with remat: the twin computes `p` twice on utpu 183 and 201 (the
-count one copy over the truth, now inside the hinge) and once on tpu 1, 10, 29, 49, htpu 71, 82, 85,
-112, ntpu 133, 135, utpu 205, 214, 215, 234 (the count right): both cases under the one sign, so a
-hinge, not a share. None of them is exact, so no exact draw's range widens."""
+0-239 it fires in sixteen programs with remat: on utpu 183 and 201 the divide's count is one copy
+over the truth (the twin computes `p` twice), now inside the hinge; on tpu 1, 10, 29, 49, htpu 71,
+82, 85, 112, ntpu 133, 135, utpu 205, 214, 215, 234 the count equals the truth (215's twin also
+computes `p` twice, but this program recomputes it twice and counts one). Both outcomes under the one
+sign: a hinge, not a share. None of the sixteen is exact, so no exact draw's range widens."""
 
 from __future__ import annotations
 
