@@ -355,7 +355,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # A layer loop XLA unrolled: the twin's loop may run the first layer's input gradient and
         # narrow whole weight stacks (hloflops.remat.unrolled_layer_loops): low-end hinges.
         slices, layers = unrolled_stack_slices(module)
-        for key in pruned_input_gradients(module, layers):
+        for key in pruned_input_gradients(module, layers) - index.remat:  # a recompute is no input gradient
             hinged[key] = max(hinged.get(key, 0), 1)
         for key, n in slices.items():
             twin_narrows[(*key, 0)] = max(twin_narrows.get((*key, 0), 0), n)
