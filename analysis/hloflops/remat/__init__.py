@@ -508,6 +508,11 @@ Where XLA peeled a loop's trip off into the computation around it and pruned wha
 state needed there (layer 0's input gradient in a scan's last backward trip), the program without
 remat may run its loop whole: one trip of each body op the peeled trip lacks lowers the low end
 (`RematIndex.twin_trips`; hloflops.remat.peeled_iterations).
+Where XLA unrolled a layer loop whole (a stack's `dynamic_slice` a static slice, narrowing on TPU)
+and pruned layer 0's dead input gradient, the program without remat may keep its loop: the surviving
+input-gradient matmul once (`twin_copies`) and a convert of each narrowing slice's elements (the
+twin's whole-stack narrow, `RematIndex.twin_narrows`) lower the low end
+(hloflops.remat.unrolled_layer_loops).
 On TPU a packed 3x3 layer's weight gradient runs packed (the forward's count, and a packing of its
 own) or natural (the in-bounds taps only), as XLA fused the bias gradient beside it, which it
 decides in the program without remat apart: natural here lowers the low end by the packed count

@@ -35,6 +35,7 @@ from hloflops.remat.stored_gradient_chains import stored_chain_copies
 from hloflops.remat.host_stacked_activations import host_stacked_activation_narrows, narrow_elements
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
+from hloflops.remat.unrolled_layer_loops import pruned_input_gradients, unrolled_stack_slices
 from hloflops.remat.wide_residual_trips import wide_residual_trips
 from hloflops.remat.rounded_operand_narrows import rounded_operand_narrows
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
@@ -355,6 +356,13 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         for key, n in nested_gradient_activations(module, ops, remat, fused_outputs(module)).items():
             if key not in loose and key not in weak:
                 hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
+        # A layer loop XLA unrolled: the twin's loop may run the first layer's input gradient and
+        # narrow whole weight stacks (hloflops.remat.unrolled_layer_loops): low-end hinges.
+        slices, layers = unrolled_stack_slices(module)
+        for key in pruned_input_gradients(module, layers) - index.remat:  # a recompute is no input gradient
+            hinged[key] = max(hinged.get(key, 0), 1)
+        for key, n in slices.items():
+            twin_narrows[(*key, 0)] = max(twin_narrows.get((*key, 0), 0), n)
     return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
