@@ -12,7 +12,9 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
 
 * a recomputed cheap value computed in k fusions (a copy holding its elements with a unit
   dimension more counted among them, `_join_unit_free`: a layer norm's output as `[1, b, t, d]`
-  in a weight gradient's fusion, TPU draw 10) runs k times because of remat, less the copies
+  in a weight gradient's fusion, TPU draw 10; a copy computed from a fusion's bf16 rounding of the
+  value another computes it from, hloflops.remat.rounded_chain_copies, TPU draw 29) runs k times
+  because of remat, less the copies
   the program without remat's saving fusions make of it (`_saving_copies`): one where the value is
   on a residual's chain (what a backward op reads of the recompute, and what that is computed from
   in its fusion; a mask TPU packed into bits between fusions is read as its compare, relu's `x > 0`:
@@ -67,6 +69,7 @@ from typing import Mapping
 
 from hloflops.remat.fusion_copies import outermost_fusions
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
+from hloflops.remat.rounded_chain_copies import join_rounded
 from hloflops.remat.op_kinds import (
     DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, shape_key, unit_free_shape,
 )
@@ -106,6 +109,7 @@ def backward_loop_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, 
         return set(), set(), set(), set()
     _join_unit_free(module, groups)
     by_key = {op.key: op for op in ops}
+    join_rounded(module, groups, by_key)  # one value's copies from a value and TPU's rounding of it
     holding = {op.key[0] for op in ops if op.named}
     saved, read_wide = _saved_chains(module, ops, by_key, backward_loops)
     saved_apart = _SavedApart(module, ops, fused, backward_loops)
