@@ -52,7 +52,7 @@ def shared_reciprocals(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey
                   and REMAT_SCOPE in op.op_name]
     if not candidates:
         return set()
-    callers = _fusion_callers(module)
+    callers = fusion_callers(module)
     stacking: dict[str, bool] = {}
     found: set[SiteKey] = set()
     for op in candidates:
@@ -82,7 +82,8 @@ def _is_reciprocal(comp: Computation, inst: Instruction) -> bool:
         operand.attributes.get("literal", "").strip() in ("1", "1.0")
 
 
-def _fusion_callers(module: Module) -> dict[str, list[tuple[Computation, Instruction]]]:
+def fusion_callers(module: Module) -> dict[str, list[tuple[Computation, Instruction]]]:
+    """The fusion instructions calling each fused computation, with the computations holding them."""
     callers: dict[str, list[tuple[Computation, Instruction]]] = {}
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":

@@ -35,6 +35,7 @@ from typing import Iterator, Mapping
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
 from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.shared_reciprocals import fusion_callers
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -57,7 +58,7 @@ def unstored_probability_copies(module: Module, ops: list[SiteOp], remat: set[Si
         return {}
     forwards = [op for op in ops if op.inst.opcode == "divide" and not op.marked and op.op_name
                 and REMAT_SCOPE not in op.op_name and phase(op.op_name) == "forward"]
-    callers = _fusion_callers(module)
+    callers = fusion_callers(module)
     found: dict[SiteKey, int] = {}
     for op in candidates:
         tail = inner_tail(op.op_name)
@@ -79,13 +80,6 @@ def _divides_exponential(module: Module, op: SiteOp) -> bool:
     return dividend is not None and dividend.opcode == "exponential"
 
 
-def _fusion_callers(module: Module) -> dict[str, list[tuple[Computation, Instruction]]]:
-    callers: dict[str, list[tuple[Computation, Instruction]]] = {}
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers.setdefault(callee, []).append((comp, inst))
-    return callers
 
 
 def _only_matmuls_read(module: Module, comp: Computation, inst: Instruction,
