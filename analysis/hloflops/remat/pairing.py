@@ -55,6 +55,7 @@ from hloflops.remat.nested_gradient_activations import nested_gradient_activatio
 from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
+from hloflops.remat.natural_convolution_forms import natural_convolution_forms
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -377,7 +378,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       twin_narrows=narrow_elements(module, twin_narrows),
                       twin_trips=peeled_iteration_drops(module) if optimized_named else {},
                       # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
-                      twin_forms=weight_gradient_forms(module) if optimized_named else {})
+                      # and a natural convolution where this program packs that geometry (natural_convolution_forms)
+                      twin_forms={**natural_convolution_forms(module), **weight_gradient_forms(module)}
+                      if optimized_named else {})
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
