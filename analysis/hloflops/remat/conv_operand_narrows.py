@@ -8,7 +8,11 @@ the same convolution, in the same place, whatever it stored (tpu seed 32: the tw
 pre-activation and narrows its relu inside the gradient's fusion; this program stores it bf16,
 widens, takes relu and narrows). So the narrow is remat exactly when the op it narrows is, and a
 stand-in where it is one (in the range with it); what differs (here the widen of the bf16 store)
-is left to the other rules.
+is left to the other rules. Likewise the narrow of a counted op the pairing leaves a range hinge
+(paired by signature only, or its count resting on fusion: `weak`, `loose`) is a hinge with it
+(`weak_operand_narrows`, after every rule has settled the op): vtpu 245, a nested checkpoint's
+inner recompute of relu narrowed for three weight gradients, the relus hinges and their narrows
+sure, the low end 15,392 above the truth (the twin narrows its own relu copies for them).
 
 Only a convolution of the source program (`conv_general_dilated`, with a window wider than one
 tap: TPU writes attention's and other matmuls as convolutions too, some with windows), and only a
@@ -54,6 +58,28 @@ def conv_operand_narrows(module: Module, ops: list[SiteOp], decided) -> None:
     decided.remat = (decided.remat | counted) - model
     decided.certain |= counted | model
     decided.stand_ins = decided.stand_ins | hinged
+
+
+def weak_operand_narrows(module: Module, ops: list[SiteOp], weak: set[SiteKey]) -> set[SiteKey]:
+    """The narrows of a convolution's operand (as `conv_operand_narrows` finds them) whose operand
+    is in `weak` (a counted range hinge): as unsure as it."""
+    if not is_tpu_module(module) or not weak:
+        return set()
+    by_inst: dict[tuple[str, str], SiteOp] = {op.key[:2]: op for op in ops}
+    readers = value_readers(module)
+    found: set[SiteKey] = set()
+    for comp, inst in module.instructions():
+        if not is_spatial_convolution(inst):
+            continue
+        for operand in inst.operands:
+            narrowed = _narrow_before(module, comp, operand, readers)
+            if narrowed is None:
+                continue
+            body, narrow = narrowed
+            op, source = by_inst.get((body.name, narrow.name)), by_inst.get((body.name, narrow.operands[0]))
+            if op is not None and source is not None and source.key in weak:
+                found.add(op.key)
+    return found
 
 
 def _narrow_before(module: Module, comp: Computation, name: str, readers: dict,

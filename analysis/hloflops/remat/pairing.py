@@ -56,6 +56,7 @@ from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.natural_convolution_forms import natural_convolution_forms
+from hloflops.remat.conv_operand_narrows import weak_operand_narrows
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -319,6 +320,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # op rests on how XLA fused the two programs, not on an equal value: the range covers it.
     loose = {op.key for op in ops if op.inst.opcode not in MATMUL_OPCODES} & (remat - paired_by_value) \
         if module.is_scheduled else set()
+    if optimized_named:  # a counted hinge's narrow for a convolution: a hinge with it (conv_operand_narrows)
+        loose |= weak_operand_narrows(module, ops, loose | weak) & remat
     # Before optimization (a module XLA has not scheduled) no CSE has merged a recompute into its
     # forward: a remat-named op without a twin is the linearization's own work, not a recompute.
     # And a float normalization's widen inside a recompute's fusion that no rule counted: how many
