@@ -519,6 +519,11 @@ decides in the program without remat apart: natural here lowers the low end by t
 over this one and the twin's packing of the pieces; packed here raises the high end by its count
 over the natural form's floor and its own packing (`RematHinge.twin_form`;
 hloflops.remat.weight_gradient_forms).
+A 3x3 convolution TPU runs natural beside a packed one of its geometry (host offload pins the saved
+activation's default layout: the forward convolutions writing and reading it and their weight
+gradients) may run packed in the program without remat, which offloads nothing: the packed count
+over this one and the twin's packing of its input lower the low end (`RematHinge.twin_form`;
+hloflops.remat.natural_convolution_forms).
 A recompute of a cheap activation TPU nests in a backward matmul's fusion as its operand, whose
 forward value is stored, may stand for the duplicate the program without remat makes there from its
 own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
