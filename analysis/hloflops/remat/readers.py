@@ -48,15 +48,13 @@ def output_readers(frame: Computation, fusion: Instruction, outputs: Collection[
         pending = [r.name for r in frame.users.get(fusion.name, ())
                    if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices]
     found: dict[str, Instruction] = {}
-    seen: set[str] = set()
+    seen = set(pending)
     while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for reader in frame.users.get(name, ()):
+        for reader in frame.users.get(pending.pop(), ()):
             if reader.opcode in through:
-                pending.append(reader.name)
+                if reader.name not in seen:
+                    seen.add(reader.name)
+                    pending.append(reader.name)
             elif reader.opcode not in passed_over and (not fusions_only or reader.opcode == "fusion"):
                 found.setdefault(reader.name, reader)
     return list(found.values())
