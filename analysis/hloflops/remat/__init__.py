@@ -547,6 +547,7 @@ from hloflops.remat.names import (  # noqa: F401
     REMAT_SCOPE, XLA_REMAT_SUFFIX, OpNames, inner_tail, is_remat_named,
 )
 from hloflops.remat.index import RematIndex  # noqa: F401
-from hloflops.remat.pairing import find_remat, remat_fusion_bodies  # noqa: F401
+from hloflops.remat.pairing import find_remat  # noqa: F401
+from hloflops.remat.xla_clones import remat_fusion_bodies  # noqa: F401
 from hloflops.remat.values import ValueNumbers, value_numbers  # noqa: F401
 from hloflops.scopes import WRAPPER, is_absolute, model_path, phase, scope, split_components  # noqa: F401

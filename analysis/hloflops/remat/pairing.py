@@ -69,6 +69,7 @@ from hloflops.remat.by_signature import across_frames, by_signature, linearizati
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
+from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -84,7 +85,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                op_names: OpNames | None = None, values: ValueNumbers | None = None) -> RematIndex:
     comps = list(computations) if computations is not None else list(module.computations)
     op_names = op_names or OpNames(module)
-    clones = _has_clones(comps)
+    clones = has_xla_clones(comps)
     # One look through the names: jax's scope and older jax's frame both hold `remat`. Most
     # modules have neither, and this look is most of their remat pass.
     remat_named = op_names.any_name_holds("remat", comps)
@@ -124,7 +125,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if remat_named:
         inherit_names(module, ops, op_names)
         recomputes_named_in_transpose(module, ops, op_names)
-    clone_keys = _clones(comps) if clones else set()
+    clone_keys = xla_clones(comps) if clones else set()
     if not any(op.marked for op in ops):  # nothing names or taints a recompute: no pairing to do
         return RematIndex(frozenset(clone_keys), 0, ())
     remat: set[SiteKey] = set()
@@ -431,7 +432,7 @@ def _per_instruction(ops: list[SiteOp], named_ops: list[SiteOp], listed: list[Si
 def _one_frame_unnamed(comps: list[Computation], numbers: Numbered, op_names: OpNames, clones: bool,
                        remat_named: bool) -> bool:
     """No op carries a remat name (`remat_named`: some op_name holds `remat`), none is a clone
-    (`clones`: `_has_clones(comps)`) and all are numbered in one frame (an optimized module
+    (`clones`: `has_xla_clones(comps)`) and all are numbered in one frame (an optimized module
     without loops, mixtral): only same-value classes can pair (`_by_value_only`)."""
     if any(c.name in numbers.shared for c in comps):  # a callee of several sites: pairs per site (`find_remat`)
         return False
@@ -484,27 +485,6 @@ def _by_value_only(comps: list[Computation], numbers: Numbered, op_names: OpName
 def _is_named(inst: Instruction, op_name: str, old: OldRematFrames | None = None) -> bool:
     return REMAT_SCOPE in op_name or (".remat" in inst.name and bool(XLA_REMAT_SUFFIX.search(inst.name))) or \
         (old is not None and op_name in old)
-
-
-def _has_clones(comps: list[Computation]) -> bool:
-    """Is any instruction named like an XLA `.remat` clone? (One search of all names joined:
-    a third of the time of a test per instruction; the names read by a comprehension, whose
-    attribute loads are specialised, not by `map` of an attrgetter.)"""
-    return ".remat" in "\n".join([inst.name for comp in comps for inst in comp.instructions])
-
-
-def _clones(comps: list[Computation]) -> set[Key]:
-    """XLA's clones (fusions too): the original of the same name is the twin."""
-    clones = [(comp.name, inst.name) for comp in comps for inst in comp.instructions if ".remat" in inst.name]
-    if not clones:
-        return set()
-    names = {inst.name for comp in comps for inst in comp.instructions}
-    found: set[Key] = set()
-    for comp_name, name in clones:
-        clone_of = XLA_REMAT_SUFFIX.sub("", name)
-        if clone_of != name and clone_of in names:
-            found.add((comp_name, name))
-    return found
 
 
 def _opcodes(module: Module) -> set[str]:
@@ -581,16 +561,3 @@ def _same_value(members: list[SiteOp], first_of_class: set[SiteKey], fused: set[
     for copies in by_name.values():
         found.update(m.key for m in sorted(copies, key=lambda m: (m.inst.shape.dims != common, m.order))[:unmarked])
     return found
-
-
-def remat_fusion_bodies(module: Module, index: RematIndex) -> Mapping[str, bool]:
-    """Fused computations called by an XLA `.remat` clone of a fusion: everything in them is
-    recomputation too (their instructions keep their original names)."""
-    result: dict[str, bool] = {}
-    if not any(".remat" in name for _, name in index.remat):  # no clone is remat: no need to look
-        return result
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion" and XLA_REMAT_SUFFIX.search(inst.name) and (comp.name, inst.name) in index:
-            for callee in inst.called("fusion"):
-                result[callee] = True
-    return result

@@ -31,15 +31,17 @@ reader of another primitive (`.../mul`) does not share.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from hloflops.remat.names import REMAT_SCOPE, OpNames, ends_with, inner_tail
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.readers import computing_readers
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # jax's name of the division primitive, which ends the name of every op jax emits for one.
 DIVISION = "div"
-# Ops that hand a value on unchanged or spread out (the reciprocal is broadcast to the dividend).
+# Ops that hand a value on unchanged or spread out (the reciprocal is broadcast to the dividend);
+# every tuple, not only a fusion's output (hloflops.remat.readers.computing_readers).
 _HANDS_ON = frozenset({"bitcast", "reshape", "copy", "broadcast", "transpose", "tuple", "get-tuple-element"})
 
 
@@ -68,8 +70,9 @@ def shared_reciprocals(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey
         tail = inner_tail(op.op_name)
         if not tail or tail[-1] != DIVISION:  # not named for a division
             continue
-        if any(REMAT_SCOPE not in name and ends_with(name, tail)
-               for name in _reader_names(module, comp, op.inst, op_names, callers)):
+        names = (op_names.of(frame.name, reader)
+                 for frame, reader in filter(None, computing_readers(module, comp, op.inst, callers, _HANDS_ON)))
+        if any(REMAT_SCOPE not in name and ends_with(name, tail) for name in names):
             found.add(op.key)
     return found
 
@@ -80,43 +83,6 @@ def _is_reciprocal(comp: Computation, inst: Instruction) -> bool:
         operand = comp.by_name.get(operand.operands[0])
     return operand is not None and operand.opcode == "constant" and operand.shape.rank == 0 and \
         operand.attributes.get("literal", "").strip() in ("1", "1.0")
-
-
-def fusion_callers(module: Module) -> dict[str, list[tuple[Computation, Instruction]]]:
-    """The fusion instructions calling each fused computation, with the computations holding them."""
-    callers: dict[str, list[tuple[Computation, Instruction]]] = {}
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers.setdefault(callee, []).append((comp, inst))
-    return callers
-
-
-def _reader_names(module: Module, comp: Computation, inst: Instruction, op_names: OpNames,
-                  callers: Mapping[str, list[tuple[Computation, Instruction]]]) -> Iterable[str]:
-    """The names of the ops that compute with the value (through the ops that hand it on, into
-    the fusions that read it and out of the fusion that computes it)."""
-    pending, seen = [(comp, inst)], set()
-    while pending:
-        comp, current = pending.pop()
-        if (comp.name, current.name) in seen:
-            continue
-        seen.add((comp.name, current.name))
-        if current.is_root or current is comp.root:  # leaves its fusion: what reads the fusion
-            pending += callers.get(comp.name, ())
-        for reader in comp.users.get(current.name, ()):
-            if reader.opcode in _HANDS_ON:
-                pending.append((comp, reader))
-            elif reader.opcode == "fusion":
-                for callee in reader.called(CallRole.FUSION):
-                    body = module.by_name.get(callee)
-                    if body is None:
-                        continue
-                    params = body.parameters
-                    pending += [(body, params[k]) for k, name in enumerate(reader.operands)
-                                if name == current.name and k < len(params)]
-            else:
-                yield op_names.of(comp.name, reader)
 
 
 def _stacks_residuals(module: Module, comp: Computation, op_names: OpNames) -> bool:

@@ -60,6 +60,16 @@ def bias_add_input(module: Module, op: SiteOp) -> Instruction | None:
     return next(inst for inst in operands if inst.opcode != "broadcast")
 
 
+def fusion_callers(module: Module) -> dict[str, list[tuple[Computation, Instruction]]]:
+    """The fusion instructions calling each fused computation, with the computations holding them."""
+    callers: dict[str, list[tuple[Computation, Instruction]]] = {}
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion":
+            for callee in inst.called(CallRole.FUSION):
+                callers.setdefault(callee, []).append((comp, inst))
+    return callers
+
+
 def fusion_call_counts(module: Module) -> dict[str, int]:
     """How many fusion instructions call each fused computation."""
     counts: dict[str, int] = {}
@@ -82,10 +92,18 @@ def value_readers(module: Module) -> dict[Key, list[Instruction]]:
 def source_op(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
               by_key: Mapping[SiteKey, SiteOp], comp: Computation, name: str, site: int,
               passes: Callable[[Instruction], bool], depth: int) -> SiteOp | None:
-    """The op whose value an operand is: through the instructions `passes` lets by (views), a
-    fusion's parameter to its call site's operand (`callers`: `one_call_site`), and into a fusion
-    from its root (an output of a multi-output fusion through its tuple); None past `depth` steps
-    or where a fusion has several call sites."""
+    """The op whose value an operand is (`source_value`), at call site `site`."""
+    source = source_value(module, callers, comp, name, passes, depth)
+    return None if source is None else by_key.get((source[0].name, source[1].name, site))
+
+
+def source_value(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
+                 comp: Computation, name: str, passes: Callable[[Instruction], bool],
+                 depth: int) -> tuple[Computation, Instruction] | None:
+    """The instruction whose value an operand is, with its computation: through the instructions
+    `passes` lets by (views), a fusion's parameter to its call site's operand (`callers`:
+    `one_call_site`), and into a fusion from its root (an output of a multi-output fusion through
+    its tuple); None past `depth` steps or where a fusion has several call sites."""
     while depth:
         depth -= 1
         inst = comp.by_name.get(name)
@@ -99,7 +117,7 @@ def source_op(module: Module, callers: Mapping[str, tuple[Computation, Instructi
                 return None
             comp, name = step
         else:
-            return by_key.get((comp.name, inst.name, site))
+            return comp, inst
     return None
 
 

@@ -48,12 +48,10 @@ from __future__ import annotations
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
-from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary, one_call_site, value_readers
+from hloflops.remat.readers import VIEWS, output_readers
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
 from hloflops.remat.type_corrections import bits
 from hloparse.ir import CallRole, Computation, Instruction, Module
-
-# Views and tuples hand a value on and compute nothing (as hloflops.remat.stored_scales).
-_VIEWS = frozenset({"bitcast", "reshape", "copy", "copy-start", "copy-done"})
 
 
 def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]:
@@ -67,7 +65,6 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
     for op in ops:
         by_name.setdefault(op.key[:2], []).append(op)
     callers = one_call_site(module)
-    readers_of = None
     for comp_name in fused_outputs(module):
         comp = module.by_name.get(comp_name)
         caller = callers.get(comp_name)
@@ -84,9 +81,7 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
             recomputes = {key for key in chain if any(op.marked for op in by_name.get((comp_name, key), ()))}
             if not recomputes:
                 continue
-            readers_of = readers_of if readers_of is not None else value_readers(module)
-            readers = _computing_readers(module, caller[0], caller[1], index if comp.root.opcode == "tuple"
-                                         else None, readers_of)
+            readers = output_readers(caller[0], caller[1], [index] if comp.root.opcode == "tuple" else None)
             if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
                     or not _rebuilds_from_saved(module, callers, comp, recomputes):
                 continue
@@ -126,28 +121,6 @@ def _chain(comp: Computation, name: str) -> set[str]:
             continue
         out.add(inst.name)
         stack.extend(inst.operands)
-    return out
-
-
-def _computing_readers(module: Module, frame: Computation, fusion: Instruction, index: int | None,
-                       readers_of) -> list[Instruction]:
-    """The instructions of the caller computing from the fusion's output `index` (None: its one
-    output), through the get-tuple-element taking it and views."""
-    start = [fusion.name] if index is None else \
-        [r.name for r in readers_of.get((frame.name, fusion.name), ())
-         if r.opcode == "get-tuple-element" and r.attributes.get("index") == str(index)]
-    out: list[Instruction] = []
-    seen: set[str] = set()
-    while start:
-        name = start.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for reader in readers_of.get((frame.name, name), ()):
-            if reader.opcode in _VIEWS:
-                start.append(reader.name)
-            elif reader.name not in {r.name for r in out}:
-                out.append(reader)
     return out
 
 
@@ -194,20 +167,5 @@ def _parameters(comp: Computation, name: str) -> set[str]:
 def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
     """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
     or unfused), through the fusion's parameters and views?"""
-    frame, source = comp, name
-    for _ in range(8):
-        inst = frame.by_name.get(source)
-        if inst is None:
-            return False
-        if is_identity_rounding(inst):
-            return True
-        if inst.opcode in _VIEWS and inst.operands:
-            source = inst.operands[0]
-        elif inst.opcode in FUSION_BOUNDARY:
-            step = across_fusion_boundary(module, callers, frame, inst)
-            if step is None:
-                return False
-            frame, source = step
-        else:
-            return False
-    return False
+    source = source_value(module, callers, comp, name, lambda inst: inst.opcode in VIEWS, 8)
+    return source is not None and is_identity_rounding(source[1])

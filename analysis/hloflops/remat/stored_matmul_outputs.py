@@ -36,6 +36,7 @@ from typing import Iterable
 
 from hloflops.remat.names import ends_with, inner_tail, is_remat_named
 from hloflops.remat.op_kinds import LAYOUT_VIEWS, MATMUL_OPCODES, shape_key
+from hloflops.remat.readers import output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.type_corrections import bits, is_widen
 from hloflops.scopes import phase
@@ -77,7 +78,8 @@ def stored_matmul_output_converts(module: Module, ops: list[SiteOp], remat: set[
         # nested in them). Not a recompute's (a whole-model checkpoint's recomputed next matmul,
         # TPU draw 104): the program without remat recomputes nothing there.
         frame, fusion = site
-        for reader in _readers(frame, fusion, comp, narrow):
+        outputs = [comp.root.operands.index(narrow)] if comp.root.opcode == "tuple" else None
+        for reader in output_readers(frame, fusion, outputs, through=LAYOUT_VIEWS, fusions_only=True):
             if is_remat_named(reader):
                 continue
             for body in _bodies(module, reader):
@@ -125,30 +127,6 @@ def _fused_on(module: Module, op: SiteOp) -> bool:
             if users and not any(u.opcode == "convert" and u.name in outputs for u in users):
                 return True
     return False
-
-
-def _readers(frame: Computation, fusion: Instruction, comp: Computation, narrow: str) -> list[Instruction]:
-    """The fusions of the caller reading the fusion's output `narrow` (through its
-    get-tuple-element and views)."""
-    if comp.root.opcode == "tuple":
-        index = str(comp.root.operands.index(narrow))
-        start = [u.name for u in frame.users.get(fusion.name, ())
-                 if u.opcode == "get-tuple-element" and u.attributes.get("index") == index]
-    else:
-        start = [fusion.name]
-    found: list[Instruction] = []
-    seen: set[str] = set()
-    while start:
-        name = start.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for user in frame.users.get(name, ()):
-            if user.opcode in LAYOUT_VIEWS:
-                start.append(user.name)
-            elif user.opcode == "fusion" and all(user is not f for f in found):
-                found.append(user)
-    return found
 
 
 def _bodies(module: Module, fusion: Instruction) -> Iterable[Computation]:

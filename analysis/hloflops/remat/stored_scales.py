@@ -24,14 +24,15 @@ from __future__ import annotations
 
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
+from hloflops.remat.readers import output_readers
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import Computation, Instruction, Module
 
 # What a reader may be for the scale to be copied into it: a fusion, or an op XLA fuses its
-# producer into (a reduce, a matmul). Views and tuples hand the value on and compute nothing.
-_HANDS_ON = frozenset({"bitcast", "reshape", "copy", "tuple", "get-tuple-element", "copy-start",
-                       "copy-done", "dynamic-update-slice"})
+# producer into (a reduce, a matmul). Views hand the value on (hloflops.remat.readers.VIEWS);
+# tuples and a stack's update store it and compute nothing.
+_PASSED_OVER = frozenset({"tuple", "get-tuple-element", "dynamic-update-slice"})
 
 
 def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
@@ -40,7 +41,6 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
     k > 1 computing instructions of its caller read: `twin_copies[key] += k - 1`. Not a remat-named
     op nor one counted remat (the count is this program's own; only the low end moves)."""
     callers = one_call_site(module)
-    readers_of = None
     for op in ops:
         inst = op.inst
         if op.marked or op.key in remat or inst.opcode != "multiply" or phase(op.op_name) != "backward":
@@ -51,9 +51,10 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
                 or inst.name not in fused_outputs(module).get(comp.name, ()) or not _scales(comp, inst) \
                 or not any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
             continue
-        readers_of = readers_of if readers_of is not None else value_readers(module)
-        readers = _computing_readers(caller[0], caller[1], comp.root.operands.index(inst.name)
-                                     if inst.name in comp.root.operands else None, readers_of)
+        if inst.name not in comp.root.operands:
+            continue
+        readers = output_readers(caller[0], caller[1], [comp.root.operands.index(inst.name)],
+                                 passed_over=_PASSED_OVER)
         if len(readers) > 1:
             twin_copies[op.key] = twin_copies.get(op.key, 0) + len(readers) - 1
 
@@ -71,26 +72,3 @@ def _scales(comp: Computation, inst: Instruction) -> bool:
         elif operand.opcode not in ("parameter", "constant", "broadcast"):
             kinds.append("value")
     return sorted(kinds) == ["scale", "value"]
-
-
-def _computing_readers(frame: Computation, fusion: Instruction, index: int | None, readers_of) -> set[str]:
-    """The instructions of the caller that compute from the fusion's output `index` (through the
-    get-tuple-element taking it and views)."""
-    if index is None:
-        return set()
-    start = [r.name for r in readers_of.get((frame.name, fusion.name), ())
-             if r.opcode == "get-tuple-element" and r.attributes.get("index") == str(index)]
-    out: set[str] = set()
-    seen: set[str] = set()
-    while start:
-        name = start.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for reader in readers_of.get((frame.name, name), ()):
-            if reader.opcode in _HANDS_ON:
-                if reader.opcode in ("bitcast", "reshape", "copy", "copy-start", "copy-done"):
-                    start.append(reader.name)
-                continue
-            out.add(reader.name)
-    return out

@@ -50,6 +50,7 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies, fused_outputs
 from hloflops.remat.names import OpNames, is_remat_named
 from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.readers import output_indices, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
@@ -101,7 +102,8 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         if not handed:
             continue
         frame, fusion = caller
-        readers = _computing_readers(frame, fusion, comp, handed, readers_of)
+        readers = output_readers(frame, fusion, output_indices(comp, handed), through=_VIEWS,
+                                 passed_over=_NOT_FUSED_INTO)
         outside = [r for r in readers if not is_remat_named(r, op_names.of(frame.name, r))]
         if lookup and len(outside) == len(readers):
             continue  # no recompute reads it: the program without remat stores it too
@@ -173,32 +175,6 @@ def _handed_out(comp: Computation, inst: Instruction, outputs: frozenset[str]) -
             if reader.opcode in ("bitcast", "reshape", "copy", "convert"):
                 todo.append(reader.name)
     return handed
-
-
-def _computing_readers(frame: Computation, fusion: Instruction, comp: Computation, handed: set[str],
-                       readers_of) -> list[Instruction]:
-    """The instructions of the caller computing from the fusion's outputs `handed` (through the
-    get-tuple-element taking each and views)."""
-    root = comp.root
-    if root.opcode == "tuple":
-        indices = {str(i) for i, name in enumerate(root.operands) if name in handed}
-        start = [r.name for r in readers_of.get((frame.name, fusion.name), ())
-                 if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices]
-    else:
-        start = [fusion.name] if root.name in handed else []
-    out: dict[str, Instruction] = {}
-    seen: set[str] = set()
-    while start:
-        name = start.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for reader in readers_of.get((frame.name, name), ()):
-            if reader.opcode in _VIEWS:
-                start.append(reader.name)
-            elif reader.opcode not in _NOT_FUSED_INTO:
-                out[reader.name] = reader
-    return list(out.values())
 
 
 # The elementwise ops a copied producer's chain is made of (XLA copies them with it into a reader).

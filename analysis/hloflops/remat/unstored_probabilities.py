@@ -30,19 +30,20 @@ sign: a hinge, not a share. None of the sixteen is exact, so no exact draw's ran
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.names import REMAT_SCOPE, ends_with, inner_tail
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.shared_reciprocals import fusion_callers
-from hloflops.remat.sites import SiteKey, SiteOp
+from hloflops.remat.readers import computing_readers
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 # jax's name of the division primitive, which ends the name of every op jax emits for one.
 _DIVISION = "div"
-# Ops that hand a value on unchanged (a reshape of `p` to the matmul's operand layout, its narrowing).
+# Ops that hand a value on unchanged (a reshape of `p` to the matmul's operand layout, its narrowing);
+# a tuple only as a fusion's output (hloflops.remat.readers.computing_readers).
 _HANDS_ON = frozenset({"bitcast", "reshape", "copy", "transpose", "convert", "get-tuple-element"})
 
 
@@ -80,43 +81,10 @@ def _divides_exponential(module: Module, op: SiteOp) -> bool:
     return dividend is not None and dividend.opcode == "exponential"
 
 
-
-
 def _only_matmuls_read(module: Module, comp: Computation, inst: Instruction,
                        callers: Mapping[str, list[tuple[Computation, Instruction]]]) -> bool:
     """Do only matmuls compute with the value (through the ops that hand it on, into the fusions
     that read it and out of the fusion that computes it)? A value leaving a computation that is no
     fusion's (a loop body's output) is stored: not only matmuls."""
-    readers = list(_computing_readers(module, comp, inst, callers))
-    return bool(readers) and all(r is not None and r.opcode in MATMUL_OPCODES for r in readers)
-
-
-def _computing_readers(module: Module, comp: Computation, inst: Instruction,
-                       callers: Mapping[str, list[tuple[Computation, Instruction]]]) -> Iterator[Instruction | None]:
-    """The instructions that compute with the value; None for a value leaving a non-fused
-    computation (a loop body's root, stored)."""
-    pending, seen = [(comp, inst)], set()
-    while pending:
-        comp, current = pending.pop()
-        if (comp.name, current.name) in seen:
-            continue
-        seen.add((comp.name, current.name))
-        if current is comp.root:  # leaves its computation: what reads the fusion, or stored
-            if comp.name in callers:
-                pending += callers[comp.name]
-            else:
-                yield None
-        for reader in comp.users.get(current.name, ()):
-            if reader.opcode in _HANDS_ON or (reader.opcode == "tuple" and reader is comp.root):
-                pending.append((comp, reader))
-            elif reader.opcode == "fusion":
-                for callee in reader.called(CallRole.FUSION):
-                    body = module.by_name.get(callee)
-                    if body is None:
-                        yield None
-                        continue
-                    params = body.parameters
-                    pending += [(body, params[k]) for k, name in enumerate(reader.operands)
-                                if name == current.name and k < len(params)]
-            else:
-                yield reader
+    readers = list(computing_readers(module, comp, inst, callers, _HANDS_ON, escapes=True))
+    return bool(readers) and all(r is not None and r[1].opcode in MATMUL_OPCODES for r in readers)
