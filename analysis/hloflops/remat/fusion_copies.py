@@ -11,6 +11,7 @@ from typing import Iterator, Mapping
 from weakref import WeakKeyDictionary
 
 from hloflops.remat.expensive_chains import mirrored_chains
+from hloflops.remat.inputs import COLLECTIVES
 from hloflops.cost.rules import TRANSCENDENTAL_OPCODES
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, is_identity_rounding, unit_free_shape
 from hloflops.remat.linearization_copies import (
@@ -98,6 +99,11 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
             continue
         if (comp_name, site) not in decided:
             keys = [key for key in ((comp_name, name, site) for name in outputs) if key in by_key]
+            # TPU's async collective fusion runs a collective beside unrelated elementwise work so the
+            # two overlap: a weight's all-gather for a recompute's matmul says nothing of the copies
+            # computed beside it; the fusion's other outputs decide them (TPU draw 147, fsdp).
+            computed = [key for key in keys if by_key[key].inst.opcode not in COLLECTIVES]
+            keys = computed or keys
             if any(key in remat for key in keys):
                 decided[(comp_name, site)] = True
             elif all(not by_key[key].marked or key in model or key in own for key in keys):

@@ -13,6 +13,7 @@ from hloflops.remat.names import (
 )
 from hloflops.remat.across_loops import resting_on_fusion
 from hloflops.remat.forward_twins import ForwardTwins, NamedForward, in_other_frames
+from hloflops.remat.gradient_fusion_counts import counted_in_gradient_fusions
 from hloflops.remat.marks import (
     casts_in_checkpoint_transpose, constants_in_checkpoint_transpose, folded_without_barrier, inherit_names,
     named_by_users, recomputes_named_in_transpose,
@@ -145,6 +146,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     twins = ForwardTwins(module, ops) if optimized_named and all_marked else None
     forward_of = twins.counts(all_marked) if twins is not None else {}
     counted_across: set[SiteKey] = set()  # copies counted against a forward in another loop body
+    counted_here: set[SiteKey] = set()  # and in the class's own frame (gradient_fusion_counts)
     # After optimization, a value the forward computes once and stores: its recompute copies all
     # run because of remat (hloflops.remat.stored_forwards), beyond `_same_value`'s cap. Not TPU's
     # fusion, which copies a producer into its readers' fusions even where one of them stores it.
@@ -164,6 +166,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             by_value.update(m.key for m in members if m.marked and m.op_name)
         if forward and twins is not None and in_other_frames(twins, members):
             counted_across |= found
+        elif forward:
+            counted_here |= found
     by_class = set(remat)  # the copies counted by value, against their forward
     certain = first_of_class | {op.key for op in ops if op.named and sizes[op.exact] > 1}  # decided by value
     named_ops = [op for op in ops if op.named]
@@ -191,6 +195,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # So may the copies of a class counted against forward copies in another loop body
     # (`ForwardTwins`): how many of them run because of remat is how XLA fused both programs.
     paired_by_value = remat - resting_on_fusion(module, ops, across, remat, DUPLICATED, counted_across - across)
+    # Such a count by name, of a copy in a gradient fusion the twin has too: in the range
+    # (hloflops.remat.gradient_fusion_counts).
+    paired_by_value -= counted_in_gradient_fusions(ops, counted_here - across, fused_outputs(module))
     # The linearization's own work jax named in the recompute (softmax's `1 / (s * s)`): a fusion
     # of it is the program without remat's too, and so are the copies in it.
     own = linearization_only(ops, remat | first_of_class) if optimized_named else set()
