@@ -48,7 +48,7 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
-from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
+from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.nested_gradient_activations import nested_gradient_activations
@@ -345,6 +345,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         for key, n in (*loss_cotangent_copies(module).items(), *checkpoint_input_copies(module).items(),
                        *gradient_reader_copies(module).items()):
             hinged[key] = max(hinged.get(key, 0), n)
+        # And one a fusion of its own narrows for its readers: the twin may copy the f32 chain into each
+        # (`twin_copies`) and run no narrow (unsure) (hloflops.remat.loss_cotangent_copies).
+        cotangent_copies, cotangent_narrows = narrowed_cotangent_copies(module)
+        for key, n in cotangent_copies.items():
+            hinged[key] = max(hinged.get(key, 0), n)
+        unsure |= cotangent_narrows
         # A recompute nested in a backward matmul's operand, which the twin may duplicate from its
         # stored input in place of the forward's stored value: a hinge of one copy, unless already
         # weak (hloflops.remat.gradient_operand_copies).
