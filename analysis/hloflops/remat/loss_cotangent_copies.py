@@ -74,16 +74,43 @@ def narrowed_cotangent_copies(module: Module) -> tuple[Mapping[tuple[str, str], 
         if root is None or root.opcode != "convert" or not _narrows(comp, root):
             continue
         cotangent = comp.by_name.get(root.operands[0])
-        if cotangent is None or not _is_cotangent(cotangent) or _reads_loss_reduce(comp):
+        chain = _mean_cotangent_chain(comp, cotangent) if cotangent is not None else None
+        if chain is None or _reads_loss_reduce(comp):
             continue
         readers = _plain_readers(*site)
         if readers is None or readers < 2:
             continue
-        chain = _above(comp, root) - {root.name}
-        for name in chain | {cotangent.name}:
+        for name in chain:
             copies[(callee, name)] = readers - 1
         narrows.add((callee, root.name))
     return copies, frozenset(narrows)
+
+
+def _mean_cotangent_chain(comp: Computation, inst: Instruction) -> list[str] | None:
+    """The ops of the loss mean's cotangent `y * c` (a broadcast constant `c`), with `y`'s own add
+    of two fusion parameters or widen of one where the fusion holds it: None for any other value (a
+    softmax's or a layer norm's cotangent, whose chains read more than the forward's output)."""
+    if not _is_cotangent(inst) or inst.opcode != "multiply" or len(inst.operands) != 2:
+        return None
+    operands = [comp.by_name.get(name) for name in inst.operands]
+    if any(op is None for op in operands):
+        return None
+    scales = [op for op in operands if op.opcode == "broadcast" and _is_constant(comp, op)]
+    if len(scales) != 1:
+        return None
+    y = next(op for op in operands if op is not scales[0])
+    if y.opcode == "parameter":
+        return [inst.name]
+    reads = [comp.by_name.get(name) for name in y.operands]
+    if y.opcode in ("add", "convert") and reads and all(op is not None and op.opcode == "parameter" for op in reads):
+        return [inst.name, y.name]
+    return None
+
+
+def _is_constant(comp: Computation, broadcast: Instruction) -> bool:
+    """A broadcast of a scalar constant (the mean's `2 / n`)."""
+    source = comp.by_name.get(broadcast.operands[0]) if broadcast.operands else None
+    return source is not None and source.opcode == "constant" and not source.shape.dims
 
 
 def _narrows(comp: Computation, convert: Instruction) -> bool:
