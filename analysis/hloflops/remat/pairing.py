@@ -48,6 +48,7 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
+from hloflops.remat.matvec_multiplies import with_matvec_multiplies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
@@ -369,7 +370,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             hinged[key] = max(hinged.get(key, 0), 1)
         for key, n in slices.items():
             twin_narrows[(*key, 0)] = max(twin_narrows.get((*key, 0), 0), n)
-    return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
+    found = RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
@@ -384,6 +385,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       twin_trips=peeled_iteration_drops(module) if optimized_named else {},
                       # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
                       twin_forms=weight_gradient_forms(module) if optimized_named else {})
+    # A matvec's unnamed multiply shares its reduce's answer (hloflops.remat.matvec_multiplies).
+    return with_matvec_multiplies(module, found) if optimized_named and is_tpu_module(module) else found
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
