@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import hloparse
-from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
+from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
 
 _LOSS = '"jit(loss)/jvp()/reduce_sum"'
 _COTANGENT = '"jit(loss)/transpose(jvp())/mul;jit(loss)/transpose(jvp())/broadcast_in_dim"'
@@ -92,3 +92,42 @@ def test_tpu_draws_where_the_twin_copies_the_cotangent_or_not_are_in_range(seed,
     if seed == 42:
         assert outcome.all_ok("after"), outcome.describe()
     assert outcome.all_ok("before"), outcome.describe()
+
+
+def _narrowed_module(readers: int) -> str:
+    """The cotangent in a backward fusion of its own that narrows it to bf16 (TPU draw 216's form)."""
+    reads = "\n".join(f'  %r{i} = bf16[2,8]{{1,0}} negate(%f)' for i in range(readers))
+    ends = ", ".join(f"%r{i}" for i in range(readers))
+    return f"""HloModule m, is_scheduled=true
+
+%cotangent_fusion (p0: f32[2,8], p1: f32[2,8]) -> bf16[2,8] {{
+  %p0 = f32[2,8]{{1,0}} parameter(0)
+  %p1 = f32[2,8]{{1,0}} parameter(1)
+  %y = f32[2,8]{{1,0}} add(%p0, %p1), metadata={{op_name="jit(loss)/jvp()/add"}}
+  %c = f32[] constant(0.0625)
+  %cb = f32[2,8]{{1,0}} broadcast(%c), dimensions={{}}, metadata={{op_name={_COTANGENT}}}
+  %g = f32[2,8]{{1,0}} multiply(%y, %cb), metadata={{op_name={_COTANGENT}}}
+  ROOT %n = bf16[2,8]{{1,0}} convert(%g)
+}}
+
+ENTRY %main (x0: f32[2,8], x1: f32[2,8]) -> (bf16[2,8]) {{
+  %x0 = f32[2,8]{{1,0}} parameter(0)
+  %x1 = f32[2,8]{{1,0}} parameter(1)
+  %f = bf16[2,8]{{1,0}} fusion(%x0, %x1), kind=kLoop, calls=%cotangent_fusion
+{reads}
+  ROOT %t = (bf16[2,8]) tuple({ends})
+}}
+"""
+
+
+def test_cotangent_narrowed_for_two_readers_hinges_its_chain_and_narrow():
+    # TPU draws 88, 140, 204, 216: the twin copies the f32 chain (`y`'s add and the multiply) into
+    # both readers and runs no narrow; nothing here rules out its narrowing once alike (draw 94).
+    copies, narrows = narrowed_cotangent_copies(hloparse.parse(_narrowed_module(2)))
+    assert copies == {("cotangent_fusion", "y"): 1, ("cotangent_fusion", "g"): 1}, copies
+    assert narrows == {("cotangent_fusion", "n")}, narrows
+
+
+def test_cotangent_narrowed_for_one_reader_is_no_hinge():
+    # One reader (TPU draw 94): the twin runs it once, narrow and all, like this program.
+    assert narrowed_cotangent_copies(hloparse.parse(_narrowed_module(1))) == ({}, frozenset())

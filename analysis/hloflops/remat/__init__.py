@@ -497,6 +497,11 @@ On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands
 own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
 out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
 low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
+Where a backward fusion of its own narrows that cotangent for k > 1 readers, the twin may copy
+the f32 chain into each and run no narrow: the chain's k - 1 copies lower the low end, the narrow
+raises the high end (hloflops.remat.loss_cotangent_copies.narrowed_cotangent_copies).
+A matvec TPU rewrote as `reduce(broadcast(v) * w)` leaves its multiply unnamed: the multiply takes
+its reduce's answer (hloflops.remat.matvec_multiplies).
 A cheap forward value a checkpoint reads as its input, which the checkpoint's barrier kept from
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;

@@ -49,7 +49,8 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
-from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies
+from hloflops.remat.matvec_multiplies import with_matvec_multiplies
+from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.nested_gradient_activations import nested_gradient_activations
@@ -357,6 +358,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         for key, n in (*loss_cotangent_copies(module).items(), *checkpoint_input_copies(module).items(),
                        *gradient_reader_copies(module).items()):
             hinged[key] = max(hinged.get(key, 0), n)
+        # And one a fusion of its own narrows for its readers: the twin may copy the f32 chain into each
+        # (`twin_copies`) and run no narrow (unsure) (hloflops.remat.loss_cotangent_copies).
+        cotangent_copies, cotangent_narrows = narrowed_cotangent_copies(module)
+        for key, n in cotangent_copies.items():
+            hinged[key] = max(hinged.get(key, 0), n)
+        unsure |= cotangent_narrows
         # A recompute nested in a backward matmul's operand, which the twin may duplicate from its
         # stored input in place of the forward's stored value: a hinge of one copy, unless already
         # weak (hloflops.remat.gradient_operand_copies).
@@ -375,7 +382,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             hinged[key] = max(hinged.get(key, 0), 1)
         for key, n in slices.items():
             twin_narrows[(*key, 0)] = max(twin_narrows.get((*key, 0), 0), n)
-    return RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
+    found = RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
                       # it here can be remat (hloflops.remat.stored_twin_copies)
@@ -392,6 +399,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # and a natural convolution where this program packs that geometry (natural_convolution_forms)
                       twin_forms={**natural_convolution_forms(module), **weight_gradient_forms(module)}
                       if optimized_named else {})
+    # A matvec's unnamed multiply shares its reduce's answer (hloflops.remat.matvec_multiplies).
+    return with_matvec_multiplies(module, found) if optimized_named and is_tpu_module(module) else found
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
