@@ -42,7 +42,21 @@ here because of remat alone:
 The count is of this program's readers, a counted fact; that XLA copies rather than stores in the
 program without remat rests on how it fused that program, so the copies go to `twin_copies`
 (hloflops.results.RematHinge), by whose FLOPs the low end drops: the per-opcode truth of select
-is negative there, and no split of this program's ops reaches it."""
+is negative there, and no split of this program's ops reaches it.
+
+On TPU a share of the lookup's copies is sure (`twin_sure`, taken off the count as
+hloflops.remat.stored_twin_copies' sure stores are). The readers that feed the fill only through
+a layer norm's chain into a matmul (the q, k, v projections and their weight gradients) may read,
+in the program without remat, one normalized value it computes once and stores: TPU 182 (linen
+loop, dots_saveable, f32) computes `LayerNorm_0` once there, narrowed to bf16, for all six, and
+copies the fill 5 times where the count above says 10, this program's fusions looking as those of
+TPU 157, whose twin copies it 10 times. No sign here tells the two apart: those copies stay a
+hinge. The readers computing from the fill itself (the residual add, the layer norm's statistics
+and its gradient: a reduce, a product with another full value) can read no such value, and the
+twin copies the fill into each of them, into the fusion computing its statistics, and into one
+fusion at least for the matmul readers: on every TPU draw 0-299 where the rule fires (27, the
+tensor-parallel ones with no matmul reader of the fill among them) the twin's copies are at least
+those."""
 
 from __future__ import annotations
 
