@@ -324,19 +324,7 @@ def _recomputed_chains(module: Module, frame: Computation, fusion: Instruction, 
     ops reading it through elementwise ops, into nested fusions, and the side factors they multiply
     it by, computed from broadcasts alone): the chain the program without remat copies with the
     select into its own readers."""
-    root = comp.root
-    if root.opcode == "tuple":
-        indices = {str(i) for i, name in enumerate(root.operands) if name in handed}
-        values = {r.name for r in readers_of.get((frame.name, fusion.name), ())
-                  if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices}
-    else:
-        values = {fusion.name} if root.name in handed else set()
-    todo = list(values)
-    while todo:
-        for reader in readers_of.get((frame.name, todo.pop()), ()):
-            if reader.opcode in _VIEWS and reader.opcode != "get-tuple-element" and reader.name not in values:
-                values.add(reader.name)
-                todo.append(reader.name)
+    values = _value_names(frame, fusion, comp, handed, readers_of)
     out: list[SiteKey] = []
     for reader in recomputes:
         _chain_in(module, reader, {i for i, name in enumerate(reader.operands) if name in values}, keys, out, 0)
