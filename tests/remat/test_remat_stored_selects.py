@@ -153,3 +153,63 @@ def test_drawn_tpu_scan_relu_mask_chain_is_copied_into_the_twins_mask_stack(monk
     outcome = _checked(77, monkeypatch)
     verdict = next(v for v in outcome.verdicts if v.stage == "after")
     assert verdict.in_bounds, verdict.describe()
+
+
+# On TPU: the stored fill read by two matmuls through the layer norm's chain (the q, k
+# projections), by a residual add (the fill plus another full value), by the recompute and by its
+# own fusion's reduce. The program without remat may compute the normalized value once for both
+# matmuls (TPU 182: `LayerNorm_0` narrowed to bf16, stored, read by the q, k, v matmuls and their
+# weight gradients; the fill copied 5 times, not 10), but the residual add and the fusion's reduce
+# compute from the fill itself: it copies the fill into each of those.
+_MATMUL_READER = """
+%proj_N (m0: f32[4,8], m1: f32[4], m2: f32[8,8]) -> f32[4,8] {
+  %m0 = f32[4,8] parameter(0)
+  %m1 = f32[4] parameter(1)
+  %m2 = f32[8,8] parameter(2)
+  %b = f32[4,8] broadcast(%m1), dimensions={0}
+  %n = f32[4,8] subtract(%m0, %b), metadata={op_name="jit(f)/jvp(M)/ln/sub"}
+  ROOT %y = f32[4,8] dot(%n, %m2), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="PROJ"}
+}
+
+%residual (a0: f32[4,8], a1: f32[4,8]) -> f32[4,8] {
+  %a0 = f32[4,8] parameter(0)
+  %a1 = f32[4,8] parameter(1)
+  ROOT %y = f32[4,8] add(%a0, %a1), metadata={op_name="jit(f)/jvp(M)/block/add"}
+}
+"""
+TPU_LOOKUP = LOOKUP.replace("HloModule m, is_scheduled=true",
+                            "HloModule m, is_scheduled=true, entry_computation_layout="
+                            "{(f32[16,8]{1,0:T(8,128)})->f32[4,8]{1,0:T(8,128)}}") \
+    .replace("%fwd (q0", _MATMUL_READER.replace("_N", "_q").replace("PROJ", "jit(f)/jvp(M)/q/dot_general")
+             + _MATMUL_READER.split("%residual")[0].replace("_N", "_k").replace("PROJ", "jit(f)/jvp(M)/k/dot_general")
+             + "%fwd (q0") \
+    .replace("ENTRY %main (table: f32[16,8], ids: s32[4,1], inb: pred[4], ct: f32[4,8]) "
+             "-> (f32[4,8], f32[4,8], f32[4,8]) {",
+             "ENTRY %main (table: f32[16,8], ids: s32[4,1], inb: pred[4], ct: f32[4,8], w: f32[8,8]) "
+             "-> (f32[4,8], f32[4,8], f32[4,8], f32[4,8], f32[4,8], f32[4,8]) {\n  %w = f32[8,8] parameter(4)") \
+    .replace("calls=%embed,", 'calls=%embed, backend_config={"scoped_memory_configs":[]},') \
+    .replace("  ROOT %out = (f32[4,8], f32[4,8], f32[4,8]) tuple(%f, %r, %g)",
+             "  %pq = f32[4,8] fusion(%x, %mean, %w), kind=kOutput, calls=%proj_q, "
+             "metadata={op_name=\"jit(f)/jvp(M)/q\"}\n"
+             "  %pk = f32[4,8] fusion(%x, %mean, %w), kind=kOutput, calls=%proj_k, "
+             "metadata={op_name=\"jit(f)/jvp(M)/k\"}\n"
+             "  %res = f32[4,8] fusion(%x, %ct), kind=kLoop, calls=%residual, "
+             "metadata={op_name=\"jit(f)/jvp(M)/add\"}\n"
+             "  ROOT %out = (f32[4,8], f32[4,8], f32[4,8], f32[4,8], f32[4,8], f32[4,8]) "
+             "tuple(%f, %r, %g, %pq, %pk, %res)")
+
+
+def test_tpu_lookup_fill_copies_into_readers_computing_from_it_are_sure_matmul_ones_a_hinge():
+    assert "dot(" in TPU_LOOKUP and "scoped_memory_configs" in TPU_LOOKUP
+    acc, hinges = _select_hinges(TPU_LOOKUP)
+    # readers outside the recompute: the forward's sub and the gradient's product (each computes
+    # from the fill), the residual add, two matmuls; with the fusion's own reduce six copies in
+    # the twin at most, one here: five more. Sure: the three computing from the fill, one for the
+    # two matmuls together, the reduce's, less this program's one: four; one (a matmul's) a hinge.
+    stores = [(t.name, t.opcode, t.executions, t.flops) for t in acc.remat_twin_stores]
+    assert stores == [("x", "select", 4, 128)]
+    assert [(h.name, h.flops, h.twin_copies) for h in hinges] == [("x", 32, 1)]
+    low, high = acc.remat_flops_bounds
+    # the sure copies are in the count (a negative share of the select's row), the hinge below it
+    assert sum(r.remat_flops for r in acc.rows if r.opcode == "select" and r.remat) == -128
+    assert low <= acc.remat_flops - 32 <= acc.remat_flops <= high

@@ -174,6 +174,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     named_ops = [op for op in ops if op.named]
     weak: set[SiteKey] = set()  # paired by signature in the recompute's own frame
     twin_copies: dict[SiteKey, int] = {}  # values the program without remat computes more often
+    select_stores: dict[SiteKey, int] = {}  # of them, a lookup select's sure copies (stored_selects)
     twin_narrows: dict[SiteKey, int] = {}  # converts of a value the program without remat may run
     chain_copies = stored_chain_copies(module, ops) if optimized_named else {}
     across: set[SiteKey] = set()  # paired with an op of another loop body
@@ -256,7 +257,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         stand_ins -= twin_saves
         if module.is_scheduled:  # a cheap scale stored once, its readers' copies in the twin (range only)
             stored_scale_copies(module, ops, remat, twin_copies)
-            stored_select_copies(module, ops, remat, op_names, twin_copies)  # and a select (stored_selects)
+            stored_select_copies(module, ops, remat, op_names, twin_copies, select_stores)  # a select (stored_selects)
             if is_tpu_module(module):  # the twin's extra copies (offloaded_sum_narrows, twin_residual_copies)
                 for key, n in offloaded_sum_narrows(module, ops).items():
                     twin_copies[key] = twin_copies.get(key, 0) + n
@@ -391,7 +392,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       partial, _with_stacks(_with_stacks(hinged, {
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
-                      {key: sure for key, (sure, _, _) in stacks.items()},
+                      {key: sure for key, (sure, _, _) in stacks.items()}
+                      | {key[:2]: n for key, n in select_stores.items()},  # hloflops.remat.stored_selects
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
                       twin_narrows=narrow_elements(module, twin_narrows),
                       twin_trips=peeled_iteration_drops(module) if optimized_named else {},

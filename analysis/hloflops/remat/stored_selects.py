@@ -42,7 +42,21 @@ here because of remat alone:
 The count is of this program's readers, a counted fact; that XLA copies rather than stores in the
 program without remat rests on how it fused that program, so the copies go to `twin_copies`
 (hloflops.results.RematHinge), by whose FLOPs the low end drops: the per-opcode truth of select
-is negative there, and no split of this program's ops reaches it."""
+is negative there, and no split of this program's ops reaches it.
+
+On TPU a share of the lookup's copies is sure (`twin_sure`, taken off the count as
+hloflops.remat.stored_twin_copies' sure stores are). The readers that feed the fill only through
+a layer norm's chain into a matmul (the q, k, v projections and their weight gradients) may read,
+in the program without remat, one normalized value it computes once and stores: TPU 182 (linen
+loop, dots_saveable, f32) computes `LayerNorm_0` once there, narrowed to bf16, for all six, and
+copies the fill 5 times where the count above says 10, this program's fusions looking as those of
+TPU 157, whose twin copies it 10 times. No sign here tells the two apart: those copies stay a
+hinge. The readers computing from the fill itself (the residual add, the layer norm's statistics
+and its gradient: a reduce, a product with another full value) can read no such value, and the
+twin copies the fill into each of them, into the fusion computing its statistics, and into one
+fusion at least for the matmul readers: on every TPU draw 0-299 where the rule fires (27, the
+tensor-parallel ones with no matmul reader of the fill among them) the twin's copies are at least
+those."""
 
 from __future__ import annotations
 
@@ -65,9 +79,10 @@ _NOT_FUSED_INTO = frozenset({"tuple", "dynamic-update-slice", "while", "call", "
 
 
 def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], op_names: OpNames,
-                         twin_copies: dict[SiteKey, int]) -> None:
+                         twin_copies: dict[SiteKey, int], twin_sure: dict[SiteKey, int] | None = None) -> None:
     """`twin_copies[key] += n` for each stored select of the module docstring: n the copies the
-    program without remat makes beyond this program's one."""
+    program without remat makes beyond this program's one. With `twin_sure`, of a lookup's copies
+    those the program without remat surely makes go there instead (`_sure_lookup_copies`)."""
     callers = one_call_site(module)
     outputs = fused_outputs(module)
     readers_of = None
@@ -111,13 +126,101 @@ def stored_select_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
                   for r in _fused_readers(comp, inst.name))
         extra = len(outside) + own - 1
         if extra > 0:
-            twin_copies[op.key] = twin_copies.get(op.key, 0) + extra
+            sure = _sure_lookup_copies(module, frame, fusion, comp, handed, outside, own, readers_of) \
+                if lookup and twin_sure is not None and is_tpu_module(module) else 0  # seen on TPU only
+            if sure:
+                twin_sure[op.key] = twin_sure.get(op.key, 0) + sure
+            if extra > sure:
+                twin_copies[op.key] = twin_copies.get(op.key, 0) + extra - sure
             if lookup:
                 keys = keys if keys is not None else _keys_by_name(ops)
                 recomputes = [r for r in readers if r.opcode == "fusion" and all(r is not o for o in outside)]
                 for key in _recomputed_chains(module, frame, fusion, comp, handed, recomputes, readers_of, keys):
                     if key in remat:
                         twin_copies[key] = twin_copies.get(key, 0) + 1
+
+
+def _sure_lookup_copies(module: Module, frame: Computation, fusion: Instruction, comp: Computation,
+                        handed: set[str], outside: list[Instruction], own: bool, readers_of) -> int:
+    """Of the copies the program without remat makes of a stored lookup select, those it surely
+    makes. A reader that feeds the select only through a layer norm's chain (broadcast factors)
+    into a matmul's operand may, in the program without remat, read one stored normalized value in
+    its place (TPU seed 182: the twin computes `LayerNorm_0` once, narrowed to bf16, for the q, k, v
+    matmuls and their weight gradients, and copies the select 5 times, not 10; on every other TPU
+    draw 0-299 it copies it into each): a hinge. A reader that computes from the select itself
+    (the residual add, the layer norm's statistics and gradient: a reduce, a product with another
+    full value) reads no such value: the twin copies the select into it. So the sure copies are
+    those readers, the fusion computing it here where it reads it itself, and one copy for the
+    matmul readers together if any, less this program's one."""
+    values = _value_names(frame, fusion, comp, handed, readers_of)
+    matmul_only = [r for r in outside if _feeds_matmuls_only(module, r, values)]
+    return max(len(outside) - len(matmul_only) + own + bool(matmul_only) - 1, 0)
+
+
+def _feeds_matmuls_only(module: Module, reader: Instruction, values: set[str]) -> bool:
+    """Does the reader (a fusion) use the stored select only through elementwise ops whose other
+    operands are broadcasts (a layer norm's scale, shift, mean) into matmul operands? Anything not
+    plainly that (a nested fusion, a reduce, an output) counts as such a use only where it could be:
+    unsure is a hinge, so the walk answers no only for a use it sees compute from the value itself."""
+    if reader.opcode != "fusion":
+        return reader.opcode in MATMUL_OPCODES
+    called = reader.called(CallRole.FUSION)
+    body = module.by_name.get(called[0]) if called else None
+    if body is None:
+        return True
+    numbers = {i for i, name in enumerate(reader.operands) if name in values}
+    chain = {i.name for i in body.instructions if i.opcode == "parameter" and parameter_number(i) in numbers}
+    feeds_matmul = False
+    for inst in body.instructions:  # in order: operands come first
+        if not any(name in chain for name in inst.operands):
+            continue
+        if inst.opcode in MATMUL_OPCODES:
+            feeds_matmul = True
+        elif inst.opcode in ("reduce", "reduce-window", "tuple"):
+            return False  # statistics of the value itself, or an output of its own
+        elif inst.opcode in _CHAIN and not all(name in chain or _broadcast_side(body, name)
+                                               for name in inst.operands):
+            return False  # mixed with another full value (a residual add, a gradient's product)
+        else:  # the chain, views, a nested fusion: taken as part of the chain (unsure, a hinge)
+            chain.add(inst.name)
+    return feeds_matmul and body.root.name not in chain
+
+
+def _broadcast_side(body: Computation, name: str) -> bool:
+    """Is the operand a side factor of a layer norm's chain: a broadcast (through elementwise ops
+    of broadcasts and constants) of a smaller value?"""
+    inst = body.by_name.get(name)
+    for _ in range(6):
+        if inst is None:
+            return False
+        if inst.opcode in ("broadcast", "constant"):
+            return True
+        if inst.opcode not in _CHAIN and inst.opcode not in ("bitcast", "reshape", "copy"):
+            return False
+        if not all(_broadcast_side(body, o) for o in inst.operands[1:]):
+            return False
+        inst = body.by_name.get(inst.operands[0]) if inst.operands else None
+    return False
+
+
+def _value_names(frame: Computation, fusion: Instruction, comp: Computation, handed: set[str],
+                 readers_of) -> set[str]:
+    """The names in the caller holding the fusion's outputs `handed` (the select's value): the
+    get-tuple-elements taking them, and their views."""
+    root = comp.root
+    if root.opcode == "tuple":
+        indices = {str(i) for i, name in enumerate(root.operands) if name in handed}
+        values = {r.name for r in readers_of.get((frame.name, fusion.name), ())
+                  if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices}
+    else:
+        values = {fusion.name} if root.name in handed else set()
+    todo = list(values)
+    while todo:
+        for reader in readers_of.get((frame.name, todo.pop()), ()):
+            if reader.opcode in _VIEWS and reader.opcode != "get-tuple-element" and reader.name not in values:
+                values.add(reader.name)
+                todo.append(reader.name)
+    return values
 
 
 def _reads_a_gather(module: Module, comp: Computation, inst: Instruction, callers) -> bool:
@@ -197,19 +300,7 @@ def _recomputed_chains(module: Module, frame: Computation, fusion: Instruction, 
     ops reading it through elementwise ops, into nested fusions, and the side factors they multiply
     it by, computed from broadcasts alone): the chain the program without remat copies with the
     select into its own readers."""
-    root = comp.root
-    if root.opcode == "tuple":
-        indices = {str(i) for i, name in enumerate(root.operands) if name in handed}
-        values = {r.name for r in readers_of.get((frame.name, fusion.name), ())
-                  if r.opcode == "get-tuple-element" and r.attributes.get("index") in indices}
-    else:
-        values = {fusion.name} if root.name in handed else set()
-    todo = list(values)
-    while todo:
-        for reader in readers_of.get((frame.name, todo.pop()), ()):
-            if reader.opcode in _VIEWS and reader.opcode != "get-tuple-element" and reader.name not in values:
-                values.add(reader.name)
-                todo.append(reader.name)
+    values = _value_names(frame, fusion, comp, handed, readers_of)
     out: list[SiteKey] = []
     for reader in recomputes:
         _chain_in(module, reader, {i for i, name in enumerate(reader.operands) if name in values}, keys, out, 0)
