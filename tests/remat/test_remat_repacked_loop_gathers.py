@@ -145,5 +145,6 @@ def test_unrolled_layers_pack_alike_no_hinge():
   xb = f32[2,4] fusion(a0, b0), kind=kLoop, calls=pack_bwd
   ROOT yb = f32[2,8] fusion(xb, k0), kind=kOutput, calls=matmul_rec
 }
-""").replace("entry_computation_layout=@L", "entry_computation_layout={(f32[1,4]{1,0:T(8,128)})->f32[2,8]{1,0:T(8,128)}}")
+""").replace("entry_computation_layout=@L",
+              "entry_computation_layout={(f32[1,4]{1,0:T(8,128)})->f32[2,8]{1,0:T(8,128)}}")
     assert ("pack_fwd", "m") not in find_remat(_parsed(unrolled)).twin_copies
