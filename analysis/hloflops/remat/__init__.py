@@ -540,6 +540,11 @@ copy (`twin_copies`; hloflops.remat.unstored_probabilities).
 A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide
 here, may be narrowed once by the program without remat in a fusion merging that reduce: one
 convert of it lowers the low end (`RematIndex.twin_narrows`; hloflops.remat.bias_gradient_narrows).
+Under FSDP a layer loop's forward packings of windowed-gathered matmul operands (`-inf` pads and
+maximums in a `while` body), where the backward loop packs a recomputed layer's operands, but fewer
+elements than the forward loop, may be
+packed again by the program without remat's backward loop, which reads stacked residuals: a hinge of
+one copy of each packing's maximums and converts (`twin_copies`; hloflops.remat.repacked_loop_gathers).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

@@ -59,6 +59,7 @@ from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.natural_convolution_forms import natural_convolution_forms
 from hloflops.remat.conv_operand_narrows import weak_operand_narrows
+from hloflops.remat.repacked_loop_gathers import repacked_loop_gathers
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -383,6 +384,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
             hinged[key] = max(hinged.get(key, 0), 1)
         for key, n in slices.items():
             twin_narrows[(*key, 0)] = max(twin_narrows.get((*key, 0), 0), n)
+        # A layer loop's forward packings of gathered matmul operands, which the twin's backward
+        # loop may pack again: low-end hinges (hloflops.remat.repacked_loop_gathers).
+        for key in repacked_loop_gathers(module).keys() - index.remat:
+            hinged[key] = max(hinged.get(key, 0), 1)
     found = RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
