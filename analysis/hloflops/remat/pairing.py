@@ -67,6 +67,7 @@ from hloflops.remat.by_signature import across_frames, by_signature, linearizati
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
+from hloflops.remat.gradient_fusion_counts import counts_passed_to_recompute_siblings
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -198,6 +199,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat, copies, stand_ins, moved, gradient_side = fusion_copies(module, ops, remat, first_of_class, sizes,
                                                                    by_value, own, squeezed)
     paired_by_value |= moved  # a count by value passed on to a sibling copy
+    if optimized_named:  # and one dropped in a gradient fusion (hloflops.remat.gradient_fusion_counts)
+        passed = counts_passed_to_recompute_siblings(ops, fused_outputs(module), by_class, remat, copies)
+        remat |= passed
+        paired_by_value |= passed
     if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
         rebuilt = rebuilt_in_gradient_matmuls(module, ops, fused_outputs(module), remat, first_of_class)
         remat, certain = remat - rebuilt, certain | rebuilt

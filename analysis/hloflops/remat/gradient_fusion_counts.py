@@ -1,0 +1,60 @@
+"""A count by value that `fusion_copies` dropped in a gradient fusion, passed to the recompute's
+sibling copy (hloflops.remat.pairing calls `counts_passed_to_recompute_siblings` right after
+hloflops.remat.fusion_copies).
+
+`_same_value` (hloflops.remat.pairing) caps a value's recompute copies at its forward's count
+(`ForwardTwins` where the recompute reads other inputs than the forward) and picks which copies by
+order: the cap says how many copies run because of remat, not which. XLA copies a cheap op into
+each fusion reading it, in the recompute as in the program without remat, so where the picked copy
+sits in a gradient fusion (one whose outputs are no recompute), `fusion_copies` drops it as the
+program without remat's own copy there. The recompute's copy of the forward's is then a sibling
+(same value, same name, same frame and call site) in a fusion whose outputs are recompute, which
+the cap left uncounted. `fusion_copies._counts_passed_on` passes the count on for a duplicated
+transcendental only; the same holds for any cheap op.
+
+TPU draw 263 (a whole-model checkpoint under tensor parallelism): a layer norm's `x - mean` runs
+once in the forward's normalizing fusion, once in the recompute's and once in the layer norm's
+gradient fusion (its scale gradient's reduces); the program without remat runs it in its
+forward's normalizing fusion and the same gradient fusion. The recompute's two copies read the
+recomputed activations, so their value is found against the forward's by signature and name
+(`ForwardTwins`: one forward copy), and the cap picked the gradient fusion's copy, which
+`fusion_copies` then dropped: subtract -1,024 per layer norm, the multiplies and adds under it
+alike. The count is as sure as the count it moves (the copies `_same_value` counted by value)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hloflops.remat.op_kinds import DUPLICATED
+from hloflops.remat.sites import SiteKey, SiteOp
+
+
+def counts_passed_to_recompute_siblings(ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                                        counted: set[SiteKey], remat: set[SiteKey],
+                                        dropped_copies: set[SiteKey]) -> set[SiteKey]:
+    """Of `ops`, the marked cheap copies that take the count of a sibling `_same_value` counted
+    (`counted`) and `fusion_copies` dropped as a gradient fusion's copy (in `dropped_copies`, no
+    longer in `remat`): one sibling each, by order, uncounted, inside a fusion with a recompute
+    output (in `remat`)."""
+    def outputs_recompute(op: SiteOp) -> bool:
+        outputs = fused.get(op.key[0], ())
+        return any((op.key[0], name, op.key[2]) in remat for name in outputs)
+
+    dropped: dict[tuple, int] = {}
+    for op in ops:
+        key = op.key
+        if op.marked and key in counted and key in dropped_copies and key not in remat \
+                and op.inst.opcode in DUPLICATED and key[0] in fused and not outputs_recompute(op):
+            group = (op.exact, op.op_name, op.frame, key[2])
+            dropped[group] = dropped.get(group, 0) + 1
+    passed: set[SiteKey] = set()
+    if not dropped:
+        return passed
+    for op in sorted(ops, key=lambda o: o.order):
+        key = op.key
+        group = (op.exact, op.op_name, op.frame, key[2])
+        if dropped.get(group) and op.marked and key not in remat and key not in counted \
+                and key[0] in fused and op.inst.name not in fused[key[0]] and outputs_recompute(op):
+            passed.add(key)
+            dropped[group] -= 1
+    return passed
