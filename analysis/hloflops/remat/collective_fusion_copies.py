@@ -13,13 +13,22 @@ copies in the recompute's collective fusions, 39 and 19 in the twin's forward) a
 (vtpu 263: the recompute copies each block's first layer norm into three collective fusions,
 the twin's forward computes it once, in a plain fusion; subtract -11,264, multiply -22,528 after
 the count by value). `_same_value` caps those copies at the forward's count, and the cap holds
-where the twin's forward copies as the recompute does; so a marked copy there that no rule
-counted is unsure, not model FLOPs: the range's high end covers it, the reported count keeps the
-cap."""
+where the twin's forward copies as the recompute does.
+
+The sign in this program is what the recompute reads its copies for. Where it recomputes the
+matmuls (draws 2 and 6: `nothing_saveable`, no policy), the copies feed the recompute's own
+collective matmuls, as the twin's forward's feed its matmuls: the twin copies alike, and both draws
+are exact. Where the recompute runs no matmul (a policy saving the dots: vtpu 263 and 275, htpu 93),
+its cheap values feed only gradients, and XLA copies each into every gradient collective fusion
+reading it (the weight gradients' matmuls, overlapping their collectives: 94, 81 and 82 copies),
+where the twin materializes the value once for its forward matmul and its gradient fusions copied
+0, 18 and 52 of them. How many the twin copies is not in this program: in such a program a marked
+copy there that no rule counted is unsure, not model FLOPs (the range's high end covers it, the
+reported count keeps the cap)."""
 
 from __future__ import annotations
 
-from hloflops.remat.op_kinds import DUPLICATED
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import Module
 
@@ -29,8 +38,10 @@ _COLLECTIVE_FUSION = "async_collective_fusion"
 
 def collective_fusion_copies(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     """The remat-marked cheap ops (`DUPLICATED` opcodes) of `ops` in computations an async
-    collective fusion calls, directly or through nested fusions."""
-    if not any(comp.name.startswith(_COLLECTIVE_FUSION) for comp in module.computations):
+    collective fusion calls, directly or through nested fusions, where the recompute runs no
+    matmul (`ops` hold no marked one)."""
+    if not any(comp.name.startswith(_COLLECTIVE_FUSION) for comp in module.computations) \
+            or any(op.marked and op.inst.opcode in MATMUL_OPCODES for op in ops):
         return set()
     caller: dict[str, str] = {}
     for comp in module.computations:
