@@ -1,6 +1,6 @@
-"""A count by value that `fusion_copies` dropped in a gradient fusion, passed to the recompute's
-sibling copy (hloflops.remat.pairing calls `counts_passed_to_recompute_siblings` right after
-hloflops.remat.fusion_copies).
+"""A count by value that `fusion_copies` dropped in a gradient fusion: the recompute's sibling copy
+that may hold it is a hinge (hloflops.remat.pairing calls `counts_passed_to_recompute_siblings`
+right after hloflops.remat.fusion_copies and puts what it finds in the range).
 
 `_same_value` (hloflops.remat.pairing) caps a value's recompute copies at its forward's count
 (`ForwardTwins` where the recompute reads other inputs than the forward) and picks which copies by
@@ -19,7 +19,13 @@ forward's normalizing fusion and the same gradient fusion. The recompute's two c
 recomputed activations, so their value is found against the forward's by signature and name
 (`ForwardTwins`: one forward copy), and the cap picked the gradient fusion's copy, which
 `fusion_copies` then dropped: subtract -1,024 per layer norm, the multiplies and adds under it
-alike. The count is as sure as the count it moves (the copies `_same_value` counted by value)."""
+alike.
+
+Counted as remat, sure, the passed count made vtpu 263 and 275 closer but eight other TPU draws of
+240-299 worse (scans and layer stacks, 279's low end further above the truth): there the dropped
+copy's count was one the program without remat's forward holds too (its fusions copy the value as
+the recompute's gradient fusions do), and nothing in this program tells the two apart. So the
+sibling is a hinge: unsure, the range's high end covers it, the reported count keeps the cap."""
 
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from hloflops.remat.sites import SiteKey, SiteOp
 def counts_passed_to_recompute_siblings(ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
                                         counted: set[SiteKey], remat: set[SiteKey],
                                         dropped_copies: set[SiteKey]) -> set[SiteKey]:
-    """Of `ops`, the marked cheap copies that take the count of a sibling `_same_value` counted
+    """Of `ops`, the marked cheap copies that may hold the count of a sibling `_same_value` counted
     (`counted`) and `fusion_copies` dropped as a gradient fusion's copy (in `dropped_copies`, no
     longer in `remat`): one sibling each, by order, uncounted, inside a fusion with a recompute
     output (in `remat`)."""
