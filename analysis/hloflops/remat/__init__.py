@@ -506,6 +506,8 @@ in an async collective fusion that no rule counted is unsure (the program withou
 materialize the value once where the recompute copies it into each gradient collective fusion:
 hloflops.remat.collective_fusion_copies), and so is a recompute fusion's sibling of a copy counted
 by value that fusion_copies dropped in a gradient fusion (hloflops.remat.gradient_fusion_counts).
+On TPU an unnamed multiply a hinge reduce alone reads (a matrix-vector dot XLA decomposed) is a
+hinge with it (hloflops.remat.decomposed_dots).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).

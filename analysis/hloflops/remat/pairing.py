@@ -69,6 +69,7 @@ from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
 from hloflops.remat.gradient_fusion_counts import counts_passed_to_recompute_siblings
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
+from hloflops.remat.decomposed_dots import decomposed_dot_products
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -339,6 +340,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         unsure |= rebuilt_concatenations(module, ops)
     if optimized_named:  # hinges: gradient_fusion_counts, collective_fusion_copies
         unsure |= {key[:2] for key in sibling_hinges | collective_fusion_copies(module, ops) if key not in remat}
+    if optimized_named and is_tpu_module(module):  # a decomposed dot's product, unsure with its reduce
+        unsure |= decomposed_dot_products(module, unsure - index.remat) - index.remat  # (decomposed_dots)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
