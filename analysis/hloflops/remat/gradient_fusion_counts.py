@@ -25,7 +25,10 @@ Counted as remat, sure, the passed count made vtpu 263 and 275 closer but eight 
 240-299 worse (scans and layer stacks, 279's low end further above the truth): there the dropped
 copy's count was one the program without remat's forward holds too (its fusions copy the value as
 the recompute's gradient fusions do), and nothing in this program tells the two apart. So the
-sibling is a hinge: unsure, the range's high end covers it, the reported count keeps the cap."""
+sibling is a hinge: unsure, the range's high end covers it, the reported count keeps the cap. Only
+in a partitioned program (hloflops.remat.partitioned.is_partitioned), where it was seen: on one
+device it widened the range of an exact draw (ntpu 160, an offloaded hk loop, whose recompute
+fusions' siblings the program without remat computes alike)."""
 
 from __future__ import annotations
 
