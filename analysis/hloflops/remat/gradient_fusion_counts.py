@@ -28,7 +28,8 @@ the recompute's gradient fusions do), and nothing in this program tells the two 
 sibling is a hinge: unsure, the range's high end covers it, the reported count keeps the cap. Only
 in a partitioned program (hloflops.remat.partitioned.is_partitioned), where it was seen: on one
 device it widened the range of an exact draw (ntpu 160, an offloaded hk loop, whose recompute
-fusions' siblings the program without remat computes alike)."""
+fusions' siblings the program without remat computes alike), and in a layer loop likewise (utpu
+221, an offloaded linen loop under FSDP): only in a loop-free program (a whole-model checkpoint)."""
 
 from __future__ import annotations
 

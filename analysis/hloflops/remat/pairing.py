@@ -205,7 +205,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     # a count dropped in a gradient fusion, which a recompute sibling may hold: a hinge
     # (hloflops.remat.gradient_fusion_counts)
     sibling_hinges = counts_passed_to_recompute_siblings(ops, fused_outputs(module), by_class, remat, copies) \
-        if optimized_named and is_tpu_module(module) and is_partitioned(module) else set()
+        if optimized_named and is_tpu_module(module) and is_partitioned(module) and "while" not in _opcodes(module) \
+        else set()
     if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
         rebuilt = rebuilt_in_gradient_matmuls(module, ops, fused_outputs(module), remat, first_of_class)
         remat, certain = remat - rebuilt, certain | rebuilt
