@@ -504,8 +504,7 @@ hloflops.remat.checkpoint_input_copies).
 Sharded on TPU, where the recompute runs no matmul (a policy saving the dots), a marked cheap copy
 in an async collective fusion that no rule counted is unsure (the program without remat may
 materialize the value once where the recompute copies it into each gradient collective fusion:
-hloflops.remat.collective_fusion_copies), and so is a recompute fusion's sibling of a copy counted
-by value that fusion_copies dropped in a gradient fusion (hloflops.remat.gradient_fusion_counts).
+hloflops.remat.collective_fusion_copies).
 On TPU an unnamed multiply a hinge reduce alone reads (a matrix-vector dot XLA decomposed) is a
 hinge with it (hloflops.remat.decomposed_dots).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient

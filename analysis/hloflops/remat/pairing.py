@@ -67,10 +67,8 @@ from hloflops.remat.by_signature import across_frames, by_signature, linearizati
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
-from hloflops.remat.gradient_fusion_counts import counts_passed_to_recompute_siblings
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
 from hloflops.remat.decomposed_dots import decomposed_dot_products
-from hloflops.remat.partitioned import is_partitioned
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -202,11 +200,6 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     remat, copies, stand_ins, moved, gradient_side = fusion_copies(module, ops, remat, first_of_class, sizes,
                                                                    by_value, own, squeezed)
     paired_by_value |= moved  # a count by value passed on to a sibling copy
-    # a count dropped in a gradient fusion, which a recompute sibling may hold: a hinge
-    # (hloflops.remat.gradient_fusion_counts)
-    sibling_hinges = counts_passed_to_recompute_siblings(ops, fused_outputs(module), by_class, remat, copies) \
-        if optimized_named and is_tpu_module(module) and is_partitioned(module) and "while" not in _opcodes(module) \
-        else set()
     if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_in_gradient_matmuls
         rebuilt = rebuilt_in_gradient_matmuls(module, ops, fused_outputs(module), remat, first_of_class)
         remat, certain = remat - rebuilt, certain | rebuilt
@@ -340,8 +333,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled else set()
     if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_concatenations
         unsure |= rebuilt_concatenations(module, ops)
-    if optimized_named:  # hinges: gradient_fusion_counts, collective_fusion_copies
-        unsure |= {key[:2] for key in sibling_hinges | collective_fusion_copies(module, ops) if key not in remat}
+    if optimized_named:  # a recompute's copies in collective fusions: hinges (collective_fusion_copies)
+        unsure |= {key[:2] for key in collective_fusion_copies(module, ops) if key not in remat}
     if optimized_named and is_tpu_module(module):  # a decomposed dot's product, unsure with its reduce
         unsure |= decomposed_dot_products(module, unsure - index.remat) - index.remat  # (decomposed_dots)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
