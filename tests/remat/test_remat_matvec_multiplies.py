@@ -12,7 +12,10 @@ from hloflops.remat.matvec_multiplies import matvec_multiplies, with_matvec_mult
 _DOT = '"jit(loss)/transpose(jvp())/while/body/closed_call/checkpoint/rematted_computation/dot_general"'
 
 
-def _module(named_multiply: bool = False) -> str:
+_BACKWARD_DOT = '"jit(loss)/transpose(jvp(jvp()))/checkpoint/dot_general"'
+
+
+def _module(named_multiply: bool = False, broadcast_name: str = _DOT) -> str:
     meta = f", metadata={{op_name={_DOT}}}" if named_multiply else ""
     return f"""HloModule m, is_scheduled=true
 
@@ -24,7 +27,7 @@ def _module(named_multiply: bool = False) -> str:
 
 %matvec (w: f32[16,32], v: f32[16]) -> f32[32] {{
   %v = f32[16]{{0}} parameter(1)
-  %bv = f32[16,32]{{1,0}} broadcast(%v), dimensions={{0}}, metadata={{op_name={_DOT}}}
+  %bv = f32[16,32]{{1,0}} broadcast(%v), dimensions={{0}}, metadata={{op_name={broadcast_name}}}
   %w = f32[16,32]{{1,0}} parameter(0)
   %m = f32[16,32]{{1,0}} multiply(%bv, %w){meta}
   %z = f32[] constant(0)
@@ -41,6 +44,14 @@ ENTRY %main (x0: f32[16,32], x1: f32[16]) -> f32[32] {{
 
 def test_unnamed_matvec_multiply_is_its_reduces_other_half():
     assert matvec_multiplies(hloparse.parse(_module())) == {("matvec", "m"): ("matvec", "r")}
+
+
+def test_broadcast_named_for_another_dot_still_marks_the_product_half():
+    # XLA fused the recompute's matvec with the backward's use of its vector (utpu 191): the
+    # broadcast keeps the backward dot's name, the reduce the recompute's.
+    module = hloparse.parse(_module(broadcast_name=_BACKWARD_DOT))
+    assert matvec_multiplies(module) == {("matvec", "m"): ("matvec", "r")}
+    assert matvec_multiplies(hloparse.parse(_module(broadcast_name='"jit(loss)/jvp()/mul"'))) == {}
 
 
 def test_named_multiply_is_no_matvec_half():

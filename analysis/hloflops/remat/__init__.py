@@ -506,6 +506,10 @@ A cheap forward value a checkpoint reads as its input, which the checkpoint's ba
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;
 hloflops.remat.checkpoint_input_copies).
+Sharded on TPU, where the recompute runs no matmul (a policy saving the dots), a marked cheap copy
+in an async collective fusion that no rule counted is unsure (the program without remat may
+materialize the value once where the recompute copies it into each gradient collective fusion:
+hloflops.remat.collective_fusion_copies).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).

@@ -13,7 +13,13 @@ reduce is one. `hloflops.remat.marks.inherit_names` names such a multiply where 
 parameter (TPU draw 31); in a scan's backward loop `w` is a slice of the loop's carried weight
 stack, no entry parameter, and the multiply stayed model FLOPs, not even in the range: TPU draw
 210 (nnx_scan, tensor parallel: the recompute's matvec reduce 1,440 unsure, its multiply 1,536
-certain; truth counts both) and 191 (whole_model, tensor parallel)."""
+certain; truth counts both) and 191 (whole_model, tensor parallel).
+
+The broadcast vector carries a dot's name, not always the reduce's: where XLA fused a recompute's
+matvec with the backward's use of the same vector, the broadcast keeps the backward dot's name
+(`transpose(jvp())/.../dot_general`) and the reduce the recompute's (utpu 191: three recomputed
+reduces unsure, their multiplies model FLOPs, multiply -16,260 above the high end). A broadcast
+named for any dot marks the multiply as a dot's product half."""
 
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ from hloparse.ir import Computation, Instruction, Module
 
 def matvec_multiplies(module: Module) -> dict[Key, Key]:
     """(computation, multiply) -> (computation, reduce) for each unnamed multiply of a broadcast
-    named as the dot that only a reduce named alike reads (module docstring)."""
+    named for a dot that only a reduce named for a dot reads (module docstring)."""
     found: dict[Key, Key] = {}
     for comp in module.computations:
         readers: dict[str, list[Instruction]] = {}
@@ -39,7 +45,7 @@ def matvec_multiplies(module: Module) -> dict[Key, Key]:
             users = readers.get(inst.name, [])
             if len(users) != 1 or users[0].opcode != "reduce" or not _is_dot_name(users[0].op_name):
                 continue
-            if any(_broadcast_named(comp, name, users[0].op_name) for name in inst.operands):
+            if any(_dot_broadcast(comp, name) for name in inst.operands):
                 found[(comp.name, inst.name)] = (comp.name, users[0].name)
     return found
 
@@ -63,7 +69,7 @@ def _is_dot_name(op_name: str) -> bool:
     return op_name.rsplit("/", 1)[-1].startswith("dot_general")
 
 
-def _broadcast_named(comp: Computation, name: str, op_name: str) -> bool:
-    """A broadcast carrying the reduce's own op_name: the dot's vector operand."""
+def _dot_broadcast(comp: Computation, name: str) -> bool:
+    """A broadcast named for a dot: a dot's vector operand (module docstring)."""
     inst = comp.by_name.get(name)
-    return inst is not None and inst.opcode == "broadcast" and inst.op_name == op_name
+    return inst is not None and inst.opcode == "broadcast" and _is_dot_name(inst.op_name or "")

@@ -73,6 +73,7 @@ from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
+from hloflops.remat.collective_fusion_copies import collective_fusion_copies
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -346,6 +347,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if module.is_scheduled else set()
     if optimized_named and is_tpu_module(module):  # hloflops.remat.rebuilt_concatenations
         unsure |= rebuilt_concatenations(module, ops)
+    if optimized_named:  # a recompute's copies in collective fusions: hinges (collective_fusion_copies)
+        unsure |= {key[:2] for key in collective_fusion_copies(module, ops) if key not in remat}
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
