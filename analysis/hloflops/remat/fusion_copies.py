@@ -21,6 +21,7 @@ from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
+from hloflops.remat.stored_matmul_operands import stored_operand_hinges
 
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
@@ -189,6 +190,8 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
                 out.add(key)
                 decided_copies.add(key)
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
+    # the twin may store such a value once for all its matmuls (hloflops.remat.stored_matmul_operands)
+    stand_ins |= stored_operand_hinges(module, ops, outermost_fusions(module), nested)
     epilogues = saved_matmul_epilogues(module, ops)
     gradient_side = {key for key in by_key if key[1] in mixed.get((key[0], key[2]), ())}
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
