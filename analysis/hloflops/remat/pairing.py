@@ -356,7 +356,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if optimized_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
-    if optimized_named and is_tpu_module(module):  # a scan's twin stacks the residuals fused here (fused_residual_stacks)
+    if optimized_named and is_tpu_module(module):  # a scan's twin stacks residuals fused here (fused_residual_stacks)
         stacks.update(fused_residual_stacks(module, op_names, {key[:2] for key in remat}))
     hinged = {key[:2]: n for key, n in twin_copies.items()}
     if optimized_named and is_tpu_module(module):
