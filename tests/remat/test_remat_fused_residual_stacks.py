@@ -4,7 +4,8 @@ bfloat16) is read by the gradient's multiply inside the fusion `grad`: no conver
 The program without remat stacks `t` in bfloat16 in its forward loop (a narrow) and widens the slice
 its backward reads (a widen): two converts per trip this program never runs (TPU draw 260: gelu's
 four residuals, convert +19.9M -> +1.0M after optimization). Taken off a convert of the fusion of
-`t`'s size as a sure share (`twin_stores`)."""
+`t`'s size as a sure share (`twin_stores`), where `h` is the backward loop's recompute, not a value
+this program stores itself."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ grad {
   ROOT n = bf16[8,128] convert(g)
 }
 
+rec {
+  q = bf16[8,128] parameter(0)
+  ROOT e = bf16[8,128] exponential(q), metadata={op_name="@R/exp"}
+}
+
 body {
   s = (s32[], bf16[8,128], bf16[8,128]) parameter(0)
   i = s32[] get-tuple-element(s), index=0
@@ -31,7 +37,8 @@ body {
   c = bf16[8,128] get-tuple-element(s), index=2
   one = s32[] constant(1)
   j = s32[] add(i, one)
-  f = bf16[8,128] fusion(h, c), kind=kLoop, calls=grad, @T
+  hr = bf16[8,128] fusion(h), kind=kLoop, calls=rec
+  f = bf16[8,128] fusion(hr, c), kind=kLoop, calls=grad, @T
   ROOT r = (s32[], bf16[8,128], bf16[8,128]) tuple(j, h, f)
 }
 
@@ -80,7 +87,15 @@ def test_a_residual_computed_from_an_f32_input_is_stacked_wide():
     # layer norm's statistics: flax computes them in f32, so the twin stacks them with no convert
     text = HLO.replace("p0 = bf16[8,128] parameter(0)", "p0 = f32[8,128] parameter(0)").replace(
         "hw = f32[8,128] convert(p0)", "hw = f32[8,128] negate(p0)")
-    text = text.replace("f = bf16[8,128] fusion(h, c)", "hf = f32[8,128] convert(h)\n  f = bf16[8,128] fusion(hf, c)")
+    text = text.replace("hr = bf16[8,128] fusion(h)", "hr = f32[8,128] fusion(h)").replace(
+        "  ROOT e = bf16[8,128] exponential(q)", "  ROOT e = f32[8,128] exponential(q)")
+    assert not find_remat(_parsed(text)).twin_stores
+
+
+def test_a_residual_of_a_value_this_program_stores_is_left_alone():
+    # A policy's saved pre-activation, sliced from this program's own stack: that stack and the
+    # widen of its slice stand for part of the twin's (TPU draws 37, 181: convert exact without it).
+    text = HLO.replace("f = bf16[8,128] fusion(hr, c)", "f = bf16[8,128] fusion(h, c)")
     assert not find_remat(_parsed(text)).twin_stores
 
 

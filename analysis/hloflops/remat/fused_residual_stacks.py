@@ -28,7 +28,7 @@ from hloflops.loops.tripcount import trip_count
 from hloflops.remat.names import REMAT_SCOPE, OpNames
 from hloflops.remat.type_corrections import bits
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 _NOT_VALUES = frozenset({"parameter", "constant", "broadcast", "convert", "bitcast", "reshape", "copy",
                          "transpose", "iota", "tuple", "get-tuple-element", "fusion"})
@@ -60,7 +60,7 @@ def fused_residual_stacks(module: Module, op_names: OpNames, remat: set[tuple[st
                 seen.add(callee)
                 fused = module.by_name[callee]
                 residuals = _residuals(fused, op_names)
-                if not residuals:
+                if not residuals or _reads_stored(module, module.by_name[bodies[0]], fusion, fused, residuals):
                     continue
                 carried = _carrier(fused, residuals, remat)
                 if carried is not None:
@@ -84,6 +84,38 @@ def _residuals(comp: Computation, op_names: OpNames) -> list[Instruction]:
                for r in readers.get(inst.name, ())) and _from_narrow_values(comp, inst):
             found.append(inst)
     return found
+
+
+_SLICING = frozenset({"parameter", "get-tuple-element", "dynamic-slice", "slice", "bitcast", "reshape", "copy",
+                      "constant", "tuple"})
+
+
+def _reads_stored(module: Module, body: Computation, fusion: Instruction, fused: Computation,
+                  residuals: list[Instruction]) -> bool:
+    """Is a residual computed from a value this program stores itself (a policy's saved matmul
+    output, sliced from its stack by the loop)? This program's stack of it and the widen of its
+    slice stand for part of the twin's stacks, how many rests on what jax saved (tpu 37, utpu 181:
+    tanh's `t` and `1 - t` from a saved pre-activation, convert exact without a count): no count."""
+    params = {inst.name: inst for inst in fused.instructions if inst.opcode == "parameter"}
+    todo, seen, read = list(residuals), set(), set()
+    while todo:
+        cur = todo.pop()
+        if cur.name in seen:
+            continue
+        seen.add(cur.name)
+        if cur.name in params:
+            read.add(parameter_number(cur))
+        todo += [fused.by_name[name] for name in cur.operands if name in fused.by_name]
+    for number in read:
+        if number >= len(fusion.operands) or fusion.operands[number] not in body.by_name:
+            continue
+        source = body.by_name[fusion.operands[number]]
+        if source.opcode in _SLICING:
+            return True
+        if source.opcode == "fusion" and all(inst.opcode in _SLICING for callee in source.called(CallRole.FUSION)
+                                             for inst in module.by_name[callee].instructions):
+            return True
+    return False
 
 
 def _from_narrow_values(comp: Computation, inst: Instruction) -> bool:
