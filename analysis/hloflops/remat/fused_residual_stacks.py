@@ -18,7 +18,9 @@ backward while body (trips > 1), read in the same fusion by an op named outside 
 gradient's). jax names the forward's part of the linearization for the recompute: a value it computes
 that the transpose reads is a residual, which the program without remat must carry across its loops.
 A recompute value handed out of the fusion (narrowed here too) is no such residual: both programs
-narrow and widen it. Dead without a scan: an unrolled loop's twin fuses its residuals as this
+narrow and widen it. Nor is a residual computed from a value this program stacks itself (a policy's
+saved matmul output, sliced from the loop's input): that stack's widen stands for part of the twin's,
+how much rests on what jax saved (`_reads_stored`). Dead without a scan: an unrolled loop's twin fuses its residuals as this
 program does."""
 
 from __future__ import annotations
