@@ -72,6 +72,7 @@ from hloflops.remat.by_signature import across_frames, by_signature, linearizati
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
+from hloflops.remat.fused_residual_stacks import fused_residual_stacks
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
 
@@ -355,6 +356,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         if optimized_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
     stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
+    if optimized_named and is_tpu_module(module):  # a scan's twin stacks residuals fused here (fused_residual_stacks)
+        stacks.update(fused_residual_stacks(module, op_names, {key[:2] for key in remat}))
     hinged = {key[:2]: n for key, n in twin_copies.items()}
     if optimized_named and is_tpu_module(module):
         # The loss's cotangent, a checkpoint's cheap input stored once, a chain only the recompute
