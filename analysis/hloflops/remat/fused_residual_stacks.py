@@ -20,8 +20,8 @@ that the transpose reads is a residual, which the program without remat must car
 A recompute value handed out of the fusion (narrowed here too) is no such residual: both programs
 narrow and widen it. Nor is a residual computed from a value this program stacks itself (a policy's
 saved matmul output, sliced from the loop's input): that stack's widen stands for part of the twin's,
-how much rests on what jax saved (`_reads_stored`). Dead without a scan: an unrolled loop's twin fuses its residuals as this
-program does."""
+how much rests on what jax saved (`_reads_stored`). Dead without a scan: an unrolled loop's twin
+fuses its residuals as this program does."""
 
 from __future__ import annotations
 
