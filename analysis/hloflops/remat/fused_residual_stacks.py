@@ -26,10 +26,9 @@ fuses its residuals as this program does."""
 from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
-from hloflops.loops.tripcount import trip_count
 from hloflops.remat.names import REMAT_SCOPE, OpNames
+from hloflops.remat.sites import backward_loop_bodies
 from hloflops.remat.type_corrections import bits
-from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 _NOT_VALUES = frozenset({"parameter", "constant", "broadcast", "convert", "bitcast", "reshape", "copy",
@@ -45,15 +44,9 @@ def fused_residual_stacks(module: Module, op_names: OpNames, remat: set[tuple[st
     if not module.is_scheduled or not is_tpu_module(module):
         return {}
     out: dict[tuple[str, str], tuple[int, int, int]] = {}
-    for comp, inst in module.instructions():
-        if inst.opcode != "while" or phase(op_names.of(comp.name, inst)) != "backward":
-            continue
-        trips = trip_count(module, comp, inst).value
-        bodies = inst.called(CallRole.WHILE_BODY)
-        if not trips or trips < 2 or not bodies:
-            continue
+    for _, body in backward_loop_bodies(module, op_names):
         seen: set[str] = set()
-        for fusion in module.by_name[bodies[0]].instructions:
+        for fusion in body.instructions:
             if fusion.opcode != "fusion":
                 continue
             for callee in fusion.called(CallRole.FUSION):
@@ -62,7 +55,7 @@ def fused_residual_stacks(module: Module, op_names: OpNames, remat: set[tuple[st
                 seen.add(callee)
                 fused = module.by_name[callee]
                 residuals = _residuals(fused, op_names)
-                if not residuals or _reads_stored(module, module.by_name[bodies[0]], fusion, fused, residuals):
+                if not residuals or _reads_stored(module, body, fusion, fused, residuals):
                     continue
                 carried = _carrier(fused, residuals, remat)
                 if carried is not None:

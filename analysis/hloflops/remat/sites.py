@@ -4,9 +4,12 @@ rule (hloflops.remat.pairing and the modules it asks) keys its sets by these."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
+from hloflops.loops.tripcount import trip_count
+from hloflops.remat.names import OpNames
 from hloflops.remat.values import Val
+from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 Key = tuple[str, str]  # (computation, instruction)
@@ -147,3 +150,15 @@ def across_fusion_boundary(module: Module, callers: Mapping[str, tuple[Computati
     if root.opcode != "tuple" and inst.opcode == "fusion":
         return callee, root.name
     return None
+
+
+def backward_loop_bodies(module: Module, op_names: OpNames) -> Iterator[tuple[int, Computation]]:
+    """(trips, body) of each backward `while` of a known two trips or more: the loops whose
+    residuals a scan's program without remat reads back from stacks, one slice per trip."""
+    for comp, inst in module.instructions():
+        if inst.opcode != "while" or phase(op_names.of(comp.name, inst)) != "backward":
+            continue
+        trips = trip_count(module, comp, inst).value
+        bodies = inst.called(CallRole.WHILE_BODY)
+        if trips and trips >= 2 and bodies:
+            yield trips, module.by_name[bodies[0]]

@@ -71,12 +71,11 @@ from typing import Mapping
 
 from hloflops.remat.across_loops import cheap_chain, reads_two_whole
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.loops.tripcount import trip_count
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.names import REMAT_SCOPE, OpNames
 from hloflops.remat.saved_copies import read_by_backward_matmul
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, is_identity_rounding, shape_key
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
+from hloflops.remat.sites import SiteKey, SiteOp, backward_loop_bodies, one_call_site, value_readers
 from hloflops.remat.stack_readers import stack_readers
 from hloflops.remat.type_corrections import bits
 from hloflops.remat.values import Val
@@ -214,14 +213,7 @@ def stacked_residual_round_trips(module: Module, ops: list[SiteOp], op_names: Op
     callers = one_call_site(module)
     exact = {op.key[:2]: op.exact for op in ops}
     out: dict[tuple[str, str], tuple[int, int]] = {}
-    for comp, inst in module.instructions():
-        if inst.opcode != "while" or phase(op_names.of(comp.name, inst)) != "backward":
-            continue
-        trips = trip_count(module, comp, inst).value
-        bodies = inst.called(CallRole.WHILE_BODY)
-        if not trips or trips < 2 or not bodies:
-            continue
-        body = module.by_name[bodies[0]]
+    for trips, body in backward_loop_bodies(module, op_names):
         seen: set = set()  # one stack per residual value (XLA may copy it into several fusions)
         stored: set = set()  # this program's stacks standing for one of the twin's (`_inputs`)
         for comp_in in [body] + [module.by_name[callee] for fusion in body.instructions if fusion.opcode == "fusion"

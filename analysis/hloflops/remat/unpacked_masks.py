@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from hloflops.remat.sites import FUSION_BOUNDARY, SiteKey, SiteOp, across_fusion_boundary
+from hloflops.remat.sites import SiteKey, SiteOp, source_value
 from hloparse.ir import Module
 
 # Ops that hand a value on unchanged.
@@ -38,23 +38,10 @@ def packed_compare(module: Module, callers: Mapping, by_key: Mapping[SiteKey, Si
     if len(words) != 1 or not any(inst is not None and inst.opcode == "shift-left" for inst in sides):
         return None
     # The packed word back to the reduce that ORed it, across the fusions' boundaries.
-    name, depth = words[0].operands[0], 16
-    while depth:
-        depth -= 1
-        inst = comp.by_name.get(name)
-        if inst is None:
-            return None
-        if inst.opcode in VIEWS and inst.operands:
-            name = inst.operands[0]
-        elif inst.opcode in FUSION_BOUNDARY:
-            step = across_fusion_boundary(module, callers, comp, inst)
-            if step is None:
-                return None
-            comp, name = step
-        else:
-            break
-    else:
+    found = source_value(module, callers, comp, words[0].operands[0], lambda i: i.opcode in VIEWS, 16)
+    if found is None:
         return None
+    comp, inst = found
     if inst.opcode != "reduce" or not inst.operands:
         return None
     inner = comp.by_name.get(inst.operands[0])
