@@ -102,7 +102,7 @@ def _halo_masks(body: Computation) -> set[str]:
     names: set[str] = set()
     for inst in body.instructions:
         if inst.opcode == "select" and len(inst.operands) == 3 and _is_iota_mask(body, inst.operands[0]) \
-                and _is_minus_inf(body, inst.operands[2]):
+                and is_minus_inf(body, inst.operands[2]):
             names |= {inst.name, inst.operands[0]}
     return names
 
@@ -125,9 +125,9 @@ def _from_inf_pad(body: Computation, name: str) -> bool:
     if inst.opcode == "maximum":
         return all(_from_inf_pad(body, operand) for operand in inst.operands)
     if inst.opcode == "select" and len(inst.operands) == 3:
-        return _is_iota_mask(body, inst.operands[0]) and _is_minus_inf(body, inst.operands[2]) and \
+        return _is_iota_mask(body, inst.operands[0]) and is_minus_inf(body, inst.operands[2]) and \
             _is_piece(body, inst.operands[1])
-    return inst.opcode == "pad" and len(inst.operands) == 2 and _is_minus_inf(body, inst.operands[1])
+    return inst.opcode == "pad" and len(inst.operands) == 2 and is_minus_inf(body, inst.operands[1])
 
 
 def _is_iota_mask(body: Computation, name: str) -> bool:
@@ -153,7 +153,8 @@ def _is_piece(body: Computation, name: str) -> bool:
     return inst is not None and inst.opcode in ("pad", "parameter")
 
 
-def _is_minus_inf(body: Computation, name: str) -> bool:
+def is_minus_inf(body: Computation, name: str) -> bool:
+    """Is the value a `-inf` constant, through converts, views and broadcasts (a packing's pad value)?"""
     inst = body.by_name.get(name)
     while inst is not None and inst.opcode in _PASS | {"broadcast"} and inst.operands:
         inst = body.by_name.get(inst.operands[0])

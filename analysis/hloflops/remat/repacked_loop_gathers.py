@@ -31,7 +31,7 @@ exact), and nothing is hinged. On TPU 0-299 it fires on 113, 235, 238 and 274 al
 from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
-from hloflops.remat.packed_conv_inputs import is_packing
+from hloflops.remat.packed_conv_inputs import is_minus_inf, is_packing
 from hloparse.ir import CallRole, Computation, Module
 
 Key = tuple[str, str]
@@ -105,10 +105,4 @@ def _from_pad(body: Computation, name: str) -> bool:
         return False
     if inst.opcode == "maximum":
         return all(_from_pad(body, operand) for operand in inst.operands)
-    if inst.opcode != "pad" or len(inst.operands) != 2:
-        return False
-    value = body.by_name.get(inst.operands[1])
-    while value is not None and value.opcode in ("convert", "broadcast") and value.operands:
-        value = body.by_name.get(value.operands[0])
-    return value is not None and value.opcode == "constant" and \
-        value.attributes.get("literal", "").strip("{} ") == "-inf"
+    return inst.opcode == "pad" and len(inst.operands) == 2 and is_minus_inf(body, inst.operands[1])
