@@ -35,16 +35,13 @@ from typing import Mapping
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.cost.windows import convolution_flops
-from hloparse.ir import Computation, Instruction, Module
+from hloflops.remat.weight_gradient_forms import PACKED_FORWARD, PACKING_RATE, layer_path, operand_shapes, same_layer
+from hloparse.ir import Instruction, Module
 
 Key = tuple[str, str]
 
-_PACKED_FORWARD = "0b1f_01io->0b1f"
 _NATURAL_FORWARD = "b01f_01io->b01f"
 _NATURAL_WGRAD = "f01b_i01o->01bf"
-# FLOPs per `H f w Cin` of the packing a twin's packed convolution adds for its input (module
-# docstring; hloflops.remat.weight_gradient_forms counts a packed weight gradient's alike).
-_PACKING_RATE = 30
 
 
 def natural_convolution_forms(module: Module) -> Mapping[Key, int]:
@@ -63,22 +60,22 @@ def natural_convolution_forms(module: Module) -> Mapping[Key, int]:
         if inst.opcode != "convolution" or len(inst.operands) != 2:
             continue
         labels = inst.attributes.get("dim_labels", "")
-        shapes = _shapes(comp, inst)
+        shapes = operand_shapes(comp, inst)
         if shapes is None or inst.conv_dim_labels is None:
             continue
         lhs, rhs = shapes
         if labels == _NATURAL_FORWARD and _forward(inst) and _padded_by_one(inst, 3) \
                 and rhs.dims[:2] == (3, 3) and len(lhs.dims) == 4:
-            natural_layers.add(_path(inst.op_name))
+            natural_layers.add(layer_path(inst.op_name))
             candidates.append((comp, inst, lhs.dims, rhs.dims[2], rhs.dims[3]))
         elif labels == _NATURAL_WGRAD and "transpose(" in inst.op_name and _padded_by_one(inst, None) \
                 and inst.shape.dims[:2] == (3, 3) and len(lhs.dims) == 4:
-            path = _path(inst.op_name)
-            if any(_same_layer(path, layer) for layer in packed_layers):
+            path = layer_path(inst.op_name)
+            if any(same_layer(path, layer) for layer in packed_layers):
                 continue  # hloflops.remat.weight_gradient_forms's
             candidates.append((comp, inst, lhs.dims, inst.shape.dims[2], inst.shape.dims[3]))
     for comp, inst, (n, h, w, _), cin, cout in candidates:
-        if "transpose(" in inst.op_name and not any(_same_layer(_path(inst.op_name), layer)
+        if "transpose(" in inst.op_name and not any(same_layer(layer_path(inst.op_name), layer)
                                                     for layer in natural_layers):
             continue  # a weight gradient whose forward is not here natural: not this pin
         fitting = [(per, pieces) for _, per, (ph, f, pw) in packed for pieces in (ph * f * pw,)
@@ -86,10 +83,10 @@ def natural_convolution_forms(module: Module) -> Mapping[Key, int]:
         if not fitting:
             continue
         per, pieces = max(fitting)
-        own = convolution_flops(inst, *_shapes(comp, inst), inst.shape)
+        own = convolution_flops(inst, *operand_shapes(comp, inst), inst.shape)
         twin = per * cin * cout
         if twin > own:
-            out[(comp.name, inst.name)] = -(twin - own + _PACKING_RATE * pieces * cin)
+            out[(comp.name, inst.name)] = -(twin - own + PACKING_RATE * pieces * cin)
     return out
 
 
@@ -107,42 +104,23 @@ def _padded_by_one(inst: Instruction, size: int | None) -> bool:
         and (wd.size == size if size else wd.size > 3) for wd in window)
 
 
-def _shapes(comp: Computation, inst: Instruction):
-    lhs, rhs = (comp.by_name.get(name) for name in inst.operands)
-    if lhs is None or rhs is None or lhs.shape.is_tuple or rhs.shape.is_tuple:
-        return None
-    return lhs.shape, rhs.shape
-
-
-def _path(op_name: str) -> tuple[str, ...]:
-    """The module path of an op_name without jax's transforms and checkpoint frames."""
-    return tuple(part for part in op_name.split("/")
-                 if "(" not in part and part != "checkpoint" and "remat" not in part)
-
-
-def _same_layer(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """One path ends the other (a scan's transpose repeats its loop's frame)."""
-    k = min(len(a), len(b))
-    return k >= 2 and a[-k:] == b[-k:]
-
-
 def _packed_forwards(module: Module) -> list[tuple[tuple[str, ...], int, tuple[int, int, int]]]:
     """(layer path, FLOPs per input-output channel pair, (H, f, w) of its output) of each packed
     3x3 forward convolution or recompute."""
     found = []
     for comp, inst in module.instructions():
-        if inst.opcode != "convolution" or inst.attributes.get("dim_labels") != _PACKED_FORWARD \
+        if inst.opcode != "convolution" or inst.attributes.get("dim_labels") != PACKED_FORWARD \
                 or len(inst.operands) != 2 or not _forward(inst) or inst.conv_dim_labels is None:
             continue
         window = inst.window or ()
         if len(window) != 2 or any(wd.size != 3 or wd.reversal for wd in window) \
                 or (window[1].pad_low, window[1].pad_high) != (0, 0):
             continue
-        shapes = _shapes(comp, inst)
+        shapes = operand_shapes(comp, inst)
         if shapes is None or shapes[1].dims[:2] != (3, 3) or len(inst.shape.dims) != 4:
             continue
         cin, cout = shapes[1].dims[2], shapes[1].dims[3]
         flops = convolution_flops(inst, *shapes, inst.shape)
         h, f, w, _ = inst.shape.dims
-        found.append((_path(inst.op_name), flops // (cin * cout), (h, f, w)))
+        found.append((layer_path(inst.op_name), flops // (cin * cout), (h, f, w)))
     return found

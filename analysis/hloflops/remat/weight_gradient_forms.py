@@ -43,11 +43,11 @@ Key = tuple[str, str]
 
 _PACKED_WGRAD = "0f1b2_0i1o2->02bf1"
 _NATURAL_WGRAD = "f01b_i01o->01bf"
-_PACKED_FORWARD = "0b1f_01io->0b1f"
+PACKED_FORWARD = "0b1f_01io->0b1f"
 # FLOPs per `H f (w+1) Cin` of the packing a packed weight gradient's activation needs: its three
 # shifted pieces `[H, f, w+1, Cin, 3]`, and two of them packed on their own first (`[.., Cin, 1]`),
 # each element at most 3 widens, 2 maximums and a narrow (module docstring).
-_PACKING_RATE = 6 * (3 + 1 + 1)
+PACKING_RATE = 6 * (3 + 1 + 1)
 
 
 def weight_gradient_forms(module: Module) -> Mapping[Key, int | None]:
@@ -72,7 +72,7 @@ def weight_gradient_forms(module: Module) -> Mapping[Key, int | None]:
         if kernel[:2] != (3, 3):
             continue
         # By its path alone: a tensor-parallel forward holds a shard of the kernel's features (TPU 121)
-        layer = [(flops, pieces) for path, flops, pieces in forwards if _same_layer(path, _path(inst.op_name))]
+        layer = [(flops, pieces) for path, flops, pieces in forwards if same_layer(path, layer_path(inst.op_name))]
         if not layer:
             continue
         packed, pieces = max(layer)
@@ -81,7 +81,7 @@ def weight_gradient_forms(module: Module) -> Mapping[Key, int | None]:
             continue
         if labels == _NATURAL_WGRAD and _is_natural(inst):
             if packed > own:  # and the twin's packing of the activation's pieces (module docstring)
-                out[(comp.name, inst.name)] = -(packed - own + _PACKING_RATE * pieces * kernel[2])
+                out[(comp.name, inst.name)] = -(packed - own + PACKING_RATE * pieces * kernel[2])
         elif labels == _PACKED_WGRAD and len(inst.window or ()) == 3:
             natural = _natural_floor(comp, inst)
             if natural is None or own <= natural:
@@ -102,20 +102,20 @@ def _is_natural(inst: Instruction) -> bool:
     return len(window) == 2 and all(w.pad_low == 1 and w.pad_high == 1 and w.size > 3 for w in window)
 
 
-def _path(op_name: str) -> tuple[str, ...]:
+def layer_path(op_name: str) -> tuple[str, ...]:
     """The module path of an op_name without jax's transforms and checkpoint frames: the forward, its
     recompute and its gradients name a layer alike."""
     return tuple(part for part in op_name.split("/")
                  if "(" not in part and part != "checkpoint" and "remat" not in part)
 
 
-def _same_layer(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+def same_layer(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     """One path ends the other (a scan's transpose repeats its loop's frame)."""
     n = min(len(a), len(b))
     return n >= 2 and a[-n:] == b[-n:]
 
 
-def _shapes(comp: Computation, inst: Instruction) -> tuple[Shape, Shape] | None:
+def operand_shapes(comp: Computation, inst: Instruction) -> tuple[Shape, Shape] | None:
     lhs, rhs = (comp.by_name.get(name) for name in inst.operands)
     if lhs is None or rhs is None or lhs.shape.is_tuple or rhs.shape.is_tuple:
         return None
@@ -123,7 +123,7 @@ def _shapes(comp: Computation, inst: Instruction) -> tuple[Shape, Shape] | None:
 
 
 def _flops(comp: Computation, inst: Instruction) -> int | None:
-    shapes = _shapes(comp, inst)
+    shapes = operand_shapes(comp, inst)
     if shapes is None or inst.conv_dim_labels is None:
         return None
     return convolution_flops(inst, shapes[0], shapes[1], inst.shape)
@@ -134,7 +134,7 @@ def _packed_forwards(module: Module) -> list[tuple[tuple[str, ...], int, int]]:
     convolution or recompute."""
     found = []
     for comp, inst in module.instructions():
-        if inst.opcode != "convolution" or _labels(inst) != _PACKED_FORWARD or len(inst.operands) != 2:
+        if inst.opcode != "convolution" or _labels(inst) != PACKED_FORWARD or len(inst.operands) != 2:
             continue
         window = inst.window or ()
         if len(window) != 2 or any(w.size != 3 or w.reversal for w in window) \
@@ -142,18 +142,18 @@ def _packed_forwards(module: Module) -> list[tuple[tuple[str, ...], int, int]]:
             continue
         if "transpose(" in inst.op_name and "rematted_computation" not in inst.op_name:
             continue  # a data gradient, not the layer's forward
-        shapes = _shapes(comp, inst)
+        shapes = operand_shapes(comp, inst)
         flops = _flops(comp, inst)
         if shapes is None or flops is None or shapes[1].dims[:2] != (3, 3):
             continue
         out = inst.shape.dims
-        found.append((_path(inst.op_name), flops, out[0] * out[1] * out[2]))
+        found.append((layer_path(inst.op_name), flops, out[0] * out[1] * out[2]))
     return found
 
 
 def _natural_floor(comp: Computation, inst: Instruction) -> int | None:
     """The fewest FLOPs the natural form of a packed weight gradient can count (module docstring)."""
-    shapes = _shapes(comp, inst)
+    shapes = operand_shapes(comp, inst)
     if shapes is None:
         return None
     lhs = shapes[0].dims
