@@ -336,6 +336,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    adds and selects are remat (hloflops.remat.regathered_windowed_einsums; the weight's narrow
    for the loop in the range). So where the recompute's matmul gathers its own operand under its
    remat name (haiku), for a loop named as its matmul.
+   So where the backward all-gathers the saved activation itself, under the transpose's name,
+   in the loop's own frame (hloflops.remat.regathered_forward_windows).
    Under FSDP, an activation TPU gathers in windows (collective-permutes, `-inf` pad maximums)
    for a forward matmul and again for its weight gradient in one frame: the program without remat
    gathers it once for both, so the windows' concatenations, row selections and partial sums are

@@ -29,6 +29,7 @@ from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.stored_matmul_outputs import stored_matmul_output_converts
 from hloflops.remat.regathered_narrows import repeated_shard_narrows
+from hloflops.remat.regathered_forward_windows import regathered_forward_windows
 from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
 from hloflops.remat.saved_chain_widens import recompute_widens_hinge
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
@@ -125,6 +126,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     # A forward windowed einsum whose activation the backward regathers from a recompute: its
     # accumulating ops are remat, the weight's narrow for it unsure (hloflops.remat.regathered_windowed_einsums).
     windowed, narrowed_for_it = regathered_windowed_einsums(module, ops)
+    d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
+    # ... or regathers the saved activation itself in the loop's frame (hloflops.remat.regathered_forward_windows).
+    windowed, narrowed_for_it = regathered_forward_windows(module, ops)
     d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
     # An activation window-gathered for its forward matmul and again for its weight gradient, which
     # the program without remat gathers once for both: the windows' concatenations, row selections
