@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.host_read_residuals import read_back_from_host
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
@@ -166,6 +167,8 @@ def _parameters(comp: Computation, name: str) -> set[str]:
 
 def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
     """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
-    or unfused), through the fusion's parameters and views?"""
+    or unfused; or a value read back from the host), through the fusion's parameters and views?"""
     source = source_value(module, callers, comp, name, lambda inst: inst.opcode in VIEWS, 8)
-    return source is not None and is_identity_rounding(source[1])
+    # or an offload policy's residual, fetched back from the host (hloflops.remat.host_read_residuals)
+    return source is not None and is_identity_rounding(source[1]) \
+        or read_back_from_host(module, callers, comp, name)
