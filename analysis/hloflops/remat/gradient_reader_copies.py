@@ -69,15 +69,22 @@ def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
             continue
         if not any(inst.opcode in _MATMULS for inst in comp.instructions):
             continue
-        for inst in comp.instructions:
-            if inst.opcode != "fusion":
+        # the chain's copies nested at any depth: a projection's fusion may itself be nested in the
+        # fusion of the matmul reading its output (the attention scores', wtpu 313)
+        pending = [name for inst in comp.instructions if inst.opcode == "fusion"
+                   for name in inst.called(CallRole.FUSION)]
+        while pending:
+            nested_name = pending.pop()
+            nested = module.by_name.get(nested_name)
+            if nested is None:
                 continue
-            for nested_name in inst.called(CallRole.FUSION):
-                nested = module.by_name.get(nested_name)
-                chain = _chain(module, nested) if nested is not None else []
-                if chain and _signature(chain) in stored and all(outside_checkpoints(op) for op in chain):
-                    for op in chain:
-                        out[(nested_name, op.name)] = 1
+            chain = _chain(module, nested)
+            if chain and _signature(chain) in stored and all(outside_checkpoints(op) for op in chain):
+                for op in chain:
+                    out[(nested_name, op.name)] = 1
+            elif not chain:
+                pending.extend(name for inst in nested.instructions if inst.opcode == "fusion"
+                               for name in inst.called(CallRole.FUSION))
     return out
 
 
