@@ -18,7 +18,8 @@ from tests.remat.test_remat_stored_gradient_chains import CHAIN, _accounted, _ch
 OFFLOADED = CHAIN.replace(
     '  %saved = f32[8,16] reduce-precision(%d), exponent_bits=8, mantissa_bits=23, metadata={op_name="@S"}\n',
     '  %saved = f32[8,16] negate(%d), metadata={op_name="@F/dense_0/neg"}\n').replace(
-    "ROOT %t = (bf16[8,16], f32[8,16]) tuple(%act, %saved)", "ROOT %t = (bf16[8,16], f32[8,16]) tuple(%act, %d)").replace(
+    "ROOT %t = (bf16[8,16], f32[8,16]) tuple(%act, %saved)",
+    "ROOT %t = (bf16[8,16], f32[8,16]) tuple(%act, %d)").replace(
     "  %g = (f32[16], bf16[8,16]) fusion(%up, %res, %b)",
     "  %cs = (f32[8,16]{1,0:S(5)}, f32[8,16]{1,0}, u32[]) copy-start(%res)\n"
     "  %cd = f32[8,16]{1,0:S(5)} copy-done(%cs)\n"
