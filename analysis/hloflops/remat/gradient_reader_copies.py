@@ -16,7 +16,8 @@ split.
 
 The sign in this program: a recompute (`rematted_computation`) fusion of its own whose root
 narrows a cheap chain, read (through views and all-gathers) by a matmul fusion outside the
-recompute; and forward fusions, outside every checkpoint, holding a matmul and a nested copy of a
+recompute; and forward fusions, outside every checkpoint, holding a matmul and a nested copy (at
+any depth: a projection's fusion nested in the attention scores', wtpu 313, vtpu 282) of a
 chain of the same ops (opcode and op_name's last part; not the same shape, the recompute's may be
 a shard it gathers). A forward that stored the value would hand it to its matmuls, not copy it."""
 

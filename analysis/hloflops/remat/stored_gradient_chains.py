@@ -28,7 +28,8 @@ as well where it was one (kept apart from the twin copies other rules find, whic
 their own). The narrowing itself is not counted: a reader that computes the chain reads it wide.
 
 Only a chain with a recompute that rebuilds the activation's input from a policy's saved residual
-(an identity rounding of a matmul's output) and another input of the fusion (the bias add): there
+(an identity rounding of a matmul's output, or an offload policy's matmul output read back from the
+host: hloflops.remat.host_read_residuals, wtpu 306) and another input of the fusion (the bias add): there
 the two programs' chains start from different stored values (the saved matmul output and the
 recomputed bias add here, the twin's stored activation input there), so this program's fusion says
 nothing of the twin's. Without a recompute the value is the backward's own, computed alike from the
