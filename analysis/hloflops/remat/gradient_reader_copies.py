@@ -16,7 +16,8 @@ split.
 
 The sign in this program: a recompute (`rematted_computation`) fusion of its own whose root
 narrows a cheap chain, read (through views and all-gathers) by a matmul fusion outside the
-recompute; and forward fusions, outside every checkpoint, holding a matmul and a nested copy of a
+recompute; and forward fusions, outside every checkpoint, holding a matmul and a nested copy (at
+any depth: a projection's fusion nested in the attention scores', wtpu 313, vtpu 282) of a
 chain of the same ops (opcode and op_name's last part; not the same shape, the recompute's may be
 a shard it gathers). A forward that stored the value would hand it to its matmuls, not copy it."""
 
@@ -69,15 +70,22 @@ def gradient_reader_copies(module: Module) -> Mapping[tuple[str, str], int]:
             continue
         if not any(inst.opcode in _MATMULS for inst in comp.instructions):
             continue
-        for inst in comp.instructions:
-            if inst.opcode != "fusion":
+        # the chain's copies nested at any depth: a projection's fusion may itself be nested in the
+        # fusion of the matmul reading its output (the attention scores', wtpu 313)
+        pending = [name for inst in comp.instructions if inst.opcode == "fusion"
+                   for name in inst.called(CallRole.FUSION)]
+        while pending:
+            nested_name = pending.pop()
+            nested = module.by_name.get(nested_name)
+            if nested is None:
                 continue
-            for nested_name in inst.called(CallRole.FUSION):
-                nested = module.by_name.get(nested_name)
-                chain = _chain(module, nested) if nested is not None else []
-                if chain and _signature(chain) in stored and all(outside_checkpoints(op) for op in chain):
-                    for op in chain:
-                        out[(nested_name, op.name)] = 1
+            chain = _chain(module, nested)
+            if chain and _signature(chain) in stored and all(outside_checkpoints(op) for op in chain):
+                for op in chain:
+                    out[(nested_name, op.name)] = 1
+            elif not chain:
+                pending.extend(name for inst in nested.instructions if inst.opcode == "fusion"
+                               for name in inst.called(CallRole.FUSION))
     return out
 
 

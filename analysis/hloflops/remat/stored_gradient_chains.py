@@ -28,7 +28,8 @@ as well where it was one (kept apart from the twin copies other rules find, whic
 their own). The narrowing itself is not counted: a reader that computes the chain reads it wide.
 
 Only a chain with a recompute that rebuilds the activation's input from a policy's saved residual
-(an identity rounding of a matmul's output) and another input of the fusion (the bias add): there
+(an identity rounding of a matmul's output, or an offload policy's matmul output read back from the
+host: hloflops.remat.host_read_residuals, wtpu 306) and another input of the fusion (the bias add): there
 the two programs' chains start from different stored values (the saved matmul output and the
 recomputed bias add here, the twin's stored activation input there), so this program's fusion says
 nothing of the twin's. Without a recompute the value is the backward's own, computed alike from the
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.host_read_residuals import read_back_from_host
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
@@ -166,6 +168,8 @@ def _parameters(comp: Computation, name: str) -> set[str]:
 
 def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
     """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
-    or unfused), through the fusion's parameters and views?"""
+    or unfused; or a value read back from the host), through the fusion's parameters and views?"""
     source = source_value(module, callers, comp, name, lambda inst: inst.opcode in VIEWS, 8)
-    return source is not None and is_identity_rounding(source[1])
+    # or an offload policy's residual, fetched back from the host (hloflops.remat.host_read_residuals)
+    return source is not None and is_identity_rounding(source[1]) \
+        or read_back_from_host(module, callers, comp, name)
