@@ -542,7 +542,8 @@ A backward loop's recompute of softmax's `e / s` whose forward copy only matmuls
 stores no `p`) may stand for the copy the program without remat makes to store `p`: a hinge of one
 copy (`twin_copies`; hloflops.remat.unstored_probabilities).
 A relu mask the recompute computes inside the one backward fusion of its select (outside a scan's
-backward loop), reading the handed-in preactivation, may stand for the mask the program without
+backward loop), reading the handed-in preactivation, the select read by a convolution's gradient,
+may stand for the mask the program without
 remat hands from its forward packed into bits and unpacks in each reader of the select's value: a
 hinge of the packing, the unpacks and their selects (`twin_copies`; hloflops.remat.twin_packed_masks).
 A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide

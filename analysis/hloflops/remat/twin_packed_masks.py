@@ -23,12 +23,16 @@ The sign: a remat-named `compare` (jax's `gt`) of rank two or more in the backwa
 loop body that runs no forward op (a scan's backward loop: there the program without remat stacks
 the mask across trips unpacked, hloflops.remat.packed_masks), reading a parameter of its fusion
 (the preactivation the recompute's fusion handed over) and a broadcast of a constant (relu's 0),
-whose only readers are selects in its fusion (the mask itself never leaves it). A mask this program
-packs (a convert reads it) or hands out unpacked (its fusion's output) is left alone: there the
-program without remat packs or stores it alike (TPU draws 0-359: where this program packs a
+whose only readers are selects in its fusion (the mask itself never leaves it), the select's value
+read by a spatial convolution (the layer's gradients: a convolution layer's mask; neither program
+of any TPU draw 0-359 packs a matmul layer's mask, and without this the sign fired on eleven matmul
+programs of TPU 0-179, exact tpu 22 and 35 among them). A mask this program packs (a convert reads
+it) or hands out unpacked (its fusion's output) is left alone: there the program without remat
+packs or stores it alike (TPU draws 0-359: where this program packs a
 recomputed mask outside a scan, its twin packs the forward's; where it hands one out unpacked, its
 twin stores the forward's unpacked). Of TPU draws 0-359 the sign fires on htpu 97, ntpu 121, vtpu
-259 and 296, wtpu 301 and 337; of these only 296, 301 and 337's twins pack. None of them is exact
+250 (a scan XLA left no loop of), 259 and 296, wtpu 301 and 337; of these only 296, 301 and 337's
+twins pack (301 and 337 were out of range, now in). None of them is exact
 (tpu 47's masks read a bias add in their own fusion, not a parameter: its twin stores the
 convolution's output and packs nothing, and the rule leaves it alone)."""
 
@@ -37,10 +41,11 @@ from __future__ import annotations
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies
 from hloflops.remat.names import REMAT_SCOPE
+from hloflops.remat.packed_conv_inputs import is_spatial_convolution
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
 from hloflops.scopes import phase
-from hloparse.ir import Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # jax's name of the compare relu's jvp keeps as its mask.
 _MASK = "gt"
@@ -73,8 +78,9 @@ def twin_packed_mask_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, 
         if not selects or any(r.opcode != "select" for r in selects) or inst is comp.root:
             continue
         callers = callers if callers is not None else fusion_callers(module)
-        readers = sum(_readers(comp, select, callers) for select in selects)
-        if readers:
+        counts = [_readers(module, comp, select, callers) for select in selects]
+        readers = sum(n for n, _ in counts)
+        if readers and any(conv for _, conv in counts):
             found[op.key] = _PACKING + _UNPACK_AND_SELECT * readers - 1
     return found
 
@@ -91,11 +97,12 @@ def _reads_preactivation(comp: Computation, inst: Instruction) -> bool:
     return source is not None and source.opcode == "constant"
 
 
-def _readers(comp: Computation, select: Instruction, callers: dict) -> int:
+def _readers(module: Module, comp: Computation, select: Instruction, callers: dict) -> tuple[int, bool]:
     """How many ops compute with the select's value: in its fusion (a reduce: the bias gradient), and
     outside it the readers of each fusion output it reaches through narrows and views (a fusion or
-    convolution each: where the program without remat would unpack the mask and select again)."""
-    count, outputs = 0, set()
+    convolution each: where the program without remat would unpack the mask and select again); and
+    whether a spatial convolution (its layer's gradients) is among them."""
+    count, conv, outputs = 0, False, set()
     pending, seen = [select], set()
     while pending:
         inst = pending.pop()
@@ -111,8 +118,21 @@ def _readers(comp: Computation, select: Instruction, callers: dict) -> int:
                 outputs |= {i for i, name in enumerate(reader.operands) if name == inst.name}
             else:
                 count += 1
+                conv = conv or is_spatial_convolution(reader)
     for frame, fusion in callers.get(comp.name, ()):
         for index in outputs:
-            count += len(output_readers(frame, fusion, None if index is None else [index],
-                                        through=VIEWS | {"convert"}))
-    return count
+            found = output_readers(frame, fusion, None if index is None else [index], through=VIEWS | {"convert"})
+            count += len(found)
+            conv = conv or any(_holds_convolution(module, reader) for reader in found)
+    return count, conv
+
+
+def _holds_convolution(module: Module, inst: Instruction, depth: int = 2) -> bool:
+    """Is the instruction a spatial convolution, or a fusion holding one (nested fusions too)?"""
+    if is_spatial_convolution(inst):
+        return True
+    if inst.opcode != "fusion" or not depth:
+        return False
+    return any(_holds_convolution(module, called, depth - 1)
+               for name in inst.called(CallRole.FUSION) if name in module.by_name
+               for called in module.by_name[name].instructions)
