@@ -17,6 +17,12 @@ from __future__ import annotations
 
 import hloparse
 from hloflops.accounting import account
+from hloflops.remat.by_platform import Decided
+from hloflops.remat.sites import SiteOp
+from hloflops.remat.twin_packed_masks import shared_mask_packings
+from tests.remat.test_remat_packed_masks import _RECOMPUTE as _PACKED_RECOMPUTE
+from tests.remat.test_remat_packed_masks import _T as PACKED_T
+from tests.remat.test_remat_packed_masks import HLO as PACKED
 
 _R = "jit(loss)/transpose(jvp(ConvNet))/jvp(ConvNet)/checkpoint/stack/checkpoint/rematted_computation/block_0"
 _G = "jit(loss)/transpose(jvp(ConvNet))/jvp(ConvNet)/checkpoint/stack/checkpoint/block_0"
@@ -133,3 +139,34 @@ def test_a_mask_of_a_matmul_layer_is_not():
     # The select's value read by no spatial convolution (a dense layer's gradients, TPU writing
     # them as convolutions): no program of TPU draws 0-359 packs such a mask (tpu 22, 35: exact).
     assert _mask_hinges(_account(gradients="Dense_0/dot_general")) == []
+
+
+# A recomputed mask this program packs outside a scan's backward loop (wtpu 304: the unpacks' widens
+# of the packed word counted sure remat, the range's low end 131,072 above the truth): the program
+# without remat packs its forward's mask alike (every TPU draw 0-359 where this program so packs),
+# so the packing and the unpacks are model FLOPs, settled (twin_packed_masks.shared_mask_packings).
+# The hand-written pack/unpack pair of hloflops.remat.packed_masks' test, read in two frames.
+
+def _settled(frame: str, name: str = _PACKED_RECOMPUTE) -> tuple[set[str], set[str]]:
+    module = hloparse.parse(PACKED.replace("@T", PACKED_T).replace("@NAME", name))
+    ops = [SiteOp((comp, inst.name, 0), inst, inst.op_name, inst.name == "gt" and "rematted" in name,
+                  inst.name == "gt" and "rematted" in name, i, None, None, frame)
+           for comp in ("pack", "unpack") for i, inst in enumerate(module.by_name[comp].instructions)]
+    every = {op.key for op in ops}
+    decided = Decided(set(every), set(), set(every), set())  # as if other rules counted all of them
+    shared_mask_packings(module, ops, decided)
+    names = {f"{key[0]}.{key[1]}" for key in every - decided.remat}
+    return names, {f"{key[0]}.{key[1]}" for key in decided.certain}
+
+
+def test_a_recomputed_mask_packed_outside_a_scan_loop_is_model_flops_with_its_unpacks():
+    taken, certain = _settled("main")
+    assert taken == certain == {"pack.w", "pack.s", "pack.r", "unpack.pb", "unpack.bit", "unpack.a", "unpack.m"}
+
+
+def test_a_mask_packed_in_a_scan_backward_loop_is_left_to_packed_masks():
+    assert _settled("body") == (set(), set())
+
+
+def test_a_forward_mask_packed_is_left_alone():
+    assert _settled("main", "jit(loss)/jvp(Net)/gt") == (set(), set())

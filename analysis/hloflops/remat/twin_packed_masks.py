@@ -42,8 +42,9 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies
 from hloflops.remat.names import REMAT_SCOPE
 from hloflops.remat.packed_conv_inputs import is_spatial_convolution
+from hloflops.remat.packed_masks import _is_or as is_or, _packing as packing, _unpacks as unpacks
 from hloflops.remat.readers import VIEWS, output_readers
-from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers, one_call_site, value_readers
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -136,3 +137,47 @@ def _holds_convolution(module: Module, inst: Instruction, depth: int = 2) -> boo
     return any(_holds_convolution(module, called, depth - 1)
                for name in inst.called(CallRole.FUSION) if name in module.by_name
                for called in module.by_name[name].instructions)
+
+
+def shared_mask_packings(module: Module, ops: list[SiteOp], decided) -> None:
+    """Settle as model FLOPs each recomputed mask's bit-packing outside a scan's backward loop, and
+    its unpacks (`decided`: hloflops.remat.by_platform's `Decided`).
+
+    Where this program packs a recomputed relu mask to hand it between backward fusions, outside a
+    loop body that runs no forward op, the program without remat packs its forward's mask of the
+    same shape and layout alike and unpacks it in as many readers (every TPU draw 0-359 where this
+    program so packs: equal shift-left, and, OR-reduce counts in both programs, tpu 16, 18, 32, 59,
+    60, 64, 67, 89, 96, htpu 154, ..., wtpu 304, 317, 320, 326, 338, 355). So the packing's and
+    the unpacks' ops (hloflops.remat.packed_masks finds them) run in both: model FLOPs, settled;
+    the compare is the recompute's and left to the other rules. Inside a scan's backward loop the
+    program without remat stacks the mask unpacked instead (hloflops.remat.packed_masks: remat)."""
+    if not is_tpu_module(module):
+        return
+    loops = backward_loop_bodies(module, ops)
+    keys: dict[tuple[str, str], list[SiteOp]] = {}
+    for op in ops:
+        keys.setdefault(op.key[:2], []).append(op)
+    callers, readers = one_call_site(module), None
+    found: set[SiteKey] = set()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode != "reduce" or not is_or(module, inst):
+                continue
+            chain = packing(comp, inst)
+            if chain is None:
+                continue
+            names, mask = chain
+            mask_ops = keys.get((comp.name, mask.name), [])
+            if not mask_ops or not all(op.named and phase(op.op_name) == "backward" and op.frame not in loops
+                                       for op in mask_ops):
+                continue
+            caller = callers.get(comp.name)
+            if caller is None:
+                continue
+            readers = readers if readers is not None else value_readers(module)
+            for name in (names | unpacks(module, caller, comp, inst, readers)) - {(comp.name, mask.name)}:
+                found |= {op.key for op in keys.get(name, ())}
+    decided.remat -= found
+    decided.certain |= found
+    decided.paired_by_value -= found
+    decided.stand_ins -= found
