@@ -34,7 +34,11 @@ twin stores the forward's unpacked). Of TPU draws 0-359 the sign fires on htpu 9
 250 (a scan XLA left no loop of), 259 and 296, wtpu 301 and 337; of these only 296, 301 and 337's
 twins pack (301 and 337 were out of range, now in). None of them is exact
 (tpu 47's masks read a bias add in their own fusion, not a parameter: its twin stores the
-convolution's output and packs nothing, and the rule leaves it alone)."""
+convolution's output and packs nothing, and the rule leaves it alone).
+
+The converse, `shared_mask_packings` (hloflops.remat.by_platform calls it): where this program packs a
+recomputed mask itself outside a scan's backward loop, the program without remat packs its
+forward's mask alike, so that packing and its unpacks are model FLOPs."""
 
 from __future__ import annotations
 
@@ -147,7 +151,9 @@ def shared_mask_packings(module: Module, ops: list[SiteOp], decided) -> None:
     loop body that runs no forward op, the program without remat packs its forward's mask of the
     same shape and layout alike and unpacks it in as many readers (every TPU draw 0-359 where this
     program so packs: equal shift-left, and, OR-reduce counts in both programs, tpu 16, 18, 32, 59,
-    60, 64, 67, 89, 96, htpu 154, ..., wtpu 304, 317, 320, 326, 338, 355). So the packing's and
+    htpu 60, 64, 67, 89, 96, ntpu 154, 165, 166, 172, utpu 192, 223, vtpu 245, 262, 281, wtpu 304,
+    317, 320, 326, 338, 355; 304's unpack widens were a sure share, its low end above the truth by
+    two of them). So the packing's and
     the unpacks' ops (hloflops.remat.packed_masks finds them) run in both: model FLOPs, settled;
     the compare is the recompute's and left to the other rules. Inside a scan's backward loop the
     program without remat stacks the mask unpacked instead (hloflops.remat.packed_masks: remat)."""
