@@ -543,6 +543,14 @@ So may one whose forward copy is handed to a windowed einsum, alike but of anoth
 A backward loop's recompute of softmax's `e / s` whose forward copy only matmuls read (this program
 stores no `p`) may stand for the copy the program without remat makes to store `p`: a hinge of one
 copy (`twin_copies`; hloflops.remat.unstored_probabilities).
+A relu mask the recompute computes inside the one backward fusion of its select (outside a scan's
+backward loop), reading the handed-in preactivation, the select read by a convolution's gradient,
+may stand for the mask the program without
+remat hands from its forward packed into bits and unpacks in each reader of the select's value: a
+hinge of the packing, the unpacks and their selects (`twin_copies`; hloflops.remat.twin_packed_masks).
+A recomputed mask this program packs outside a scan's backward loop is packed alike by the program
+without remat (its forward's): the packing and unpacks are model FLOPs, settled
+(hloflops.remat.twin_packed_masks' `shared_mask_packings`).
 A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide
 here, may be narrowed once by the program without remat in a fusion merging that reduce: one
 convert of it lowers the low end (`RematIndex.twin_narrows`; hloflops.remat.bias_gradient_narrows).

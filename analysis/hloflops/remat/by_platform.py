@@ -24,6 +24,7 @@ from hloflops.remat.corrected_narrows import narrows_of_uncounted_ops
 from hloflops.remat.packed_conv_inputs import packed_conv_inputs
 from hloflops.remat.packed_layout_recomputes import packed_layout_recomputes
 from hloflops.remat.packed_masks import packed_masks
+from hloflops.remat.twin_packed_masks import shared_mask_packings
 from hloflops.remat.offloaded_residuals import nested_offloaded_recomputes, offloaded_matmul_epilogues
 from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
@@ -150,6 +151,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.paired_by_value -= {key for pair in stored_preactivation_trips(module, ops, d.remat).items() for key in pair}
     # A recomputed mask bit-packed in a scan's backward loop body, and its unpacks: remat (packed_masks).
     packed_masks(module, ops, d)
+    # Outside such a loop, its packing and unpacks: the program without remat packs its forward's
+    # mask alike, model FLOPs (hloflops.remat.twin_packed_masks).
+    shared_mask_packings(module, ops, d)
     # Float normalization's widens in a backward loop's recompute fusions: the program without remat
     # copies such widens into its saving fusions, so their count is the range's (saved_chain_widens).
     if backward_loops:

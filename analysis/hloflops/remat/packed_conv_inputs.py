@@ -47,6 +47,9 @@ from hloparse.ir import CallRole, Computation, Instruction, Module
 
 _PASS = frozenset({"convert", "bitcast", "reshape", "copy"})
 _ALLOWED = _PASS | {"parameter", "constant", "pad", "maximum", "broadcast", "iota", "compare", "select"}
+# A windowed gather's packing (hloflops.remat.repacked_loop_gathers) slices this device's window out
+# of a pad (a `dynamic-slice` at a partition-dependent offset) and may hand out several values.
+_WINDOW = frozenset({"dynamic-slice"})
 
 
 def packed_conv_inputs(module: Module, ops: list[SiteOp], decided) -> None:
@@ -107,23 +110,26 @@ def _halo_masks(body: Computation) -> set[str]:
     return names
 
 
-def is_packing(body: Computation) -> bool:
-    """Only `-inf` pads, converts, views and maximums of those pads, with one maximum at least."""
-    if any(inst.opcode not in _ALLOWED for inst in body.instructions):
+def is_packing(body: Computation, windows: bool = False) -> bool:
+    """Only `-inf` pads, converts, views and maximums of those pads, with one maximum at least; with
+    `windows`, also the windows a windowed gather slices out of such pads and a tuple of outputs."""
+    passing = _PASS | _WINDOW if windows else _PASS
+    allowed = _ALLOWED | _WINDOW | {"tuple"} if windows else _ALLOWED
+    if any(inst.opcode not in allowed for inst in body.instructions):
         return False
     maximums = [inst for inst in body.instructions if inst.opcode == "maximum"]
-    return bool(maximums) and all(_from_inf_pad(body, name) for inst in maximums for name in inst.operands)
+    return bool(maximums) and all(_from_inf_pad(body, name, passing) for inst in maximums for name in inst.operands)
 
 
-def _from_inf_pad(body: Computation, name: str) -> bool:
-    """Is the value a `-inf` pad, or a maximum of such, through converts and views?"""
+def _from_inf_pad(body: Computation, name: str, passing: frozenset[str]) -> bool:
+    """Is the value a `-inf` pad, or a maximum of such, through the ops `passing` hands it on by?"""
     inst = body.by_name.get(name)
-    while inst is not None and inst.opcode in _PASS and inst.operands:
+    while inst is not None and inst.opcode in passing and inst.operands:
         inst = body.by_name.get(inst.operands[0])
     if inst is None:
         return False
     if inst.opcode == "maximum":
-        return all(_from_inf_pad(body, operand) for operand in inst.operands)
+        return all(_from_inf_pad(body, operand, passing) for operand in inst.operands)
     if inst.opcode == "select" and len(inst.operands) == 3:
         return _is_iota_mask(body, inst.operands[0]) and is_minus_inf(body, inst.operands[2]) and \
             _is_piece(body, inst.operands[1])

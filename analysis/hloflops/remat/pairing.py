@@ -72,6 +72,7 @@ from hloflops.remat.by_signature import across_frames, by_signature, linearizati
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
+from hloflops.remat.twin_packed_masks import twin_packed_mask_copies
 from hloflops.remat.fused_residual_stacks import fused_residual_stacks
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
@@ -283,6 +284,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                 wide_residual_trips(module, ops, decided.remat, twin_copies)  # hloflops.remat.wide_residual_trips
                 # a recomputed softmax `e / s` the forward does not store: the twin may copy it (unstored_probabilities)
                 for key, n in unstored_probability_copies(module, ops, decided.remat).items():
+                    twin_copies[key] = twin_copies.get(key, 0) + n
+                # a recomputed relu mask the twin may pack and unpack (twin_packed_masks)
+                for key, n in twin_packed_mask_copies(module, ops).items():
                     twin_copies[key] = twin_copies.get(key, 0) + n
                 # hloflops.remat.rounded_operand_narrows: weak, and a narrow the twin may run more
                 decided.paired_by_value -= rounded_operand_narrows(module, ops, decided.remat, twin_copies)

@@ -4,7 +4,7 @@ backward loop (after optimization, TPU, FSDP; hloflops.remat.pairing reads `repa
 Under FSDP TPU gathers a small operand of a layer's matmul in windows: each device's shard and the
 ones collective-permutes bring are padded with `-inf` and combined by `maximum` (widened to f32
 and narrowed back where the operand is bf16: a `pad_maximum_fusion`,
-hloflops.remat.packed_conv_inputs' `is_packing`). Inside a layer loop (a scan or a layer stack
+hloflops.remat.packed_conv_inputs' `is_packing` with its `windows`). Inside a layer loop (a scan or a layer stack
 XLA keeps as a `while`) the forward loop packs each layer's operands per trip. The program
 without remat has two loops too, and its backward loop, which reads the forward's residuals
 stacked per layer, packs the operands of its weight and input gradients again (shards sliced out
@@ -31,17 +31,13 @@ exact), and nothing is hinged. On TPU 0-299 it fires on 113, 235, 238 and 274 al
 from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
-from hloflops.remat.packed_conv_inputs import is_minus_inf, is_packing
+from hloflops.remat.packed_conv_inputs import is_packing
 from hloparse.ir import CallRole, Computation, Module
 
 Key = tuple[str, str]
 
 # The packing's ops that carry FLOPs: its maximums, widens and narrows.
 _COUNTED = frozenset({"maximum", "convert"})
-# What lies between a windowed packing's `-inf` pads and its maximums: widens, views and the slice
-# of this device's window (a `dynamic-slice` at a partition-dependent offset).
-_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "dynamic-slice"})
-_WINDOWED = _THROUGH | {"parameter", "constant", "pad", "maximum", "broadcast", "tuple"}
 
 
 def repacked_loop_gathers(module: Module) -> dict[Key, int]:
@@ -54,7 +50,7 @@ def repacked_loop_gathers(module: Module) -> dict[Key, int]:
     forward: list[Computation] = []
     packed = [0, 0]  # elements the forward loop's packings combine, and the recompute's backward's
     for comp in module.computations:
-        if comp.name not in looped or not (is_packing(comp) or _windowed_packing(comp)):
+        if comp.name not in looped or not is_packing(comp, windows=True):
             continue
         maximums = [inst for inst in comp.instructions if inst.opcode == "maximum"]
         if not all("dot_general" in inst.op_name for inst in maximums):
@@ -86,23 +82,3 @@ def _inside_loops(module: Module) -> set[str]:
         for inst in module.by_name[name].instructions:
             todo.extend(call.computation for call in inst.calls)
     return seen
-
-
-def _windowed_packing(body: Computation) -> bool:
-    """A packing whose pieces are windows sliced out of `-inf` pads: only pads, slices, widens,
-    views and maximums, every maximum's operands such a window (or a maximum of such)."""
-    if any(inst.opcode not in _WINDOWED for inst in body.instructions):
-        return False
-    maximums = [inst for inst in body.instructions if inst.opcode == "maximum"]
-    return bool(maximums) and all(_from_pad(body, name) for inst in maximums for name in inst.operands)
-
-
-def _from_pad(body: Computation, name: str) -> bool:
-    inst = body.by_name.get(name)
-    while inst is not None and inst.opcode in _THROUGH and inst.operands:
-        inst = body.by_name.get(inst.operands[0])
-    if inst is None:
-        return False
-    if inst.opcode == "maximum":
-        return all(_from_pad(body, operand) for operand in inst.operands)
-    return inst.opcode == "pad" and len(inst.operands) == 2 and is_minus_inf(body, inst.operands[1])
