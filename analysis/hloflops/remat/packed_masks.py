@@ -49,9 +49,9 @@ def packed_masks(module: Module, ops: list[SiteOp], decided) -> None:
     found: set[SiteKey] = set()
     for comp in module.computations:
         for inst in comp.instructions:
-            if inst.opcode != "reduce" or not _is_or(module, inst):
+            if inst.opcode != "reduce" or not is_or_reduce(module, inst):
                 continue
-            chain = _packing(comp, inst)
+            chain = mask_packing(comp, inst)
             if chain is None:
                 continue
             names, mask = chain
@@ -62,21 +62,21 @@ def packed_masks(module: Module, ops: list[SiteOp], decided) -> None:
             if caller is None:
                 continue
             readers = readers if readers is not None else value_readers(module)
-            for name in names | _unpacks(module, caller, comp, inst, readers):
+            for name in names | mask_unpacks(module, caller, comp, inst, readers):
                 found |= {op.key for op in keys.get(name, ())}
     decided.remat |= found
     decided.certain |= found
     decided.stand_ins -= found
 
 
-def _is_or(module: Module, reduce: Instruction) -> bool:
+def is_or_reduce(module: Module, reduce: Instruction) -> bool:
     """Does the reduce OR its elements together (its computation's root an `or`)?"""
     called = reduce.called(CallRole.TO_APPLY)
     body = module.by_name.get(called[0]) if len(called) == 1 else None
     return body is not None and body.root.opcode == "or"
 
 
-def _packing(comp: Computation, reduce: Instruction) -> tuple[set[tuple[str, str]], Instruction] | None:
+def mask_packing(comp: Computation, reduce: Instruction) -> tuple[set[tuple[str, str]], Instruction] | None:
     """The packing ops (the widen of the mask, its shift by an iota along the reduced dimension,
     a narrow, the reduce) and the compare computing the mask, or None where the reduce is no
     packing of a compare."""
@@ -100,7 +100,7 @@ def _packing(comp: Computation, reduce: Instruction) -> tuple[set[tuple[str, str
     return names, value
 
 
-def _unpacks(module: Module, caller: tuple[Computation, Instruction], comp: Computation, reduce: Instruction,
+def mask_unpacks(module: Module, caller: tuple[Computation, Instruction], comp: Computation, reduce: Instruction,
              readers: dict) -> set[tuple[str, str]]:
     """The unpacking ops (`and` with `1 << iota`, the shift, the converts around the `and`) in each
     fusion reading the packed value, through the tuple element taking it and views."""

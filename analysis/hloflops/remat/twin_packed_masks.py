@@ -46,7 +46,7 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies
 from hloflops.remat.names import REMAT_SCOPE
 from hloflops.remat.packed_conv_inputs import is_spatial_convolution
-from hloflops.remat.packed_masks import _is_or as is_or, _packing as packing, _unpacks as unpacks
+from hloflops.remat.packed_masks import is_or_reduce, mask_packing, mask_unpacks
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers, one_call_site, value_readers
 from hloflops.scopes import phase
@@ -167,9 +167,9 @@ def shared_mask_packings(module: Module, ops: list[SiteOp], decided) -> None:
     found: set[SiteKey] = set()
     for comp in module.computations:
         for inst in comp.instructions:
-            if inst.opcode != "reduce" or not is_or(module, inst):
+            if inst.opcode != "reduce" or not is_or_reduce(module, inst):
                 continue
-            chain = packing(comp, inst)
+            chain = mask_packing(comp, inst)
             if chain is None:
                 continue
             names, mask = chain
@@ -181,7 +181,7 @@ def shared_mask_packings(module: Module, ops: list[SiteOp], decided) -> None:
             if caller is None:
                 continue
             readers = readers if readers is not None else value_readers(module)
-            for name in (names | unpacks(module, caller, comp, inst, readers)) - {(comp.name, mask.name)}:
+            for name in (names | mask_unpacks(module, caller, comp, inst, readers)) - {(comp.name, mask.name)}:
                 found |= {op.key for op in keys.get(name, ())}
     decided.remat -= found
     decided.certain |= found
