@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.offloaded_chain_residuals import offloaded
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
@@ -166,6 +167,13 @@ def _parameters(comp: Computation, name: str) -> set[str]:
 
 def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
     """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
-    or unfused), through the fusion's parameters and views?"""
-    source = source_value(module, callers, comp, name, lambda inst: inst.opcode in VIEWS, 8)
-    return source is not None and is_identity_rounding(source[1])
+    or unfused; or a value read back from host memory: an offload policy's), through the fusion's
+    parameters and views?"""
+    passed: list[Instruction] = []
+
+    def view(inst: Instruction) -> bool:
+        passed.append(inst)
+        return inst.opcode in VIEWS
+
+    source = source_value(module, callers, comp, name, view, 8)
+    return source is not None and (is_identity_rounding(source[1]) or offloaded(passed))
