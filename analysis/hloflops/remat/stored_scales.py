@@ -22,8 +22,9 @@ storing the scale is left alone: there the program without remat stores it too (
 
 from __future__ import annotations
 
+from hloflops.remat.cascaded_readers import cascaded_readers
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
 from hloflops.remat.readers import output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
@@ -55,8 +56,14 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
             continue
         readers = output_readers(caller[0], caller[1], [comp.root.operands.index(inst.name)],
                                  passed_over=_PASSED_OVER)
-        if len(readers) > 1:
-            twin_copies[op.key] = twin_copies.get(op.key, 0) + len(readers) - 1
+        # a cheap reader stands for its own readers: the twin may copy it, and the scale with it,
+        # into each of them (hloflops.remat.cascaded_readers)
+        count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER)
+        if count > 1:
+            twin_copies[op.key] = twin_copies.get(op.key, 0) + count - 1
+        for op_ in ops:
+            if op_.key[0] in cheap and op_.inst.opcode in DUPLICATED and not op_.marked and op_.key not in remat:
+                twin_copies[op_.key] = twin_copies.get(op_.key, 0) + cheap[op_.key[0]] - 1
 
 
 def _scales(comp: Computation, inst: Instruction) -> bool:
