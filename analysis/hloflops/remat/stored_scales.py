@@ -62,7 +62,9 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         if count > 1:
             twin_copies[op.key] = twin_copies.get(op.key, 0) + count - 1
         for op_ in ops:
-            if op_.key[0] in cheap and op_.inst.opcode in DUPLICATED and not op_.marked and op_.key not in remat:
+            # not a narrow: a reader computing the cheap ops reads them wide
+            if op_.key[0] in cheap and op_.inst.opcode in DUPLICATED - {"convert"} and not op_.marked \
+                    and op_.key not in remat:
                 twin_copies[op_.key] = twin_copies.get(op_.key, 0) + cheap[op_.key[0]] - 1
 
 
