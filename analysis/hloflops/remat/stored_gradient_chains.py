@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.offloaded_chain_residuals import offloaded
+from hloflops.remat.offloaded_chain_residuals import offloaded, offloaded_chain
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
@@ -84,7 +84,7 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
                 continue
             readers = output_readers(caller[0], caller[1], [index] if comp.root.opcode == "tuple" else None)
             if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
-                    or not _rebuilds_from_saved(module, callers, comp, recomputes):
+                    or not _rebuilds_from_saved(module, callers, comp, recomputes, offloaded_chain(comp, chain)):
                 continue
             shared = set()  # the chain's ops another output of the fusion reads too
             for other in outputs:
@@ -134,7 +134,8 @@ def _is_matmul(module: Module, inst: Instruction) -> bool:
 
 
 
-def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes: set[str]) -> bool:
+def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes: set[str],
+                         offload: bool = False) -> bool:
     """Does a recompute of the chain rebuild the activation's input from a policy's saved residual
     and another input of the fusion (the bias add: the saved matmul output plus the broadcast bias)?
     The program without remat stores that sum, this one the matmul output: the chains start from
@@ -142,8 +143,8 @@ def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes:
     the named activation saved, TPU 41) the recomputes read it with constants and each other only."""
     for name in recomputes:
         operands = comp.by_name[name].operands
-        saved = [o for o in operands if _is_saved(module, callers, comp, o)]
-        if saved and any(not _is_saved(module, callers, comp, param) for o in operands if o not in saved
+        saved = [o for o in operands if _is_saved(module, callers, comp, o, offload)]
+        if saved and any(not _is_saved(module, callers, comp, param, offload) for o in operands if o not in saved
                          for param in _parameters(comp, o)):
             return True
     return False
@@ -165,10 +166,10 @@ def _parameters(comp: Computation, name: str) -> set[str]:
     return out
 
 
-def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
+def _is_saved(module: Module, callers, comp: Computation, name: str, offload: bool = False) -> bool:
     """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
-    or unfused; or a value read back from host memory: an offload policy's), through the fusion's
-    parameters and views?"""
+    or unfused; with `offload`, a value read back from host memory too: an offload policy's,
+    hloflops.remat.offloaded_chain_residuals), through the fusion's parameters and views?"""
     passed: list[Instruction] = []
 
     def view(inst: Instruction) -> bool:
@@ -176,4 +177,4 @@ def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
         return inst.opcode in VIEWS
 
     source = source_value(module, callers, comp, name, view, 8)
-    return source is not None and (is_identity_rounding(source[1]) or offloaded(passed))
+    return source is not None and (is_identity_rounding(source[1]) or offload and offloaded(passed))
