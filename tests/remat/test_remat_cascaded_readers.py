@@ -46,6 +46,13 @@ CASCADE = MATMUL.replace("\nENTRY %main", CHEAP, 1).replace(
     "tuple(%loss_sum, %gw, %gx, %gb, %r, %gy, %gz)").replace(
     "-> (f32[], f32[4,4], f32[4,4], f32[4], f32[4,4]) {\n  %x",
     "-> (f32[], f32[4,4], f32[4,4], f32[4], f32[4,4], f32[4,4], f32[4,4]) {\n  %x")
+# TPU's compiler wrote it (a tiled entry layout, a backend config): the cascade is TPU's fusion.
+CASCADE_CPU = CASCADE
+_LAYOUT = "entry_computation_layout={(f32[4,4]{1,0:T(8,128)})->f32[]}"
+CASCADE = CASCADE.replace("HloModule m, is_scheduled=true", f"HloModule m, is_scheduled=true, {_LAYOUT}").replace(
+    'rhs_contracting_dims={1}, metadata={op_name="jit(f)/transpose(jvp(M))/dot_general"}\n}\n\n%dz',
+    'rhs_contracting_dims={1}, metadata={op_name="jit(f)/transpose(jvp(M))/dot_general"}, '
+    'backend_config={"scoped_memory_configs":[]}\n}\n\n%dz')
 
 
 def test_a_cheap_reader_stands_for_its_own_readers():
@@ -62,3 +69,7 @@ def test_a_cheap_reader_with_one_reader_is_one_reader():
         "%dz (z0: bf16[4,4]", "%dz (z0: f32[4,4]").replace("%z0 = bf16[4,4]", "%z0 = f32[4,4]").replace(
         "%zc = f32[4,4] convert(%z0)", "%zc = f32[4,4] negate(%z0)")
     assert sorted((h.name, h.twin_copies) for h in _scale_hinges(one)[1]) == [("g", 3)]
+
+
+def test_only_on_tpu():
+    assert sorted((h.name, h.twin_copies) for h in _scale_hinges(CASCADE_CPU)[1]) == [("g", 3)]

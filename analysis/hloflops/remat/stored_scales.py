@@ -19,7 +19,7 @@ the thirteen TPU draws where it applies, the twin's copies are exactly k on elev
 out of the range before; 25, 27, 39, 48, 50, 52, 55), and k + 1 on two (23, 43: the twin keeps
 the stored copy too, beside one in each of its two readers): the low end is not too low. A loop fusion (no matmul)
 storing the scale is left alone: there the program without remat stores it too (TPU 41, 42).
-A reader that is a cheap loop fusion handing the value on to several readers of its own counts as
+On TPU, a reader that is a cheap loop fusion handing the value on to several readers of its own counts as
 those readers (hloflops.remat.cascaded_readers): the twin may copy it into each, the scale with it
 (held-out TPU 354: four copies of the scale against three direct readers, and two of the reader's
 add), and its ops lower the low end by the copies beyond this program's one too.
@@ -30,6 +30,7 @@ a reduce's loop fusion): no sign in this program tells them apart, left out (see
 
 from __future__ import annotations
 
+from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.cascaded_readers import cascaded_readers
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
@@ -50,6 +51,7 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
     k > 1 computing instructions of its caller read: `twin_copies[key] += k - 1`. Not a remat-named
     op nor one counted remat (the count is this program's own; only the low end moves)."""
     callers = one_call_site(module)
+    tpu = is_tpu_module(module)  # the cascade is TPU's fusion (seen there only)
     for op in ops:
         inst = op.inst
         if op.marked or op.key in remat or inst.opcode != "multiply" or phase(op.op_name) != "backward":
@@ -66,7 +68,7 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
                                  passed_over=_PASSED_OVER)
         # a cheap reader stands for its own readers: the twin may copy it, and the scale with it,
         # into each of them (hloflops.remat.cascaded_readers)
-        count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER)
+        count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER) if tpu else (len(readers), {})
         if count > 1:
             twin_copies[op.key] = twin_copies.get(op.key, 0) + count - 1
         for op_ in ops:
