@@ -22,6 +22,14 @@ from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloflops.remat.readers import output_readers
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
+# At most this many computing ops (converts aside) in a reader that stands for its readers: the
+# residual gradient's one add (TPU 354). A reader holding a layer's longer chain (`add_add_fusion`s
+# accumulating the residual gradient layer by layer, six ops each, each read by the next: TPU 0) is
+# not copied into each reader, nor is the scale with it: the twin runs the scale once per direct
+# reader there (three, where a cascade through those chains would count nine). For the same reason
+# one level only (`cascaded_readers`' depth): a copy of a copy doubles the work again.
+_MOST_OPS = 2
+
 # What a cheap reader's fused computation may hold: elementwise ops XLA duplicates, views, slices
 # and the operands that carry no work.
 _CHEAP = (DUPLICATED - EXPENSIVE) | frozenset({
@@ -30,20 +38,21 @@ _CHEAP = (DUPLICATED - EXPENSIVE) | frozenset({
 
 
 def cheap_loop_fusion(module: Module, inst: Instruction) -> Computation | None:
-    """The fused computation of a single-output loop fusion of cheap ops only (module docstring)."""
+    """The fused computation of a single-output loop fusion of a few cheap ops only (module
+    docstring, `_MOST_OPS`)."""
     if inst.opcode != "fusion" or inst.attributes.get("kind") != "kLoop":
         return None
     callees = inst.called(CallRole.FUSION)
     comp = module.by_name.get(callees[0]) if len(callees) == 1 else None
     if comp is None or comp.root.opcode == "tuple":
         return None
-    ok = all(i.opcode in _CHEAP or (i.opcode == "fusion" and cheap_loop_fusion(module, i) is not None)
-             for i in comp.instructions)
-    return comp if ok else None
+    ok = all(i.opcode in _CHEAP for i in comp.instructions)
+    computing = sum(1 for i in comp.instructions if i.opcode in DUPLICATED and i.opcode != "convert")
+    return comp if ok and computing <= _MOST_OPS else None
 
 
 def cascaded_readers(module: Module, frame: Computation, readers: list[Instruction],
-                     passed_over: frozenset[str], depth: int = 3) -> tuple[int, dict[str, int]]:
+                     passed_over: frozenset[str], depth: int = 1) -> tuple[int, dict[str, int]]:
     """How many readers at the end of the cascade the `readers` (of one value, in `frame`) stand
     for, each cheap loop fusion among them counted by its own readers' cascade (up to `depth`
     levels); and each such cheap reader's fused computation -> the readers it stands for, where
