@@ -30,15 +30,20 @@ OFFLOADED = CHAIN.replace(
     "  %ss1 = ((f32[8,16]{1,0}), f32[4,16]{1,0:S(1)}, s32[]) slice-start(%cd2), slice={[4:8], [0:16]}\n"
     "  %sd1 = f32[4,16]{1,0:S(1)} slice-done(%ss1)\n"
     '  %back = f32[8,16]{1,0:S(1)} custom-call(%sd0, %sd1), custom_call_target="ConcatBitcast"\n'
-    "  %g = (f32[16], bf16[8,16]) fusion(%up, %back, %b)")
+    "  %g = (f32[16], bf16[8,16]) fusion(%up, %back, %b)").replace(
+    # gelu's chain holds a tanh: only a chain with an expensive recompute opens the offload gate
+    # (hloflops.remat.offloaded_chain_residuals)
+    '%rsq = f32[8,16] multiply(%rh, %rh), metadata={op_name="@R/mlp/integer_pow"}',
+    '%rsq = f32[8,16] tanh(%rh), metadata={op_name="@R/mlp/tanh"}')
 
 
 def test_a_chain_rebuilt_from_a_residual_read_back_from_the_host_may_be_copied_into_each_matmul():
-    assert OFFLOADED != CHAIN and "%cs2" in OFFLOADED and "reduce-precision" not in OFFLOADED
+    assert "%cs2" in OFFLOADED and "reduce-precision" not in OFFLOADED and "tanh(%rh)" in OFFLOADED
     acc = _accounted(OFFLOADED)
-    assert _chain_hinges(acc) == [("dh", 2), ("dx", 2), ("dy", 2), ("rh", 2), ("rsq", 2)]
+    # the chain's cheap ops, 2 copies each (the tanh counts transcendentals, no FLOPs)
+    assert _chain_hinges(acc) == [("dh", 2), ("dx", 2), ("dy", 2), ("rh", 2)]
     low, high = acc.remat_flops_bounds
-    assert low <= acc.remat_flops - 5 * 128 * 2 and high >= acc.remat_flops  # the count does not move
+    assert low <= acc.remat_flops - 4 * 128 * 2 and high >= acc.remat_flops  # the count does not move
 
 
 def test_a_round_trip_that_stays_on_the_device_is_no_saved_residual():

@@ -565,6 +565,10 @@ tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the dif
 program without remat exactly (after optimization, before with and without op_name metadata, but for
 the listed known gaps); elementwise and reduce ops come within a few percent of it after
 optimization (XLA fuses the two programs differently).
+
+The twin copies of a stored gradient chain count where the policy offloads the saved matmul output
+and the chain holds an expensive recompute (hloflops.remat.offloaded_chain_residuals); those of a
+stored scale count through its cheap readers' own readers (hloflops.remat.cascaded_readers).
 """
 
 from hloflops.remat.names import (  # noqa: F401

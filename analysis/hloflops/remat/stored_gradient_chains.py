@@ -49,6 +49,7 @@ from __future__ import annotations
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import fused_outputs
 from hloflops.remat.host_read_residuals import read_back_from_host
+from hloflops.remat.offloaded_chain_residuals import offloaded_chain
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_identity_rounding
 from hloflops.remat.readers import VIEWS, output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
@@ -85,7 +86,7 @@ def stored_chain_copies(module: Module, ops: list[SiteOp]) -> dict[SiteKey, int]
                 continue
             readers = output_readers(caller[0], caller[1], [index] if comp.root.opcode == "tuple" else None)
             if len(readers) < 2 or not all(_is_matmul(module, reader) for reader in readers) \
-                    or not _rebuilds_from_saved(module, callers, comp, recomputes):
+                    or not _rebuilds_from_saved(module, callers, comp, recomputes, offloaded_chain(comp, chain)):
                 continue
             shared = set()  # the chain's ops another output of the fusion reads too
             for other in outputs:
@@ -135,7 +136,8 @@ def _is_matmul(module: Module, inst: Instruction) -> bool:
 
 
 
-def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes: set[str]) -> bool:
+def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes: set[str],
+                         offload: bool = False) -> bool:
     """Does a recompute of the chain rebuild the activation's input from a policy's saved residual
     and another input of the fusion (the bias add: the saved matmul output plus the broadcast bias)?
     The program without remat stores that sum, this one the matmul output: the chains start from
@@ -143,8 +145,8 @@ def _rebuilds_from_saved(module: Module, callers, comp: Computation, recomputes:
     the named activation saved, TPU 41) the recomputes read it with constants and each other only."""
     for name in recomputes:
         operands = comp.by_name[name].operands
-        saved = [o for o in operands if _is_saved(module, callers, comp, o)]
-        if saved and any(not _is_saved(module, callers, comp, param) for o in operands if o not in saved
+        saved = [o for o in operands if _is_saved(module, callers, comp, o, offload)]
+        if saved and any(not _is_saved(module, callers, comp, param, offload) for o in operands if o not in saved
                          for param in _parameters(comp, o)):
             return True
     return False
@@ -166,10 +168,11 @@ def _parameters(comp: Computation, name: str) -> set[str]:
     return out
 
 
-def _is_saved(module: Module, callers, comp: Computation, name: str) -> bool:
+def _is_saved(module: Module, callers, comp: Computation, name: str, offload: bool = False) -> bool:
     """Is the value a policy's saved residual (an identity rounding, in the forward matmul's fusion
-    or unfused; or a value read back from the host), through the fusion's parameters and views?"""
+    or unfused; with `offload`, for a chain holding an expensive recompute
+    (hloflops.remat.offloaded_chain_residuals), a value read back from the host too:
+    hloflops.remat.host_read_residuals), through the fusion's parameters and views?"""
     source = source_value(module, callers, comp, name, lambda inst: inst.opcode in VIEWS, 8)
-    # or an offload policy's residual, fetched back from the host (hloflops.remat.host_read_residuals)
     return source is not None and is_identity_rounding(source[1]) \
-        or read_back_from_host(module, callers, comp, name)
+        or offload and read_back_from_host(module, callers, comp, name)

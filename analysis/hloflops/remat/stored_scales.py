@@ -18,12 +18,22 @@ fact of this program and the copies XLA makes of a cheap producer are at most on
 the thirteen TPU draws where it applies, the twin's copies are exactly k on eleven (4, 8, 17, 22
 out of the range before; 25, 27, 39, 48, 50, 52, 55), and k + 1 on two (23, 43: the twin keeps
 the stored copy too, beside one in each of its two readers): the low end is not too low. A loop fusion (no matmul)
-storing the scale is left alone: there the program without remat stores it too (TPU 41, 42)."""
+storing the scale is left alone: there the program without remat stores it too (TPU 41, 42).
+On TPU, a reader that is a cheap loop fusion handing the value on to several readers of its own counts as
+those readers (hloflops.remat.cascaded_readers): the twin may copy it into each, the scale with it
+(held-out TPU 354: four copies of the scale against three direct readers, and two of the reader's
+add), and its ops lower the low end by the copies beyond this program's one too.
+Of the no-matmul case the held-out draws say the twin does either: it copies the scale into each
+reader on TPU 9, 19, 45, 62, 137, 147, 159, 185, 191 (and held-out 294, 345), stores it once on 41,
+42, 76, 123, 141, 156, 179, 195, with the same readers here (45 against 76, 123, 156: a convert and
+a reduce's loop fusion): no sign in this program tells them apart, left out (see the round's report)."""
 
 from __future__ import annotations
 
+from hloflops.cost.tpu import is_tpu_module
+from hloflops.remat.cascaded_readers import cascaded_readers
 from hloflops.remat.fusion_copies import fused_outputs
-from hloflops.remat.op_kinds import MATMUL_OPCODES
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
 from hloflops.remat.readers import output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
@@ -41,6 +51,7 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
     k > 1 computing instructions of its caller read: `twin_copies[key] += k - 1`. Not a remat-named
     op nor one counted remat (the count is this program's own; only the low end moves)."""
     callers = one_call_site(module)
+    tpu = is_tpu_module(module)  # the cascade is TPU's fusion (seen there only)
     for op in ops:
         inst = op.inst
         if op.marked or op.key in remat or inst.opcode != "multiply" or phase(op.op_name) != "backward":
@@ -55,8 +66,16 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
             continue
         readers = output_readers(caller[0], caller[1], [comp.root.operands.index(inst.name)],
                                  passed_over=_PASSED_OVER)
-        if len(readers) > 1:
-            twin_copies[op.key] = twin_copies.get(op.key, 0) + len(readers) - 1
+        # a cheap reader stands for its own readers: the twin may copy it, and the scale with it,
+        # into each of them (hloflops.remat.cascaded_readers)
+        count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER) if tpu else (len(readers), {})
+        if count > 1:
+            twin_copies[op.key] = twin_copies.get(op.key, 0) + count - 1
+        for op_ in ops:
+            # not a narrow: a reader computing the cheap ops reads them wide
+            if op_.key[0] in cheap and op_.inst.opcode in DUPLICATED - {"convert"} and not op_.marked \
+                    and op_.key not in remat:
+                twin_copies[op_.key] = twin_copies.get(op_.key, 0) + cheap[op_.key[0]] - 1
 
 
 def _scales(comp: Computation, inst: Instruction) -> bool:
