@@ -92,21 +92,39 @@ def test_a_self_paired_narrow_whose_forward_is_read_wide_is_sure():
     assert ("recompute", "c.r") not in index.weak
 
 
-# The forward stores a narrow of its product (an unnamed convert, its fusion's output).
-STORED = HLO.replace("""  ROOT p = f32[8,16] multiply(f0, f1), metadata={op_name="@F/mul"}
+# The forward stores a narrow of another product of the same name (`m`, one more layer norm's
+# `mul`), and two recompute's casts pair with themselves (240-299's draw 282: two layer norms'
+# narrows recomputed, both named by a bare `mul`, where the forward stores one): one stored narrow
+# vouches for one recompute's cast; the other is a hinge.
+TWO = HLO.replace("""  ROOT p = f32[8,16] multiply(f0, f1), metadata={op_name="@F/mul"}
+}""", """  p = f32[8,16] multiply(f0, f1), metadata={op_name="@F/mul"}
+  a = f32[8,16] add(f0, f1), metadata={op_name="@F/mul"}
+  m = f32[8,16] multiply(f0, f0), metadata={op_name="@F/mul"}
+  n = bf16[8,16] convert(m)
+  ROOT pan = (f32[8,16], f32[8,16], bf16[8,16]) tuple(p, a, n)
+}""").replace("""weight_gradient {""", """recompute_2 {
+  t0 = f32[8,16] parameter(0)
+  t1 = f32[8,16] parameter(1)
+  a.r = f32[8,16] add(t0, t1), metadata={op_name="@R/mul"}
+  ROOT c2.r = bf16[8,16] convert(a.r)
 }
 
-forward_matmul {
-  m0 = f32[8,16] parameter(0)""", """  p = f32[8,16] multiply(f0, f1), metadata={op_name="@F/mul"}
-  ROOT n = bf16[8,16] convert(p)
-}
+weight_gradient {""").replace("""  p = f32[8,16] fusion(x, s), kind=kLoop, calls=forward_product, @T
+  y = f32[8,4] fusion(p, w), kind=kOutput, calls=forward_matmul""", """\
+  pan = (f32[8,16], f32[8,16], bf16[8,16]) fusion(x, s), kind=kLoop, calls=forward_product, @T
+  p = f32[8,16] get-tuple-element(pan), index=0
+  y = f32[8,4] fusion(p, w), kind=kOutput, calls=forward_matmul
+  a = f32[8,16] get-tuple-element(pan), index=1
+  y2 = f32[8,4] fusion(a, w), kind=kOutput, calls=forward_matmul""").replace("""\
+  ROOT out = (f32[8,4], f32[16,4]) tuple(y, dw)""", """\
+  c2 = bf16[8,16] fusion(x, s), kind=kLoop, calls=recompute_2
+  dw2 = f32[16,4] fusion(c2, ct), kind=kOutput, calls=weight_gradient
+  n = bf16[8,16] get-tuple-element(pan), index=2
+  ROOT out = (f32[8,4], f32[16,4], f32[8,4], f32[16,4], bf16[8,16]) tuple(y, dw, y2, dw2, n)""")
 
-forward_matmul {
-  m0 = bf16[8,16] parameter(0)""").replace(
-    "  p = f32[8,16] fusion(x, s), kind=kLoop", "  p = bf16[8,16] fusion(x, s), kind=kLoop")
 
-
-def test_a_self_paired_narrow_whose_forward_stores_a_narrow_is_sure():
-    index = find_remat(_parsed(STORED))
-    assert ("recompute", "c.r") in index
-    assert ("recompute", "c.r") not in index.weak
+def test_each_stored_narrow_vouches_for_one_recomputed_narrow():
+    index = find_remat(_parsed(TWO))
+    casts = [("recompute", "c.r"), ("recompute_2", "c2.r")]
+    assert all(cast in index for cast in casts)
+    assert sum(cast in index.weak for cast in casts) == 1

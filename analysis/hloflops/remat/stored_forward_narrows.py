@@ -1,19 +1,23 @@
-"""Whether a recompute that pairs with nothing but itself is a sure recompute: the program stores
-an unmarked copy of what it computes (`stored_unmarked_signatures`).
+"""Whether a recompute's cast that `by_signature` pairs by signature alone is a sure recompute:
+a sign in this program of what the program without remat does with the forward's copy of the
+value (`StoredForwardNarrows`, `WideForwardReaders`); without one the pairing is weak.
 
 XLA's casts carry no metadata of their own; a cast that reads a recomputed value is named by its
 input (`marks.inherit_names`) and has an empty op_name, so `by_signature` finds it a twin by
-signature alone, and often the only op of its signature left is the cast itself. Such a
-self-pair says "this cast runs because of remat", which holds where the forward casts the
-same value once and stores the narrow: the program without remat reads that stored narrow in its
-backward and casts nothing there (TPU draw 32: the forward's bf16 activation narrows, stored for
-the weight gradient). Where the forward narrows only inside its reader's matmul fusion (nothing
-of that signature leaves a fusion unmarked), the program without remat has to keep the value for
-its backward, and it keeps a narrow of its own, cast in its forward (240-299's draw 297: the
-attention probabilities, narrowed once per layer in both programs; 282, 304): the recompute's
-cast stands in for the twin's forward cast and is no recompute. This program alone does not say
-which of the two the twin did, so there the pairing is weak (a hinge: remat at the reported
-value, model FLOPs at the low end), and it is sure only with the sign."""
+signature alone: often the cast itself (the pool holds the recomputes too, and the empty name
+sorts first), another marked cast, or any unnamed cast of the same shapes (another layer norm's).
+Such a pairing says "this cast runs because of remat". That holds where the forward casts the
+same value and stores the narrow: the program without remat reads that stored narrow in its
+backward and casts nothing there (TPU draw 6: the layer norm's and residual's bf16 narrows). It
+holds too where an op that needs the value in f32 reads the forward's copy (a residual add): the
+program without remat keeps it wide and its backward matmul casts inside its own fusion (TPU draw
+47). Where only a matmul reads the forward's copy (its cast fused into the matmul's fusion) and
+nothing stores a narrow of it, the program without remat has to keep the value for its backward,
+and it may keep a narrow cast once in its forward (240-299's draw 297: the attention
+probabilities, narrowed once per layer in both programs, convert +8,192; 300-359's 304, +524,288;
+120-179's 147, +49,152): the recompute's cast then stands in for the twin's forward cast and is
+no recompute. This program alone does not say which of the two the twin did: the pairing is weak
+(a hinge: remat at the reported value, model FLOPs at the low end)."""
 
 from __future__ import annotations
 
@@ -26,18 +30,39 @@ from hloflops.scopes import phase
 from hloparse.ir import CallRole, Instruction, Module, parameter_number
 
 
-def stored_unmarked_signatures(module: Module, ops: list[SiteOp], shapes: Mapping[str, object],
-                               outputs: Mapping[str, frozenset[str]]) -> set[tuple]:
-    """The signatures (`signature.signature`) of the forward's unmarked ops whose value is
-    stored: an output of its fusion (`fusion_copies.fused_outputs`) or an op outside every
-    fusion. A cast fused into its reader (a matmul fusion's operand convert) is not stored:
-    nothing but that reader sees the narrow. Nor is the backward's narrow of a gradient of the
-    same shape (the probabilities' cotangent cast for its matmul) the forward's: an unnamed op is
-    placed by what it reads (`_placing_name`)."""
-    callers = one_call_site(module)
-    return {signature(op, shapes) for op in ops
-            if not op.marked and (op.key[0] not in outputs or op.inst.name in outputs[op.key[0]])
-            and phase(op.op_name or _placing_name(module, op.key[0], op.inst, callers)) == "forward"}
+class StoredForwardNarrows:
+    """The forward's unmarked ops whose value is stored, by signature (`signature.signature`):
+    an output of its fusion (`fusion_copies.fused_outputs`) or an op outside every fusion. A cast
+    fused into its reader (a matmul fusion's operand convert) is not stored: nothing but that
+    reader sees the narrow. Nor is the backward's narrow of a gradient of the same shape (the
+    probabilities' cotangent cast for its matmul) the forward's: an unnamed op is placed by what it
+    reads (`_placing_name`), and so is the recompute's cast it stands for (`holds`)."""
+
+    def __init__(self, module: Module, ops: list[SiteOp], shapes: Mapping[str, object],
+                 outputs: Mapping[str, frozenset[str]]):
+        self.module, self.shapes = module, shapes
+        self.callers = one_call_site(module)
+        self.names: dict[tuple, list[str]] = {}
+        for op in ops:
+            if op.marked or not (op.key[0] not in outputs or op.inst.name in outputs[op.key[0]]):
+                continue
+            name = op.op_name or _placing_name(module, op.key[0], op.inst, self.callers)
+            if phase(name) == "forward":
+                self.names.setdefault(signature(op, shapes), []).append(name)
+
+    def holds(self, op: SiteOp) -> bool:
+        """Does the forward store an op of `op`'s signature that reads what `op` reads (its
+        placing name ends with the name of `op`'s input inside its checkpoint), one that no other
+        recompute's cast was vouched for by? Each stored narrow stands for one recompute's: two
+        layer norms' narrows recomputed where the forward stores one (240-299's draw 282, both
+        named `mul`) are one sure recompute and one hinge."""
+        tail = inner_tail(_placing_name(self.module, op.key[0], op.inst, self.callers))
+        names = self.names.get(signature(op, self.shapes), [])
+        for k, name in enumerate(names):
+            if ends_with(name, tail):
+                del names[k]
+                return True
+        return False
 
 
 def _placing_name(module: Module, comp_name: str, inst: Instruction,
