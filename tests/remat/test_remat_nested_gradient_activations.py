@@ -73,7 +73,10 @@ def _account(permuted: str = "jit(loss)/jvp()/closed_call/next/dot_general"):
 def test_a_relu_copy_in_the_weight_gradient_beside_a_windowed_forward_is_a_hinge_of_one():
     acc = _account()
     hinged = {(h.computation, h.name, h.twin_copies) for h in acc.remat_hinges if h.twin_copies}
-    assert hinged == {("relu_copy", "r", 1), ("relu_copy", "n", 1)}, acc.remat_hinges
+    # The narrow `n` pairs with itself by signature with no stored forward narrow or wide reader
+    # in sight: a weak pairing (hloflops.remat.stored_forward_narrows), a hinge of its whole count.
+    assert hinged == {("relu_copy", "r", 1)}, acc.remat_hinges
+    assert ("relu_copy", "n") in {(h.computation, h.name) for h in acc.remat_hinges}, acc.remat_hinges
     low, high = acc.remat_flops_bounds
     assert low == acc.remat_flops - 512 and high >= acc.remat_flops
 

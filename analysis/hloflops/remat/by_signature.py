@@ -17,6 +17,7 @@ from hloflops.remat.op_kinds import EXPENSIVE, MATMUL_OPCODES, shape_key
 from hloflops.remat.recompute_only_casts import RecomputeOnlyCasts
 from hloflops.remat.partitioned import is_partitioned, partitioned_alike, partitioned_key
 from hloflops.remat.signature import signature, unit_dimension_free_signature
+from hloflops.remat.stored_forward_narrows import StoredForwardNarrows, WideForwardReaders
 from hloflops.remat.sites import SiteKey, SiteOp, by_number
 from hloflops.remat.values import Val
 from hloflops.scopes import model_components, phase, split_components
@@ -128,6 +129,12 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
     for key, twins in pool.items() if not is_tpu_module(module) else ():
         squeezed.setdefault(unit_dimension_free_signature(key), []).extend(twins)
     recompute_only = RecomputeOnlyCasts(module, ops, inputs) if squeezed else None
+    # What an unnamed recompute cast pairing with itself, another marked op or an unnamed op rests
+    # on: a sure pairing only where the forward stores a narrow of the same value or reads it wide
+    # (hloflops.remat.stored_forward_narrows). Only on TPU's programs (the draws that showed it).
+    stored = StoredForwardNarrows(module, ops, shapes, outputs) \
+        if module.is_scheduled and is_tpu_module(module) else None
+    wide = WideForwardReaders(module, ops) if stored is not None else None
     for op, fallback in [(op, False) for op in candidates] + [(op, True) for op in candidates]:
         if op.key in found:
             continue
@@ -194,6 +201,9 @@ def by_signature(ops: list[SiteOp], named_ops: list[SiteOp], sizes: Counter, set
                 continue
             used.add((twin.key, level))
             found.add(op.key)
+            if op.inherited and op.inst.opcode == "convert" and (twin is op or twin.marked or not twin.op_name) \
+                    and stored is not None and not stored.holds(op) and not wide.wide(op.key[0], op.inst):
+                weak.add(op.key)  # no stored forward narrow: the twin may cast its own (a hinge)
             if same_frame and (inputs.of(*op.key[:2]) is None or inputs.of(*twin.key[:2]) is None):
                 weak.add(op.key)  # the inputs could not be compared
             elif same_frame and module.is_scheduled:
