@@ -512,6 +512,9 @@ Sharded on TPU, where the recompute runs no matmul (a policy saving the dots), a
 in an async collective fusion that no rule counted is unsure (the program without remat may
 materialize the value once where the recompute copies it into each gradient collective fusion:
 hloflops.remat.collective_fusion_copies).
+On TPU, a marked cheap copy nested in a gradient fusion, of a value this program's forward outputs
+from a fusion of its own, is unsure: the program without remat may read the stored value there
+(hloflops.remat.stored_forward_copies).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).

@@ -76,6 +76,7 @@ from hloflops.remat.twin_packed_masks import twin_packed_mask_copies
 from hloflops.remat.fused_residual_stacks import fused_residual_stacks
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
+from hloflops.remat.stored_forward_copies import stored_forward_copies
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -354,6 +355,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         unsure |= rebuilt_concatenations(module, ops)
     if optimized_named:  # a recompute's copies in collective fusions: hinges (collective_fusion_copies)
         unsure |= {key[:2] for key in collective_fusion_copies(module, ops) if key not in remat}
+    if optimized_named and is_tpu_module(module):  # and of a value the forward stores (stored_forward_copies)
+        unsure |= {key[:2] for key in stored_forward_copies(module, ops) if key not in remat}
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
