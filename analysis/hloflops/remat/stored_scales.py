@@ -37,7 +37,7 @@ from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
 from hloflops.remat.readers import output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
-from hloparse.ir import Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # What a reader may be for the scale to be copied into it: a fusion, or an op XLA fuses its
 # producer into (a reduce, a matmul). Views hand the value on (hloflops.remat.readers.VIEWS);
@@ -59,13 +59,15 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         comp = module.by_name.get(op.key[0])
         caller = callers.get(op.key[0])
         if comp is None or caller is None or comp.root.opcode != "tuple" \
-                or inst.name not in fused_outputs(module).get(comp.name, ()) or not _scales(comp, inst) \
-                or not any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+                or inst.name not in fused_outputs(module).get(comp.name, ()) or not _scales(comp, inst):
             continue
         if inst.name not in comp.root.operands:
             continue
         readers = output_readers(caller[0], caller[1], [comp.root.operands.index(inst.name)],
                                  passed_over=_PASSED_OVER)
+        if not any(i.opcode in MATMUL_OPCODES for i in comp.instructions) \
+                and not (tpu and any(_takes_a_copy(module, reader) for reader in readers)):
+            continue  # a loop fusion storing the scale: only with a reader that shows the twin's copy
         # a cheap reader stands for its own readers: the twin may copy it, and the scale with it,
         # into each of them (hloflops.remat.cascaded_readers)
         count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER) if tpu else (len(readers), {})
@@ -76,6 +78,19 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
             if op_.key[0] in cheap and op_.inst.opcode in DUPLICATED - {"convert"} and not op_.marked \
                     and op_.key not in remat:
                 twin_copies[op_.key] = twin_copies.get(op_.key, 0) + cheap[op_.key[0]] - 1
+
+
+def _takes_a_copy(module: Module, reader: Instruction) -> bool:
+    """A reader the program without remat fuses a cheap producer into rather than reading it from
+    memory: a single-output loop fusion, or a bare elementwise op that XLA left unfused (a convert
+    aside: it narrows the stored value for a matmul, as where the twin stores it too)."""
+    if reader.opcode == "fusion":
+        if reader.attributes.get("kind") != "kLoop":
+            return False
+        callees = reader.called(CallRole.FUSION)
+        comp = module.by_name.get(callees[0]) if len(callees) == 1 else None
+        return comp is not None and comp.root.opcode != "tuple"
+    return reader.opcode in DUPLICATED and reader.opcode != "convert"
 
 
 def _scales(comp: Computation, inst: Instruction) -> bool:
