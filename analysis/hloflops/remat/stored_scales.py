@@ -17,16 +17,20 @@ they lower the range's low end only, never the count, as the stored value's read
 fact of this program and the copies XLA makes of a cheap producer are at most one per reader. Of
 the thirteen TPU draws where it applies, the twin's copies are exactly k on eleven (4, 8, 17, 22
 out of the range before; 25, 27, 39, 48, 50, 52, 55), and k + 1 on two (23, 43: the twin keeps
-the stored copy too, beside one in each of its two readers): the low end is not too low. A loop fusion (no matmul)
-storing the scale is left alone: there the program without remat stores it too (TPU 41, 42).
+the stored copy too, beside one in each of its two readers): the low end is not too low.
 On TPU, a reader that is a cheap loop fusion handing the value on to several readers of its own counts as
 those readers (hloflops.remat.cascaded_readers): the twin may copy it into each, the scale with it
 (held-out TPU 354: four copies of the scale against three direct readers, and two of the reader's
 add), and its ops lower the low end by the copies beyond this program's one too.
-Of the no-matmul case the held-out draws say the twin does either: it copies the scale into each
-reader on TPU 9, 19, 45, 62, 137, 147, 159, 185, 191 (and held-out 294, 345), stores it once on 41,
-42, 76, 123, 141, 156, 179, 195, with the same readers here (45 against 76, 123, 156: a convert and
-a reduce's loop fusion): no sign in this program tells them apart, left out (see the round's report)."""
+Of the no-matmul case the draws say the twin does either, and the readers tell which (TPU): XLA fuses
+a cheap producer into a single-output loop fusion or an elementwise op it reads, where a convert
+narrowing the value for the matmuls, a multi-output or output fusion or a reduce reads it stored. So a
+loop fusion's scale is counted as above only where some reader is a single-output loop fusion or a
+bare elementwise op (not a convert; `_takes_a_copy`). Scan of TPU 0-359 (the scale's multiplies in
+both programs): the sign fires on 19, 62, 137, 159, 185, 191, 209, 237, 246, 268, 277, 293, 294,
+297, 298, 341, 345, 348, 352, 353, all copies in the twin; on 193 (one reader: no copy to make), 231,
+252 and 326 (in range or exact, unchanged) where the twin stores it; it misses 9, 45, 147, 273 (the twin
+copies the scale, readers as on 76, 123, 156, 286 where it stores it: no sign, left out)."""
 
 from __future__ import annotations
 
