@@ -26,7 +26,9 @@ Of the no-matmul case the draws say the twin does either, and the readers tell w
 a cheap producer into a single-output loop fusion or an elementwise op it reads, where a convert
 narrowing the value for the matmuls, a multi-output or output fusion or a reduce reads it stored. So a
 loop fusion's scale is counted as above only where some reader is a single-output loop fusion or a
-bare elementwise op (not a convert; `_takes_a_copy`). Scan of TPU 0-359 (the scale's multiplies in
+bare elementwise op (not a convert; `_takes_a_copy`), and only the loss's scale, outside every
+checkpoint (a layer's gradient scale by a constant inside a checkpoint's transpose is not the class
+scanned). Scan of TPU 0-359 (the scale's multiplies in
 both programs): the sign fires on 19, 62, 137, 159, 185, 191, 209, 237, 246, 268, 277, 293, 294,
 297, 298, 341, 345, 348, 352, 353, all copies in the twin; on 193 (one reader: no copy to make), 231,
 252 and 326 (in range or exact, unchanged) where the twin stores it; it misses 9, 45, 147, 273 (the twin
@@ -37,6 +39,7 @@ from __future__ import annotations
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.cascaded_readers import cascaded_readers
 from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.gradient_operand_copies import outside_checkpoints
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
 from hloflops.remat.readers import output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
@@ -69,9 +72,12 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
             continue
         readers = output_readers(caller[0], caller[1], [comp.root.operands.index(inst.name)],
                                  passed_over=_PASSED_OVER)
+        # a loop fusion storing the scale: only the loss's own (outside every checkpoint: a layer's
+        # gradient scale is not the class scanned) with a reader that shows the twin's copy
         if not any(i.opcode in MATMUL_OPCODES for i in comp.instructions) \
-                and not (tpu and any(_takes_a_copy(module, reader) for reader in readers)):
-            continue  # a loop fusion storing the scale: only with a reader that shows the twin's copy
+                and not (tpu and outside_checkpoints(op.op_name)
+                         and any(_takes_a_copy(module, reader) for reader in readers)):
+            continue
         # a cheap reader stands for its own readers: the twin may copy it, and the scale with it,
         # into each of them (hloflops.remat.cascaded_readers)
         count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER) if tpu else (len(readers), {})
