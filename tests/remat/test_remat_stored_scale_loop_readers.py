@@ -9,6 +9,8 @@ truth 128 before, -576 after)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.remat.test_remat_cascaded_readers import CASCADE
 from tests.remat.test_remat_stored_scales import _scale_hinges
 
@@ -32,3 +34,11 @@ def test_a_loop_fusion_storing_the_scale_for_output_fusions_and_a_reduce_only_is
     stored = LOOP_CASCADE.replace("fusion(%grad, %v), kind=kLoop, calls=%cheap",
                                   "fusion(%x, %v), kind=kLoop, calls=%cheap")
     assert _scale_hinges(stored)[1] == []
+
+
+def test_drawn_tpu_294_loss_scale_of_a_loop_fusion_puts_the_truth_inside_the_range(monkeypatch):
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no TPU compiler to build the programs with")
+    from tests.remat.test_remat_tpu_generated import _checked
+    outcome = _checked(294, monkeypatch)  # hk_loop fsdp: truth 128, low end 192 before
+    verdict = next(v for v in outcome.verdicts if v.stage == "after")
+    assert verdict.in_bounds, verdict.describe()
