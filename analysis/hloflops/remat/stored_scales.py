@@ -17,27 +17,34 @@ they lower the range's low end only, never the count, as the stored value's read
 fact of this program and the copies XLA makes of a cheap producer are at most one per reader. Of
 the thirteen TPU draws where it applies, the twin's copies are exactly k on eleven (4, 8, 17, 22
 out of the range before; 25, 27, 39, 48, 50, 52, 55), and k + 1 on two (23, 43: the twin keeps
-the stored copy too, beside one in each of its two readers): the low end is not too low. A loop fusion (no matmul)
-storing the scale is left alone: there the program without remat stores it too (TPU 41, 42).
+the stored copy too, beside one in each of its two readers): the low end is not too low.
 On TPU, a reader that is a cheap loop fusion handing the value on to several readers of its own counts as
 those readers (hloflops.remat.cascaded_readers): the twin may copy it into each, the scale with it
 (held-out TPU 354: four copies of the scale against three direct readers, and two of the reader's
 add), and its ops lower the low end by the copies beyond this program's one too.
-Of the no-matmul case the held-out draws say the twin does either: it copies the scale into each
-reader on TPU 9, 19, 45, 62, 137, 147, 159, 185, 191 (and held-out 294, 345), stores it once on 41,
-42, 76, 123, 141, 156, 179, 195, with the same readers here (45 against 76, 123, 156: a convert and
-a reduce's loop fusion): no sign in this program tells them apart, left out (see the round's report)."""
+Of the no-matmul case the draws say the twin does either, and the readers tell which (TPU): XLA fuses
+a cheap producer into a single-output loop fusion or an elementwise op it reads, where a convert
+narrowing the value for the matmuls, a multi-output or output fusion or a reduce reads it stored. So a
+loop fusion's scale is counted as above only where some reader is a single-output loop fusion or a
+bare elementwise op (not a convert; `_takes_a_copy`), and only the loss's scale, outside every
+checkpoint (a layer's gradient scale by a constant inside a checkpoint's transpose is not the class
+scanned). Scan of TPU 0-359 (the scale's multiplies in
+both programs): the sign fires on 19, 62, 137, 159, 185, 191, 209, 237, 246, 268, 277, 293, 294,
+297, 298, 341, 345, 348, 352, 353, all copies in the twin; on 193 (one reader: no copy to make), 231,
+252 and 326 (in range or exact, unchanged) where the twin stores it; it misses 9, 45, 147, 273 (the twin
+copies the scale, readers as on 76, 123, 156, 286 where it stores it: no sign, left out)."""
 
 from __future__ import annotations
 
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.cascaded_readers import cascaded_readers
 from hloflops.remat.fusion_copies import fused_outputs
+from hloflops.remat.gradient_operand_copies import outside_checkpoints
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
 from hloflops.remat.readers import output_readers
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
-from hloparse.ir import Computation, Instruction, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # What a reader may be for the scale to be copied into it: a fusion, or an op XLA fuses its
 # producer into (a reduce, a matmul). Views hand the value on (hloflops.remat.readers.VIEWS);
@@ -59,13 +66,18 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
         comp = module.by_name.get(op.key[0])
         caller = callers.get(op.key[0])
         if comp is None or caller is None or comp.root.opcode != "tuple" \
-                or inst.name not in fused_outputs(module).get(comp.name, ()) or not _scales(comp, inst) \
-                or not any(i.opcode in MATMUL_OPCODES for i in comp.instructions):
+                or inst.name not in fused_outputs(module).get(comp.name, ()) or not _scales(comp, inst):
             continue
         if inst.name not in comp.root.operands:
             continue
         readers = output_readers(caller[0], caller[1], [comp.root.operands.index(inst.name)],
                                  passed_over=_PASSED_OVER)
+        # a loop fusion storing the scale: only the loss's own (outside every checkpoint: a layer's
+        # gradient scale is not the class scanned) with a reader that shows the twin's copy
+        if not any(i.opcode in MATMUL_OPCODES for i in comp.instructions) \
+                and not (tpu and outside_checkpoints(op.op_name)
+                         and any(_takes_a_copy(module, reader) for reader in readers)):
+            continue
         # a cheap reader stands for its own readers: the twin may copy it, and the scale with it,
         # into each of them (hloflops.remat.cascaded_readers)
         count, cheap = cascaded_readers(module, caller[0], readers, _PASSED_OVER) if tpu else (len(readers), {})
@@ -76,6 +88,19 @@ def stored_scale_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
             if op_.key[0] in cheap and op_.inst.opcode in DUPLICATED - {"convert"} and not op_.marked \
                     and op_.key not in remat:
                 twin_copies[op_.key] = twin_copies.get(op_.key, 0) + cheap[op_.key[0]] - 1
+
+
+def _takes_a_copy(module: Module, reader: Instruction) -> bool:
+    """A reader the program without remat fuses a cheap producer into rather than reading it from
+    memory: a single-output loop fusion, or a bare elementwise op that XLA left unfused (a convert
+    aside: it narrows the stored value for a matmul, as where the twin stores it too)."""
+    if reader.opcode == "fusion":
+        if reader.attributes.get("kind") != "kLoop":
+            return False
+        callees = reader.called(CallRole.FUSION)
+        comp = module.by_name.get(callees[0]) if len(callees) == 1 else None
+        return comp is not None and comp.root.opcode != "tuple"
+    return reader.opcode in DUPLICATED and reader.opcode != "convert"
 
 
 def _scales(comp: Computation, inst: Instruction) -> bool:
