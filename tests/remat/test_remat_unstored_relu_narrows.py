@@ -14,13 +14,15 @@ from hloflops.remat.unstored_relu_narrows import unstored_relu_narrows
 _FORWARD = '"jit(loss)/jvp()/while/body/closed_call/jit(relu)/max"'
 _RECOMPUTE = '"jit(loss)/transpose(jvp())/while/body/closed_call/checkpoint/rematted_computation/jit(relu)/max"'
 _NEXT = '"jit(loss)/jvp()/while/body/closed_call/dot_general"'
+_T = "(f32[8,8], bf16[8,16], f32[16], bf16[16,4], f32[8,16])"  # the loop's state
 _GRADIENT = '"jit(loss)/transpose(jvp())/while/body/closed_call/checkpoint/dot_general"'
 
 
 def _module(stored: bool = False) -> str:
-    """The forward's relu narrowed in a matmul fusion nested in the next layer's (or, `stored`, a
-    top-level fusion whose output the next matmul reads); the recompute's relu narrowed in a loop
-    fusion of its own, nested in the weight gradient's fusion."""
+    """In a loop's body (both layers' frames in one body, enough for the sign): the forward's relu
+    narrowed in a matmul fusion nested in the next layer's (or, `stored`, a top-level fusion whose
+    output the next matmul reads); the recompute's relu narrowed in a loop fusion of its own, nested
+    in the weight gradient's fusion."""
     if stored:
         forward = f"""%h = bf16[8,16]{{1,0}} fusion(%x, %w, %bias), kind=kOutput, calls=%layer,
     metadata={{op_name={_NEXT}}}
@@ -68,14 +70,26 @@ def _module(stored: bool = False) -> str:
   ROOT %dw = f32[16,4]{{1,0}} convolution(%r, %g1), dim_labels=fb_io->bf, metadata={{op_name={_GRADIENT}}}
 }}
 
-ENTRY %main (x: f32[8,8], w: bf16[8,16], bias: f32[16], w2: bf16[16,4], pre: f32[8,16]) -> f32[16,4] {{
-  %x = f32[8,8]{{1,0}} parameter(0)
-  %w = bf16[8,16]{{1,0}} parameter(1)
-  %bias = f32[16]{{0}} parameter(2)
-  %w2 = bf16[16,4]{{1,0}} parameter(3)
-  %pre = f32[8,16]{{1,0}} parameter(4)
+%body (t: {_T}) -> {_T} {{
+  %t = {_T} parameter(0)
+  %x = f32[8,8]{{1,0}} get-tuple-element(%t), index=0
+  %w = bf16[8,16]{{1,0}} get-tuple-element(%t), index=1
+  %bias = f32[16]{{0}} get-tuple-element(%t), index=2
+  %w2 = bf16[16,4]{{1,0}} get-tuple-element(%t), index=3
+  %pre = f32[8,16]{{1,0}} get-tuple-element(%t), index=4
   {forward}
-  ROOT %dw = f32[16,4]{{1,0}} fusion(%pre, %y), kind=kOutput, calls=%weight_gradient, metadata={{op_name={_GRADIENT}}}
+  %dw = f32[16,4]{{1,0}} fusion(%pre, %y), kind=kOutput, calls=%weight_gradient, metadata={{op_name={_GRADIENT}}}
+  ROOT %out = {_T} tuple(%x, %w, %bias, %w2, %pre)
+}}
+
+%cond (c: {_T}) -> pred[] {{
+  %c = {_T} parameter(0)
+  ROOT %k = pred[] constant(true)
+}}
+
+ENTRY %main (a: {_T}) -> {_T} {{
+  %a = {_T} parameter(0)
+  ROOT %loop = {_T} while(%a), condition=%cond, body=%body
 }}
 """
 
@@ -94,4 +108,10 @@ def test_relu_the_forward_stores_is_no_hinge():
 def test_relu_outside_a_differentiated_loop_is_no_hinge():
     # no scan: the twin keeps the forward's relu live for the weight gradient, no stacking reader
     text = _module().replace("/while/body/", "/")
+    assert unstored_relu_narrows(hloparse.parse(text)) == {}
+
+
+def test_relu_in_a_loop_xla_removed_is_no_hinge():
+    # one trip: XLA inlines the body, and the twin's loop is gone too (no stacks to feed)
+    text = _module().replace("while(%a), condition=%cond, body=%body", "call(%a), to_apply=%body")
     assert unstored_relu_narrows(hloparse.parse(text)) == {}

@@ -76,6 +76,18 @@ def unstored_relu_narrows(module: Module) -> dict[Key, int]:
                 recomputes.append((comp, comp.root, value))
         elif phase(value.op_name) == "forward" and _in_differentiated_loop(value.op_name, "jvp("):
             forwards.append((comp, value))
+    bodies = {name for _, inst in module.instructions() for name in inst.called(CallRole.WHILE_BODY)}
+
+    def in_loop(name: str) -> bool:  # the fusion body's enclosing unfused computation is a while body
+        seen: set[str] = set()
+        while name in callers and name not in seen:
+            seen.add(name)
+            name = callers[name][0][0].name
+        return name in bodies
+
+    # A loop XLA removed (one trip) is gone from the twin too: no stacks, no stacking reader.
+    recomputes = [r for r in recomputes if in_loop(r[0].name)]
+    forwards = [f for f in forwards if in_loop(f[0].name)]
     found: dict[Key, int] = {}
     for comp, narrow, value in recomputes:
         tail = inner_tail(value.op_name)
