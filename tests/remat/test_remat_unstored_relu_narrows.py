@@ -115,3 +115,12 @@ def test_relu_in_a_loop_xla_removed_is_no_hinge():
     # one trip: XLA inlines the body, and the twin's loop is gone too (no stacks to feed)
     text = _module().replace("while(%a), condition=%cond, body=%body", "call(%a), to_apply=%body")
     assert unstored_relu_narrows(hloparse.parse(text)) == {}
+
+
+def test_forward_copy_widening_a_stored_narrow_counts_two_fewer():
+    # the forward copy widens a bf16 bias add (TPU 194): that widen and narrow are the twin's too
+    text = _module().replace("%a = f32[8,16]{1,0} add(%c, %bb)",
+                             "%s = f32[8,16]{1,0} add(%c, %bb)\n  %a16 = bf16[8,16]{1,0} convert(%s)\n"
+                             "  %a = f32[8,16]{1,0} convert(%a16)")
+    assert "%a16" in text
+    assert unstored_relu_narrows(hloparse.parse(text)) == {("relu", "n"): 1}
