@@ -515,6 +515,10 @@ hloflops.remat.collective_fusion_copies).
 On TPU, a marked cheap copy nested in a gradient fusion, of a value this program's forward outputs
 from a fusion of its own, is unsure: the program without remat may read the stored value there
 (hloflops.remat.stored_forward_copies).
+In a scanned layer on TPU, a recompute's relu narrowed in a fusion of its own, whose forward copies
+are all nested in the next matmul's fusion, may be copied by the program without remat into each
+reader, a widen and a narrow each: the readers plus one lower the low end (`twin_copies`;
+hloflops.remat.unstored_relu_narrows).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).

@@ -73,6 +73,7 @@ from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
 from hloflops.remat.twin_packed_masks import twin_packed_mask_copies
+from hloflops.remat.unstored_relu_narrows import unstored_relu_narrows
 from hloflops.remat.fused_residual_stacks import fused_residual_stacks
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
@@ -401,6 +402,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         # loop may pack again: low-end hinges (hloflops.remat.repacked_loop_gathers).
         for key in repacked_loop_gathers(module).keys() - index.remat:
             hinged[key] = max(hinged.get(key, 0), 1)
+        for key, n in unstored_relu_narrows(module).items():  # a relu the twin copies into each reader
+            hinged[key] = max(hinged.get(key, 0), n)
     found = RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
