@@ -19,7 +19,7 @@ from hloflops.remat.linearization_copies import (
 from hloflops.remat.mixed_gradient_fusions import gradient_side_outputs, gradient_sides
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Computation, Module, parameter_number
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 from hloflops.remat.stored_matmul_operands import stored_operand_hinges
 
@@ -534,6 +534,13 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
                 return False
             comp_name = callees[0]
             inst = module.by_name[comp_name].root
+        elif inst.opcode == "get-tuple-element" and inst.operands:
+            # one output of a multi-output fusion (TPU's kOutput fusion handing out the matmul's
+            # rounded residual beside its raw output: ntpu 136): that output of its root tuple
+            found = _fusion_output(module, module.by_name[comp_name].by_name.get(inst.operands[0]), inst)
+            if found is None:
+                return False
+            comp_name, inst = found
         elif is_identity_rounding(inst) and inst.operands:
             source = module.by_name[comp_name].by_name.get(inst.operands[0])
             while source is not None and source.opcode in _LOOKS_THROUGH and source.operands:
@@ -544,6 +551,22 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
         if inst is None:
             return False
     return False
+
+
+def _fusion_output(module: Module, source: Instruction | None, gte: Instruction
+                   ) -> tuple[str, Instruction | None] | None:
+    """(fused computation, op) of the root tuple's element that `gte` reads of the fusion `source`;
+    None where `source` is no fusion (a loop's tuple) or its root no tuple."""
+    if source is None or source.opcode != "fusion":
+        return None
+    callees = list(source.called(CallRole.FUSION))
+    callee = module.by_name.get(callees[0]) if len(callees) == 1 else None
+    if callee is None or callee.root.opcode != "tuple":
+        return None
+    index = int(gte.attributes.get("index", "0"))
+    if not 0 <= index < len(callee.root.operands):
+        return None
+    return callee.name, callee.by_name.get(callee.root.operands[index])
 
 
 def duplicated_expensive(ops: list[SiteOp], fused: Mapping[str, frozenset[str]]) -> set[Key]:
