@@ -20,7 +20,7 @@ _TEXT = """HloModule m, is_scheduled=true
   %p0 = f32[2,4]{1,0} parameter(0)
   %p1 = f32[4,8]{1,0} parameter(1)
   %mm = f32[2,8]{1,0} convolution(%p0, %p1), dim_labels=bf_io->bf, metadata={op_name="jit(loss)/jvp()/dot_general"}
-  %rp = f32[2,8]{1,0} reduce-precision(%mm), exponent_bits=8, mantissa_bits=23, 
+  %rp = f32[2,8]{1,0} reduce-precision(%mm), exponent_bits=8, mantissa_bits=23,
     metadata={op_name="jit(loss)/jvp()/reduce_precision"}
   ROOT %t = (f32[2,8], f32[2,8]) tuple(%rp, %mm)
 }
