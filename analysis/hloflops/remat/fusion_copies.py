@@ -510,14 +510,32 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     found: set[SiteKey] = set()
     for op in ops:
         other = bias_add_input(module, op)
-        if other is not None and _is_saved_matmul(module, callers, op.key[0], other):
+        if other is not None and _is_saved_matmul(module, callers, op.key[0], other,
+                                                  _only_output_derivatives(module, op)):
             found.add(op.key)
     return found
 
 
-def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], comp_name: str, inst) -> bool:
+# Activations whose jvp reads their output, not their input (jax: tanh's `1 - y * y`, logistic's
+# `y * (1 - y)`): a backward without remat reads the stored `y`, never the bias add's sum under it.
+_OUTPUT_DERIVATIVES = frozenset({"tanh", "logistic"})
+
+
+def _only_output_derivatives(module: Module, op: SiteOp) -> bool:
+    """Does every reader of the bias add in its computation apply such an activation? Then the
+    program without remat runs no copy of the add in its backward, whether its forward stored the
+    sum or not; where the sum feeds gelu's polynomial, relu's compare or attention's matmuls, its
+    backward reads the sum and XLA may copy the add there from the stored matmul output (htpu 102
+    and ntpu 170, gelu; tpu 43 and ntpu 148, attention's projections: the twin ran those copies)."""
+    users = module.by_name[op.key[0]].users.get(op.inst.name, ())
+    return bool(users) and all(user.opcode in _OUTPUT_DERIVATIVES for user in users)
+
+
+def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], comp_name: str, inst,
+                     through_outputs: bool = True) -> bool:
     """Is the value a matmul's output handed out through an identity rounding (a saved residual),
-    read through fusion parameters and the views XLA adds?"""
+    read through fusion parameters and the views XLA adds, and where `through_outputs`, one output of
+    a multi-output fusion (`_only_output_derivatives` says where that walk is sure)?"""
     for _ in range(64):
         if inst.opcode in _LOOKS_THROUGH and inst.opcode != "broadcast" and inst.operands:
             inst = module.by_name[comp_name].by_name.get(inst.operands[0])
@@ -534,7 +552,7 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
                 return False
             comp_name = callees[0]
             inst = module.by_name[comp_name].root
-        elif inst.opcode == "get-tuple-element" and inst.operands:
+        elif inst.opcode == "get-tuple-element" and inst.operands and through_outputs:
             # one output of a multi-output fusion (TPU's kOutput fusion handing out the matmul's
             # rounded residual beside its raw output: ntpu 136): that output of its root tuple
             found = _fusion_output(module, module.by_name[comp_name].by_name.get(inst.operands[0]), inst)
