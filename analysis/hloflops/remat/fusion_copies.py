@@ -501,7 +501,9 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     with the matmul's bare output saved, the sum is stored nowhere, and every copy the recompute
     makes of it, nested in a weight gradient's fusion or in a gradient fusion, runs because of
     remat (TPU draw 58: the MLP's `Dense_0` bias add, inside the fusions of `Dense_1`'s weight
-    gradient and of gelu's gradient)."""
+    gradient and of gelu's gradient). Where the matmul's fusion hands the residual out beside its raw
+    output (a multi-output fusion, read through a get-tuple-element), only for a bias add that feeds
+    tanh or logistic alone (`_only_output_derivatives`: TPU ntpu 136, 178 and tpu 39, one device)."""
     callers: dict[str, tuple[str, str]] = {}  # fused computation -> (caller computation, fusion)
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":
