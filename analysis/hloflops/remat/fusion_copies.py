@@ -19,9 +19,10 @@ from hloflops.remat.linearization_copies import (
 from hloflops.remat.mixed_gradient_fusions import gradient_side_outputs, gradient_sides
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
+from hloparse.ir import CallRole, Computation, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 from hloflops.remat.stored_matmul_operands import stored_operand_hinges
+from hloflops.remat.saved_matmul_outputs import fusion_output, only_output_derivatives
 
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
@@ -503,7 +504,7 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     remat (TPU draw 58: the MLP's `Dense_0` bias add, inside the fusions of `Dense_1`'s weight
     gradient and of gelu's gradient). Where the matmul's fusion hands the residual out beside its raw
     output (a multi-output fusion, read through a get-tuple-element), only for a bias add that feeds
-    tanh or logistic alone (`_only_output_derivatives`: TPU ntpu 136, 178 and tpu 39, one device)."""
+    tanh or logistic alone (`only_output_derivatives`: TPU ntpu 136, 178 and tpu 39, one device)."""
     callers: dict[str, tuple[str, str]] = {}  # fused computation -> (caller computation, fusion)
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":
@@ -513,31 +514,16 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     for op in ops:
         other = bias_add_input(module, op)
         if other is not None and _is_saved_matmul(module, callers, op.key[0], other,
-                                                  _only_output_derivatives(module, op)):
+                                                  only_output_derivatives(module, op)):
             found.add(op.key)
     return found
-
-
-# Activations whose jvp reads their output, not their input (jax: tanh's `1 - y * y`, logistic's
-# `y * (1 - y)`): a backward without remat reads the stored `y`, never the bias add's sum under it.
-_OUTPUT_DERIVATIVES = frozenset({"tanh", "logistic"})
-
-
-def _only_output_derivatives(module: Module, op: SiteOp) -> bool:
-    """Does every reader of the bias add in its computation apply such an activation? Then the
-    program without remat runs no copy of the add in its backward, whether its forward stored the
-    sum or not; where the sum feeds gelu's polynomial, relu's compare or attention's matmuls, its
-    backward reads the sum and XLA may copy the add there from the stored matmul output (htpu 102
-    and ntpu 170, gelu; tpu 43 and ntpu 148, attention's projections: the twin ran those copies)."""
-    users = module.by_name[op.key[0]].users.get(op.inst.name, ())
-    return bool(users) and all(user.opcode in _OUTPUT_DERIVATIVES for user in users)
 
 
 def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], comp_name: str, inst,
                      through_outputs: bool = True) -> bool:
     """Is the value a matmul's output handed out through an identity rounding (a saved residual),
     read through fusion parameters and the views XLA adds, and where `through_outputs`, one output of
-    a multi-output fusion (`_only_output_derivatives` says where that walk is sure)?"""
+    a multi-output fusion (`only_output_derivatives` says where that walk is sure)?"""
     for _ in range(64):
         if inst.opcode in _LOOKS_THROUGH and inst.opcode != "broadcast" and inst.operands:
             inst = module.by_name[comp_name].by_name.get(inst.operands[0])
@@ -557,7 +543,7 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
         elif inst.opcode == "get-tuple-element" and inst.operands and through_outputs:
             # one output of a multi-output fusion (TPU's kOutput fusion handing out the matmul's
             # rounded residual beside its raw output: ntpu 136): that output of its root tuple
-            found = _fusion_output(module, module.by_name[comp_name].by_name.get(inst.operands[0]), inst)
+            found = fusion_output(module, module.by_name[comp_name].by_name.get(inst.operands[0]), inst)
             if found is None:
                 return False
             comp_name, inst = found
@@ -571,22 +557,6 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
         if inst is None:
             return False
     return False
-
-
-def _fusion_output(module: Module, source: Instruction | None, gte: Instruction
-                   ) -> tuple[str, Instruction | None] | None:
-    """(fused computation, op) of the root tuple's element that `gte` reads of the fusion `source`;
-    None where `source` is no fusion (a loop's tuple) or its root no tuple."""
-    if source is None or source.opcode != "fusion":
-        return None
-    callees = list(source.called(CallRole.FUSION))
-    callee = module.by_name.get(callees[0]) if len(callees) == 1 else None
-    if callee is None or callee.root.opcode != "tuple":
-        return None
-    index = int(gte.attributes.get("index", "0"))
-    if not 0 <= index < len(callee.root.operands):
-        return None
-    return callee.name, callee.by_name.get(callee.root.operands[index])
 
 
 def duplicated_expensive(ops: list[SiteOp], fused: Mapping[str, frozenset[str]]) -> set[Key]:
