@@ -498,7 +498,9 @@ such value), else they lower the low end (as 1 per kernel cast, which both forwa
 On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands out of the loss's
 own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
 out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
-low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
+low end (`twin_copies`; hloflops.remat.loss_cotangent_copies). Where the loss's fusion is the
+output fusion of the forward's last matmul outside every loop body, the twin copies it into every
+reader: the k - 1 copies are sure (`twin_stores`; hloflops.remat.matmul_loss_cotangents).
 Where a backward fusion of its own narrows that cotangent for k > 1 readers, the twin may copy
 the f32 chain into each and run no narrow: the chain's k - 1 copies lower the low end, the narrow
 raises the high end (hloflops.remat.loss_cotangent_copies.narrowed_cotangent_copies).

@@ -51,6 +51,7 @@ from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.matvec_multiplies import with_matvec_multiplies
 from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
+from hloflops.remat.matmul_loss_cotangents import matmul_loss_cotangents
 from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.nested_gradient_activations import nested_gradient_activations
@@ -366,13 +367,20 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if optimized_named and is_tpu_module(module):  # a scan's twin stacks residuals fused here (fused_residual_stacks)
         stacks.update(fused_residual_stacks(module, op_names, {key[:2] for key in remat}))
     hinged = {key[:2]: n for key, n in twin_copies.items()}
+    cotangent_stores: dict[Key, int] = {}  # hloflops.remat.matmul_loss_cotangents
     if optimized_named and is_tpu_module(module):
         # The loss's cotangent, a checkpoint's cheap input stored once, a chain only the recompute
         # stores: the twin may copy each into every reader; `twin_copies` hinges, never a sure share
         # (hloflops.remat.loss_cotangent_copies, checkpoint_input_copies, gradient_reader_copies).
-        for key, n in (*loss_cotangent_copies(module).items(), *checkpoint_input_copies(module).items(),
+        loss_copies = loss_cotangent_copies(module)
+        for key, n in (*loss_copies.items(), *checkpoint_input_copies(module).items(),
                        *gradient_reader_copies(module).items()):
             hinged[key] = max(hinged.get(key, 0), n)
+        # Of the loss's cotangent, the copies the twin surely runs where it leaves the forward's last
+        # matmul's output fusion: a sure share, no hinge (hloflops.remat.matmul_loss_cotangents).
+        cotangent_stores = matmul_loss_cotangents(module, loss_copies)
+        for key in cotangent_stores:
+            hinged.pop(key, None)
         # And one a fusion of its own narrows for its readers: the twin may copy the f32 chain into each
         # (`twin_copies`) and run no narrow (unsure) (hloflops.remat.loss_cotangent_copies).
         cotangent_copies, cotangent_narrows = narrowed_cotangent_copies(module)
@@ -411,7 +419,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()}
-                      | {key[:2]: n for key, n in select_stores.items()},  # hloflops.remat.stored_selects
+                      | {key[:2]: n for key, n in select_stores.items()}  # hloflops.remat.stored_selects
+                      | cotangent_stores,  # hloflops.remat.matmul_loss_cotangents
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
                       twin_narrows=narrow_elements(module, twin_narrows),
                       twin_trips=peeled_iteration_drops(module) if optimized_named else {},
