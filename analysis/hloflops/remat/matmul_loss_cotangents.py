@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
+from hloflops.remat.gradient_reader_copies import gradient_reader_copies
+from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
 from hloflops.remat.op_kinds import MATMUL_OPCODES
 from hloflops.remat.sites import one_call_site
 from hloflops.scopes import phase
@@ -31,6 +34,28 @@ from hloparse.ir import Computation, Module
 
 # A loop body's op in jax's names: the matmul of a layer XLA peeled out of its loop.
 _LOOP_BODY = "while/body"
+
+
+def loss_cotangent_hinges(module: Module, hinged: dict[tuple[str, str], int]
+                          ) -> tuple[dict[tuple[str, str], int], set[tuple[str, str]]]:
+    """TPU's hinges of copies the twin may make (hloflops.remat.pairing's wiring, moved here): the
+    loss's cotangent, a checkpoint's cheap input stored once, a chain only the recompute stores
+    (loss_cotangent_copies, checkpoint_input_copies, gradient_reader_copies; the twin may copy each
+    into every reader), and the f32 chain a fusion of its own narrows for its readers (its narrows
+    unsure: `narrowed_cotangent_copies`), each into `hinged` as its most copies. Returns the
+    cotangent's copies the twin surely runs (`matmul_loss_cotangents`: a sure share, no hinge) and
+    the unsure narrows."""
+    loss_copies = loss_cotangent_copies(module)
+    for key, n in (*loss_copies.items(), *checkpoint_input_copies(module).items(),
+                   *gradient_reader_copies(module).items()):
+        hinged[key] = max(hinged.get(key, 0), n)
+    stores = matmul_loss_cotangents(module, loss_copies)
+    for key in stores:
+        hinged.pop(key, None)
+    cotangent_copies, cotangent_narrows = narrowed_cotangent_copies(module)
+    for key, n in cotangent_copies.items():
+        hinged[key] = max(hinged.get(key, 0), n)
+    return stores, set(cotangent_narrows)
 
 
 def matmul_loss_cotangents(module: Module, copies: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
