@@ -517,6 +517,9 @@ hloflops.remat.collective_fusion_copies).
 On TPU, a marked cheap copy nested in a gradient fusion, of a value this program's forward outputs
 from a fusion of its own, is unsure: the program without remat may read the stored value there
 (hloflops.remat.stored_forward_copies).
+On TPU, a forward relu fusion's widen of its own bf16 matmul output, where the fusion hands out only
+the narrowed activation and a recompute runs the matmul again, is unsure: the program without remat
+stores the f32 pre-activation and may run no widen (hloflops.remat.narrowed_forward_widens).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).
