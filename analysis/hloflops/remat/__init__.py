@@ -498,7 +498,9 @@ such value), else they lower the low end (as 1 per kernel cast, which both forwa
 On TPU the loss's cotangent `y * (2 / n)`, which XLA's multi-output fusion hands out of the loss's
 own fusion (beside `sum(y * y)`) to k readers, runs once here; the program without remat may hand
 out `y` and copy the multiply into each reader, or merge it alike: k - 1 copies lower the range's
-low end (`twin_copies`; hloflops.remat.loss_cotangent_copies).
+low end (`twin_copies`; hloflops.remat.loss_cotangent_copies). Where the loss's fusion is the
+output fusion of the forward's last matmul outside every loop body, the twin copies it into every
+reader: the k - 1 copies are sure (`twin_stores`; hloflops.remat.matmul_loss_cotangents).
 Where a backward fusion of its own narrows that cotangent for k > 1 readers, the twin may copy
 the f32 chain into each and run no narrow: the chain's k - 1 copies lower the low end, the narrow
 raises the high end (hloflops.remat.loss_cotangent_copies.narrowed_cotangent_copies).
@@ -519,6 +521,9 @@ In a scanned layer on TPU, a recompute's relu narrowed in a fusion of its own, w
 are all nested in the next matmul's fusion, may be copied by the program without remat into each
 reader, a widen and a narrow each: the readers plus one lower the low end (`twin_copies`;
 hloflops.remat.unstored_relu_narrows).
+On TPU, a forward relu fusion's widen of its own bf16 matmul output, where the fusion hands out only
+the narrowed activation and a recompute runs the matmul again, is unsure: the program without remat
+stores the f32 pre-activation and may run no widen (hloflops.remat.narrowed_forward_widens).
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).

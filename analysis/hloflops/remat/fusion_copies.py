@@ -22,6 +22,7 @@ from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 from hloflops.remat.stored_matmul_operands import stored_operand_hinges
+from hloflops.remat.saved_matmul_outputs import fusion_output, only_output_derivatives
 
 
 def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model: set[SiteKey],
@@ -501,7 +502,9 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     with the matmul's bare output saved, the sum is stored nowhere, and every copy the recompute
     makes of it, nested in a weight gradient's fusion or in a gradient fusion, runs because of
     remat (TPU draw 58: the MLP's `Dense_0` bias add, inside the fusions of `Dense_1`'s weight
-    gradient and of gelu's gradient)."""
+    gradient and of gelu's gradient). Where the matmul's fusion hands the residual out beside its raw
+    output (a multi-output fusion, read through a get-tuple-element), only for a bias add that feeds
+    tanh or logistic alone (`only_output_derivatives`: TPU ntpu 136, 178 and tpu 39, one device)."""
     callers: dict[str, tuple[str, str]] = {}  # fused computation -> (caller computation, fusion)
     for comp, inst in module.instructions():
         if inst.opcode == "fusion":
@@ -510,14 +513,17 @@ def saved_matmul_epilogues(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     found: set[SiteKey] = set()
     for op in ops:
         other = bias_add_input(module, op)
-        if other is not None and _is_saved_matmul(module, callers, op.key[0], other):
+        if other is not None and _is_saved_matmul(module, callers, op.key[0], other,
+                                                  only_output_derivatives(module, op)):
             found.add(op.key)
     return found
 
 
-def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], comp_name: str, inst) -> bool:
+def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], comp_name: str, inst,
+                     through_outputs: bool = True) -> bool:
     """Is the value a matmul's output handed out through an identity rounding (a saved residual),
-    read through fusion parameters and the views XLA adds?"""
+    read through fusion parameters and the views XLA adds, and where `through_outputs`, one output of
+    a multi-output fusion (`only_output_derivatives` says where that walk is sure)?"""
     for _ in range(64):
         if inst.opcode in _LOOKS_THROUGH and inst.opcode != "broadcast" and inst.operands:
             inst = module.by_name[comp_name].by_name.get(inst.operands[0])
@@ -534,6 +540,13 @@ def _is_saved_matmul(module: Module, callers: Mapping[str, tuple[str, str]], com
                 return False
             comp_name = callees[0]
             inst = module.by_name[comp_name].root
+        elif inst.opcode == "get-tuple-element" and inst.operands and through_outputs:
+            # one output of a multi-output fusion (TPU's kOutput fusion handing out the matmul's
+            # rounded residual beside its raw output: ntpu 136): that output of its root tuple
+            found = fusion_output(module, module.by_name[comp_name].by_name.get(inst.operands[0]), inst)
+            if found is None:
+                return False
+            comp_name, inst = found
         elif is_identity_rounding(inst) and inst.operands:
             source = module.by_name[comp_name].by_name.get(inst.operands[0])
             while source is not None and source.opcode in _LOOKS_THROUGH and source.operands:

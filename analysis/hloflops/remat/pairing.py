@@ -20,6 +20,7 @@ from hloflops.remat.marks import (
 )
 from hloflops.remat.collectives import collectives_of_recomputes, offsets_of_recomputed_collectives
 from hloflops.remat.fusion_copies import fused_outputs, fusion_copies
+from hloflops.remat.narrowed_forward_widens import narrowed_forward_widens
 from hloflops.remat.by_platform import Decided, float_normalization_rules, tpu_rules
 from hloflops.remat.stored_by_the_recompute import stored_by_the_recompute
 from hloflops.remat.rebuilt_in_gradient_matmuls import rebuilt_in_gradient_matmuls
@@ -50,11 +51,9 @@ from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.matvec_multiplies import with_matvec_multiplies
-from hloflops.remat.loss_cotangent_copies import loss_cotangent_copies, narrowed_cotangent_copies
-from hloflops.remat.checkpoint_input_copies import checkpoint_input_copies
+from hloflops.remat.matmul_loss_cotangents import loss_cotangent_hinges
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.nested_gradient_activations import nested_gradient_activations
-from hloflops.remat.gradient_reader_copies import gradient_reader_copies
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.natural_convolution_forms import natural_convolution_forms
@@ -358,6 +357,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         unsure |= {key[:2] for key in collective_fusion_copies(module, ops) if key not in remat}
     if optimized_named and is_tpu_module(module):  # and of a value the forward stores (stored_forward_copies)
         unsure |= {key[:2] for key in stored_forward_copies(module, ops) if key not in remat}
+    if optimized_named and is_tpu_module(module):  # a widen the twin may not run (narrowed_forward_widens)
+        unsure |= narrowed_forward_widens(module)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
     # backward between them: the FLOPs it runs on the broadcast's copies are remat's.
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
@@ -367,18 +368,12 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     if optimized_named and is_tpu_module(module):  # a scan's twin stacks residuals fused here (fused_residual_stacks)
         stacks.update(fused_residual_stacks(module, op_names, {key[:2] for key in remat}))
     hinged = {key[:2]: n for key, n in twin_copies.items()}
+    cotangent_stores: dict[Key, int] = {}  # hloflops.remat.matmul_loss_cotangents
     if optimized_named and is_tpu_module(module):
-        # The loss's cotangent, a checkpoint's cheap input stored once, a chain only the recompute
-        # stores: the twin may copy each into every reader; `twin_copies` hinges, never a sure share
-        # (hloflops.remat.loss_cotangent_copies, checkpoint_input_copies, gradient_reader_copies).
-        for key, n in (*loss_cotangent_copies(module).items(), *checkpoint_input_copies(module).items(),
-                       *gradient_reader_copies(module).items()):
-            hinged[key] = max(hinged.get(key, 0), n)
-        # And one a fusion of its own narrows for its readers: the twin may copy the f32 chain into each
-        # (`twin_copies`) and run no narrow (unsure) (hloflops.remat.loss_cotangent_copies).
-        cotangent_copies, cotangent_narrows = narrowed_cotangent_copies(module)
-        for key, n in cotangent_copies.items():
-            hinged[key] = max(hinged.get(key, 0), n)
+        # The loss's cotangent, a checkpoint's cheap input, a chain only the recompute stores, one a
+        # fusion of its own narrows: `twin_copies` hinges, never a sure share, but the cotangent's
+        # copies the twin surely runs (hloflops.remat.matmul_loss_cotangents.loss_cotangent_hinges).
+        cotangent_stores, cotangent_narrows = loss_cotangent_hinges(module, hinged)
         unsure |= cotangent_narrows
         # A recompute nested in a backward matmul's operand, which the twin may duplicate from its
         # stored input in place of the forward's stored value: a hinge of one copy, unless already
@@ -414,7 +409,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                           key[:2]: n for key, n in chain_copies.items()}),  # hloflops.remat.stored_gradient_chains
                                             {key: more for key, (_, more, _) in stacks.items() if more}),
                       {key: sure for key, (sure, _, _) in stacks.items()}
-                      | {key[:2]: n for key, n in select_stores.items()},  # hloflops.remat.stored_selects
+                      | {key[:2]: n for key, n in select_stores.items()}  # hloflops.remat.stored_selects
+                      | cotangent_stores,  # hloflops.remat.matmul_loss_cotangents
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
                       twin_narrows=narrow_elements(module, twin_narrows),
                       twin_trips=peeled_iteration_drops(module) if optimized_named else {},

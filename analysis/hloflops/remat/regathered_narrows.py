@@ -26,7 +26,14 @@ collective-permutes, one step per device) reads the narrowed shard as a loop sta
 of the forward's and the backward's windowed loops reads a narrow, and the backward's weight came
 through the barrier. The program without remat narrows each shard once for both (held-out TPU
 draw 123, an offloaded nnx MLP: five weights narrowed again for the backward's loops, convert
--10,048 out of range -> in range)."""
+-10,048 out of range -> in range).
+
+A fused narrow's value may also be an activation, a forward fusion's output: under tensor
+parallelism the partitioner gathers a matmul's f32 output, narrowed, for the next matmul. CSE merges
+the recompute's matmul into the forward's, but the recompute's gather is another collective and
+reads a narrow of its own of that same value; the program without remat reads the forward's
+gathered value once (TPU draws 266, 291, 340, tensor-parallel tanh: convert -1,792, -768, -512 out
+of range -> in range)."""
 
 from __future__ import annotations
 
@@ -114,7 +121,7 @@ def _fused_shard(module: Module, comp: Computation, inst: Instruction, caller: C
     for _ in range(64):
         if outer is None:
             return None
-        if outer.opcode == "parameter":
+        if outer.opcode in ("parameter", "fusion"):  # a program input, or an activation (z6, below)
             return outer.name
         if outer.opcode not in _MOVES or not outer.operands:
             return None
