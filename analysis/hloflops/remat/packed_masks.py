@@ -25,6 +25,8 @@ packs too rests on how XLA laid out its buffers, not on arithmetic this program 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, value_readers
@@ -41,11 +43,21 @@ def packed_masks(module: Module, ops: list[SiteOp], decided) -> None:
     backward_loops = backward_loop_bodies(module, ops)
     if not backward_loops:
         return
+    found = packed_mask_keys(module, ops, lambda mask_ops: all(op.named and op.frame in backward_loops
+                                                               for op in mask_ops))
+    decided.remat |= found
+    decided.certain |= found
+    decided.stand_ins -= found
+
+
+def packed_mask_keys(module: Module, ops: list[SiteOp], accept: Callable[[list[SiteOp]], bool],
+                     with_mask: bool = True) -> set[SiteKey]:
+    """The keys of each mask packing's ops (the widen, shift and OR-reduce) and its unpacks in the
+    readers, for the packings whose mask's ops `accept` takes (the mask's own keys only `with_mask`)."""
     keys: dict[tuple[str, str], list[SiteOp]] = {}
     for op in ops:
         keys.setdefault(op.key[:2], []).append(op)
-    callers = one_call_site(module)
-    readers = None
+    callers, readers = one_call_site(module), None
     found: set[SiteKey] = set()
     for comp in module.computations:
         for inst in comp.instructions:
@@ -56,17 +68,14 @@ def packed_masks(module: Module, ops: list[SiteOp], decided) -> None:
                 continue
             names, mask = chain
             mask_ops = keys.get((comp.name, mask.name), [])
-            if not mask_ops or not all(op.named and op.frame in backward_loops for op in mask_ops):
-                continue
             caller = callers.get(comp.name)
-            if caller is None:
+            if not mask_ops or not accept(mask_ops) or caller is None:
                 continue
             readers = readers if readers is not None else value_readers(module)
-            for name in names | mask_unpacks(module, caller, comp, inst, readers):
+            names = names | mask_unpacks(module, caller, comp, inst, readers)
+            for name in names if with_mask else names - {(comp.name, mask.name)}:
                 found |= {op.key for op in keys.get(name, ())}
-    decided.remat |= found
-    decided.certain |= found
-    decided.stand_ins -= found
+    return found
 
 
 def is_or_reduce(module: Module, reduce: Instruction) -> bool:

@@ -46,9 +46,9 @@ from hloflops.cost.tpu import is_tpu_module
 from hloflops.remat.fusion_copies import backward_loop_bodies
 from hloflops.remat.names import REMAT_SCOPE
 from hloflops.remat.packed_conv_inputs import is_spatial_convolution
-from hloflops.remat.packed_masks import is_or_reduce, mask_packing, mask_unpacks
+from hloflops.remat.packed_masks import packed_mask_keys
 from hloflops.remat.readers import VIEWS, output_readers
-from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers, one_call_site, value_readers
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -160,29 +160,8 @@ def shared_mask_packings(module: Module, ops: list[SiteOp], decided) -> None:
     if not is_tpu_module(module):
         return
     loops = backward_loop_bodies(module, ops)
-    keys: dict[tuple[str, str], list[SiteOp]] = {}
-    for op in ops:
-        keys.setdefault(op.key[:2], []).append(op)
-    callers, readers = one_call_site(module), None
-    found: set[SiteKey] = set()
-    for comp in module.computations:
-        for inst in comp.instructions:
-            if inst.opcode != "reduce" or not is_or_reduce(module, inst):
-                continue
-            chain = mask_packing(comp, inst)
-            if chain is None:
-                continue
-            names, mask = chain
-            mask_ops = keys.get((comp.name, mask.name), [])
-            if not mask_ops or not all(op.named and phase(op.op_name) == "backward" and op.frame not in loops
-                                       for op in mask_ops):
-                continue
-            caller = callers.get(comp.name)
-            if caller is None:
-                continue
-            readers = readers if readers is not None else value_readers(module)
-            for name in (names | mask_unpacks(module, caller, comp, inst, readers)) - {(comp.name, mask.name)}:
-                found |= {op.key for op in keys.get(name, ())}
+    found = packed_mask_keys(module, ops, lambda mask_ops: all(
+        op.named and phase(op.op_name) == "backward" and op.frame not in loops for op in mask_ops), with_mask=False)
     decided.remat -= found
     decided.certain |= found
     decided.paired_by_value -= found
