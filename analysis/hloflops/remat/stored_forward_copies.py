@@ -23,7 +23,7 @@ from hloflops.remat.names import inner_tail, ends_with, is_remat_named
 from hloflops.remat.op_kinds import DUPLICATED
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Module
+from hloparse.ir import CallRole, Instruction, Module
 
 
 def stored_forward_copies(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
@@ -31,11 +31,13 @@ def stored_forward_copies(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     another fusion whose value (inner name and dimensions) a top-level forward fusion outputs."""
     callees: dict[str, list[str]] = {}
     nested_in_fusion: set[str] = set()
-    for _, inst in module.instructions():
+    fused_by: dict[str, tuple[str, Instruction]] = {}  # a fused computation -> its fusion's frame, fusion
+    for comp, inst in module.instructions():
         if inst.opcode == "fusion":
             called = list(inst.called(CallRole.FUSION))
             callees[inst.name] = called
             nested_in_fusion.update(called)
+            fused_by.update((name, (comp.name, inst)) for name in called)
     stored: dict[tuple[int, ...], list[str]] = {}  # forward fusion outputs, by dimensions
     for comp, inst in module.instructions():
         if inst.opcode == "fusion" and comp.name not in nested_in_fusion and inst.shape.is_array \
@@ -49,6 +51,8 @@ def stored_forward_copies(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
                 or not inst.op_name or not is_remat_named(inst):
             continue
         tail = inner_tail(inst.op_name)
+        if phase(_outermost_fusion(fused_by, comp.name).op_name or "") != "backward":
+            continue  # nested in a forward fusion (a convolution's packed operand): not a gradient's copy
         if tail and any(ends_with(name, tail) for name in stored.get(inst.shape.dims, ())):
             todo = list(callees.get(inst.name, ()))
             while todo:
@@ -58,3 +62,11 @@ def stored_forward_copies(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
                     todo.extend(c for i in module.by_name[name].instructions if i.opcode == "fusion"
                                 for c in i.called(CallRole.FUSION))
     return {op.key for op in ops if op.marked and op.inst.opcode in DUPLICATED and op.key[0] in copied}
+
+
+def _outermost_fusion(fused_by: dict[str, tuple[str, Instruction]], comp: str) -> Instruction:
+    """The top-level fusion instruction the fused computation `comp` runs inside."""
+    frame, inst = fused_by[comp]
+    while frame in fused_by:
+        frame, inst = fused_by[frame]
+    return inst
