@@ -21,18 +21,13 @@ kept there, which the forward reads too).
 
 from __future__ import annotations
 
-from hloflops.remat.moved_values import HOST_MEMORY_SPACE
+from hloflops.remat.moved_values import lies_on_host
 from hloflops.remat.names import ends_with, inner_tail, remat_depth, remat_level
 from hloflops.remat.op_kinds import MATMUL_OPCODES
 from hloflops.remat.signature import signature
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
-from hloparse.ir import Computation, Instruction, Module, Shape
-
-
-def _on_host(shape: Shape) -> bool:
-    parts = shape.tuple_shapes if shape.is_tuple else (shape,)
-    return any(part.layout is not None and part.layout.memory_space == HOST_MEMORY_SPACE for part in parts)
+from hloparse.ir import Computation, Instruction, Module
 
 
 def _written_to_host(comp: Computation, inst: Instruction) -> bool:
@@ -47,7 +42,7 @@ def _written_to_host(comp: Computation, inst: Instruction) -> bool:
             operand = comp.by_name.get(name)
             if operand is None:
                 continue
-            if _on_host(operand.shape):
+            if lies_on_host(operand.shape):
                 pending.append(operand)
             elif operand.shape.dims and operand.opcode != "parameter":
                 return True  # a device array written into the host value
@@ -66,7 +61,7 @@ def _read_from_host(comp: Computation, start: Instruction, memo: dict[str, bool]
             operand = comp.by_name.get(name)
             if operand is None:
                 continue
-            if _on_host(operand.shape):
+            if lies_on_host(operand.shape):
                 if name not in memo:
                     memo[name] = _written_to_host(comp, operand)
                 if memo[name]:
@@ -79,7 +74,7 @@ def _read_from_host(comp: Computation, start: Instruction, memo: dict[str, bool]
 def host_read_recomputes(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
     """The unpaired remat-named matmuls computed from a residual read back from the host that a
     forward twin left over pairs with (module docstring)."""
-    if not any(_on_host(inst.shape) for _, inst in module.instructions()):
+    if not any(lies_on_host(inst.shape) for _, inst in module.instructions()):
         return set()
     callers = one_call_site(module)
     memo: dict[str, bool] = {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from hloflops.remat.moved_values import HOST_MEMORY_SPACE
+from hloflops.remat.moved_values import lies_on_host
 from hloflops.remat.readers import VIEWS
 from hloflops.remat.sites import source_value
 from hloparse.ir import Computation, Instruction, Module
@@ -27,12 +27,6 @@ _PASSES = VIEWS | frozenset({"async-start", "async-done", "slice-start", "slice-
 _JOIN = "ConcatBitcast"
 
 
-def _on_host(inst: Instruction) -> bool:
-    shape = inst.shape
-    parts = shape.tuple_shapes if shape.is_tuple else (shape,)
-    return any(part.layout is not None and part.layout.memory_space == HOST_MEMORY_SPACE for part in parts)
-
-
 def read_back_from_host(module: Module, callers: Mapping[str, tuple[Computation, Instruction] | None],
                         comp: Computation, name: str) -> bool:
     """Is the value `name` of `comp` (through the fusion's parameters, views and slices) one the
@@ -41,11 +35,11 @@ def read_back_from_host(module: Module, callers: Mapping[str, tuple[Computation,
 
     def passes(inst: Instruction) -> bool:
         if inst.opcode in _PASSES or (inst.opcode == "custom-call" and inst.custom_call_target == _JOIN):
-            if _on_host(inst):
+            if lies_on_host(inst.shape):
                 crossed.append(inst)
             return True
         return False
 
     source = source_value(module, callers, comp, name, passes, 16)
     # the source is the device value the program sent out (not a parameter living on the host)
-    return bool(crossed) and source is not None and not _on_host(source[1])
+    return bool(crossed) and source is not None and not lies_on_host(source[1].shape)

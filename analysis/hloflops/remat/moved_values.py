@@ -39,6 +39,11 @@ def _on_host(shape: Shape) -> bool:
     return shape.layout is not None and shape.layout.memory_space == HOST_MEMORY_SPACE
 
 
+def lies_on_host(shape: Shape) -> bool:
+    """Does the shape, or any part of a tuple shape, lie in the host's memory space?"""
+    return any(_on_host(part) for part in (shape.tuple_shapes if shape.is_tuple else (shape,)))
+
+
 class MovedValues:
     """Numbers the moves for a value numbering (`numbering`, hloflops.remat.values): `number`
     returns an op's (exact, abstract), or None where the op is not a move numbered here."""
