@@ -22,11 +22,11 @@ ENTRY main {
   h = f32[8,8] dot(xb, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
   t = f32[8,8] tanh(h), metadata={op_name="@F/tanh"}
   n = bf16[8,8] convert(t)
-  p = bf16[8,8] collective-permute(n), source_target_pairs={{0,1},{1,0}}, @T, metadata={op_name="@F/Dense_1/dot_general"}
+  p = bf16[8,8] collective-permute(n), source_target_pairs=@P, @T, metadata={op_name="@F/Dense_1/dot_general"}
   n.r = bf16[8,8] convert(t)
-  p.r = bf16[8,8] collective-permute(n.r), source_target_pairs={{0,1},{1,0}}, metadata={op_name="@R/Dense_1/dot_general"}
+  p.r = bf16[8,8] collective-permute(n.r), source_target_pairs=@P, metadata={op_name="@R/Dense_1/dot_general"}
   n.b = bf16[8,8] convert(t)
-  p.b = bf16[8,8] collective-permute(n.b), source_target_pairs={{0,1},{1,0}}, metadata={op_name="@B/Dense_1/dot_general"}
+  p.b = bf16[8,8] collective-permute(n.b), source_target_pairs=@P, metadata={op_name="@B/Dense_1/dot_general"}
   m = f32[8,8] multiply(t, g), metadata={op_name="@B/mul"}
   ROOT out = (bf16[8,8], bf16[8,8], bf16[8,8], f32[8,8]) tuple(p, p.r, p.b, m)
 }
@@ -35,10 +35,12 @@ ENTRY main {
 
 def _parsed(text: str):
     """@F the forward, @R the checkpoint's recompute, @B its backward; @D a matmul's dimensions;
+    @P a permute's pairs;
     @L the entry's layout and @T TPU's backend config (what makes it a TPU module)."""
     for short, long in (("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
                         ("@R", "jit(loss)/transpose(jvp())/checkpoint/rematted_computation"),
                         ("@B", "jit(loss)/transpose(jvp())/checkpoint"), ("@F", "jit(loss)/jvp()"),
+                        ("@P", "{{0,1},{1,0}}"),
                         ("@L", "{(f32[8,64]{1,0:T(8,128)})->f32[8,8]{1,0:T(8,128)}}"),
                         ("@T", 'backend_config={"scoped_memory_configs":[]}')):
         text = text.replace(short, long)
@@ -57,8 +59,10 @@ def test_the_forwards_and_the_backwards_own_permute_narrows_stay_the_models():
 
 
 def test_a_narrow_read_by_more_than_permutes_is_left_alone():
-    text = HLO.replace("  n.b = bf16[8,8] convert(t)\n", "  n.b = bf16[8,8] convert(t)\n  q = bf16[8,8] negate(n.r)\n")
+    narrow = "  n.b = bf16[8,8] convert(t)\n"
+    text = HLO.replace(narrow, narrow + "  q = bf16[8,8] negate(n.r)\n")
+    outputs = "(bf16[8,8], bf16[8,8], bf16[8,8], f32[8,8]"
     text = text.replace("tuple(p, p.r, p.b, m)", "tuple(p, p.r, p.b, m, q)").replace(
-        "(bf16[8,8], bf16[8,8], bf16[8,8], f32[8,8]) tuple", "(bf16[8,8], bf16[8,8], bf16[8,8], f32[8,8], bf16[8,8]) tuple")
+        outputs + ") tuple", outputs + ", bf16[8,8]) tuple")
     assert "negate(n.r)" in text
     assert ("main", "n.r") not in find_remat(_parsed(text))
