@@ -573,6 +573,9 @@ maximums in a `while` body), where the backward loop packs a recomputed layer's 
 elements than the forward loop, may be
 packed again by the program without remat's backward loop, which reads stacked residuals: a hinge of
 one copy of each packing's maximums and converts (`twin_copies`; hloflops.remat.repacked_loop_gathers).
+Where they fire, the twin's backward loop may compute a layer's weight gradient from those windows,
+adding its partial gradients: each forward windowed matmul's window beyond the first is a low-end
+hinge of one add of its kernel's elements (`twin_sums`; hloflops.remat.windowed_gradient_sums).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

@@ -18,7 +18,8 @@ def remat_hinges(rows: Sequence[Row], index: RematIndex) -> tuple[RematHinge, ..
     narrows = index.twin_narrows  # converts of a row's result (no FLOPs of its own to copy)
     trips = index.twin_trips  # one trip more of a peeled loop's op: hloflops.remat.peeled_iterations
     forms = index.twin_forms  # a packed layer's weight gradient: hloflops.remat.weight_gradient_forms
-    if not (index.weak or index.unsure or twin or narrows or trips or forms):
+    sums = index.twin_sums  # a windowed weight gradient's partial sums: hloflops.remat.windowed_gradient_sums
+    if not (index.weak or index.unsure or twin or narrows or trips or forms or sums):
         return ()
 
     def counted(r: Row) -> int:  # the remat FLOPs of the row's own (not the twin's stores taken off)
@@ -36,6 +37,9 @@ def remat_hinges(rows: Sequence[Row], index: RematIndex) -> tuple[RematHinge, ..
         tuple(RematHinge(r.name, r.computation, r.opcode, r.total.flops // trips[(r.computation, r.name)],
                          counted(r) > 0, 1)
               for r in rows if r.total.flops and (r.computation, r.name) in trips) + \
+        tuple(RematHinge(r.name, r.computation, "add", r.executions * sums[(r.computation, r.name)],
+                         counted(r) > 0, 1)
+              for r in rows if (r.computation, r.name) in sums) + \
         _form_hinges(rows, forms, counted)
 
 

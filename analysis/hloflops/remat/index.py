@@ -47,6 +47,10 @@ class RematIndex:
     # execution (negative: the low end; positive: the high end; None: a packing's own FLOPs, the
     # high end) (hloflops.remat.weight_gradient_forms; a range hinge, never the split).
     twin_forms: Mapping[Key, int | None] = field(default_factory=dict)
+    # A forward windowed matmul's convolution whose weight gradient the twin may sum window by window:
+    # key -> elements of one partial-sum add per execution (hloflops.remat.windowed_gradient_sums;
+    # lowers the range's low end only).
+    twin_sums: Mapping[Key, int] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.remat

@@ -59,6 +59,7 @@ from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.natural_convolution_forms import natural_convolution_forms
 from hloflops.remat.conv_operand_narrows import weak_operand_narrows
 from hloflops.remat.repacked_loop_gathers import repacked_loop_gathers
+from hloflops.remat.windowed_gradient_sums import windowed_gradient_sums
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -417,7 +418,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
                       # and a natural convolution where this program packs that geometry (natural_convolution_forms)
                       twin_forms={**natural_convolution_forms(module), **weight_gradient_forms(module)}
-                      if optimized_named else {})
+                      if optimized_named else {},
+                      # a windowed weight gradient's partial sums the twin may add (windowed_gradient_sums)
+                      twin_sums=windowed_gradient_sums(module) if optimized_named else {})
     # A matvec's unnamed multiply shares its reduce's answer (hloflops.remat.matvec_multiplies).
     return with_matvec_multiplies(module, found) if optimized_named and is_tpu_module(module) else found
 
