@@ -19,7 +19,16 @@ broadcast: XLA's all-gather folded into the backward's all-reduce; TPU 293).
 
 The loop's products are not remat: the program without remat runs the same product once, its
 multiplies the same. Its reduce is (trips - 1) x outputs adds shorter (each trip reduces a part;
-the loop's accumulating adds sum the parts): that share is a hinge, in the range only."""
+the loop's accumulating adds sum the parts): a negative remat share of the reduce opcode (-256 on
+TPU 191, two loops of 2 trips and 128 outputs) no rule counts yet; the ranges so far hold it (the
+recompute's own reduces are hinges there). The counted ops are weak, as the sibling rules' are:
+the low end stays where it was.
+
+On TPU draws 0-419 it fires on 124 (2 loops), 162 (3), 191 (2) and 293 (2): in each, the loops
+the program without remat lacks, and on no program without remat. The forward matvec window
+loops it does not mark (TPU 31, 80, 121, 174, 190, 193, 210, 270, 393, 407) are as many in the
+program without remat; TPU 404 (haiku layer stack, offload: two in the remat program's entry,
+one in the twin's scan body) shows none of the signs and is left."""
 
 from __future__ import annotations
 
