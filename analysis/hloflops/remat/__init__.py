@@ -338,6 +338,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    remat name (haiku), for a loop named as its matmul.
    So where the backward all-gathers the saved activation itself, under the transpose's name,
    in the loop's own frame (hloflops.remat.regathered_forward_windows).
+   So for a loop whose products XLA writes as multiply and reduce (a matrix-vector product), also
+   where the gather is an all-reduce of the value written into zeros (hloflops.remat.windowed_matvec_loops).
    Under FSDP, an activation TPU gathers in windows (collective-permutes, `-inf` pad maximums)
    for a forward matmul and again for its weight gradient in one frame: the program without remat
    gathers it once for both, so the windows' concatenations, row selections and partial sums are

@@ -45,6 +45,7 @@ from hloflops.remat.type_corrections import type_corrections, widens_of_uncounte
 from hloflops.remat.widen_counts import balanced_widens
 from hloflops.remat.windowed_forward_recomputes import windowed_forward_recomputes
 from hloflops.remat.windowed_matmuls import windowed_recomputes
+from hloflops.remat.windowed_matvec_loops import windowed_matvec_loops
 from hloparse.ir import Module
 
 
@@ -133,6 +134,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
     # ... or regathers the saved activation itself in the loop's frame (hloflops.remat.regathered_forward_windows).
     windowed, narrowed_for_it = regathered_forward_windows(module, ops)
+    d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
+    # ... the same for a loop whose products XLA writes as multiply and reduce (hloflops.remat.windowed_matvec_loops).
+    windowed, narrowed_for_it = windowed_matvec_loops(module, ops)
     d.remat, d.certain, d.stand_ins = d.remat | windowed, d.certain | windowed, d.stand_ins | narrowed_for_it
     # An activation window-gathered for its forward matmul and again for its weight gradient, which
     # the program without remat gathers once for both: the windows' concatenations, row selections
