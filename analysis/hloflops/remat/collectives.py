@@ -124,8 +124,11 @@ def repeated_gathers(module: Module, ops: list[tuple[SiteKey, Instruction, bool]
         if not any(shards):
             continue
         seen = gathered.setdefault((key[0], key[2]), set())
-        again = [shard is not None and shard in seen for shard in shards]
-        seen.update(shard for shard in shards if shard is not None)
+        again = []
+        for shard in shards:  # one variadic all-reduce may gather a shard twice (the combiner merged both)
+            again.append(shard is not None and shard in seen)
+            if shard is not None:
+                seen.add(shard)
         if not any(again) or not _read_by_a_recompute(module, comp, inst, remat, recomputing, key[2]):
             continue
         sizes = [_elements(comp, name) for name in inst.operands]
