@@ -1,0 +1,62 @@
+"""An FSDP weight gathered twice within one variadic all-reduce (analysis/hloflops/remat/
+collectives.py, `repeated_gathers`). TPU gathers a small weight's shards with an all-reduce of each
+shard written into zeros at the device's offset; a checkpoint's recompute reads its weights through
+the barrier on its inputs, so it gathers the weight again, and where XLA's combiner puts that gather
+in the same all-reduce as the forward's own, the shard is gathered twice by one instruction. The
+program without remat gathers it once (held-out xtpu 363 and ntpu 143, whole-model checkpoints
+under FSDP: all-reduce -64 after optimization). Here `ar` gathers the bias shard `b` for the
+forward's bias add `y` and again for the recompute's `y.r`: half its elements are remat."""
+
+from __future__ import annotations
+
+from tests.remat.judge import by_opcode
+from tests.remat.test_remat_repeated_gathers import _parsed
+
+import hloflops.accounting as accounting
+from hloflops.remat import find_remat
+
+HLO = """HloModule gathered_twice, is_scheduled=true
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,8] parameter(1)
+  b = f32[2] parameter(2)
+  g = f32[8,8] parameter(3)
+  id = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(id, two)
+  zero = f32[] constant(0)
+  zeros = f32[8] broadcast(zero), dimensions={}
+  dus = f32[8] dynamic-update-slice(zeros, b, off)
+  zeros.r = f32[8] broadcast(zero), dimensions={}
+  dus.r = f32[8] dynamic-update-slice(zeros.r, b, off)
+  ar = (f32[8], f32[8]) all-reduce(dus, dus.r), to_apply=sum
+  gf = f32[8] get-tuple-element(ar), index=0
+  gr = f32[8] get-tuple-element(ar), index=1
+  h = f32[8,8] dot(x, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
+  bb = f32[8,8] broadcast(gf), dimensions={1}, metadata={op_name="@F/Dense_0/add"}
+  y = f32[8,8] add(h, bb), metadata={op_name="@F/Dense_0/add"}
+  t = f32[8,8] tanh(y), metadata={op_name="@F/tanh"}
+  h.r = f32[8,8] dot(x, w), @D, metadata={op_name="@R/Dense_0/dot_general"}
+  bb.r = f32[8,8] broadcast(gr), dimensions={1}, metadata={op_name="@R/Dense_0/add"}
+  y.r = f32[8,8] add(h.r, bb.r), metadata={op_name="@R/Dense_0/add"}
+  t.r = f32[8,8] tanh(y.r), metadata={op_name="@R/tanh"}
+  m = f32[8,8] multiply(t.r, g), metadata={op_name="@B/mul"}
+  ROOT out = (f32[8,8], f32[8,8]) tuple(t, m)
+}
+"""
+
+
+def test_a_shard_gathered_twice_by_one_all_reduce_is_remat_for_the_second_gather():
+    module = _parsed(HLO)
+    index = find_remat(module)
+    assert ("main", "y.r") in index  # the recompute reading the second gather
+    assert ("main", "ar") in index and index.partial[("main", "ar")] == (8, 16)
+    assert ("main", "ar") not in index.weak
+    assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8
