@@ -120,7 +120,7 @@ def repeated_gathers(module: Module, ops: list[tuple[SiteKey, Instruction, bool]
         if inst.opcode not in ("all-reduce", "all-reduce-start") or not inst.operands:
             continue
         comp = module.by_name[key[0]]
-        shards = [_gathered_shard(comp, name) for name in inst.operands]
+        shards = [_gathered_shard(module, comp, name) for name in inst.operands]
         if not any(shards):
             continue
         seen = gathered.setdefault((key[0], key[2]), set())
@@ -138,20 +138,50 @@ def repeated_gathers(module: Module, ops: list[tuple[SiteKey, Instruction, bool]
     return found
 
 
-def _gathered_shard(comp: Computation, name: str) -> str | None:
+def _gathered_shard(module: Module, comp: Computation, name: str) -> str | None:
     """The shard an all-reduce operand gathers, where it is one (a shard written into zeros at the
-    device's offset), through the moves and views that hand it on; else None."""
+    device's offset), through the moves and views that hand it on; else None. The write may be a
+    loop fusion's root, its zeros and shard the fusion's operands (wtpu 353: the forward's gather
+    fused its shard's bitcast with the write, the recompute's gather of that shard did not)."""
     inst = comp.by_name.get(name)
-    if inst is None or inst.opcode != "dynamic-update-slice" or len(inst.operands) < 2 \
-            or not _zeros(comp, inst.operands[0]):
+    if inst is None:
         return None
-    name = inst.operands[1]
+    if inst.opcode == "fusion":
+        written = _fused_write(module, inst)
+    elif inst.opcode == "dynamic-update-slice" and len(inst.operands) >= 2:
+        written = inst.operands[0], inst.operands[1]
+    else:
+        written = None
+    if written is None or not _zeros(comp, written[0]):
+        return None
+    name = written[1]
     for _ in range(64):
         inst = comp.by_name.get(name)
         if inst is None or not inst.operands or inst.opcode not in _MOVES:
             return name
         name = inst.operands[0]
     return None
+
+
+def _fused_write(module: Module, fusion: Instruction) -> tuple[str, str] | None:
+    """Where a fusion's root writes a value into another at an offset, both of them (through views)
+    the fusion's operands: the names of those two operands in the computation around it; else None."""
+    callee = _callee(module, fusion)
+    if callee is None or not callee.instructions or callee.root.opcode != "dynamic-update-slice" \
+            or len(callee.root.operands) < 2:
+        return None
+    outer: list[str] = []
+    for name in callee.root.operands[:2]:
+        inst = callee.by_name.get(name)
+        while inst is not None and inst.opcode in _PASSING and inst.operands:
+            inst = callee.by_name.get(inst.operands[0])
+        if inst is None or inst.opcode != "parameter":
+            return None
+        number = int(inst.attributes.get("parameter_number", "-1"))
+        if not 0 <= number < len(fusion.operands):
+            return None
+        outer.append(fusion.operands[number])
+    return outer[0], outer[1]
 
 
 def _zeros(comp: Computation, name: str) -> bool:
