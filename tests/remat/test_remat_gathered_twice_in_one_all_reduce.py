@@ -60,3 +60,61 @@ def test_a_shard_gathered_twice_by_one_all_reduce_is_remat_for_the_second_gather
     assert ("main", "ar") in index and index.partial[("main", "ar")] == (8, 16)
     assert ("main", "ar") not in index.weak
     assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8
+
+
+FUSED = """HloModule gathered_again_after_a_fused_write, is_scheduled=true
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+write {
+  into = f32[8] parameter(0)
+  at = u32[] parameter(1)
+  shard = f32[1,2] parameter(2)
+  flat = f32[2] bitcast(shard)
+  ROOT w = f32[8] dynamic-update-slice(into, flat, at)
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,8] parameter(1)
+  b = f32[1,2] parameter(2)
+  g = f32[8,8] parameter(3)
+  id = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(id, two)
+  zero = f32[] constant(0)
+  zeros = f32[8] broadcast(zero), dimensions={}
+  dus = f32[8] fusion(zeros, off, b), kind=kLoop, calls=write
+  ar = f32[8] all-reduce(dus), to_apply=sum
+  h = f32[8,8] dot(x, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
+  bb = f32[8,8] broadcast(ar), dimensions={1}, metadata={op_name="@F/Dense_0/add"}
+  y = f32[8,8] add(h, bb), metadata={op_name="@F/Dense_0/add"}
+  t = f32[8,8] tanh(y), metadata={op_name="@F/tanh"}
+  flat.r = f32[2] bitcast(b)
+  zeros.r = f32[8] broadcast(zero), dimensions={}
+  dus.r = f32[8] dynamic-update-slice(zeros.r, flat.r, off)
+  ar.r = f32[8] all-reduce(dus.r), to_apply=sum
+  h.r = f32[8,8] dot(x, w), @D, metadata={op_name="@R/Dense_0/dot_general"}
+  bb.r = f32[8,8] broadcast(ar.r), dimensions={1}, metadata={op_name="@R/Dense_0/add"}
+  y.r = f32[8,8] add(h.r, bb.r), metadata={op_name="@R/Dense_0/add"}
+  t.r = f32[8,8] tanh(y.r), metadata={op_name="@R/tanh"}
+  m = f32[8,8] multiply(t.r, g), metadata={op_name="@B/mul"}
+  ROOT out = (f32[8,8], f32[8,8]) tuple(t, m)
+}
+"""
+
+
+def test_a_shard_the_forward_gathered_through_a_fused_write_is_gathered_again_by_the_recompute():
+    """The forward's gather writes its shard into zeros inside a loop fusion (its bitcast fused
+    with the write), the recompute's gather does not (held-out wtpu 353, FSDP: all-reduce -128
+    after optimization): the recompute's all-reduce gathers that shard again, all of it remat."""
+    module = _parsed(FUSED)
+    index = find_remat(module)
+    assert ("main", "y.r") in index
+    assert ("main", "ar.r") in index and ("main", "ar.r") not in index.partial
+    assert ("main", "ar.r") not in index.weak and ("main", "ar") not in index
+    assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8
