@@ -118,3 +118,63 @@ def test_a_shard_the_forward_gathered_through_a_fused_write_is_gathered_again_by
     assert ("main", "ar.r") in index and ("main", "ar.r") not in index.partial
     assert ("main", "ar.r") not in index.weak and ("main", "ar") not in index
     assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8
+
+
+NESTED = """HloModule gathered_again_for_a_nested_recompute, is_scheduled=true
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+bias {
+  h.p = f32[8,8] parameter(0)
+  g.p = f32[8] parameter(1)
+  bb.r = f32[8,8] broadcast(g.p), dimensions={1}, metadata={op_name="@R/Dense_0/add"}
+  ROOT y.r = f32[8,8] add(h.p, bb.r), metadata={op_name="@R/Dense_0/add"}
+}
+
+gradient {
+  h.o = f32[8,8] parameter(0)
+  g.o = f32[8] parameter(1)
+  d.o = f32[8,8] parameter(2)
+  f.r = f32[8,8] fusion(h.o, g.o), kind=kLoop, calls=bias, metadata={op_name="@R/Dense_0/add"}
+  ROOT m = f32[8,8] multiply(f.r, d.o), metadata={op_name="@B/mul"}
+}
+
+ENTRY main {
+  x = f32[8,16] parameter(0)
+  w = f32[16,8] parameter(1)
+  b = f32[2] parameter(2)
+  g = f32[8,8] parameter(3)
+  id = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(id, two)
+  zero = f32[] constant(0)
+  zeros = f32[8] broadcast(zero), dimensions={}
+  dus = f32[8] dynamic-update-slice(zeros, b, off)
+  ar = f32[8] all-reduce(dus), to_apply=sum
+  h = f32[8,8] dot(x, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
+  bb = f32[8,8] broadcast(ar), dimensions={1}, metadata={op_name="@F/Dense_0/add"}
+  y = f32[8,8] add(h, bb), metadata={op_name="@F/Dense_0/add"}
+  t = f32[8,8] tanh(y), metadata={op_name="@F/tanh"}
+  zeros.r = f32[8] broadcast(zero), dimensions={}
+  dus.r = f32[8] dynamic-update-slice(zeros.r, b, off)
+  ar.r = f32[8] all-reduce(dus.r), to_apply=sum
+  h.r = f32[8,8] dot(x, w), @D, metadata={op_name="@R/Dense_0/dot_general"}
+  m = f32[8,8] fusion(h.r, ar.r, g), kind=kOutput, calls=gradient, metadata={op_name="@B/mul"}
+  ROOT out = (f32[8,8], f32[8,8]) tuple(t, m)
+}
+"""
+
+
+def test_a_gather_read_by_a_recompute_nested_in_a_fusion_is_gathered_again():
+    """The recompute's bias add that reads the gathered weight sits in a loop fusion nested in the
+    backward's fusion (an async collective fusion nests it so: xtpu 394, a loop under FSDP,
+    all-reduce -256 after optimization): the recompute's gather is remat."""
+    module = _parsed(NESTED)
+    index = find_remat(module)
+    assert ("bias", "y.r") in index and ("gradient", "m") not in index
+    assert ("main", "ar.r") in index and ("main", "ar") not in index
+    assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8

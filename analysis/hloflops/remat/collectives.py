@@ -205,8 +205,27 @@ def _read_by_a_recompute(module: Module, comp: Computation, inst: Instruction, r
         if reader.opcode in _HANDING_ON:
             todo += comp.users.get(reader.name, ())
     return any((comp.name, reader.name, site) in remat
-               or (reader.opcode == "fusion" and any(c in recomputing for c in reader.called(CallRole.FUSION)))
+               or (reader.opcode == "fusion" and _fuses_a_recompute(module, reader, recomputing))
                for reader in readers)
+
+
+def _fuses_a_recompute(module: Module, fusion: Instruction, recomputing: set[str]) -> bool:
+    """Does the fusion hold a recompute, in its own computation or in a fusion nested in it (an
+    async collective fusion nests the recompute's loop fusion that reads the gathered weight: ntpu
+    132, hk_loop under FSDP, all-reduce -64 before)?"""
+    todo = list(fusion.called(CallRole.FUSION))
+    seen: set[str] = set()
+    while todo and len(seen) < 64:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in recomputing:
+            return True
+        callee = module.by_name.get(name)
+        if callee is not None:
+            todo += [c for inst in callee.instructions if inst.opcode == "fusion" for c in inst.called(CallRole.FUSION)]
+    return False
 
 
 def _elements(comp: Computation, name: str) -> int | None:
