@@ -178,3 +178,60 @@ def test_a_gather_read_by_a_recompute_nested_in_a_fusion_is_gathered_again():
     assert ("bias", "y.r") in index and ("gradient", "m") not in index
     assert ("main", "ar.r") in index and ("main", "ar") not in index
     assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8
+
+
+CAST = """HloModule gathered_again_as_a_cast, is_scheduled=true
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cast {
+  shard = f32[1,2] parameter(0)
+  flat = f32[2] bitcast(shard)
+  ROOT c = bf16[2] convert(flat)
+}
+
+ENTRY main {
+  x = bf16[8,16] parameter(0)
+  w = bf16[16,8] parameter(1)
+  b = f32[1,2] parameter(2)
+  g = bf16[8,8] parameter(3)
+  id = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(id, two)
+  zero = bf16[] constant(0)
+  zeros = bf16[8] broadcast(zero), dimensions={}
+  cb = bf16[2] fusion(b), kind=kLoop, calls=cast
+  dus = bf16[8] dynamic-update-slice(zeros, cb, off)
+  ar = bf16[8] all-reduce(dus), to_apply=sum
+  h = bf16[8,8] dot(x, w), @D, metadata={op_name="@F/Dense_0/dot_general"}
+  bb = bf16[8,8] broadcast(ar), dimensions={1}, metadata={op_name="@F/Dense_0/add"}
+  y = bf16[8,8] add(h, bb), metadata={op_name="@F/Dense_0/add"}
+  t = bf16[8,8] tanh(y), metadata={op_name="@F/tanh"}
+  flat.r = f32[2] bitcast(b)
+  cb.r = bf16[2] convert(flat.r)
+  zeros.r = bf16[8] broadcast(zero), dimensions={}
+  dus.r = bf16[8] dynamic-update-slice(zeros.r, cb.r, off)
+  ar.r = bf16[8] all-reduce(dus.r), to_apply=sum
+  h.r = bf16[8,8] dot(x, w), @D, metadata={op_name="@R/Dense_0/dot_general"}
+  bb.r = bf16[8,8] broadcast(ar.r), dimensions={1}, metadata={op_name="@R/Dense_0/add"}
+  y.r = bf16[8,8] add(h.r, bb.r), metadata={op_name="@R/Dense_0/add"}
+  t.r = bf16[8,8] tanh(y.r), metadata={op_name="@R/tanh"}
+  m = bf16[8,8] multiply(t.r, g), metadata={op_name="@B/mul"}
+  ROOT out = (bf16[8,8], bf16[8,8]) tuple(t, m)
+}
+"""
+
+
+def test_a_cast_of_a_shard_gathered_again_is_the_same_shard_gathered_again():
+    """A bf16 program gathers its weights' bf16 casts, each gather casting the shard itself: the
+    forward's cast fused, the recompute's not (utpu 186, FSDP: all-reduce -256 after optimization).
+    The same cast of the same shard is the same value: the recompute's gather of it is remat."""
+    module = _parsed(CAST)
+    index = find_remat(module)
+    assert ("main", "y.r") in index
+    assert ("main", "ar.r") in index and ("main", "ar") not in index
+    assert by_opcode(accounting.account(module, xla={"flops": 0.0}), remat=True)["all-reduce"] == 8

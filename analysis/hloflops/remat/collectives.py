@@ -154,12 +154,41 @@ def _gathered_shard(module: Module, comp: Computation, name: str) -> str | None:
         written = None
     if written is None or not _zeros(comp, written[0]):
         return None
-    name = written[1]
+    # A cast of the shard is the same value wherever it is computed (a bf16 program gathers its
+    # weights' bf16 casts, each gather its own convert, fused or not: utpu 186): the shard is its
+    # source with the element types it is cast to.
+    name, casts = written[1], ""
     for _ in range(64):
         inst = comp.by_name.get(name)
-        if inst is None or not inst.operands or inst.opcode not in _MOVES:
-            return name
+        if inst is None or not inst.operands:
+            return name + casts
+        if inst.opcode == "convert":
+            casts = ":" + inst.shape.element_type + casts
+        elif inst.opcode == "fusion" and (cast := _fused_cast(module, inst)) is not None:
+            casts = cast + casts
+        elif inst.opcode not in _MOVES:
+            return name + casts
         name = inst.operands[0]
+    return None
+
+
+def _fused_cast(module: Module, fusion: Instruction) -> str | None:
+    """Where a fusion of one operand only views and casts it: the element types it casts to (each
+    after a ':', outermost last; '' for none); else None."""
+    callee = _callee(module, fusion)
+    if len(fusion.operands) != 1 or callee is None or not callee.instructions:
+        return None
+    casts, inst = "", callee.root
+    for _ in range(64):
+        if inst is None:
+            return None
+        if inst.opcode == "parameter":
+            return casts
+        if inst.opcode == "convert":
+            casts = ":" + inst.shape.element_type + casts
+        elif inst.opcode not in _PASSING:
+            return None
+        inst = callee.by_name.get(inst.operands[0]) if inst.operands else None
     return None
 
 
