@@ -32,7 +32,10 @@ reading the forward's gathered copy. So an all-reduce that gathers again a shard
 its computation (by schedule) gathered, where a recompute reads one of its results, runs those
 elements because of remat (the combiner merges the recompute's gathers with the backward's, which
 read the same barrier's weights: TPU draw 55, all-reduce -1,536 before): the share of its
-elements that are gathered again, sure.
+elements that are gathered again, sure. The same shard is gathered again within one variadic
+all-reduce too (the combiner merged the forward's gather with the recompute's: xtpu 363), where a
+loop fusion wrote it into zeros (wtpu 353), and where each gather casts it itself (utpu 186); no
+cached TPU program without remat (draws 0-419) gathers a shard twice.
 """
 
 from __future__ import annotations
