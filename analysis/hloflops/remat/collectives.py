@@ -32,7 +32,10 @@ reading the forward's gathered copy. So an all-reduce that gathers again a shard
 its computation (by schedule) gathered, where a recompute reads one of its results, runs those
 elements because of remat (the combiner merges the recompute's gathers with the backward's, which
 read the same barrier's weights: TPU draw 55, all-reduce -1,536 before): the share of its
-elements that are gathered again, sure.
+elements that are gathered again, sure. The same shard is gathered again within one variadic
+all-reduce too (the combiner merged the forward's gather with the recompute's: xtpu 363), where a
+loop fusion wrote it into zeros (wtpu 353), and where each gather casts it itself (utpu 186); no
+cached TPU program without remat (draws 0-419) gathers a shard twice.
 """
 
 from __future__ import annotations
@@ -120,12 +123,15 @@ def repeated_gathers(module: Module, ops: list[tuple[SiteKey, Instruction, bool]
         if inst.opcode not in ("all-reduce", "all-reduce-start") or not inst.operands:
             continue
         comp = module.by_name[key[0]]
-        shards = [_gathered_shard(comp, name) for name in inst.operands]
+        shards = [_gathered_shard(module, comp, name) for name in inst.operands]
         if not any(shards):
             continue
         seen = gathered.setdefault((key[0], key[2]), set())
-        again = [shard is not None and shard in seen for shard in shards]
-        seen.update(shard for shard in shards if shard is not None)
+        again = []
+        for shard in shards:  # one variadic all-reduce may gather a shard twice (the combiner merged both)
+            again.append(shard is not None and shard in seen)
+            if shard is not None:
+                seen.add(shard)
         if not any(again) or not _read_by_a_recompute(module, comp, inst, remat, recomputing, key[2]):
             continue
         sizes = [_elements(comp, name) for name in inst.operands]
@@ -135,20 +141,79 @@ def repeated_gathers(module: Module, ops: list[tuple[SiteKey, Instruction, bool]
     return found
 
 
-def _gathered_shard(comp: Computation, name: str) -> str | None:
+def _gathered_shard(module: Module, comp: Computation, name: str) -> str | None:
     """The shard an all-reduce operand gathers, where it is one (a shard written into zeros at the
-    device's offset), through the moves and views that hand it on; else None."""
+    device's offset), through the moves and views that hand it on; else None. The write may be a
+    loop fusion's root, its zeros and shard the fusion's operands (wtpu 353: the forward's gather
+    fused its shard's bitcast with the write, the recompute's gather of that shard did not)."""
     inst = comp.by_name.get(name)
-    if inst is None or inst.opcode != "dynamic-update-slice" or len(inst.operands) < 2 \
-            or not _zeros(comp, inst.operands[0]):
+    if inst is None:
         return None
-    name = inst.operands[1]
+    if inst.opcode == "fusion":
+        written = _fused_write(module, inst)
+    elif inst.opcode == "dynamic-update-slice" and len(inst.operands) >= 2:
+        written = inst.operands[0], inst.operands[1]
+    else:
+        written = None
+    if written is None or not _zeros(comp, written[0]):
+        return None
+    # A cast of the shard is the same value wherever it is computed (a bf16 program gathers its
+    # weights' bf16 casts, each gather its own convert, fused or not: utpu 186): the shard is its
+    # source with the element types it is cast to.
+    name, casts = written[1], ""
     for _ in range(64):
         inst = comp.by_name.get(name)
-        if inst is None or not inst.operands or inst.opcode not in _MOVES:
-            return name
+        if inst is None or not inst.operands:
+            return name + casts
+        if inst.opcode == "convert":
+            casts = ":" + inst.shape.element_type + casts
+        elif inst.opcode == "fusion" and (cast := _fused_cast(module, inst)) is not None:
+            casts = cast + casts
+        elif inst.opcode not in _MOVES:
+            return name + casts
         name = inst.operands[0]
     return None
+
+
+def _fused_cast(module: Module, fusion: Instruction) -> str | None:
+    """Where a fusion of one operand only views and casts it: the element types it casts to (each
+    after a ':', outermost last; '' for none); else None."""
+    callee = _callee(module, fusion)
+    if len(fusion.operands) != 1 or callee is None or not callee.instructions:
+        return None
+    casts, inst = "", callee.root
+    for _ in range(64):
+        if inst is None:
+            return None
+        if inst.opcode == "parameter":
+            return casts
+        if inst.opcode == "convert":
+            casts = ":" + inst.shape.element_type + casts
+        elif inst.opcode not in _PASSING:
+            return None
+        inst = callee.by_name.get(inst.operands[0]) if inst.operands else None
+    return None
+
+
+def _fused_write(module: Module, fusion: Instruction) -> tuple[str, str] | None:
+    """Where a fusion's root writes a value into another at an offset, both of them (through views)
+    the fusion's operands: the names of those two operands in the computation around it; else None."""
+    callee = _callee(module, fusion)
+    if callee is None or not callee.instructions or callee.root.opcode != "dynamic-update-slice" \
+            or len(callee.root.operands) < 2:
+        return None
+    outer: list[str] = []
+    for name in callee.root.operands[:2]:
+        inst = callee.by_name.get(name)
+        while inst is not None and inst.opcode in _PASSING and inst.operands:
+            inst = callee.by_name.get(inst.operands[0])
+        if inst is None or inst.opcode != "parameter":
+            return None
+        number = int(inst.attributes.get("parameter_number", "-1"))
+        if not 0 <= number < len(fusion.operands):
+            return None
+        outer.append(fusion.operands[number])
+    return outer[0], outer[1]
 
 
 def _zeros(comp: Computation, name: str) -> bool:
@@ -172,8 +237,27 @@ def _read_by_a_recompute(module: Module, comp: Computation, inst: Instruction, r
         if reader.opcode in _HANDING_ON:
             todo += comp.users.get(reader.name, ())
     return any((comp.name, reader.name, site) in remat
-               or (reader.opcode == "fusion" and any(c in recomputing for c in reader.called(CallRole.FUSION)))
+               or (reader.opcode == "fusion" and _fuses_a_recompute(module, reader, recomputing))
                for reader in readers)
+
+
+def _fuses_a_recompute(module: Module, fusion: Instruction, recomputing: set[str]) -> bool:
+    """Does the fusion hold a recompute, in its own computation or in a fusion nested in it (an
+    async collective fusion nests the recompute's loop fusion that reads the gathered weight: ntpu
+    132, hk_loop under FSDP, all-reduce -64 before)?"""
+    todo = list(fusion.called(CallRole.FUSION))
+    seen: set[str] = set()
+    while todo and len(seen) < 64:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in recomputing:
+            return True
+        callee = module.by_name.get(name)
+        if callee is not None:
+            todo += [c for inst in callee.instructions if inst.opcode == "fusion" for c in inst.called(CallRole.FUSION)]
+    return False
 
 
 def _elements(comp: Computation, name: str) -> int | None:
