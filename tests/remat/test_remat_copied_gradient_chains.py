@@ -1,4 +1,4 @@
-"""A checkpoint's backward chain read from a recompute and copied into several fusions is a hinge
+"""A checkpoint's backward chain read from a rebuilt matmul and copied into several fusions is a hinge
 beyond its first copy (analysis/hloflops/remat/copied_gradient_chains.py). utpu 200 (nnx_scan,
 nothing_saveable, gelu): the chain `dy' * gelu'(h)`, `h` rebuilt by the recomputed matmul, runs in the
 bias gradient's fusion and again nested in the weight gradient's; the program without remat runs it
@@ -15,17 +15,21 @@ _RECOMPUTE = '"jit(loss)/transpose(jvp())/checkpoint/rematted_computation/mul"'
 _CHAIN = '"jit(loss)/transpose(jvp())/checkpoint/mul"'
 _GRADIENT = '"jit(loss)/transpose(jvp())/checkpoint/dot_general"'
 _BIAS = '"jit(loss)/transpose(jvp())/checkpoint/reduce_sum"'
+_REBUILT = '"jit(loss)/transpose(jvp())/checkpoint/rematted_computation/dot_general"'
+_FORWARD = '"jit(loss)/jvp()/dot_general"'
 
 
-def _module(reads_recompute: bool = True) -> str:
-    """`a = h * h` recomputed from the stored `h` (or, not `reads_recompute`, the chain reads
-    `h` itself), and the chain `c = g * a` in a bias-gradient fusion and nested in a weight
+def _module(rebuilt: bool = True) -> str:
+    """`h = x @ w` rebuilt by the recompute's matmul (not `rebuilt`: the forward's), `a = h * h`
+    recomputed from it, and the chain `c = g * a` in a bias-gradient fusion and nested in a weight
     gradient's fusion."""
-    operand = "%a" if reads_recompute else "%h"
-    body = lambda p: f"""  %h = f32[2,8]{{1,0}} parameter({p[0]})
+    name = _REBUILT if rebuilt else _FORWARD
+
+    def body(p: tuple[int, int]) -> str:
+        return f"""  %h = f32[2,8]{{1,0}} parameter({p[0]})
   %g = f32[2,8]{{1,0}} parameter({p[1]})
   %a = f32[2,8]{{1,0}} multiply(%h, %h), metadata={{op_name={_RECOMPUTE}}}
-  %c = f32[2,8]{{1,0}} multiply(%g, {operand}), metadata={{op_name={_CHAIN}}}"""
+  %c = f32[2,8]{{1,0}} multiply(%g, %a), metadata={{op_name={_CHAIN}}}"""
     return f"""HloModule m, is_scheduled=true
 
 %add (x: f32[], y: f32[]) -> f32[] {{
@@ -53,11 +57,14 @@ def _module(reads_recompute: bool = True) -> str:
     metadata={{op_name={_GRADIENT}}}
 }}
 
-ENTRY %main (x0: f32[2,8], g0: f32[2,8]) -> (f32[8], f32[8,8]) {{
+ENTRY %main (x0: f32[2,8], g0: f32[2,8], w0: f32[8,8]) -> (f32[8], f32[8,8]) {{
   %x0 = f32[2,8]{{1,0}} parameter(0)
   %g0 = f32[2,8]{{1,0}} parameter(1)
-  %r = f32[8]{{0}} fusion(%x0, %g0), kind=kLoop, calls=%bias, metadata={{op_name={_BIAS}}}
-  %w = f32[8,8]{{1,0}} fusion(%x0, %x0, %g0), kind=kOutput, calls=%weight_gradient, metadata={{op_name={_GRADIENT}}}
+  %w0 = f32[8,8]{{1,0}} parameter(2)
+  %h0 = f32[2,8]{{1,0}} dot(%x0, %w0), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}},
+    metadata={{op_name={name}}}
+  %r = f32[8]{{0}} fusion(%h0, %g0), kind=kLoop, calls=%bias, metadata={{op_name={_BIAS}}}
+  %w = f32[8,8]{{1,0}} fusion(%x0, %h0, %g0), kind=kOutput, calls=%weight_gradient, metadata={{op_name={_GRADIENT}}}
   ROOT %t = (f32[8], f32[8,8]) tuple(%r, %w)
 }}
 """
@@ -80,15 +87,16 @@ def _ops(text: str) -> list:
     return seen["ops"]
 
 
-def test_a_chain_read_from_a_recompute_in_two_fusions_hinges_on_its_second_copy():
+def test_a_chain_read_from_a_rebuilt_matmul_in_two_fusions_hinges_on_its_second_copy():
     text = _module()
     found = copied_gradient_chains(hloparse.parse(text), _ops(text), set())
     assert {key[:2] for key in found} == {("chain", "c")}, found
 
 
-def test_a_chain_reading_no_recompute_is_no_hinge():
-    # Both programs store `h` and the cotangent alike: the chain's copies are fused alike.
-    text = _module(reads_recompute=False)
+def test_a_chain_reading_the_forwards_matmul_is_no_hinge():
+    # TPU 15: both programs read the forward's stored `h` and the cotangent: the chain's copies
+    # are fused alike, whatever the recompute names in it (the linearization's own `1 - tanh`).
+    text = _module(rebuilt=False)
     assert copied_gradient_chains(hloparse.parse(text), _ops(text), set()) == set()
 
 

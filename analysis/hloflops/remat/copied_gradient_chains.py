@@ -23,21 +23,33 @@ range's high end covers it; the split keeps it as model FLOPs), never a sure sha
 
 The sign in this program: a cheap backward op of a checkpoint's transpose (not marked) inside a
 fused computation, reading (within that computation) a remat-marked op, whose value (its value
-number) other such ops in other fused computations compute too. A chain reading no recompute starts
-from the values both programs store alike and is fused alike: no hinge there."""
+number) other such ops in other fused computations compute too, and which reads, through cheap ops,
+views and fusion boundaries, a remat-named matmul: the rebuilt `h`. A chain reading no recomputed
+matmul starts from the values both programs store alike and is fused alike (TPU 15, eqx_list under
+no policy: the chain reads the forward's stored `h` and the backward's cotangent, behind whose
+matmul both programs fuse it and copy it into the weight gradient's fusion; its remat-named ops are
+the linearization's own `1 - tanh` and `3 x**2`): no hinge there."""
 
 from __future__ import annotations
 
-from hloflops.remat.op_kinds import DUPLICATED
-from hloflops.remat.sites import SiteKey, SiteOp
+from typing import Mapping
+
+from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
+from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
-from hloparse.ir import CallRole, Module
+from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
+
+# What the walk from a chain's op back to the rebuilt `h` passes through: nothing but cheap ops,
+# views and the plumbing between fusions (the matmul's output is read as stored or fused in).
+_PASSES = DUPLICATED | frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast", "convert",
+                                   "get-tuple-element", "tuple", "parameter", "fusion", "select"})
 
 
 def copied_gradient_chains(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
     """The keys of the unmarked cheap backward ops of a checkpoint's transpose that read a marked op
     in their fused computation, each but one (the first in program order) of every value computed
-    so in more than one fused computation; none already counted as remat."""
+    so in more than one fused computation, which reads a remat-named matmul; none already counted
+    as remat."""
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
     by_comp: dict[str, list[SiteOp]] = {}
@@ -58,9 +70,42 @@ def copied_gradient_chains(module: Module, ops: list[SiteOp], remat: set[SiteKey
                     and phase(op.op_name) == "backward" and "checkpoint" in op.op_name
                     and not isinstance(op.exact, tuple)):
                 classes.setdefault(op.exact, []).append(op)
+    recomputed = {op.key[:2] for op in ops if op.named and op.inst.opcode in MATMUL_OPCODES}
+    if not recomputed:
+        return set()
+    callers = one_call_site(module)
     copies: set[SiteKey] = set()
     for members in classes.values():
-        if len({m.key[0] for m in members}) > 1:
+        if len({m.key[0] for m in members}) > 1 and all(
+                _reads_recomputed(module, m.key[0], m.inst, recomputed, callers) for m in members):
             first = min(members, key=lambda m: m.order)
             copies |= {m.key for m in members if m is not first and m.key not in remat}
     return copies
+
+
+def _reads_recomputed(module: Module, comp: str, inst: Instruction, recomputed: set[tuple[str, str]],
+                      callers: Mapping[str, tuple[Computation, Instruction] | None]) -> bool:
+    """Does `inst` (in `comp`) read a remat-named matmul (`recomputed`) through `_PASSES` only: into
+    a fusion's root, out of a fused computation's parameter to its one call site's operand?"""
+    stack, visited = [(comp, inst)], set()
+    while stack:
+        comp_name, cur = stack.pop()
+        key = (comp_name, cur.name)
+        if key in recomputed:
+            return True
+        if key in visited or cur.opcode not in _PASSES:
+            continue
+        visited.add(key)
+        computation = module.by_name[comp_name]
+        if cur.opcode == "parameter":
+            site = callers.get(comp_name)
+            number = parameter_number(cur)
+            if site is not None and number < len(site[1].operands):
+                caller, fusion = site
+                stack.append((caller.name, caller.by_name[fusion.operands[number]]))
+        elif cur.opcode == "fusion":
+            for callee in cur.called(CallRole.FUSION):
+                stack.append((callee, module.by_name[callee].root))
+        else:
+            stack.extend((comp_name, computation.by_name[o]) for o in cur.operands if o in computation.by_name)
+    return False
