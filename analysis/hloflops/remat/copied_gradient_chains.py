@@ -24,25 +24,30 @@ range's high end covers it; the split keeps it as model FLOPs), never a sure sha
 The sign in this program: a cheap backward op of a checkpoint's transpose (not marked) inside a
 fused computation, reading (within that computation) a remat-marked op, whose value (its value
 number) other such ops in other fused computations compute too, and which reads, through cheap ops,
-views and fusion boundaries, a remat-named matmul: the rebuilt `h`. A chain reading no recomputed
-matmul starts from the values both programs store alike and is fused alike (TPU 15, eqx_list under
-no policy: the chain reads the forward's stored `h` and the backward's cotangent, behind whose
-matmul both programs fuse it and copy it into the weight gradient's fusion; its remat-named ops are
-the linearization's own `1 - tanh` and `3 x**2`): no hinge there."""
+views and fusion boundaries, a remat-named matmul: the rebuilt `h`. Through cheap ops only, not an
+expensive one (a transcendental, a divide, which XLA never copies into a reader): gelu's derivative
+is a polynomial in `h` and `tanh(h)`, its chain's ops read `h` itself; a softmax's gradient reads the
+rebuilt scores only through `exp` and the divide by their sum, and both programs copy its cheap
+products into each reader alike (TPU 26, linen_loop under no policy, exact: `P * dP` in the row-sum's
+fusion and in the scores' gradient, in the twin too). A chain reading no recomputed matmul starts
+from the values both programs store alike and is fused alike (TPU 15, eqx_list under no policy: the
+chain reads the forward's stored `h` and the backward's cotangent, behind whose matmul both programs
+fuse it and copy it into the weight gradient's fusion; its remat-named ops are the linearization's
+own `1 - tanh` and `3 x**2`): no hinge there."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 # What the walk from a chain's op back to the rebuilt `h` passes through: nothing but cheap ops,
 # views and the plumbing between fusions (the matmul's output is read as stored or fused in).
-_PASSES = DUPLICATED | frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast", "convert",
-                                   "get-tuple-element", "tuple", "parameter", "fusion", "select"})
+_PASSES = (DUPLICATED - EXPENSIVE) | frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast", "convert",
+                                   "get-tuple-element", "tuple", "parameter", "fusion"})
 
 
 def copied_gradient_chains(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
