@@ -33,7 +33,9 @@ fusion and in the scores' gradient, in the twin too). A chain reading no recompu
 from the values both programs store alike and is fused alike (TPU 15, eqx_list under no policy: the
 chain reads the forward's stored `h` and the backward's cotangent, behind whose matmul both programs
 fuse it and copy it into the weight gradient's fusion; its remat-named ops are the linearization's
-own `1 - tanh` and `3 x**2`): no hinge there."""
+own `1 - tanh` and `3 x**2`): no hinge there. And only a copy nested as a matmul's operand (the
+weight or input gradient's), the copy that stands in for reading the stored chain: a layer norm's
+gradient product in the bias gradient's multi-output fusion (utpu 188, exact) is no such copy."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
+_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 # What the walk from a chain's op back to the rebuilt `h` passes through: nothing but cheap ops,
 # views and the plumbing between fusions (the matmul's output is read as stored or fused in).
 _PASSES = (DUPLICATED - EXPENSIVE) | frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast", "convert",
@@ -52,9 +55,9 @@ _PASSES = (DUPLICATED - EXPENSIVE) | frozenset({"bitcast", "copy", "reshape", "t
 
 def copied_gradient_chains(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> set[SiteKey]:
     """The keys of the unmarked cheap backward ops of a checkpoint's transpose that read a marked op
-    in their fused computation, each but one (the first in program order) of every value computed
-    so in more than one fused computation, which reads a remat-named matmul; none already counted
-    as remat."""
+    in their fused computation, of every value computed so in more than one fused computation, which
+    reads a remat-named matmul: its copies nested as a matmul's operand, but the first in program
+    order; none already counted as remat."""
     fused = {callee for _, inst in module.instructions() if inst.opcode == "fusion"
              for callee in inst.called(CallRole.FUSION)}
     by_comp: dict[str, list[SiteOp]] = {}
@@ -79,13 +82,31 @@ def copied_gradient_chains(module: Module, ops: list[SiteOp], remat: set[SiteKey
     if not recomputed:
         return set()
     callers = one_call_site(module)
+    operands = _matmul_operand_fusions(module)
     copies: set[SiteKey] = set()
     for members in classes.values():
         if len({m.key[0] for m in members}) > 1 and all(
                 _reads_recomputed(module, m.key[0], m.inst, recomputed, callers) for m in members):
             first = min(members, key=lambda m: m.order)
-            copies |= {m.key for m in members if m is not first and m.key not in remat}
+            copies |= {m.key for m in members
+                       if m is not first and m.key not in remat and m.key[0] in operands}
     return copies
+
+
+def _matmul_operand_fusions(module: Module) -> set[str]:
+    """The fused computations of fusions nested as a matmul's operand (through views): the copies
+    of a chain XLA made in place of reading it stored."""
+    out: set[str] = set()
+    for comp, inst in module.instructions():
+        if inst.opcode not in MATMUL_OPCODES:
+            continue
+        for name in inst.operands:
+            operand = comp.by_name.get(name)
+            while operand is not None and operand.opcode in _VIEWS:
+                operand = comp.by_name.get(operand.operands[0])
+            if operand is not None and operand.opcode == "fusion":
+                out.update(operand.called(CallRole.FUSION))
+    return out
 
 
 def _reads_recomputed(module: Module, comp: str, inst: Instruction, recomputed: set[tuple[str, str]],
