@@ -358,8 +358,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         unsure |= {key[:2] for key in collective_fusion_copies(module, ops) if key not in remat}
     if optimized_named and is_tpu_module(module):  # and of a value the forward stores (stored_forward_copies)
         unsure |= {key[:2] for key in stored_forward_copies(module, ops) if key not in remat}
-    if optimized_named and is_tpu_module(module):  # a backward chain copied from a recompute (copied_gradient_chains)
-        unsure |= {key[:2] for key in copied_gradient_chains(module, ops, remat)}
+        unsure |= {key[:2] for key in copied_gradient_chains(module, ops, remat)}  # a chain off a rebuilt matmul
     if optimized_named and is_tpu_module(module):  # a widen the twin may not run (narrowed_forward_widens)
         unsure |= narrowed_forward_widens(module)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
