@@ -521,6 +521,10 @@ hloflops.remat.collective_fusion_copies).
 On TPU, a marked cheap copy nested in a gradient fusion, of a value this program's forward outputs
 from a fusion of its own, is unsure: the program without remat may read the stored value there
 (hloflops.remat.stored_forward_copies).
+On TPU, a checkpoint's cheap backward op reading a marked op in its fusion and, through cheap ops, a
+remat-named matmul (the rebuilt `h` of gelu's derivative chain), computed in several fusions, is
+unsure beyond its first copy: the program without remat may compute the chain once, behind the
+cotangent's matmul, and store it (hloflops.remat.copied_gradient_chains).
 In a scanned layer on TPU, a recompute's relu narrowed in a fusion of its own, whose forward copies
 are all nested in the next matmul's fusion, may be copied by the program without remat into each
 reader, a widen and a narrow each: the readers plus one lower the low end (`twin_copies`;

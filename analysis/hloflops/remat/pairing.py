@@ -78,6 +78,7 @@ from hloflops.remat.fused_residual_stacks import fused_residual_stacks
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
 from hloflops.remat.stored_forward_copies import stored_forward_copies
+from hloflops.remat.copied_gradient_chains import copied_gradient_chains
 
 
 # Instructions that hand on a value computed elsewhere (or hold no computation of their own):
@@ -358,6 +359,7 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         unsure |= {key[:2] for key in collective_fusion_copies(module, ops) if key not in remat}
     if optimized_named and is_tpu_module(module):  # and of a value the forward stores (stored_forward_copies)
         unsure |= {key[:2] for key in stored_forward_copies(module, ops) if key not in remat}
+        unsure |= {key[:2] for key in copied_gradient_chains(module, ops, remat)}  # a chain off a rebuilt matmul
     if optimized_named and is_tpu_module(module):  # a widen the twin may not run (narrowed_forward_widens)
         unsure |= narrowed_forward_widens(module)
     # An elementwise op XLA could not move below a broadcast, the barrier of a checkpoint's
