@@ -47,8 +47,8 @@ class SavedApart:
 
     def computed_by_the_forward(self, op: SiteOp) -> bool:
         """Does the forward compute the value (an op of an equal abstract value, or of its name)?"""
-        if self.by_abstract.get(op.abstract):
-            return True
+        if self.by_abstract.get(op.abstract) or self._bias_adds(op):
+            return True  # a bias add: the forward's of its shape (`fused_into_matmul`)
         tail = inner_tail(op.op_name) if op.op_name else ()
         return len(tail) >= 2 and any(ends_with(twin.op_name, tail)
                                       for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ()))
@@ -91,9 +91,13 @@ class SavedApart:
         Where the forward's own add reads a matmul's output (through views, a policy's identity
         rounding and fusion boundaries); not where it reads a loop's (a tensor-parallel windowed
         einsum, `windowed_dot_general`, computes the product in a loop of its own: XLA copies the add
-        into the fusions reading the product, those saving the residuals included). Without a
-        forward twin in sight: yes."""
-        twins = self.forward.get(op.abstract)
+        into the fusions reading the product, those saving the residuals included). Where no forward
+        op has its value number, the forward's bias adds of its shape stand for it: the recompute's
+        matmul, fused in place, numbers its add apart from one reading the windowed loop's output
+        (ntpu 138, nnx.scan under tensor parallelism: the twin computes the bias add in its saving
+        fusion and in the next matmul's operand fusion, two copies as here). Without either in
+        sight: yes."""
+        twins = self.forward.get(op.abstract) or self._bias_adds(op)
         if not twins:
             return True
         for twin in twins:
@@ -107,6 +111,26 @@ class SavedApart:
                 if source is not None and source.inst.opcode in MATMUL_OPCODES:
                     return True
         return False
+
+    def _bias_adds(self, op: SiteOp) -> list[SiteOp]:
+        """The forward's bias adds of the shape of a recomputed bias add (none for another op)."""
+        if not self._adds_a_bias(op):
+            return []
+        return [twin for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ())
+                if self._adds_a_bias(twin)]
+
+    def _adds_a_bias(self, op: SiteOp) -> bool:
+        """Is the forward op an add of a value and a broadcast of a fusion input (a bias)?"""
+        if op.inst.opcode != "add" or len(op.inst.operands) != 2:
+            return False
+        comp = self.module.by_name[op.key[0]]
+        kinds = [comp.by_name.get(name) for name in op.inst.operands]
+        if any(inst is None for inst in kinds) or sum(inst.opcode == "broadcast" for inst in kinds) != 1:
+            return False
+        bias = next(inst for inst in kinds if inst.opcode == "broadcast")
+        while bias.operands and bias.operands[0] in comp.by_name and bias.opcode in LAYOUT_VIEWS | {"broadcast"}:
+            bias = comp.by_name[bias.operands[0]]
+        return bias.opcode == "parameter"
 
     def __call__(self, op: SiteOp) -> bool:
         twins = self.by_abstract.get(op.abstract)
