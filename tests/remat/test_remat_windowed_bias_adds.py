@@ -10,8 +10,9 @@ no forward op of its value number, and the rule took the matmul's own output fus
 (no saving copy): ntpu 138, nnx.scan gelu under tensor parallelism, add +256 counted sure, the twin
 computing the bias add in its saving fusion and in the next matmul's operand fusion. The forward's
 bias adds of the recompute's shape stand for its value: each reads a loop's output, so the saving
-copy is the twin's, a hinge. Hand-written after that draw: `fwd_act` adds the bias to the windowed
-loop's product, `bwd_rec` recomputes the matmul and its bias add and reads gelu's `h * h` (`@R`)
+copy is the twin's, a hinge (not where the forward's add reads a product materialized apart for
+another reason, an offload policy's copy to the host: ntpu 144 keeps its count). Hand-written
+after that draw: `win_body` stands for the windowed loop, `fwd_act` adds the bias to its product, `bwd_rec` recomputes the matmul and its bias add and reads gelu's `h * h` (`@R`)
 for the gradient (`@B`).
 """
 
@@ -43,6 +44,22 @@ bwd_rec {
   ROOT rg = f32[8,16] multiply(r3, rs), metadata={op_name="@B/mul"}
 }
 
+win_cond {
+  wc = (s32[], f32[8,16]) parameter(0)
+  wci = s32[] get-tuple-element(wc), index=0
+  wn = s32[] constant(2)
+  ROOT wlt = pred[] compare(wci, wn), direction=LT
+}
+
+win_body {
+  wp = (s32[], f32[8,16]) parameter(0)
+  wi = s32[] get-tuple-element(wp), index=0
+  wx = f32[8,16] get-tuple-element(wp), index=1
+  wk = s32[] constant(1)
+  wj = s32[] add(wi, wk)
+  ROOT wo = (s32[], f32[8,16]) tuple(wj, wx)
+}
+
 fwd_cond {
   fc = (s32[], f32[8,16], f32[16], f32[8,16]) parameter(0)
   fci = s32[] get-tuple-element(fc), index=0
@@ -55,7 +72,10 @@ fwd_body {
   fi = s32[] get-tuple-element(fp), index=0
   fx = f32[8,16] get-tuple-element(fp), index=1
   fb = f32[16] get-tuple-element(fp), index=2
-  fy = f32[8,16] fusion(fx, fb), kind=kLoop, calls=fwd_act, @T
+  ws = (s32[], f32[8,16]) tuple(fi, fx)
+  wl = (s32[], f32[8,16]) while(ws), condition=win_cond, body=win_body, metadata={op_name="@F/dot_general"}
+  wy = f32[8,16] get-tuple-element(wl), index=1
+  fy = f32[8,16] fusion(wy, fb), kind=kLoop, calls=fwd_act, @T
   fk = s32[] constant(1)
   fj = s32[] add(fi, fk)
   ROOT fo = (s32[], f32[8,16], f32[16], f32[8,16]) tuple(fj, fx, fb, fy)

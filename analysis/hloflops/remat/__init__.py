@@ -571,6 +571,10 @@ maximums in a `while` body), where the backward loop packs a recomputed layer's 
 elements than the forward loop, may be
 packed again by the program without remat's backward loop, which reads stacked residuals: a hinge of
 one copy of each packing's maximums and converts (`twin_copies`; hloflops.remat.repacked_loop_gathers).
+A recomputed activation a scan's backward loop hands out of the fusion computing the gradient through
+it may have its chain copied once more by the program without remat (its stack apart from the
+residuals' and the next matmul's operand): a hinge of one copy of each remat-named cheap op on its
+chain (`twin_copies`; hloflops.remat.merged_recompute_hand_outs).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

@@ -270,16 +270,10 @@ def _saved_chains(module: Module, ops: list[SiteOp], by_key: Mapping[SiteKey, Si
             continue
         seen.add((op.key, root))
         values.setdefault(op.exact, {}).setdefault(root.exact, root)
-        comp = module.by_name[op.key[0]]
         for name in op.inst.operands:
-            # Through views in the fusion's own instructions: a bitcast need not be an op of `ops`
-            # (TPU's `[128]` <-> `[1, 128, 1]` around a layer norm's rsqrt, utpu 215: the chain of
-            # `-0.5 * r / v` stopped at it, and `v / n + eps` under it was on no residual's chain).
-            inst = comp.by_name.get(name)
-            while inst is not None and inst.opcode in _VIEWS and inst.operands:
-                name = inst.operands[0]
-                inst = comp.by_name.get(name)
             inner = by_key.get((op.key[0], name, op.key[2]))
+            while inner is not None and inner.inst.opcode in _VIEWS and inner.inst.operands:
+                inner = by_key.get((op.key[0], inner.inst.operands[0], op.key[2]))
             if inner is not None and inner.named:
                 residuals.append((inner, root))
     for mask in masks:
