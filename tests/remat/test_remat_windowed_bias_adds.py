@@ -12,8 +12,9 @@ computing the bias add in its saving fusion and in the next matmul's operand fus
 bias adds of the recompute's shape stand for its value: each reads a loop's output, so the saving
 copy is the twin's, a hinge (not where the forward's add reads a product materialized apart for
 another reason, an offload policy's copy to the host: ntpu 144 keeps its count). Hand-written
-after that draw: `win_body` stands for the windowed loop, `fwd_act` adds the bias to its product, `bwd_rec` recomputes the matmul and its bias add and reads gelu's `h * h` (`@R`)
-for the gradient (`@B`).
+after that draw: `win_body` stands for the windowed loop, `fwd_act` adds the bias to its product,
+`bwd_rec` recomputes the matmul and its bias add and reads gelu's `h * h` (`@R`) for the gradient
+(`@B`).
 """
 
 from __future__ import annotations
