@@ -582,6 +582,10 @@ one copy of each packing's maximums and converts (`twin_copies`; hloflops.remat.
 Where they fire, the twin's backward loop may compute a layer's weight gradient from those windows,
 adding its partial gradients: each forward windowed matmul's window beyond the first is a low-end
 hinge of one add of its kernel's elements (`twin_sums`; hloflops.remat.windowed_gradient_sums).
+A recomputed activation a scan's backward loop hands out of the fusion computing the gradient through
+it may have its chain copied once more by the program without remat (its stack apart from the
+residuals' and the next matmul's operand): a hinge of one copy of each remat-named cheap op on its
+chain, the low end only (hloflops.remat.merged_recompute_hand_outs).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

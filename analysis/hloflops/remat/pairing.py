@@ -51,6 +51,7 @@ from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.matvec_multiplies import with_matvec_multiplies
+from hloflops.remat.merged_recompute_hand_outs import merged_hand_out_copies
 from hloflops.remat.matmul_loss_cotangents import loss_cotangent_hinges
 from hloflops.remat.gradient_operand_copies import gradient_operand_copies
 from hloflops.remat.nested_gradient_activations import nested_gradient_activations
@@ -389,6 +390,11 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         for key, n in nested_gradient_activations(module, ops, remat, fused_outputs(module)).items():
             if key not in loose and key not in weak:
                 hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
+        # A recomputed activation a backward loop's fusion hands out beside the gradient through it: the
+        # twin may copy its chain once more, a low-end hinge beside any unsure one, since the twin may
+        # as well make no more copies (hloflops.remat.merged_recompute_hand_outs).
+        for key, n in merged_hand_out_copies(module, ops, fused_outputs(module)).items():
+            hinged[key[:2]] = hinged.get(key[:2], 0) + n
         # A layer loop XLA unrolled: the twin's loop may run the first layer's input gradient and
         # narrow whole weight stacks (hloflops.remat.unrolled_layer_loops): low-end hinges.
         slices, layers = unrolled_stack_slices(module)

@@ -9,7 +9,7 @@ from typing import Mapping
 from hloflops.remat.fusion_copies import outermost_fusions
 from hloflops.remat.names import ends_with, inner_tail
 from hloflops.remat.op_kinds import LAYOUT_VIEWS, MATMUL_OPCODES, is_identity_rounding, shape_key
-from hloflops.remat.sites import SiteOp, one_call_site, source_op
+from hloflops.remat.sites import FUSION_BOUNDARY, SiteOp, across_fusion_boundary, one_call_site, source_op
 from hloflops.scopes import phase
 from hloparse.ir import Module
 
@@ -47,8 +47,8 @@ class SavedApart:
 
     def computed_by_the_forward(self, op: SiteOp) -> bool:
         """Does the forward compute the value (an op of an equal abstract value, or of its name)?"""
-        if self.by_abstract.get(op.abstract):
-            return True
+        if self.by_abstract.get(op.abstract) or self._windowed_bias_adds(op):
+            return True  # a bias add: the forward's of its shape, on a loop's product (`fused_into_matmul`)
         tail = inner_tail(op.op_name) if op.op_name else ()
         return len(tail) >= 2 and any(ends_with(twin.op_name, tail)
                                       for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ()))
@@ -91,11 +91,15 @@ class SavedApart:
         Where the forward's own add reads a matmul's output (through views, a policy's identity
         rounding and fusion boundaries); not where it reads a loop's (a tensor-parallel windowed
         einsum, `windowed_dot_general`, computes the product in a loop of its own: XLA copies the add
-        into the fusions reading the product, those saving the residuals included). Without a
-        forward twin in sight: yes."""
+        into the fusions reading the product, those saving the residuals included). Where no forward
+        op has its value number, the forward's bias adds of its shape stand for it: the recompute's
+        matmul, fused in place, numbers its add apart from one reading the windowed loop's output
+        (ntpu 138, nnx.scan under tensor parallelism: the twin computes the bias add in its saving
+        fusion and in the next matmul's operand fusion, two copies as here). Without either in
+        sight: yes."""
         twins = self.forward.get(op.abstract)
         if not twins:
-            return True
+            return not self._windowed_bias_adds(op)
         for twin in twins:
             comp = self.module.by_name[twin.key[0]]
             for name in twin.inst.operands:
@@ -107,6 +111,58 @@ class SavedApart:
                 if source is not None and source.inst.opcode in MATMUL_OPCODES:
                     return True
         return False
+
+    def _windowed_bias_adds(self, op: SiteOp) -> list[SiteOp]:
+        """The forward's bias adds of the shape of a recomputed bias add, where each adds the bias to
+        a loop's output (a windowed einsum's product); none for another op, or where one reads
+        anything else (a matmul's output, or one an offload policy's copy to the host materialized
+        apart: the program without remat may fuse its add into that matmul's fusion, ntpu 144)."""
+        if not self._adds_a_bias(op):
+            return []
+        adds = [twin for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ())
+                if self._adds_a_bias(twin)]
+        return adds if adds and all(self._reads_a_loop(twin) for twin in adds) else []
+
+    def _reads_a_loop(self, op: SiteOp) -> bool:
+        """Does the op's operand other than its broadcast come out of a `while` (through views and
+        fusion boundaries)?"""
+        comp = self.module.by_name[op.key[0]]
+        for name in op.inst.operands:
+            inst = comp.by_name.get(name)
+            if inst is None or inst.opcode == "broadcast":
+                continue
+            at = (comp, name)
+            for _ in range(32):
+                inst = at[0].by_name.get(at[1])
+                if inst is None:
+                    return False
+                if inst.opcode in LAYOUT_VIEWS and inst.operands:
+                    at = (at[0], inst.operands[0])
+                    continue
+                if inst.opcode == "get-tuple-element" and inst.operands:
+                    source = at[0].by_name.get(inst.operands[0])
+                    if source is not None and source.opcode == "while":
+                        return True
+                if inst.opcode not in FUSION_BOUNDARY:
+                    return False
+                step = across_fusion_boundary(self.module, self.callers, at[0], inst)
+                if step is None:
+                    return False
+                at = step
+        return False
+
+    def _adds_a_bias(self, op: SiteOp) -> bool:
+        """Is the forward op an add of a value and a broadcast of a fusion input (a bias)?"""
+        if op.inst.opcode != "add" or len(op.inst.operands) != 2:
+            return False
+        comp = self.module.by_name[op.key[0]]
+        kinds = [comp.by_name.get(name) for name in op.inst.operands]
+        if any(inst is None for inst in kinds) or sum(inst.opcode == "broadcast" for inst in kinds) != 1:
+            return False
+        bias = next(inst for inst in kinds if inst.opcode == "broadcast")
+        while bias.operands and bias.operands[0] in comp.by_name and bias.opcode in LAYOUT_VIEWS | {"broadcast"}:
+            bias = comp.by_name[bias.operands[0]]
+        return bias.opcode == "parameter"
 
     def __call__(self, op: SiteOp) -> bool:
         twins = self.by_abstract.get(op.abstract)
