@@ -555,11 +555,10 @@ activation's default layout: the forward convolutions writing and reading it and
 gradients) may run packed in the program without remat, which offloads nothing: the packed count
 over this one and the twin's packing of its input lower the low end (`RematHinge.twin_form`;
 hloflops.remat.natural_convolution_forms).
-A recompute of a cheap activation TPU nests in a backward matmul's fusion as its operand, whose
-forward value is stored, may stand for the duplicate the program without remat makes there from its
-own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
-So may one whose forward copy is handed to a windowed einsum, alike but of another value number
-(hloflops.remat.nested_gradient_activations).
+TPU's hinges of copies the program without remat may make (a recompute nested in a backward
+matmul's operand, one handed out beside the gradient through it, a layer loop's gathered operands
+packed again, an unrolled loop's pruned input gradient, the loss's cotangent) are gathered by
+hloflops.remat.tpu_twin_hinges, each rule in its own module (docs/remat.md describes each).
 A backward loop's recompute of softmax's `e / s` whose forward copy only matmuls read (this program
 stores no `p`) may stand for the copy the program without remat makes to store `p`: a hinge of one
 copy (`twin_copies`; hloflops.remat.unstored_probabilities).
@@ -574,18 +573,10 @@ without remat (its forward's): the packing and unpacks are model FLOPs, settled
 A layer's output gradient that only matmuls read besides its bias gradient's reduce, read wide
 here, may be narrowed once by the program without remat in a fusion merging that reduce: one
 convert of it lowers the low end (`RematIndex.twin_narrows`; hloflops.remat.bias_gradient_narrows).
-Under FSDP a layer loop's forward packings of windowed-gathered matmul operands (`-inf` pads and
-maximums in a `while` body), where the backward loop packs a recomputed layer's operands, but fewer
-elements than the forward loop, may be
-packed again by the program without remat's backward loop, which reads stacked residuals: a hinge of
-one copy of each packing's maximums and converts (`twin_copies`; hloflops.remat.repacked_loop_gathers).
-Where they fire, the twin's backward loop may compute a layer's weight gradient from those windows,
+Where the twin's backward loop packs a layer loop's windowed-gathered operands again, it may compute
+the layer's weight gradient from those windows,
 adding its partial gradients: each forward windowed matmul's window beyond the first is a low-end
 hinge of one add of its kernel's elements (`twin_sums`; hloflops.remat.windowed_gradient_sums).
-A recomputed activation a scan's backward loop hands out of the fusion computing the gradient through
-it may have its chain copied once more by the program without remat (its stack apart from the
-residuals' and the next matmul's operand): a hinge of one copy of each remat-named cheap op on its
-chain, the low end only (hloflops.remat.merged_recompute_hand_outs).
 Remat-named ops that pair with nothing, or that rule 4 finds are copies, are listed
 (`RematIndex.merged`, `Report.remat_unpaired`) and counted as model FLOPs. Checked on
 tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the difference to the

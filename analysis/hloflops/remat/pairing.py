@@ -37,7 +37,6 @@ from hloflops.remat.stored_gradient_chains import stored_chain_copies
 from hloflops.remat.host_stacked_activations import host_stacked_activation_narrows, narrow_elements
 from hloflops.remat.offloaded_sum_narrows import offloaded_source_narrows, offloaded_sum_narrows, stored_sum_narrows
 from hloflops.remat.stored_twin_copies import stacked_residual_round_trips
-from hloflops.remat.unrolled_layer_loops import pruned_input_gradients, unrolled_stack_slices
 from hloflops.remat.wide_residual_trips import wide_residual_trips
 from hloflops.remat.rounded_operand_narrows import rounded_operand_narrows
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
@@ -51,16 +50,12 @@ from hloflops.remat.shared_reciprocals import shared_reciprocals
 from hloflops.remat.unsunk_broadcasts import unsunk_broadcasts
 from hloflops.remat.unstored_forward import unstored_forward_copies
 from hloflops.remat.matvec_multiplies import with_matvec_multiplies
-from hloflops.remat.merged_recompute_hand_outs import merged_hand_out_copies
-from hloflops.remat.matmul_loss_cotangents import loss_cotangent_hinges
-from hloflops.remat.gradient_operand_copies import gradient_operand_copies
-from hloflops.remat.nested_gradient_activations import nested_gradient_activations
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
 from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.natural_convolution_forms import natural_convolution_forms
 from hloflops.remat.conv_operand_narrows import weak_operand_narrows
-from hloflops.remat.repacked_loop_gathers import repacked_loop_gathers
 from hloflops.remat.windowed_gradient_sums import windowed_gradient_sums
+from hloflops.remat.tpu_twin_hinges import add_tpu_twin_hinges
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -74,7 +69,6 @@ from hloflops.remat.peeled_iterations import peeled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
 from hloflops.remat.twin_packed_masks import twin_packed_mask_copies
-from hloflops.remat.unstored_relu_narrows import unstored_relu_narrows
 from hloflops.remat.fused_residual_stacks import fused_residual_stacks
 from hloflops.remat.xla_clones import has_xla_clones, xla_clones
 from hloflops.remat.collective_fusion_copies import collective_fusion_copies
@@ -373,41 +367,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
         stacks.update(fused_residual_stacks(module, op_names, {key[:2] for key in remat}))
     hinged = {key[:2]: n for key, n in twin_copies.items()}
     cotangent_stores: dict[Key, int] = {}  # hloflops.remat.matmul_loss_cotangents
-    if optimized_named and is_tpu_module(module):
-        # The loss's cotangent, a checkpoint's cheap input, a chain only the recompute stores, one a
-        # fusion of its own narrows: `twin_copies` hinges, never a sure share, but the cotangent's
-        # copies the twin surely runs (hloflops.remat.matmul_loss_cotangents.loss_cotangent_hinges).
-        cotangent_stores, cotangent_narrows = loss_cotangent_hinges(module, hinged)
+    if optimized_named and is_tpu_module(module):  # copies the twin may make (hloflops.remat.tpu_twin_hinges)
+        cotangent_stores, cotangent_narrows = add_tpu_twin_hinges(
+            module, ops, remat, loose | weak, index.remat, fused_outputs(module), hinged, twin_narrows)
         unsure |= cotangent_narrows
-        # A recompute nested in a backward matmul's operand, which the twin may duplicate from its
-        # stored input in place of the forward's stored value: a hinge of one copy, unless already
-        # weak (hloflops.remat.gradient_operand_copies).
-        for key, n in gradient_operand_copies(module, ops, remat, fused_outputs(module)).items():
-            if key not in loose and key not in weak:
-                hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
-        # And one whose forward copy its input's recompute hides from the value numbers, or holding
-        # a transcendental (hloflops.remat.nested_gradient_activations).
-        for key, n in nested_gradient_activations(module, ops, remat, fused_outputs(module)).items():
-            if key not in loose and key not in weak:
-                hinged[key[:2]] = max(hinged.get(key[:2], 0), n)
-        # A recomputed activation a backward loop's fusion hands out beside the gradient through it: the
-        # twin may copy its chain once more, a low-end hinge beside any unsure one, since the twin may
-        # as well make no more copies (hloflops.remat.merged_recompute_hand_outs).
-        for key, n in merged_hand_out_copies(module, ops, fused_outputs(module)).items():
-            hinged[key[:2]] = hinged.get(key[:2], 0) + n
-        # A layer loop XLA unrolled: the twin's loop may run the first layer's input gradient and
-        # narrow whole weight stacks (hloflops.remat.unrolled_layer_loops): low-end hinges.
-        slices, layers = unrolled_stack_slices(module)
-        for key in pruned_input_gradients(module, layers) - index.remat:  # a recompute is no input gradient
-            hinged[key] = max(hinged.get(key, 0), 1)
-        for key, n in slices.items():
-            twin_narrows[(*key, 0)] = max(twin_narrows.get((*key, 0), 0), n)
-        # A layer loop's forward packings of gathered matmul operands, which the twin's backward
-        # loop may pack again: low-end hinges (hloflops.remat.repacked_loop_gathers).
-        for key in repacked_loop_gathers(module).keys() - index.remat:
-            hinged[key] = max(hinged.get(key, 0), 1)
-        for key, n in unstored_relu_narrows(module).items():  # a relu the twin copies into each reader
-            hinged[key] = max(hinged.get(key, 0), n)
     found = RematIndex(index.remat | frozenset(partial), index.remat_named, index.merged,
                       frozenset(key[:2] for key in (weak - copies) | loose if key in remat) & index.remat,
                       # a value the program without remat copies more often than this one: no copy of
