@@ -556,6 +556,8 @@ forward value is stored, may stand for the duplicate the program without remat m
 own stored input: a hinge of one copy (`twin_copies`; hloflops.remat.gradient_operand_copies).
 So may one whose forward copy is handed to a windowed einsum, alike but of another value number
 (hloflops.remat.nested_gradient_activations).
+So may one of a value the forward never stores, nested in each reader's fusion, a gradient matmul
+among them (hloflops.remat.gradient_operand_copies).
 A backward loop's recompute of softmax's `e / s` whose forward copy only matmuls read (this program
 stores no `p`) may stand for the copy the program without remat makes to store `p`: a hinge of one
 copy (`twin_copies`; hloflops.remat.unstored_probabilities).
