@@ -22,14 +22,29 @@ counted as remat whose value a forward op outside every checkpoint also computes
 its own fusion (the stored value the program without remat could read instead); and only a copy
 whose inputs weigh no more than that value (`may_duplicate`: XLA duplicates such a producer into a
 consumer whatever its other consumers; a layer norm's normalize reads more than it writes). On TPU
-draws 0-179 it fires on ntpu 159 alone."""
+draws 0-179 it fires on ntpu 159 alone.
+
+Or a copy of a value the forward never stores. XLA fuses a cheap producer into every reader where
+each can take it, whatever it reads: the forward then computes the value nested in each reader's
+fusion and hands it out of none. On vtpu 265 (linen_whole, FSDP) the last block's output
+`x + (h @ w2 + b2)`, sliced from the FSDP matmul's output window, is nested in the LM head's
+forward matmul; the recompute nests its copy in the head's weight gradient, and the program
+without remat, its value read by both head matmuls, nests a copy of its own there (add 2,048 of
+the recompute's are that program's). It could as well have stored the value, which this program
+does not show: a hinge of one as above. Here no value number meets (the recompute recomputes the
+matmul the copy slices), so the forward copy is an op outside every checkpoint of the same opcode,
+shape and frame inputs (hloflops.remat.inputs) in a nested operand fusion of a forward matmul,
+with no such op unfused or handed out of a fusion called outside a fusion; the copy may slice its
+input; and the matmul reading it is a gradient's, not the recompute's own (that reader the
+program without remat never runs). On TPU draws 0-419 it fires on vtpu 265 alone."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
+from hloflops.remat.inputs import FrameInputs
 from hloflops.remat.names import REMAT_SCOPE
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
+from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES, shape_key
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -39,6 +54,9 @@ _VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 # (a narrowing or widening convert is the matmul operand's own cast).
 _FREE = frozenset({"parameter", "constant", "broadcast", "convert", "iota"}) | _VIEWS
 _CHEAP = DUPLICATED - EXPENSIVE
+# A copy of a value the forward never stores may also slice its input (a windowed matmul's output
+# window): XLA fused the producer into every reader, the slice with it.
+_SLICES = frozenset({"slice", "dynamic-slice"})
 
 
 def gradient_operand_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey],
@@ -50,6 +68,8 @@ def gradient_operand_copies(module: Module, ops: list[SiteOp], remat: set[SiteKe
     for op in ops:
         by_site.setdefault(op.key[0], []).append(op)
     stored = _stored_forward_values(ops, fused)
+    unstored: set[tuple] | None = None  # worked out on the first copy that needs it
+    inputs = FrameInputs(module)
     out: dict[SiteKey, int] = {}
     for comp, inst in module.instructions():
         if inst.opcode != "fusion" or phase(inst.op_name) != "backward":
@@ -61,12 +81,20 @@ def gradient_operand_copies(module: Module, ops: list[SiteOp], remat: set[SiteKe
             for nested in matmul_operand_fusions(body):
                 members = by_site.get(nested, ())
                 comp_nested = module.by_name.get(nested)
-                if not members or comp_nested is None or not _cheap_only(comp_nested):
+                if not members or comp_nested is None or not _cheap_only(comp_nested, _SLICES):
                     continue
                 paired = [op for op in members
                           if op.key in remat and REMAT_SCOPE in op.op_name and op.exact in stored]
-                if not paired or not may_duplicate(comp_nested, paired):
-                    continue
+                if not paired or not _cheap_only(comp_nested) or not may_duplicate(comp_nested, paired):
+                    # Else a copy of a value the forward never stores (XLA fused its producer
+                    # into every reader): the twin's gradient may nest its own copy too.
+                    if unstored is None:
+                        unstored = _unstored_forward_copies(module, ops, fused, inputs)
+                    # and read by a gradient matmul: a recomputed matmul's reader is the recompute's.
+                    if REMAT_SCOPE in _matmul_name(body) or not any(
+                            op.key in remat and REMAT_SCOPE in op.op_name and op.inst.opcode in _CHEAP
+                            and _alike(op, inputs) in unstored for op in members):
+                        continue
                 for op in members:
                     if op.key in remat and op.inst.opcode in _CHEAP | {"convert"}:
                         out[op.key] = 1
@@ -102,6 +130,14 @@ def matmul_operand_fusions(body: Computation) -> list[str]:
     return out
 
 
+def _matmul_name(body: Computation) -> str:
+    """The op_name of the matmul at the body's root (through views)."""
+    root: Instruction | None = body.root
+    while root is not None and root.opcode in _VIEWS:
+        root = body.by_name.get(root.operands[0])
+    return root.op_name if root is not None else ""
+
+
 def may_duplicate(comp: Computation, paired: list[SiteOp]) -> bool:
     """Would XLA's instruction fusion duplicate the activation into a consumer regardless of its
     other consumers? `InstructionFusion::ComputeGloballyUnfusible` lets it where the producer's
@@ -112,6 +148,43 @@ def may_duplicate(comp: Computation, paired: list[SiteOp]) -> bool:
     return inputs <= max(op.inst.shape.byte_size() for op in paired)
 
 
-def _cheap_only(comp: Computation) -> bool:
-    """Only cheap elementwise ops, views, constants and converts (what XLA may copy into a consumer)."""
-    return all(inst.opcode in _CHEAP or inst.opcode in _FREE for inst in comp.instructions)
+def _cheap_only(comp: Computation, more: frozenset[str] = frozenset()) -> bool:
+    """Only cheap elementwise ops, views, constants and converts (what XLA may copy into a
+    consumer), and the opcodes `more` names."""
+    return all(inst.opcode in _CHEAP or inst.opcode in _FREE or inst.opcode in more
+               for inst in comp.instructions)
+
+
+def _unstored_forward_copies(module: Module, ops: list[SiteOp], fused: Mapping[str, frozenset[str]],
+                             inputs: FrameInputs) -> set[tuple]:
+    """The cheap forward values (outside every checkpoint; by opcode, shape and frame inputs,
+    hloflops.remat.inputs: a recompute that also recomputes the matmul feeding them meets them by
+    no value number) that a forward matmul's fusion computes in a nested operand fusion and that
+    no forward op hands out stored: no unfused op computes them and no fusion called from outside
+    a fusion outputs them. XLA fused their producer into every reader."""
+    top: set[str] = set()  # fused computations called by a fusion outside every fusion
+    fused_names = set(fused)
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion" and comp.name not in fused_names:
+            top.update(inst.called(CallRole.FUSION))
+    nested: set[str] = set()
+    for comp, inst in module.instructions():
+        if inst.opcode == "fusion" and phase(inst.op_name) == "forward" and comp.name not in fused_names:
+            for callee in inst.called(CallRole.FUSION):
+                body = module.by_name.get(callee)
+                if body is not None and body.root is not None:
+                    nested.update(matmul_operand_fusions(body))
+    found: set[tuple] = set()
+    kept: set[tuple] = set()
+    for op in ops:
+        if phase(op.op_name) != "forward" or not outside_checkpoints(op.op_name) or op.inst.opcode not in _CHEAP:
+            continue
+        if op.key[0] in nested:
+            found.add(_alike(op, inputs))
+        elif op.key[0] not in fused_names or (op.key[0] in top and op.inst.name in fused.get(op.key[0], ())):
+            kept.add(_alike(op, inputs))
+    return found - kept
+
+
+def _alike(op: SiteOp, inputs: FrameInputs) -> tuple:
+    return op.inst.opcode, shape_key(op.inst.shape), inputs.of(*op.key[:2])
