@@ -556,9 +556,10 @@ gradients) may run packed in the program without remat, which offloads nothing: 
 over this one and the twin's packing of its input lower the low end (`RematHinge.twin_form`;
 hloflops.remat.natural_convolution_forms).
 TPU's hinges of copies the program without remat may make (a recompute nested in a backward
-matmul's operand, stored or fused into every reader, one handed out beside the gradient through it, a layer loop's gathered operands
-packed again, an unrolled loop's pruned input gradient, the loss's cotangent) are gathered by
-hloflops.remat.tpu_twin_hinges, each rule in its own module (docs/remat.md describes each).
+matmul's operand, its value stored or fused into every reader; one handed out beside the gradient
+through it; a layer loop's gathered operands packed again; an unrolled loop's pruned input gradient;
+the loss's cotangent) are gathered by hloflops.remat.tpu_twin_hinges, each rule in its own module
+(docs/remat.md describes each).
 A backward loop's recompute of softmax's `e / s` whose forward copy only matmuls read (this program
 stores no `p`) may stand for the copy the program without remat makes to store `p`: a hinge of one
 copy (`twin_copies`; hloflops.remat.unstored_probabilities).
