@@ -510,6 +510,8 @@ the f32 chain into each and run no narrow: the chain's k - 1 copies lower the lo
 raises the high end (hloflops.remat.loss_cotangent_copies.narrowed_cotangent_copies).
 A matvec TPU rewrote as `reduce(broadcast(v) * w)` leaves its multiply unnamed: the multiply takes
 its reduce's answer (hloflops.remat.matvec_multiplies).
+A recompute's whole matvec whose forward ran as a window loop pairs with no value; the twin has no
+such product in its backward: remat, weak (hloflops.remat.windowed_forward_matvecs).
 A cheap forward value a checkpoint reads as its input, which the checkpoint's barrier kept from
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;
