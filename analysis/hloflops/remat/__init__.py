@@ -509,7 +509,8 @@ Where a backward fusion of its own narrows that cotangent for k > 1 readers, the
 the f32 chain into each and run no narrow: the chain's k - 1 copies lower the low end, the narrow
 raises the high end (hloflops.remat.loss_cotangent_copies.narrowed_cotangent_copies).
 A matvec TPU rewrote as `reduce(broadcast(v) * w)` leaves its multiply unnamed: the multiply takes
-its reduce's answer (hloflops.remat.matvec_multiplies).
+its reduce's answer (matvec_multiplies); a recompute's whole matvec whose forward ran as a window
+loop pairs with no value and is remat, weak (hloflops.remat.windowed_forward_matvecs).
 A cheap forward value a checkpoint reads as its input, which the checkpoint's barrier kept from
 being copied into its readers here, may be copied into each of them by the program without remat:
 its readers outside the recompute less one lower the low end (`twin_copies`;
@@ -565,9 +566,9 @@ stores no `p`) may stand for the copy the program without remat makes to store `
 copy (`twin_copies`; hloflops.remat.unstored_probabilities).
 A relu mask the recompute computes inside the one backward fusion of its select (outside a scan's
 backward loop), reading the handed-in preactivation, the select read by a convolution's gradient,
-may stand for the mask the program without
-remat hands from its forward packed into bits and unpacks in each reader of the select's value: a
-hinge of the packing, the unpacks and their selects (`twin_copies`; hloflops.remat.twin_packed_masks).
+may stand for the mask the program without remat hands from its forward packed into bits and
+unpacks in each reader of the select's value: a hinge of the packing, the unpacks and their selects
+(`twin_copies`; hloflops.remat.twin_packed_masks).
 A recomputed mask this program packs outside a scan's backward loop is packed alike by the program
 without remat (its forward's): the packing and unpacks are model FLOPs, settled
 (hloflops.remat.twin_packed_masks' `shared_mask_packings`).
@@ -584,7 +585,6 @@ tests/programs/remat_programs*.py: dot and convolution remat FLOPs equal the dif
 program without remat exactly (after optimization, before with and without op_name metadata, but for
 the listed known gaps); elementwise and reduce ops come within a few percent of it after
 optimization (XLA fuses the two programs differently).
-
 The twin copies of a stored gradient chain count where the policy offloads the saved matmul output
 and the chain holds an expensive recompute (hloflops.remat.offloaded_chain_residuals); those of a
 stored scale count through its cheap readers' own readers (hloflops.remat.cascaded_readers).

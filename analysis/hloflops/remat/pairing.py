@@ -56,6 +56,7 @@ from hloflops.remat.natural_convolution_forms import natural_convolution_forms
 from hloflops.remat.conv_operand_narrows import weak_operand_narrows
 from hloflops.remat.windowed_gradient_sums import windowed_gradient_sums
 from hloflops.remat.tpu_twin_hinges import add_tpu_twin_hinges
+from hloflops.remat.windowed_forward_matvecs import with_windowed_forward_matvecs
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
 from hloflops.remat.op_kinds import DUPLICATED, MATMUL_OPCODES, is_memory_placement
 from hloflops.remat.values import Numbered, Val, ValueNumbers, numbered
@@ -393,7 +394,9 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       # a windowed weight gradient's partial sums the twin may add (windowed_gradient_sums)
                       twin_sums=windowed_gradient_sums(module) if optimized_named else {})
     # A matvec's unnamed multiply shares its reduce's answer (hloflops.remat.matvec_multiplies).
-    return with_matvec_multiplies(module, found) if optimized_named and is_tpu_module(module) else found
+    # And a recompute's matvec whose forward ran as a window loop (hloflops.remat.windowed_forward_matvecs).
+    return with_matvec_multiplies(module, with_windowed_forward_matvecs(module, found)) \
+        if optimized_named and is_tpu_module(module) else found
 
 
 def _with_stacks(twin: dict[Key, int], stacks: Mapping[Key, int]) -> dict[Key, int]:
