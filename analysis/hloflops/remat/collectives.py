@@ -155,7 +155,7 @@ def _gathered_shard(module: Module, comp: Computation, name: str) -> str | None:
         written = inst.operands[0], inst.operands[1]
     else:
         written = None
-    if written is None or not _zeros(comp, written[0]):
+    if written is None or not is_zero_broadcast(comp, written[0]):
         return None
     # A cast of the shard is the same value wherever it is computed (a bf16 program gathers its
     # weights' bf16 casts, each gather its own convert, fused or not: utpu 186): the shard is its
@@ -216,7 +216,7 @@ def _fused_write(module: Module, fusion: Instruction) -> tuple[str, str] | None:
     return outer[0], outer[1]
 
 
-def _zeros(comp: Computation, name: str) -> bool:
+def is_zero_broadcast(comp: Computation, name: str) -> bool:
     """Is the value a broadcast of the constant zero?"""
     inst = comp.by_name.get(name)
     while inst is not None and inst.opcode == "broadcast" and inst.operands:

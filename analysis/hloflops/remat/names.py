@@ -334,7 +334,7 @@ _JVP = re.compile(r"^jvp\((.+)\)$")
 
 
 @lru_cache(maxsize=65536)  # pure; `ends_with` asks it for each pair of candidate names
-def _named_components(op_name: str) -> tuple[str, ...]:
+def named_components(op_name: str) -> tuple[str, ...]:
     """Model components, plus the module name jax writes inside `jvp(...)`: a forward op of a
     model remat'd as a whole is named `jvp(LM)/decoder/...`, its recompute
     `.../rematted_computation/LM/decoder/...`. The name inside may carry brackets of its own:
@@ -355,4 +355,4 @@ def ends_with(op_name: str, tail: tuple[str, ...]) -> bool:
     """Does the op's name end with a recompute's inner name (`inner_tail`)?"""
     if not tail:
         return True
-    return model_components(op_name)[-len(tail):] == tail or _named_components(op_name)[-len(tail):] == tail
+    return model_components(op_name)[-len(tail):] == tail or named_components(op_name)[-len(tail):] == tail

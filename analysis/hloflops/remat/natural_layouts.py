@@ -22,7 +22,7 @@ rule rests on how XLA fused the program without remat: model FLOPs, unsure."""
 from __future__ import annotations
 
 from hloflops.remat.fusion_copies import outputs_through
-from hloflops.remat.view_copies import CHEAP, _laid_out
+from hloflops.remat.view_copies import CHEAP, transposing_fusion
 from hloparse.ir import Computation, Module
 from hloflops.remat.sites import SiteKey, SiteOp, fusion_call_counts
 
@@ -51,7 +51,7 @@ def natural_layouts(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> t
         if value is not None:
             in_place[name] = value
             continue
-        found = _laid_out(comp, by_key)
+        found = transposing_fusion(comp, by_key)
         if found is not None and not found[0].marked and not found[1].marked:
             laid_out[name] = found[0]
     marked = [(name, value) for name, value in in_place.items() if value.marked and value.key in remat]

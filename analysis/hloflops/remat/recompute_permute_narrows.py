@@ -25,10 +25,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from hloflops.remat.names import is_remat_named
+from hloflops.remat.regathered_windowed_einsums import PERMUTES
 from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
 from hloparse.ir import Computation, Instruction, Module
-
-_PERMUTES = frozenset({"collective-permute", "collective-permute-start"})
 
 
 def recompute_permute_narrows(module: Module, ops: Iterable[SiteOp]) -> set[SiteKey]:
@@ -50,7 +49,7 @@ def recompute_permute_narrows(module: Module, ops: Iterable[SiteOp]) -> set[Site
                 continue
             caller, fusion = sites[0]
             readers = caller.users.get(fusion.name, ())
-        if readers and all(reader.opcode in _PERMUTES and is_remat_named(reader) for reader in readers):
+        if readers and all(reader.opcode in PERMUTES and is_remat_named(reader) for reader in readers):
             found.add(op.key)
     return found
 

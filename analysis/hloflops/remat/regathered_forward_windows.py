@@ -30,7 +30,7 @@ product: TPU 191, 293) are left out: the windows' partial reductions differ from
 from __future__ import annotations
 
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.regathered_windowed_einsums import _GATHERS, _PERMUTES, _only_for, _reachable, _window_loop
+from hloflops.remat.regathered_windowed_einsums import GATHERS, PERMUTES, only_for, reachable_within, window_loop
 from hloflops.remat.names import is_remat_named
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -49,15 +49,15 @@ def regathered_forward_windows(module: Module, ops: list[SiteOp]) -> tuple[set[S
     for comp, inst in module.instructions():
         if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
             continue
-        inside = _reachable(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
+        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
         held = [i for name in inside for i in module.by_name[name].instructions]
-        if not _window_loop(inst, [i for i in held if i.opcode in MATMUL_OPCODES]) \
-                or not any(i.opcode in _PERMUTES for i in held):
+        if not window_loop(inst, [i for i in held if i.opcode in MATMUL_OPCODES]) \
+                or not any(i.opcode in PERMUTES for i in held):
             continue
         if not _gathered_again(module, callers, comp, inst):
             continue
         loop_comps |= inside
-        feeds |= _only_for(comp, inst)
+        feeds |= only_for(comp, inst)
     if not loop_comps:
         return set(), set()
     counted = {op.key for op in ops if op.key[0] in loop_comps and op.inst.opcode not in MATMUL_OPCODES}
@@ -79,5 +79,5 @@ def _gathered_again(module: Module, callers: dict[str, tuple[Computation, Instru
         return None if found is None else (found[0].name, found[1].name)
 
     windowed = {source(name) for name in start.operands} - {None}
-    return any(i.opcode in _GATHERS and "transpose(" in i.op_name and i.operands
+    return any(i.opcode in GATHERS and "transpose(" in i.op_name and i.operands
                and source(i.operands[0]) in windowed for i in comp.instructions)

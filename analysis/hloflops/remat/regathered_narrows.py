@@ -39,13 +39,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from hloflops.remat.regathered_windowed_einsums import GATHERS
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
 # Ops that move or view a program input on the device unchanged (a prefetch, a relayout).
 _MOVES = frozenset({"bitcast", "copy", "reshape", "transpose", "copy-start", "copy-done"})
-# What gathers a narrowed shard (TPU's async collective starts it in a fusion of its own).
-_GATHERS = frozenset({"all-gather", "all-gather-start"})
 
 
 def repeated_shard_narrows(module: Module, ops: Iterable[SiteOp]) -> set[SiteKey]:
@@ -152,13 +151,13 @@ def _shard(module: Module, comp: Computation, inst: Instruction) -> str | None:
 def _gathers(module: Module, comp: Computation, reader: Instruction) -> bool:
     """Does the reader gather its operand (an all-gather, or TPU's fusion starting an async one,
     or the state tuple of a windowed einsum's loop, which passes the shard around)?"""
-    if reader.opcode in _GATHERS:
+    if reader.opcode in GATHERS:
         return True
     if reader.opcode == "tuple":
         return _windowed_loop_state(module, comp, reader)
     if reader.opcode != "fusion":
         return False
-    return any(inst.opcode in _GATHERS for name in reader.called(CallRole.FUSION)
+    return any(inst.opcode in GATHERS for name in reader.called(CallRole.FUSION)
                for inst in getattr(module.by_name.get(name), "instructions", ()))
 
 
@@ -175,7 +174,7 @@ def _passes_shards(module: Module, comp: Computation, depth: int) -> bool:
     """Does the computation (or one it calls, `depth` levels down) hold a collective-permute or a
     gather?"""
     for inst in comp.instructions:
-        if inst.opcode.startswith("collective-permute") or inst.opcode in _GATHERS:
+        if inst.opcode.startswith("collective-permute") or inst.opcode in GATHERS:
             return True
         if depth and any(_passes_shards(module, module.by_name[name], depth - 1)
                          for role in (CallRole.FUSION, CallRole.CALL, CallRole.ASYNC, CallRole.BRANCH)

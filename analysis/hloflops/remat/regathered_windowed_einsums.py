@@ -37,15 +37,15 @@ from hloflops.remat.sites import SiteKey, SiteOp
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose", "get-tuple-element"})
-_PERMUTES = frozenset({"collective-permute", "collective-permute-start"})
-_GATHERS = frozenset({"all-gather", "all-gather-start"})
+PERMUTES = frozenset({"collective-permute", "collective-permute-start"})
+GATHERS = frozenset({"all-gather", "all-gather-start"})
 
 
 def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKey], set[SiteKey]]:
     """(the FLOPs of forward windowed einsum loops but their matmuls: remat; the narrows feeding
     only such a loop: stand-ins), per the module docstring."""
-    regathered = _regathered_matmuls(module)
-    recomputes = _recompute_gathers(module)
+    regathered = regathered_matmuls(module)
+    recomputes = recompute_gathers(module)
     if not regathered and not recomputes:
         return set(), set()
     loop_comps: set[str] = set()
@@ -53,13 +53,13 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
     for comp, inst in module.instructions():
         if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
             continue
-        inside = _reachable(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
+        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
         matmuls = [i for name in inside for i in module.by_name[name].instructions if i.opcode in MATMUL_OPCODES]
         # A window loop is XLA's for one matmul and carries its name; a loop of the model's (a
         # gradient accumulation's microbatches, a scan) holding window loops or unrolled windows
         # is not one, whatever its matmuls are named (TPU 231: plain jax's `dot_general`).
-        if not _window_loop(inst, matmuls) \
-                or not any(i.opcode in _PERMUTES for name in inside for i in module.by_name[name].instructions):
+        if not window_loop(inst, matmuls) \
+                or not any(i.opcode in PERMUTES for name in inside for i in module.by_name[name].instructions):
             continue
         # A recompute's own gather marks only a window loop (named as its matmul; not a scan's loop).
         if not any(model_components(m.op_name) in regathered or m.op_name == inst.op_name
@@ -67,31 +67,31 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
                    if m.op_name):
             continue
         loop_comps |= inside
-        feeds |= _only_for(comp, inst)
+        feeds |= only_for(comp, inst)
     counted = {op.key for op in ops if op.key[0] in loop_comps and op.inst.opcode not in MATMUL_OPCODES}
     narrows = {op.key for op in ops if op.inst.opcode == "convert"
                and ((op.key[0], op.key[1]) in feeds or (op.frame, op.key[0]) in feeds)}
     return counted, narrows
 
 
-def _window_loop(loop: Instruction, matmuls: list[Instruction]) -> bool:
+def window_loop(loop: Instruction, matmuls: list[Instruction]) -> bool:
     """Is `loop` a windowed einsum's: matmuls inside, all named as the loop? XLA names the loop it
     builds for a matmul after that matmul (TPU 23, 99); a model's loop (`jit(step)/while`) runs
     matmuls of other names, its windowed einsums' loops nested inside it."""
     return bool(matmuls) and all(m.op_name == loop.op_name for m in matmuls)
 
 
-def _regathered_matmuls(module: Module) -> set[tuple[str, ...]]:
+def regathered_matmuls(module: Module) -> set[tuple[str, ...]]:
     """Model names of the matmuls whose transpose all-gathers a remat-named value."""
     out: set[tuple[str, ...]] = set()
     for comp, inst in module.instructions():
-        if inst.opcode in _GATHERS and "transpose(" in inst.op_name and inst.operands \
+        if inst.opcode in GATHERS and "transpose(" in inst.op_name and inst.operands \
                 and _from_recompute(comp, inst.operands[0]):
             out.add(model_components(inst.op_name))
     return out
 
 
-def _recompute_gathers(module: Module) -> set[tuple[str, tuple[str, ...]]]:
+def recompute_gathers(module: Module) -> set[tuple[str, tuple[str, ...]]]:
     """(computation, inner name `inner_tail`) of the recomputed matmuls that all-gather their own
     operand, under the recompute's name (haiku, TPU held-out 99: `checkpoint/rematted_computation/
     linear_4/dot_general`): the weight gradient reads that gathered copy, and the forward's gather is
@@ -100,7 +100,7 @@ def _recompute_gathers(module: Module) -> set[tuple[str, tuple[str, ...]]]:
     backward loop gathers its stacked activation again; TPU held-out 77, flax's remat_scan, keeps
     its window loop without remat too)."""
     return {(comp.name, inner_tail(inst.op_name)) for comp, inst in module.instructions()
-            if inst.opcode in _GATHERS and is_remat_named(inst) and inst.op_name.endswith("dot_general")}
+            if inst.opcode in GATHERS and is_remat_named(inst) and inst.op_name.endswith("dot_general")}
 
 
 def _from_recompute(comp: Computation, name: str) -> bool:
@@ -117,7 +117,7 @@ def _from_recompute(comp: Computation, name: str) -> bool:
     return False
 
 
-def _reachable(module: Module, roots: tuple[str, ...]) -> set[str]:
+def reachable_within(module: Module, roots: tuple[str, ...]) -> set[str]:
     """The computations `roots` and everything they call."""
     seen: set[str] = set()
     pending = list(roots)
@@ -130,7 +130,7 @@ def _reachable(module: Module, roots: tuple[str, ...]) -> set[str]:
     return seen
 
 
-def _only_for(comp: Computation, loop: Instruction) -> set[tuple[str, str]]:
+def only_for(comp: Computation, loop: Instruction) -> set[tuple[str, str]]:
     """The converts (or fusions, by their fused computation) read only by the tuple starting `loop`."""
     out: set[tuple[str, str]] = set()
     start = comp.by_name.get(loop.operands[0]) if loop.operands else None

@@ -38,7 +38,7 @@ _VIEWS = frozenset({"bitcast", "reshape", "transpose", "copy"})
 
 def view_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple[set[SiteKey], set[SiteKey]]:
     """The recompute less the cheap ops of a remat-marked layout fusion (one that computes only
-    cheap elementwise ops and hands out a transposition of its last one, `_laid_out`) where:
+    cheap elementwise ops and hands out a transposition of its last one, `transposing_fusion`) where:
     no unmarked op writes that transposition, and an unmarked op computes the same value (equal
     exact number; else equal abstract number in another frame: a scan's forward loop) inside
     an unmarked layout fusion of its own, writing another transposition. Returns the recompute
@@ -50,7 +50,7 @@ def view_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> tuple
     laid_out: dict[str, tuple[SiteOp, SiteOp]] = {}  # fused computation -> (its value, the view it writes)
     for name in callers:
         comp = module.by_name.get(name)
-        found = _laid_out(comp, by_key) if comp is not None and callers[name] == 1 else None
+        found = transposing_fusion(comp, by_key) if comp is not None and callers[name] == 1 else None
         if found is not None:
             laid_out[name] = found
     if not laid_out:
@@ -80,7 +80,7 @@ def _same_value(op: SiteOp, twin: SiteOp) -> bool:
     return twin.frame != op.frame and op.abstract == twin.abstract and not isinstance(op.abstract, tuple)
 
 
-def _laid_out(comp: Computation, by_key: dict[SiteKey, SiteOp]) -> tuple[SiteOp, SiteOp] | None:
+def transposing_fusion(comp: Computation, by_key: dict[SiteKey, SiteOp]) -> tuple[SiteOp, SiteOp] | None:
     """A fusion that computes only cheap elementwise ops and whose root is a transposition of the
     last of them (through bitcasts and copies): that op and the transpose (their `SiteOp`s), else
     None."""

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from hloflops.remat.index import RematIndex
 from hloflops.remat.names import ends_with, inner_tail, is_remat_named
-from hloflops.remat.regathered_windowed_einsums import _PERMUTES, _reachable
+from hloflops.remat.regathered_windowed_einsums import PERMUTES, reachable_within
 from hloflops.remat.sites import Key
 from hloflops.remat.windowed_matvec_loops import matvec_products
 from hloparse.ir import CallRole, Computation, Instruction, Module
@@ -52,10 +52,10 @@ def windowed_forward_matvecs(module: Module) -> set[Key]:
     for _, inst in module.instructions():
         if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
             continue
-        inside = _reachable(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
+        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
         held = [i for name in inside for i in module.by_name[name].instructions]
         products = matvec_products(module, inst, held)
-        if not products or not any(i.opcode in _PERMUTES for i in held):
+        if not products or not any(i.opcode in PERMUTES for i in held):
             continue
         sizes = {_elements(i) for name in products for i in module.by_name[name].instructions
                  if i.opcode == "reduce"}

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from hloflops.remat.collectives import _zeros
-from hloflops.remat.names import _named_components, ends_with, is_remat_named, model_components
+from hloflops.remat.collectives import is_zero_broadcast
+from hloflops.remat.names import named_components, ends_with, is_remat_named, model_components
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.regathered_windowed_einsums import (_GATHERS, _PERMUTES, _only_for, _reachable,
-                                                         _recompute_gathers, _regathered_matmuls)
+from hloflops.remat.regathered_windowed_einsums import (GATHERS, PERMUTES, only_for, reachable_within,
+                                                         recompute_gathers, regathered_matmuls)
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -52,8 +52,8 @@ def windowed_matvec_loops(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKe
     products' multiplies and reduces: remat; the narrows feeding only such a loop: stand-ins), per
     the module docstring."""
     callers = one_call_site(module)
-    regathered = _regathered_matmuls(module)
-    recomputes = _recompute_gathers(module)
+    regathered = regathered_matmuls(module)
+    recomputes = recompute_gathers(module)
     padded = _regathered_recomputes(module, callers)
     loop_comps: set[str] = set()
     products: set[str] = set()
@@ -61,20 +61,20 @@ def windowed_matvec_loops(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKe
     for comp, inst in module.instructions():
         if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
             continue
-        inside = _reachable(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
+        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
         held = [i for name in inside for i in module.by_name[name].instructions]
         fused = matvec_products(module, inst, held)
-        if not fused or not any(i.opcode in _PERMUTES for i in held):
+        if not fused or not any(i.opcode in PERMUTES for i in held):
             continue
         # haiku names a forward op `jvp(linear_1)/dot_general`, its transpose `checkpoint/linear_1/...`
         recomputed = model_components(inst.op_name) in regathered \
-            or {model_components(inst.op_name), _named_components(inst.op_name)} & padded or any(
+            or {model_components(inst.op_name), named_components(inst.op_name)} & padded or any(
             c == comp.name and ends_with(inst.op_name, t) for c, t in recomputes)
         if not recomputed and not _gathered_again(module, callers, comp, inst):
             continue
         loop_comps |= inside
         products |= fused
-        feeds |= _only_for(comp, inst)
+        feeds |= only_for(comp, inst)
     if not loop_comps:
         return set(), set()
     counted = {op.key for op in ops if op.key[0] in loop_comps
@@ -135,7 +135,7 @@ def _gathered_again(module: Module, callers: dict[str, tuple[Computation, Instru
     for inst in comp.instructions:
         if not inst.operands:
             continue
-        if inst.opcode in _GATHERS and "transpose(" in inst.op_name \
+        if inst.opcode in GATHERS and "transpose(" in inst.op_name \
                 and key(source(comp, inst.operands[0])) in windowed:
             return True
         if inst.opcode in _REDUCES and any(key(_padded(comp, name, source)) in windowed
@@ -163,7 +163,7 @@ def _transpose_readers(comp: Computation, reduce: Instruction, at: int) -> list[
 def _regathered_recomputes(module: Module, callers: dict[str, tuple[Computation, Instruction] | None]
                            ) -> set[tuple[str, ...]]:
     """Model names of the matmuls whose transpose reads a recompute gathered by an all-reduce (written
-    into zeros): regathered_windowed_einsums' `_regathered_matmuls` for the gather XLA writes as an
+    into zeros): regathered_windowed_einsums' `regathered_matmuls` for the gather XLA writes as an
     all-reduce (TPU 162: haiku saves the products, the backward recomputes the relu after them)."""
     def source(where: Computation, name: str) -> tuple[Computation, Instruction] | None:
         return source_value(module, callers, where, name, lambda i: i.opcode in _PASSES, 24)
@@ -190,4 +190,4 @@ def _padded(comp: Computation, name: str,
         return None
     where, dus = found
     base = source(where, dus.operands[0])  # the zeros may be a parameter of the fusion, broadcast outside
-    return source(where, dus.operands[1]) if base is not None and _zeros(base[0], base[1].name) else None
+    return source(where, dus.operands[1]) if base is not None and is_zero_broadcast(base[0], base[1].name) else None
