@@ -8,11 +8,19 @@ residual stack) is model FLOPs, sure or in the range. TPU computes the bf16 op i
 its result: the op carries the type it stands for (`float_type_correction_info` in its backend
 config) and its one reader is a `convert` to that narrower type, one bf16 op written as two. The
 saving fusion's copy writes the residual in its own type (bf16: jax stacks the op's value), so it
-narrows as this one does: the two programs run the same narrows (held-out TPU draws 69, 152 and
-357: convert +6,144, +256, +128 where the converts' counts and sizes are alike in both programs,
+narrows as this one does: the two programs run the same narrows (TPU draws 69 and 152: convert
++6,144 and +256 where the converts' counts and sizes are alike in both programs,
 the op itself settled as model FLOPs, its narrow left counted by signature). The narrow takes the
 op's answer, as sure as it (hloflops.remat.corrected_narrows does the same for an op a TPU rule
 took out of remat for reading an offloaded residual).
+
+Only where every forward copy of the op (unmarked, the same opcode, element count and name within
+its function) reads its value widened in its fusion, as the recompute reads the stacked value: the
+program without remat's saving copy then widens, computes and narrows as the recompute does (draw
+69: the forward's relu reads the matmul output narrowed). Where the forward's copy reads the value
+wide (the matmul's f32 output in its own fusion, TPU draw 33), so does the saving copy: the
+recompute's widen runs because of remat, its narrow (counted by signature) stands for it, and the
+pairing's answer stands (draw 357 as well: convert +128 left).
 
 Only a narrow that is the op's one reader, of an elementwise cheap op (not an expensive one, whose
 converts hloflops.remat.type_corrections settles), to fewer bits than the op computes in."""
