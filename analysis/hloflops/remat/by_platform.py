@@ -35,6 +35,7 @@ from hloflops.remat.regathered_forward_windows import regathered_forward_windows
 from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
 from hloflops.remat.saved_chain_widens import recompute_widens_hinge
 from hloflops.remat.saved_residual_narrows import saved_residual_narrows
+from hloflops.remat.saving_copy_narrows import narrows_of_saving_copies
 from hloflops.remat.sites import SiteKey, SiteOp
 from hloflops.remat.stored_cotangents import stored_cotangents
 from hloflops.remat.stored_preactivations import stored_preactivation_trips
@@ -74,6 +75,13 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
         d.certain |= counted | model
         d.paired_by_value |= sure
         d.stand_ins = (d.stand_ins - counted - model) | saving
+        # The narrow of such a copy the saving fusion makes too takes its answer, as sure as it
+        # (hloflops.remat.saving_copy_narrows).
+        narrows = narrows_of_saving_copies(module, ops, d.remat, saving | model)
+        d.remat -= set(narrows)
+        d.paired_by_value -= set(narrows)
+        d.certain |= {key for key, of in narrows.items() if of in model}
+        d.stand_ins |= {key for key, of in narrows.items() if of in saving}
     # A gradient chain reading a recompute, copied into several fusions of the forward's own
     # frame: the copies beyond one may run because of remat (unsure).
     d.stand_ins |= gradient_chain_copies(module, ops, fused_outputs(module), backward_loops, recomputes) - d.remat
