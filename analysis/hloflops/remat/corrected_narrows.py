@@ -25,7 +25,7 @@ into remat.)"""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
 from hloflops.remat.offloaded_sum_narrows import read_from_host
@@ -34,6 +34,25 @@ from hloflops.remat.type_corrections import bits
 from hloparse.ir import Module
 
 _CORRECTED = "float_type_correction_info"
+
+
+def corrected_op_narrows(module: Module, ops: list[SiteOp], remat: set[SiteKey]) -> Iterator[tuple[SiteOp, SiteOp]]:
+    """Each narrow in `remat` that is the one reader of a type-corrected cheap op (elementwise, not
+    expensive: hloflops.remat.type_corrections settles those), to fewer bits than the op computes
+    in: (the narrow, the op)."""
+    by_key = {op.key: op for op in ops}
+    for op in ops:
+        inst = op.inst
+        if op.key not in remat or inst.opcode != "convert" or len(inst.operands) != 1:
+            continue
+        comp = module.by_name[op.key[0]]
+        source = comp.by_name.get(inst.operands[0])
+        if source is None or source.opcode not in DUPLICATED or source.opcode in EXPENSIVE or \
+                _CORRECTED not in source.attributes.get("backend_config", ""):
+            continue
+        of = by_key.get((op.key[0], source.name, op.key[2]))
+        if of is not None and len(comp.users.get(source.name, ())) == 1 and 0 < bits(inst.shape) < bits(source.shape):
+            yield op, of
 
 
 def narrows_of_uncounted_ops(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey],
@@ -45,20 +64,10 @@ def narrows_of_uncounted_ops(module: Module, ops: Iterable[SiteOp], remat: set[S
     by_key = {op.key: op for op in ops}
     callers = one_call_site(module)
     found: dict[SiteKey, SiteKey] = {}
-    for op in ops:
-        inst = op.inst
-        if op.key not in remat or not op.inherited or inst.opcode != "convert" or len(inst.operands) != 1:
+    for op, of in corrected_op_narrows(module, ops, remat):
+        if not op.inherited or not of.marked or of.key in remat or of.key not in taken_out:
             continue
-        comp = module.by_name[op.key[0]]
-        source = comp.by_name.get(inst.operands[0])
-        if source is None or source.opcode not in DUPLICATED or source.opcode in EXPENSIVE or \
-                _CORRECTED not in source.attributes.get("backend_config", ""):
-            continue
-        of = by_key.get((op.key[0], source.name, op.key[2]))
-        readers = comp.users.get(source.name, ())
-        if of is None or not of.marked or of.key in remat or of.key not in taken_out or len(readers) != 1 or \
-                not 0 < bits(inst.shape) < bits(source.shape):
-            continue
+        comp, source = module.by_name[op.key[0]], of.inst
         wide = [name for name in source.operands if getattr(comp.by_name.get(name), "opcode", None) == "parameter"]
         if len(wide) != 1 or not read_from_host(module, callers, by_key, comp, wide[0], op.key[2]):
             continue

@@ -30,10 +30,9 @@ product: TPU 191, 293) are left out: the windows' partial reductions differ from
 from __future__ import annotations
 
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.regathered_windowed_einsums import GATHERS, PERMUTES, only_for, reachable_within, window_loop
-from hloflops.remat.names import is_remat_named
+from hloflops.remat.regathered_windowed_einsums import GATHERS, forward_permuting_loops, only_for, window_loop
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 # What a walk to the gathered value passes by: views and the narrows XLA puts before a gather.
 _PASSES = frozenset({"bitcast", "reshape", "copy", "transpose", "convert", "reduce-precision"})
@@ -46,13 +45,8 @@ def regathered_forward_windows(module: Module, ops: list[SiteOp]) -> tuple[set[S
     callers = one_call_site(module)
     loop_comps: set[str] = set()
     feeds: set[tuple[str, str]] = set()
-    for comp, inst in module.instructions():
-        if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
-            continue
-        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
-        held = [i for name in inside for i in module.by_name[name].instructions]
-        if not window_loop(inst, [i for i in held if i.opcode in MATMUL_OPCODES]) \
-                or not any(i.opcode in PERMUTES for i in held):
+    for comp, inst, inside, held in forward_permuting_loops(module):
+        if not window_loop(inst, [i for i in held if i.opcode in MATMUL_OPCODES]):
             continue
         if not _gathered_again(module, callers, comp, inst):
             continue

@@ -31,6 +31,8 @@ names the gather for the recompute's matmul, which the weight gradient reads gat
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from hloflops.remat.names import ends_with, inner_tail, is_remat_named, model_components
 from hloflops.remat.op_kinds import MATMUL_OPCODES
 from hloflops.remat.sites import SiteKey, SiteOp
@@ -128,6 +130,19 @@ def reachable_within(module: Module, roots: tuple[str, ...]) -> set[str]:
         seen.add(name)
         pending += [call.computation for inst in module.by_name[name].instructions for call in inst.calls]
     return seen
+
+
+def forward_permuting_loops(module: Module) -> Iterator[tuple[Computation, Instruction, set[str], list[Instruction]]]:
+    """Each forward `while` (not a transpose's, not remat-named) whose body and condition, with what
+    they call, pass something on with a collective-permute, as a windowed product's loop does: (its
+    computation, the loop, the computations it reaches, their instructions)."""
+    for comp, inst in module.instructions():
+        if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
+            continue
+        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
+        held = [i for name in inside for i in module.by_name[name].instructions]
+        if any(i.opcode in PERMUTES for i in held):
+            yield comp, inst, inside, held
 
 
 def only_for(comp: Computation, loop: Instruction) -> set[tuple[str, str]]:

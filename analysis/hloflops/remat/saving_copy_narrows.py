@@ -29,12 +29,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
+from hloflops.remat.corrected_narrows import corrected_op_narrows
 from hloflops.remat.sites import SiteKey, SiteOp
-from hloflops.remat.type_corrections import bits, is_widen
+from hloflops.remat.type_corrections import is_widen
 from hloparse.ir import Module
-
-_CORRECTED = "float_type_correction_info"
 
 
 def narrows_of_saving_copies(module: Module, ops: Iterable[SiteOp], remat: set[SiteKey],
@@ -43,24 +41,10 @@ def narrows_of_saving_copies(module: Module, ops: Iterable[SiteOp], remat: set[S
     backward loop copies the program without remat's saving fusions make too, left out of
     `remat`) -> that op's key (module docstring)."""
     ops = list(ops)
-    by_key = {op.key: op for op in ops}
     found: dict[SiteKey, SiteKey] = {}
-    for op in ops:
-        inst = op.inst
-        if op.key not in remat or inst.opcode != "convert" or len(inst.operands) != 1:
-            continue
-        comp = module.by_name[op.key[0]]
-        source = comp.by_name.get(inst.operands[0])
-        if source is None or source.opcode not in DUPLICATED or source.opcode in EXPENSIVE or \
-                _CORRECTED not in source.attributes.get("backend_config", ""):
-            continue
-        of = by_key.get((op.key[0], source.name, op.key[2]))
-        if of is None or of.key not in copies or of.key in remat or len(comp.users.get(source.name, ())) != 1 \
-                or not 0 < bits(inst.shape) < bits(source.shape):
-            continue
-        if not _forward_copies_widen(module, ops, of):
-            continue
-        found[op.key] = of.key
+    for op, of in corrected_op_narrows(module, ops, remat):
+        if of.key in copies and of.key not in remat and _forward_copies_widen(module, ops, of):
+            found[op.key] = of.key
     return found
 
 

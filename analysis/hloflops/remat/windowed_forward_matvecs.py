@@ -37,10 +37,10 @@ from dataclasses import replace
 
 from hloflops.remat.index import RematIndex
 from hloflops.remat.names import ends_with, inner_tail, is_remat_named
-from hloflops.remat.regathered_windowed_einsums import PERMUTES, reachable_within
+from hloflops.remat.regathered_windowed_einsums import forward_permuting_loops
 from hloflops.remat.sites import Key
 from hloflops.remat.windowed_matvec_loops import matvec_products
-from hloparse.ir import CallRole, Computation, Instruction, Module
+from hloparse.ir import Computation, Instruction, Module
 
 _VIEWS = ("bitcast", "reshape", "transpose", "copy")
 
@@ -49,13 +49,9 @@ def windowed_forward_matvecs(module: Module) -> set[Key]:
     """(computation, reduce) of each remat-named matvec reduce whose forward product runs in a
     window loop (module docstring); not yet checked against the index."""
     loops: list[tuple[str, set[int]]] = []  # (the loop's name, its products' output sizes)
-    for _, inst in module.instructions():
-        if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
-            continue
-        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
-        held = [i for name in inside for i in module.by_name[name].instructions]
+    for _, inst, _, held in forward_permuting_loops(module):
         products = matvec_products(module, inst, held)
-        if not products or not any(i.opcode in PERMUTES for i in held):
+        if not products:
             continue
         sizes = {_elements(i) for name in products for i in module.by_name[name].instructions
                  if i.opcode == "reduce"}

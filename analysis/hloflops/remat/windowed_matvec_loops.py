@@ -37,8 +37,8 @@ from typing import Callable
 from hloflops.remat.collectives import is_zero_broadcast
 from hloflops.remat.names import named_components, ends_with, is_remat_named, model_components
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.regathered_windowed_einsums import (GATHERS, PERMUTES, only_for, reachable_within,
-                                                         recompute_gathers, regathered_matmuls)
+from hloflops.remat.regathered_windowed_einsums import (GATHERS, forward_permuting_loops, only_for, recompute_gathers,
+                                                         regathered_matmuls)
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
@@ -58,13 +58,9 @@ def windowed_matvec_loops(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKe
     loop_comps: set[str] = set()
     products: set[str] = set()
     feeds: set[tuple[str, str]] = set()
-    for comp, inst in module.instructions():
-        if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
-            continue
-        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
-        held = [i for name in inside for i in module.by_name[name].instructions]
+    for comp, inst, inside, held in forward_permuting_loops(module):
         fused = matvec_products(module, inst, held)
-        if not fused or not any(i.opcode in PERMUTES for i in held):
+        if not fused:
             continue
         # haiku names a forward op `jvp(linear_1)/dot_general`, its transpose `checkpoint/linear_1/...`
         recomputed = model_components(inst.op_name) in regathered \
