@@ -41,12 +41,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hloflops.remat.gradient_operand_copies import operand_fusions
 from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE, MATMUL_OPCODES
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_number
 
-_VIEWS = frozenset({"bitcast", "copy", "reshape", "transpose"})
 # What the walk from a chain's op back to the rebuilt `h` passes through: nothing but cheap ops,
 # views and the plumbing between fusions (the matmul's output is read as stored or fused in).
 _PASSES = (DUPLICATED - EXPENSIVE) | frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast", "convert",
@@ -96,17 +96,8 @@ def copied_gradient_chains(module: Module, ops: list[SiteOp], remat: set[SiteKey
 def _matmul_operand_fusions(module: Module) -> set[str]:
     """The fused computations of fusions nested as a matmul's operand (through views): the copies
     of a chain XLA made in place of reading it stored."""
-    out: set[str] = set()
-    for comp, inst in module.instructions():
-        if inst.opcode not in MATMUL_OPCODES:
-            continue
-        for name in inst.operands:
-            operand = comp.by_name.get(name)
-            while operand is not None and operand.opcode in _VIEWS:
-                operand = comp.by_name.get(operand.operands[0])
-            if operand is not None and operand.opcode == "fusion":
-                out.update(operand.called(CallRole.FUSION))
-    return out
+    return {name for comp, inst in module.instructions() if inst.opcode in MATMUL_OPCODES
+            for name in operand_fusions(comp, inst)}
 
 
 def _reads_recomputed(module: Module, comp: str, inst: Instruction, recomputed: set[tuple[str, str]],

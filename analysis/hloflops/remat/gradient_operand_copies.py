@@ -120,13 +120,18 @@ def matmul_operand_fusions(body: Computation) -> list[str]:
         root = body.by_name.get(root.operands[0])
     if root is None or root.opcode not in MATMUL_OPCODES:
         return []
+    return operand_fusions(body, root)
+
+
+def operand_fusions(comp: Computation, inst: Instruction) -> list[str]:
+    """The fused computations of the fusions that feed, through views, an operand of `inst`."""
     out: list[str] = []
-    for name in root.operands:
-        inst = body.by_name.get(name)
-        while inst is not None and inst.opcode in _VIEWS:
-            inst = body.by_name.get(inst.operands[0])
-        if inst is not None and inst.opcode == "fusion":
-            out += inst.called(CallRole.FUSION)
+    for name in inst.operands:
+        operand = comp.by_name.get(name)
+        while operand is not None and operand.opcode in _VIEWS:
+            operand = comp.by_name.get(operand.operands[0])
+        if operand is not None and operand.opcode == "fusion":
+            out += operand.called(CallRole.FUSION)
     return out
 
 

@@ -1,6 +1,6 @@
 """A recomputed activation a scan's backward loop hands out of the fusion that also computes the
 gradient through it: the program without remat may copy its chain once more (TPU;
-hloflops.remat.pairing puts `merged_hand_out_copies` in `twin_copies`, the range's low end).
+hloflops.remat.tpu_twin_hinges adds `merged_hand_out_copies` to the hinges, the range's low end).
 
 With remat, TPU's fusion in the backward loop body may compute the recomputed activation `y`
 (gelu's `h * 0.5 * (1 + tanh(...))`, which the next layer's weight gradient reads) and the gradient

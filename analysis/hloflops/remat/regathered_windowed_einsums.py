@@ -52,16 +52,12 @@ def regathered_windowed_einsums(module: Module, ops: list[SiteOp]) -> tuple[set[
         return set(), set()
     loop_comps: set[str] = set()
     feeds: set[tuple[str, str]] = set()  # (computation, instruction) of what only a loop reads
-    for comp, inst in module.instructions():
-        if inst.opcode != "while" or "transpose(" in inst.op_name or is_remat_named(inst):
-            continue
-        inside = reachable_within(module, inst.called(CallRole.WHILE_BODY) + inst.called(CallRole.WHILE_CONDITION))
-        matmuls = [i for name in inside for i in module.by_name[name].instructions if i.opcode in MATMUL_OPCODES]
+    for comp, inst, inside, held in forward_permuting_loops(module):
+        matmuls = [i for i in held if i.opcode in MATMUL_OPCODES]
         # A window loop is XLA's for one matmul and carries its name; a loop of the model's (a
         # gradient accumulation's microbatches, a scan) holding window loops or unrolled windows
         # is not one, whatever its matmuls are named (TPU 231: plain jax's `dot_general`).
-        if not window_loop(inst, matmuls) \
-                or not any(i.opcode in PERMUTES for name in inside for i in module.by_name[name].instructions):
+        if not window_loop(inst, matmuls):
             continue
         # A recompute's own gather marks only a window loop (named as its matmul; not a scan's loop).
         if not any(model_components(m.op_name) in regathered or m.op_name == inst.op_name

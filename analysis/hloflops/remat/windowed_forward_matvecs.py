@@ -39,11 +39,8 @@ from hloflops.remat.index import RematIndex
 from hloflops.remat.names import ends_with, inner_tail, is_remat_named
 from hloflops.remat.regathered_windowed_einsums import forward_permuting_loops
 from hloflops.remat.sites import Key
-from hloflops.remat.windowed_matvec_loops import matvec_products
+from hloflops.remat.windowed_matvec_loops import matvec_products, multiply_through_views
 from hloparse.ir import Computation, Instruction, Module
-
-_VIEWS = ("bitcast", "reshape", "transpose", "copy")
-
 
 def windowed_forward_matvecs(module: Module) -> set[Key]:
     """(computation, reduce) of each remat-named matvec reduce whose forward product runs in a
@@ -84,16 +81,8 @@ def _is_dot_name(op_name: str) -> bool:
 
 def _matvec(comp: Computation, name: str) -> bool:
     """Is `name` (through views) a multiply one of whose operands is a broadcast named for a dot?"""
-    for _ in range(8):
-        inst = comp.by_name.get(name)
-        if inst is None:
-            return False
-        if inst.opcode == "multiply":
-            return any(_dot_broadcast(comp, o) for o in inst.operands)
-        if inst.opcode not in _VIEWS or not inst.operands:
-            return False
-        name = inst.operands[0]
-    return False
+    product = multiply_through_views(comp, name)
+    return product is not None and any(_dot_broadcast(comp, o) for o in product.operands)
 
 
 def _dot_broadcast(comp: Computation, name: str) -> bool:

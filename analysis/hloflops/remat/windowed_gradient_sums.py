@@ -28,9 +28,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hloflops.remat.repacked_loop_gathers import repacked_loop_gathers
+from hloflops.remat.sites import Key
 from hloparse.ir import Computation, Instruction, Module
-
-Key = tuple[str, str]
 
 
 def windowed_gradient_sums(module: Module) -> dict[Key, int]:

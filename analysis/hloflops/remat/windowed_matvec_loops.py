@@ -101,16 +101,27 @@ def matvec_products(module: Module, loop: Instruction, held: list[Instruction]) 
 
 def _reads_multiply(comp: Computation, name: str) -> bool:
     """Is `name` a multiply, through views?"""
+    return multiply_through_views(comp, name) is not None
+
+
+def multiply_through_views(comp: Computation, name: str) -> Instruction | None:
+    """The multiply `name` is, through views (a matvec's product before its reduce); else None."""
     for _ in range(8):
         inst = comp.by_name.get(name)
         if inst is None:
-            return False
+            return None
         if inst.opcode == "multiply":
-            return True
+            return inst
         if inst.opcode not in ("bitcast", "reshape", "transpose", "copy") or not inst.operands:
-            return False
+            return None
         name = inst.operands[0]
-    return False
+    return None
+
+
+def _gathered_source(module: Module, callers: dict[str, tuple[Computation, Instruction] | None],
+                     where: Computation, name: str) -> tuple[Computation, Instruction] | None:
+    """The value a gather's operand is, through views and the narrows XLA puts before a gather."""
+    return source_value(module, callers, where, name, lambda i: i.opcode in _PASSES, 24)
 
 
 def _gathered_again(module: Module, callers: dict[str, tuple[Computation, Instruction] | None],
@@ -122,7 +133,7 @@ def _gathered_again(module: Module, callers: dict[str, tuple[Computation, Instru
         return False
 
     def source(where: Computation, name: str) -> tuple[Computation, Instruction] | None:
-        return source_value(module, callers, where, name, lambda i: i.opcode in _PASSES, 24)
+        return _gathered_source(module, callers, where, name)
 
     def key(found: tuple[Computation, Instruction] | None) -> tuple[str, str] | None:
         return None if found is None else (found[0].name, found[1].name)
@@ -162,7 +173,7 @@ def _regathered_recomputes(module: Module, callers: dict[str, tuple[Computation,
     into zeros): regathered_windowed_einsums' `regathered_matmuls` for the gather XLA writes as an
     all-reduce (TPU 162: haiku saves the products, the backward recomputes the relu after them)."""
     def source(where: Computation, name: str) -> tuple[Computation, Instruction] | None:
-        return source_value(module, callers, where, name, lambda i: i.opcode in _PASSES, 24)
+        return _gathered_source(module, callers, where, name)
 
     out: set[tuple[str, ...]] = set()
     for comp, inst in module.instructions():
