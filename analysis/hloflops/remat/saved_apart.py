@@ -117,8 +117,9 @@ class SavedApart:
         return False
 
     def _windowed_bias_adds(self, op: SiteOp) -> list[SiteOp]:
-        """The forward's bias adds of the shape of a recomputed bias add, where each adds the bias to
-        a loop's output (a windowed einsum's product); none for another op, or where one reads
+        """The forward's bias adds of the shape of a recomputed bias add (those of its layer, by name,
+        where any is), where each adds the bias to a loop's output (a windowed einsum's product) or
+        a sum across devices (`_reads_a_loop`); none for another op, or where one reads
         anything else (a matmul's output, or one an offload policy's copy to the host materialized
         apart: the program without remat may fuse its add into that matmul's fusion, ntpu 144)."""
         if not self._adds_a_bias(op):
