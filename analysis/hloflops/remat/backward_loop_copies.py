@@ -39,7 +39,8 @@ values, and TPU's fusion copies it, the recompute's chain under it too, into eve
   an LSTM's concatenated weights), nor for a saved matmul output's bias add (stored from the
   matmul's own fusion), but where the forward's add reads a loop's output, not a matmul's (a
   windowed einsum under tensor parallelism: XLA fuses nothing into it, and copies the add into the
-  saving fusions like any chain value; TPU draw 38). The copies counted are sure for a value the
+  saving fusions like any chain value; TPU draw 38; so where it reads an all-reduce of an fsdp
+  matmul's partial products, xtpu 412). The copies counted are sure for a value the
   forward computes (the program without remat's backward reads it stored), else loose. A join of
   two inputs' chains on a residual's chain (flax's uncentred variance `mean(x * x) - mean(x) ** 2`,
   from the two sums) and what it is computed from have none: copying the join into each fusion

@@ -13,6 +13,10 @@ from hloflops.remat.sites import FUSION_BOUNDARY, SiteOp, across_fusion_boundary
 from hloflops.scopes import phase
 from hloparse.ir import Module
 
+# A sum across devices of a value (a sharded contraction's partial products): no fusion holds both it
+# and what reads it, so an add reading it is no matmul fusion's epilogue (`SavedApart._reads_a_loop`).
+_SUMMED_ACROSS_DEVICES = frozenset({"all-reduce", "all-reduce-done", "reduce-scatter"})
+
 
 class SavedApart:
     """Does the program without remat compute a recompute's value again to save it? Not where the
@@ -113,19 +117,30 @@ class SavedApart:
         return False
 
     def _windowed_bias_adds(self, op: SiteOp) -> list[SiteOp]:
-        """The forward's bias adds of the shape of a recomputed bias add, where each adds the bias to
-        a loop's output (a windowed einsum's product); none for another op, or where one reads
+        """The forward's bias adds of the shape of a recomputed bias add (those of its layer, by name,
+        where any is), where each adds the bias to a loop's output (a windowed einsum's product) or
+        a sum across devices (`_reads_a_loop`); none for another op, or where one reads
         anything else (a matmul's output, or one an offload policy's copy to the host materialized
         apart: the program without remat may fuse its add into that matmul's fusion, ntpu 144)."""
         if not self._adds_a_bias(op):
             return []
         adds = [twin for twin, _ in self.by_shape.get((op.inst.opcode, shape_key(op.inst.shape)), ())
                 if self._adds_a_bias(twin)]
+        # Of several (two layers' bias adds of one shape, one fused into its matmul, one reading a
+        # sum across devices: xtpu 412), those the recompute's name inside its checkpoint names: jax
+        # re-runs the same layer, so its name says which forward add it computes again.
+        tail = inner_tail(op.op_name) if op.op_name else ()
+        named = [twin for twin in adds if twin.op_name and ends_with(twin.op_name, tail)] if len(tail) >= 2 else []
+        adds = named or adds
         return adds if adds and all(self._reads_a_loop(twin) for twin in adds) else []
 
     def _reads_a_loop(self, op: SiteOp) -> bool:
-        """Does the op's operand other than its broadcast come out of a `while` (through views and
-        fusion boundaries)?"""
+        """Does the op's operand other than its broadcast come out of a `while` or of a sum across
+        devices (through views and fusion boundaries)? Either stands between the matmul and the add:
+        a sharded contraction's partial products all-reduced (xtpu 412, a matmul under fsdp whose
+        contracted dimension is split) leave the add no matmul fusion to join, as a windowed einsum's
+        loop does, and the program without remat copies it into the fusions reading the sum, its
+        saving fusion's `add -> tanh -> 1 - tanh` included."""
         comp = self.module.by_name[op.key[0]]
         for name in op.inst.operands:
             inst = comp.by_name.get(name)
@@ -143,6 +158,8 @@ class SavedApart:
                     source = at[0].by_name.get(inst.operands[0])
                     if source is not None and source.opcode == "while":
                         return True
+                if inst.opcode in _SUMMED_ACROSS_DEVICES:
+                    return True
                 if inst.opcode not in FUSION_BOUNDARY:
                     return False
                 step = across_fusion_boundary(self.module, self.callers, at[0], inst)
