@@ -17,9 +17,17 @@ copies count is by order, and a narrow of one left out may stand for the counted
 116, a layer norm's `(x - m) * r` recomputed in several fusions: convert exact, -1,024 with it).
 And only where the op reads an offloaded residual back from the host (the offload policy's `h`):
 there the program without remat computes the same copy from its stored value and narrows it as
-this one. A recompute reading a recomputed matmul's f32 output where the forward read it narrowed
-and widened (TPU draw 22, no offload) narrows where the program without remat's copy does not:
-its narrow is remat though the op is not (convert exact; -3,072 with it).
+this one. The op may read it through the elementwise chain it ends, in its fusion: gelu's
+`x * 0.5 * (1 + tanh(...))`, computed in f32 from the one bf16 parameter the fusion widens, ends in
+a multiply of that widen and the chain (unseen TPU draw 451: the offload rule took the multiply out,
+its narrow stayed, convert +526,336 against a truth of 0, the low end above it; TPU 3 and 139 alike,
+-262,144 each). TPU 224 (relu of the widened `h`) alike: the program without remat copies each
+layer's widen, relu and narrow twice in its forward, this one once and once in the recompute, so
+the recompute's narrows are model FLOPs; their 384 had offset part of other converts' miss there
+(convert -6,513 -> -6,897, out of range before and after).
+A recompute reading a recomputed matmul's f32 output where the forward read it narrowed and
+widened (TPU draw 22, no offload) narrows where the program without remat's copy does not: its narrow
+is remat though the op is not (convert exact; -3,072 with it).
 (hloflops.remat.type_corrections settles the converts around an expensive recompute the other way,
 into remat.)"""
 
@@ -27,11 +35,11 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from hloflops.remat.op_kinds import DUPLICATED, EXPENSIVE
+from hloflops.remat.op_kinds import DUPLICATED, ELEMENTWISE, EXPENSIVE
 from hloflops.remat.offloaded_sum_narrows import read_from_host
 from hloflops.remat.sites import SiteKey, SiteOp, one_call_site
 from hloflops.remat.type_corrections import bits
-from hloparse.ir import Module
+from hloparse.ir import Computation, Instruction, Module
 
 _CORRECTED = "float_type_correction_info"
 
@@ -69,7 +77,35 @@ def narrows_of_uncounted_ops(module: Module, ops: Iterable[SiteOp], remat: set[S
             continue
         comp, source = module.by_name[op.key[0]], of.inst
         wide = [name for name in source.operands if getattr(comp.by_name.get(name), "opcode", None) == "parameter"]
+        if len(wide) != 1:
+            wide = _chain_parameters(comp, source)
         if len(wide) != 1 or not read_from_host(module, callers, by_key, comp, wide[0], op.key[2]):
             continue
         found[op.key] = of.key
     return found
+
+
+# What an elementwise chain of one fused value may pass through besides its cheap ops: no op of
+# another kind (a matmul, a reduce) computes a value of its own along it.
+_CHAIN_THROUGH = ELEMENTWISE | {"convert", "broadcast", "constant", "parameter", "bitcast", "reshape"}
+
+
+def _chain_parameters(comp: Computation, source: Instruction) -> list[str]:
+    """The parameters of `comp` the op's elementwise chain reads, through its widens and cheap ops
+    (gelu's `x * 0.5 * (1 + tanh(...))`, computed in f32 from one bf16 value a fusion reads); none
+    where the chain passes an op of another kind."""
+    params: list[str] = []
+    seen: set[str] = set()
+    stack = [source.name]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        inst = comp.by_name.get(name)
+        if inst is None or inst.opcode not in _CHAIN_THROUGH:
+            return []
+        if inst.opcode == "parameter":
+            params.append(name)
+        stack += inst.operands
+    return params
