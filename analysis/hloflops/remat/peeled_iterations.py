@@ -52,10 +52,10 @@ def peeled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
         prefix = _loop_scope(module, module.by_name[bodies[0]]) if bodies else None
         if prefix is None:
             continue
-        body_ops = list(_ops(module, module.by_name[bodies[0]], prefix, None))
+        body_ops = list(_ops(module, module.by_name[bodies[0]], prefix, None, inst.name))
         if not body_ops:
             continue
-        peeled = Counter(signature for signature, _ in _ops(module, comp, prefix, None))
+        peeled = Counter(signature for signature, _ in _ops(module, comp, prefix, None, inst.name))
         lacked = []
         matched = Counter()
         for signature, key in body_ops:
@@ -96,16 +96,21 @@ def _loop_scope(module: Module, body: Computation) -> str | None:
 _BODY = "/while/body/"
 
 
-def _ops(module: Module, comp: Computation, prefix: str, inherited: str | None
+def _ops(module: Module, comp: Computation, prefix: str, inherited: str | None, loop: str
          ) -> Iterator[tuple[tuple, tuple[str, str]]]:
-    """The FLOP-computing ops named under `prefix` in a computation and its fusions and calls (not
-    in loops it runs), each with its signature (opcode, shape without unit dimensions, its name
-    below the prefix): an op without a name of its own takes its fusion's for the prefix."""
+    """The FLOP-computing ops named under `prefix` in a computation and its fusions, calls and the
+    bodies of loops it runs (not `loop`, the peeled loop itself), each with its signature (opcode,
+    shape without unit dimensions, its name below the prefix): an op without a name of its own takes
+    its fusion's for the prefix. A trip's windowed einsum runs as a loop of its own inside the trip
+    (a tensor-parallel matmul, window by window), so a peeled trip that drops the layer's input
+    gradient drops that whole inner loop (xtpu 418, ytpu 474: its convolution; xtpu 404: its
+    multiply and reduce)."""
     for inst in comp.instructions:
         op_name = inst.metadata.get("op_name") or ""
-        if inst.opcode in ("fusion", "call"):
-            for callee in inst.called(CallRole.FUSION) + inst.called(CallRole.CALL):
-                yield from _ops(module, module.by_name[callee], prefix, op_name or inherited)
+        if inst.opcode in ("fusion", "call") or (inst.opcode == "while" and inst.name != loop):
+            for callee in inst.called(CallRole.FUSION) + inst.called(CallRole.CALL) \
+                    + inst.called(CallRole.WHILE_BODY):
+                yield from _ops(module, module.by_name[callee], prefix, op_name or inherited, loop)
             continue
         if inst.opcode in _NO_FLOPS or not _counts(inst):
             continue
