@@ -44,7 +44,7 @@ def _window_body(name: str) -> str:
 
 def _module(second: str, loop: bool = False) -> str:
     """Copy 1 (layer 1) computes the weight gradient and the input gradient; `second` is copy 2."""
-    rolled = f""", metadata={{op_name="jit(loss)/transpose(jvp())/while"}}""" if loop else ""
+    rolled = """, metadata={op_name="jit(loss)/transpose(jvp())/while"}""" if loop else ""
     return f"""HloModule m, is_scheduled=true, {_TPU_LAYOUT}
 
 %add (a: f32[], b: f32[]) -> f32[] {{
