@@ -17,7 +17,10 @@ through its fusions, calls and the window loops it runs, where no layer loop of 
 a window loop is named for its matmul). The number of copies is the most any matmul-like op (a dot,
 a convolution or a reduce) of the scope has; an op with one copy fewer is the dropped one, taken
 where a matmul-like op is one copy short and at least as many of them have every copy (an
-elementwise op's name repeats within one copy, so only the matmuls count the copies). An unrolled
+elementwise op's name repeats within one copy, so only the matmuls count the copies), and where that
+count is the layers of the stacks the unrolled copies slice statically (`unrolled_layer_loops`' sign
+of an unrolled scan): two matmuls named and shaped alike within one layer are no copies (TPU 460, a
+one-layer nnx scan of square weights). An unrolled
 scan's dot or convolution one layer short that `unrolled_layer_loops` already hinges (its surviving
 input gradients) is not counted again."""
 
@@ -45,7 +48,8 @@ def unrolled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
     kept = _layer_loop_scopes(module)
     # The surviving input-gradient matmuls unrolled_layer_loops already hinges (a dot or a
     # convolution one layer short): those copies are counted there, not twice.
-    counted = pruned_input_gradients(module, unrolled_stack_slices(module)[1])
+    layers = unrolled_stack_slices(module)[1]
+    counted = pruned_input_gradients(module, layers)
     ops = list(trip_ops(module, entry, "", None, ""))
     scopes = Counter(sig[2][:sig[2].rfind(BODY) + len(BODY)] for sig, _ in ops if BODY in sig[2])
     found: dict[tuple[str, str], int] = {}
@@ -56,7 +60,7 @@ def unrolled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
         for sig, key in trip_ops(module, entry, scope, None, ""):  # an unnamed op by its fusion's scope
             copies[sig].append(key)
         most = max((len(keys) for sig, keys in copies.items() if sig[0] in MATMUL_LIKE), default=0)
-        if most < 2:
+        if most < 2 or most != layers:  # two matmuls alike in one layer are no copies (nnx, TPU 460)
             continue
         # The copies' count rests on the matmuls (an elementwise op's name repeats within a copy).
         full = sum(1 for sig, keys in copies.items() if sig[0] in MATMUL_LIKE and len(keys) == most)
