@@ -20,9 +20,12 @@ _DOT = 'metadata={op_name="' + _BODY + '/closed_call/checkpoint/dot_general"}'
 _INPUT_DOT = 'metadata={op_name="' + _BODY + '/closed_call/checkpoint/linear/dot_general"}'
 _WINDOWS = 'backend_config={"known_trip_count":{"n":"2"}}'
 # A module TPU's compiler wrote (the rule is TPU's): a tiled entry layout and a scoped memory config.
-_TPU_LAYOUT = ("entry_computation_layout={(f32[8]{0:T(256)}, f32[8,16]{1,0:T(8,128)}, "
-               "f32[8,16]{1,0:T(8,128)})->(f32[16]{0:T(256)}, f32[16]{0:T(256)})}")
+_TPU_LAYOUT = ("entry_computation_layout={(f32[8]{0:T(256)}, f32[2,8,16]{2,1,0:T(8,128)})"
+               "->(f32[16]{0:T(256)}, f32[16]{0:T(256)})}")
 _MEMORY = 'backend_config={"scoped_memory_configs":[]}'
+# Each copy's layer of the weight stack, the loop's dynamic slice made static by the unrolling: the
+# sign that the copies are layers (two of them).
+_SLICE = 'metadata={op_name="' + _BODY + '/closed_call/dynamic_slice"}'
 
 
 def _window_body(name: str) -> str:
@@ -72,10 +75,13 @@ def _module(second: str, loop: bool = False) -> str:
   ROOT %lt = pred[] compare(%wi, %lim), direction=LT
 }}
 
-ENTRY %main (x: f32[8], k: f32[8,16], k2: f32[8,16]) -> (f32[16], f32[16]) {{
+ENTRY %main (x: f32[8], stack: f32[2,8,16]) -> (f32[16], f32[16]) {{
   %x = f32[8]{{0}} parameter(0)
-  %k = f32[8,16]{{1,0}} parameter(1)
-  %k2 = f32[8,16]{{1,0}} parameter(2)
+  %stack = f32[2,8,16]{{2,1,0}} parameter(1)
+  %s1 = f32[1,8,16]{{2,1,0}} slice(%stack), slice={{[1:2], [0:8], [0:16]}}, {_SLICE}
+  %k = f32[8,16]{{1,0}} bitcast(%s1)
+  %s0 = f32[1,8,16]{{2,1,0}} slice(%stack), slice={{[0:1], [0:8], [0:16]}}, {_SLICE}
+  %k2 = f32[8,16]{{1,0}} bitcast(%s0)
   %w1 = f32[16]{{0}} fusion(%x, %k), kind=kLoop, calls=%weight_grad, {_DOT}, {_MEMORY}
   %zero = s32[] constant(0)
   %start = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%zero, %x, %k)
@@ -126,3 +132,10 @@ def test_a_layer_loop_left_of_that_scope_is_no_unrolled_copy():
     # A loop named for the scan (`.../transpose(jvp())/while`) is still there: a peeled trip's
     # business (peeled_iterations), not an unrolled loop's.
     assert unrolled_iteration_drops(hloparse.parse(_module(_DROPPED, loop=True))) == {}
+
+
+def test_matmuls_alike_within_one_layer_are_no_copies():
+    # No stack sliced into layers (TPU 460: a one-layer nnx scan whose two square weights' gradients
+    # are named and shaped alike): the two weight gradients are no copies of a loop.
+    text = _without_other(_module(_DROPPED)).replace(", " + _SLICE, "")
+    assert unrolled_iteration_drops(hloparse.parse(text)) == {}
