@@ -538,8 +538,8 @@ matmul, may be copied into each weight's gradient by the program without remat: 
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).
 Where XLA peeled a loop's trip off into the computation around it and pruned what only the loop's
 state needed there (layer 0's input gradient in a scan's last backward trip), the program without
-remat may run its loop whole: one trip of each body op the peeled trip lacks lowers the low end
-(`RematIndex.twin_trips`; hloflops.remat.peeled_iterations).
+remat may run its loop whole: a trip of each op the peeled trip lacks (window loops too; one copy short in a
+loop unrolled whole) lowers the low end (`twin_trips`; remat.peeled_iterations, remat.unrolled_iterations).
 Where XLA unrolled a layer loop whole (a stack's `dynamic_slice` a static slice, narrowing on TPU)
 and pruned layer 0's dead input gradient, the program without remat may keep its loop: the surviving
 input-gradient matmul once (`twin_copies`) and a convert of each narrowing slice's elements (the

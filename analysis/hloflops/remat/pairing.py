@@ -67,6 +67,7 @@ from hloflops.remat.sites import Key, SiteKey, SiteOp, by_number
 from hloflops.remat.index import RematIndex
 from hloflops.remat.by_signature import across_frames, by_signature, linearization_only
 from hloflops.remat.peeled_iterations import peeled_iteration_drops
+from hloflops.remat.unrolled_iterations import unrolled_iteration_drops
 from hloflops.remat.unit_dimension_forwards import squeezed_forward_values
 from hloflops.remat.unstored_probabilities import unstored_probability_copies
 from hloflops.remat.twin_packed_masks import twin_packed_mask_copies
@@ -386,7 +387,10 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
                       | cotangent_stores,  # hloflops.remat.matmul_loss_cotangents
                       twin_store_forward={key: n for key, (_, _, n) in stacks.items() if n},
                       twin_narrows=narrow_elements(module, twin_narrows),
-                      twin_trips=peeled_iteration_drops(module) if optimized_named else {},
+                      twin_trips={**peeled_iteration_drops(module),
+                                  # a layer loop unrolled whole, its last copy pruned (unrolled_iterations)
+                                  **(unrolled_iteration_drops(module) if is_tpu_module(module) else {})}
+                      if optimized_named else {},
                       # the twin's form of a packed layer's weight gradient (weight_gradient_forms)
                       # and a natural convolution where this program packs that geometry (natural_convolution_forms)
                       twin_forms={**natural_convolution_forms(module), **weight_gradient_forms(module)}

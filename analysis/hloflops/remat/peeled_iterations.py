@@ -37,7 +37,7 @@ _NO_FLOPS = frozenset({
     "recv-done", "reverse",
 })
 # Ops that show a trip's work was copied out, not only a loop invariant hoisted.
-_MATMUL_LIKE = frozenset({"dot", "convolution", "reduce"})
+MATMUL_LIKE = frozenset({"dot", "convolution", "reduce"})
 
 
 def peeled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
@@ -49,13 +49,13 @@ def peeled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
         if inst.opcode != "while":
             continue
         bodies = inst.called(CallRole.WHILE_BODY)
-        prefix = _loop_scope(module, module.by_name[bodies[0]]) if bodies else None
+        prefix = loop_scope(module, module.by_name[bodies[0]]) if bodies else None
         if prefix is None:
             continue
-        body_ops = list(_ops(module, module.by_name[bodies[0]], prefix, None))
+        body_ops = list(trip_ops(module, module.by_name[bodies[0]], prefix, None, inst.name))
         if not body_ops:
             continue
-        peeled = Counter(signature for signature, _ in _ops(module, comp, prefix, None))
+        peeled = Counter(signature for signature, _ in trip_ops(module, comp, prefix, None, inst.name))
         lacked = []
         matched = Counter()
         for signature, key in body_ops:
@@ -64,7 +64,7 @@ def peeled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
             else:
                 lacked.append(key)
         held = sum(matched.values())
-        if not lacked or held < len(lacked) or not any(sig[0] in _MATMUL_LIKE for sig in matched):
+        if not lacked or held < len(lacked) or not any(sig[0] in MATMUL_LIKE for sig in matched):
             continue
         trips = trip_count(module, comp, inst).value
         if not trips:
@@ -74,7 +74,7 @@ def peeled_iteration_drops(module: Module) -> dict[tuple[str, str], int]:
     return found
 
 
-def _loop_scope(module: Module, body: Computation) -> str | None:
+def loop_scope(module: Module, body: Computation) -> str | None:
     """The name scope of a loop's body (`.../while/body/`), the one most of its ops' names hold up
     to their last loop body (XLA's optimized while carries no name of its own)."""
     scopes: Counter = Counter()
@@ -83,9 +83,9 @@ def _loop_scope(module: Module, body: Computation) -> str | None:
         comp = pending.pop()
         for inst in comp.instructions:
             op_name = inst.metadata.get("op_name") or ""
-            at = op_name.rfind(_BODY)
+            at = op_name.rfind(BODY)
             if at >= 0:
-                scopes[op_name[:at + len(_BODY)]] += 1
+                scopes[op_name[:at + len(BODY)]] += 1
             for callee in inst.called(CallRole.FUSION) + inst.called(CallRole.CALL):
                 if callee not in seen:
                     seen.add(callee)
@@ -93,19 +93,24 @@ def _loop_scope(module: Module, body: Computation) -> str | None:
     return scopes.most_common(1)[0][0] if scopes else None
 
 
-_BODY = "/while/body/"
+BODY = "/while/body/"
 
 
-def _ops(module: Module, comp: Computation, prefix: str, inherited: str | None
+def trip_ops(module: Module, comp: Computation, prefix: str, inherited: str | None, loop: str
          ) -> Iterator[tuple[tuple, tuple[str, str]]]:
-    """The FLOP-computing ops named under `prefix` in a computation and its fusions and calls (not
-    in loops it runs), each with its signature (opcode, shape without unit dimensions, its name
-    below the prefix): an op without a name of its own takes its fusion's for the prefix."""
+    """The FLOP-computing ops named under `prefix` in a computation and its fusions, calls and the
+    bodies of loops it runs (not `loop`, the peeled loop itself), each with its signature (opcode,
+    shape without unit dimensions, its name below the prefix): an op without a name of its own takes
+    its fusion's for the prefix. A trip's windowed einsum runs as a loop of its own inside the trip
+    (a tensor-parallel matmul, window by window), so a peeled trip that drops the layer's input
+    gradient drops that whole inner loop (xtpu 418, ytpu 474: its convolution; xtpu 404: its
+    multiply and reduce)."""
     for inst in comp.instructions:
         op_name = inst.metadata.get("op_name") or ""
-        if inst.opcode in ("fusion", "call"):
-            for callee in inst.called(CallRole.FUSION) + inst.called(CallRole.CALL):
-                yield from _ops(module, module.by_name[callee], prefix, op_name or inherited)
+        if inst.opcode in ("fusion", "call") or (inst.opcode == "while" and inst.name != loop):
+            for callee in inst.called(CallRole.FUSION) + inst.called(CallRole.CALL) \
+                    + inst.called(CallRole.WHILE_BODY):
+                yield from trip_ops(module, module.by_name[callee], prefix, op_name or inherited, loop)
             continue
         if inst.opcode in _NO_FLOPS or not _counts(inst):
             continue
