@@ -19,10 +19,10 @@ broadcast: XLA's all-gather folded into the backward's all-reduce; TPU 293).
 
 The loop's products are not remat: the program without remat runs the same product once, its
 multiplies the same. Its reduce is (trips - 1) x outputs adds shorter (each trip reduces a part;
-the loop's accumulating adds sum the parts): a negative remat share of the reduce opcode (-256 on
-TPU 191, two loops of 2 trips and 128 outputs) no rule counts yet; the ranges so far hold it (the
-recompute's own reduces are hinges there). The counted ops are weak, as the sibling rules' are:
-the low end stays where it was.
+the loop's accumulating adds sum the parts): a sure negative remat share of the loop's reduce rows
+(`windowed_product_shares`, `RematIndex.partial`: -256 on TPU 191, two loops of 2 trips and 128
+outputs; -128 on 124, -192 on 162, -256 on 293, each the reduce's whole miss before). The counted
+ops are weak, as the sibling rules' are: the low end stays where it was.
 
 On TPU draws 0-419 it fires on 124 (2 loops), 162 (3), 191 (2) and 293 (2): in each, the loops
 the program without remat lacks, and on no program without remat. The forward matvec window
