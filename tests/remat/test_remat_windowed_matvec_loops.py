@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hloparse
 from hloflops.remat.sites import SiteOp
-from hloflops.remat.windowed_matvec_loops import windowed_matvec_loops
+from hloflops.remat.windowed_matvec_loops import windowed_matvec_loops, windowed_product_shares
 
 HLO = """HloModule windows, is_scheduled=true
 
@@ -147,3 +147,19 @@ def test_a_matvec_window_loop_the_backward_does_not_gather_again_is_not():
     unread = _READ.replace("jit(loss)/transpose(jvp(jvp()))/checkpoint/dot_general", "jit(loss)/jvp()/mul")
     assert _counted(unread) == set()
     assert _counted(_FOLDED, product=_DOT) == set()
+
+
+def _shares(gather: str, product: str = _MATVEC) -> dict[tuple[str, str], tuple[int, int]]:
+    return windowed_product_shares(hloparse.parse(HLO.replace("@GATHER", gather).replace("@PRODUCT", product)
+                                                  .replace("@LOOP", _LOOP)))
+
+
+def test_a_remat_only_matvec_window_loop_reduces_trips_less_one_times_its_outputs_fewer():
+    # The twin reduces the whole contraction once (an [8,8] product to 8 outputs: 56 adds); the
+    # loop's 2 trips reduce a window each (2 x 56 here, one window per trip in this toy), and the
+    # accumulating add sums the parts: the twin adds (2 - 1) x 8 more, a sure negative share of the
+    # loop's reduce row (TPU 124: 2 loops x 64 outputs, reduce +128 before; 162: +192; 293: +256).
+    assert _shares(_FOLDED) == {("product", "r"): (-8, 2 * 56)}
+    # Where the backward does not gather the windowed value again, the twin may run the same loop.
+    assert _shares(_FOLDED.replace("zeros, h, at", "zeros, a, at")) == {}
+    assert _shares(_FOLDED, product=_DOT) == {}

@@ -55,6 +55,7 @@ from hloflops.remat.weight_gradient_forms import weight_gradient_forms
 from hloflops.remat.natural_convolution_forms import natural_convolution_forms
 from hloflops.remat.conv_operand_narrows import weak_operand_narrows
 from hloflops.remat.windowed_gradient_sums import windowed_gradient_sums
+from hloflops.remat.windowed_matvec_loops import windowed_product_shares
 from hloflops.remat.tpu_twin_hinges import add_tpu_twin_hinges
 from hloflops.remat.windowed_forward_matvecs import with_windowed_forward_matvecs
 from hloflops.remat.bias_gradient_narrows import bias_gradient_narrows
@@ -364,6 +365,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     partial = {key: share for key, share in unsunk_broadcasts(comps).items() if key not in index.remat} \
         if optimized_named and not is_tpu_module(module) else {}
     partial.update((key[:2], share) for key, share in shared_collectives.items() if key[:2] in index.remat)
+    if optimized_named and is_tpu_module(module):  # a remat-only window loop's shorter reduces (windowed_matvec_loops)
+        partial.update(windowed_product_shares(module))
     stacks = stacked_residual_round_trips(module, ops, op_names) if remat_named else {}  # key -> (sure, more, forward)
     if optimized_named and is_tpu_module(module):  # a scan's twin stacks residuals fused here (fused_residual_stacks)
         stacks.update(fused_residual_stacks(module, op_names, {key[:2] for key in remat}))

@@ -20,7 +20,7 @@ loop, the recompute's whole product is remat.
 Weak, not sure: where the forward loop runs only because of remat (the twin gathers once and runs
 a plain product, hloflops.remat.windowed_matvec_loops: TPU 191, 293) the loop's reduces add
 (trips - 1) x outputs fewer than the twin's plain reduce, a negative share of the reduce opcode
-no rule counts, so the recompute's reduce is remat less that; and nothing in this program says
+counted on the loop's reduces (windowed_matvec_loops.windowed_product_shares); and nothing in this program says
 how the twin windowed its forward in general. Counted as remat, the low end left where it was:
 the range does not move. The multiply of the product gets its reduce's answer
 (`with_matvec_multiplies`).

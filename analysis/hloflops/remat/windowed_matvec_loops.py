@@ -19,10 +19,10 @@ broadcast: XLA's all-gather folded into the backward's all-reduce; TPU 293).
 
 The loop's products are not remat: the program without remat runs the same product once, its
 multiplies the same. Its reduce is (trips - 1) x outputs adds shorter (each trip reduces a part;
-the loop's accumulating adds sum the parts): a negative remat share of the reduce opcode (-256 on
-TPU 191, two loops of 2 trips and 128 outputs) no rule counts yet; the ranges so far hold it (the
-recompute's own reduces are hinges there). The counted ops are weak, as the sibling rules' are:
-the low end stays where it was.
+the loop's accumulating adds sum the parts): a sure negative remat share of the loop's reduce rows
+(`windowed_product_shares`, `RematIndex.partial`: -256 on TPU 191, two loops of 2 trips and 128
+outputs; -128 on 124, -192 on 162, -256 on 293, each the reduce's whole miss before). The counted
+ops are weak, as the sibling rules' are: the low end stays where it was.
 
 On TPU draws 0-419 it fires on 124 (2 loops), 162 (3), 191 (2) and 293 (2): in each, the loops
 the program without remat lacks, and on no program without remat. The forward matvec window
@@ -32,14 +32,15 @@ one in the twin's scan body) shows none of the signs and is left."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
+from hloflops.loops.tripcount import trip_count
 from hloflops.remat.collectives import is_zero_broadcast
 from hloflops.remat.names import named_components, ends_with, is_remat_named, model_components
 from hloflops.remat.op_kinds import MATMUL_OPCODES
 from hloflops.remat.regathered_windowed_einsums import (GATHERS, forward_permuting_loops, only_for, recompute_gathers,
                                                          regathered_matmuls)
-from hloflops.remat.sites import SiteKey, SiteOp, one_call_site, source_value
+from hloflops.remat.sites import Key, SiteKey, SiteOp, one_call_site, source_value
 from hloparse.ir import CallRole, Computation, Instruction, Module
 
 # What a walk to the gathered value passes by: views and the narrows XLA puts before a gather.
@@ -51,23 +52,10 @@ def windowed_matvec_loops(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKe
     """(the FLOPs of forward matrix-vector window loops that run only because of remat, but their
     products' multiplies and reduces: remat; the narrows feeding only such a loop: stand-ins), per
     the module docstring."""
-    callers = one_call_site(module)
-    regathered = regathered_matmuls(module)
-    recomputes = recompute_gathers(module)
-    padded = _regathered_recomputes(module, callers)
     loop_comps: set[str] = set()
     products: set[str] = set()
     feeds: set[tuple[str, str]] = set()
-    for comp, inst, inside, held in forward_permuting_loops(module):
-        fused = matvec_products(module, inst, held)
-        if not fused:
-            continue
-        # haiku names a forward op `jvp(linear_1)/dot_general`, its transpose `checkpoint/linear_1/...`
-        recomputed = model_components(inst.op_name) in regathered \
-            or {model_components(inst.op_name), named_components(inst.op_name)} & padded or any(
-            c == comp.name and ends_with(inst.op_name, t) for c, t in recomputes)
-        if not recomputed and not _gathered_again(module, callers, comp, inst):
-            continue
+    for comp, inst, inside, fused in _remat_only_loops(module):
         loop_comps |= inside
         products |= fused
         feeds |= only_for(comp, inst)
@@ -78,6 +66,50 @@ def windowed_matvec_loops(module: Module, ops: list[SiteOp]) -> tuple[set[SiteKe
     narrows = {op.key for op in ops if op.inst.opcode == "convert"
                and ((op.key[0], op.key[1]) in feeds or (op.frame, op.key[0]) in feeds)}
     return counted, narrows
+
+
+def _remat_only_loops(module: Module) -> Iterator[tuple[Computation, Instruction, set[str], set[str]]]:
+    """Each forward matvec window loop that runs only because of remat (module docstring): (its
+    computation, the loop, the computations it reaches, its products' fused computations)."""
+    callers = one_call_site(module)
+    regathered = regathered_matmuls(module)
+    recomputes = recompute_gathers(module)
+    padded = _regathered_recomputes(module, callers)
+    for comp, inst, inside, held in forward_permuting_loops(module):
+        fused = matvec_products(module, inst, held)
+        if not fused:
+            continue
+        # haiku names a forward op `jvp(linear_1)/dot_general`, its transpose `checkpoint/linear_1/...`
+        recomputed = model_components(inst.op_name) in regathered \
+            or {model_components(inst.op_name), named_components(inst.op_name)} & padded or any(
+            c == comp.name and ends_with(inst.op_name, t) for c, t in recomputes)
+        if recomputed or _gathered_again(module, callers, comp, inst):
+            yield comp, inst, inside, fused
+
+
+def windowed_product_shares(module: Module) -> dict[Key, tuple[int, int]]:
+    """(fused computation, reduce) of each product of such a loop -> its remat share, negative
+    (`RematIndex.partial`): the program without remat reduces the whole contraction at once, so
+    its reduce adds (trips - 1) x outputs more than the loop's reduces of the windows (each trip
+    reduces a window; the loop's accumulating adds, counted as remat, sum the parts). Sure: the
+    loop runs only because of remat (the signs above), so the twin's product is one plain reduce.
+    The share is of the row's FLOPs: trips executions (per run of the loop) of input less output
+    elements each."""
+    shares: dict[Key, tuple[int, int]] = {}
+    for comp, inst, _, fused in _remat_only_loops(module):
+        trips = trip_count(module, comp, inst).value
+        if not trips or trips < 2:
+            continue
+        for name in fused:
+            for reduce in module.by_name[name].instructions:
+                if reduce.opcode != "reduce" or len(reduce.operands) != 2 \
+                        or not _reads_multiply(module.by_name[name], reduce.operands[0]):
+                    continue
+                source = module.by_name[name].by_name[reduce.operands[0]]
+                outputs, inputs = reduce.shape.num_elements, source.shape.num_elements
+                if inputs > outputs > 0:
+                    shares[(name, reduce.name)] = (-(trips - 1) * outputs, trips * (inputs - outputs))
+    return shares
 
 
 def matvec_products(module: Module, loop: Instruction, held: list[Instruction]) -> set[str]:
