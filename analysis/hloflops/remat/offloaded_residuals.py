@@ -135,7 +135,7 @@ def _whole_copies(ops: list[SiteOp], remat: set[SiteKey], found: set[SiteKey],
     copies a producer's fusion into its reader's whole, so the program without remat nests the
     whole chain alike. The name's like ops cannot tell for an op named only by its primitive at
     the checkpoint's root (gelu's `add` in a Haiku block, whose residual adds `x + attn(x)`, named
-    `add` alike, are handed out of fusions of their own: TPU draws 244, 273, 283, 297; 273's gelu
+    `add` alike, are handed out of fusions of their own: TPU draws 17, 273, 283; 273's gelu
     multiplies model FLOPs, its two adds remat, add +2,048). Each still passed the rule's other
     tests (not a bias add of a matmul's output, whose sum the program without remat stores).
     Only where the pairing counted every cheap recompute of the copy (the whole copy extra by
