@@ -364,6 +364,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    remat (hloflops.remat.collectives). So, on TPU, is an unnamed narrow of a weight shard for a
    gather, or for a tensor-parallel windowed einsum's loop, where an earlier one narrowed that
    shard already (in the range; hloflops.remat.regathered_narrows).
+   So is an unnamed narrow, in a scan's backward loop body, of the trip's slice of a stacked weight,
+   read only by gathers (in the range; hloflops.remat.regathered_loop_narrows).
    So is an unnamed narrow read only by collective-permutes under a remat name, a recompute's
    windowed einsum passing its windows on (in the range; hloflops.remat.recompute_permute_narrows).
 

@@ -30,6 +30,7 @@ from hloflops.remat.pinned_inputs import pinned_input_widens
 from hloflops.remat.recompute_converts import relaid_recompute_converts
 from hloflops.remat.stored_matmul_outputs import stored_matmul_output_converts
 from hloflops.remat.regathered_narrows import repeated_shard_narrows
+from hloflops.remat.regathered_loop_narrows import backward_loop_shard_narrows
 from hloflops.remat.recompute_permute_narrows import recompute_permute_narrows
 from hloflops.remat.regathered_forward_windows import regathered_forward_windows
 from hloflops.remat.regathered_windowed_einsums import regathered_windowed_einsums
@@ -126,6 +127,8 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     d.remat |= activation_output_narrows(module, ops, d.remat)
     # A weight shard narrowed again for the recompute's gather (hloflops.remat.regathered_narrows; unsure).
     d.remat |= repeated_shard_narrows(module, ops)
+    # ... or in a backward loop body, a trip's slice of the stack (hloflops.remat.regathered_loop_narrows; unsure).
+    d.remat |= backward_loop_shard_narrows(module, ops, backward_loops) - d.certain - d.paired_by_value
     # A value narrowed only for a recompute's windowed-einsum permutes (recompute_permute_narrows; unsure).
     d.remat |= recompute_permute_narrows(module, ops)
     # Unpaired recomputed matmuls whose twin the partitioner windowed, or that read a residual offloaded
