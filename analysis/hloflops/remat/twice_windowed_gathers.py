@@ -41,7 +41,8 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 _VIEWS = frozenset({"bitcast", "reshape", "copy"})
 # What passes a shard on unchanged to another device or memory (a window's rows).
 _PERMUTES = frozenset({"collective-permute", "collective-permute-start", "collective-permute-done"})
-_MOVES = _VIEWS | _PERMUTES | {"copy-start", "copy-done"}
+# ... and a narrowing of the rows to bf16 before they travel (each gather narrows its own copy).
+_MOVES = _VIEWS | _PERMUTES | {"copy-start", "copy-done", "convert"}
 
 Place = tuple[str, str]  # (computation, instruction)
 
@@ -52,7 +53,7 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     if not is_tpu_module(module) or not is_partitioned(module):
         return set()
     callers = one_call_site(module)
-    windowed: list[tuple[Instruction, str, set[Place], set[Place], dict[Place, Place]]] = []
+    windowed: list[tuple[Instruction, str, set[Place], set[Place], dict[Place, tuple[Place, set[Place]]]]] = []
     for comp, inst in module.instructions():
         if inst.opcode not in MATMUL_OPCODES:
             continue
@@ -72,8 +73,8 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
             recomputed = bool(bwd_origins) and all(_remat_place(module, p) for p in bwd_origins) and \
                 model_components(fwd.op_name)[-1:] == model_components(bwd.op_name)[-1:]
             if origins & bwd_origins or recomputed:
-                counted |= maxima | bwd_maxima | {add for add, other in (sums | bwd_sums).items()
-                                                  if (other[1], frame) in products}
+                counted |= maxima | bwd_maxima | {place for add, (other, casts) in (sums | bwd_sums).items()
+                                                  if (other[1], frame) in products for place in {add} | casts}
     return {op.key for op in ops if (op.key[0], op.key[1]) in counted}
 
 
@@ -90,10 +91,11 @@ def _remat_place(module: Module, place: Place) -> bool:
 
 
 def _windows(module: Module, callers: dict, comp: Computation, matmul: Instruction
-             ) -> tuple[set[Place], set[Place], dict[Place, Place]] | None:
+             ) -> tuple[set[Place], set[Place], dict[Place, tuple[Place, set[Place]]]] | None:
     """For a matmul reading a window of gathered rows (a concatenation of `-inf` pads one of whose
     pieces came by collective-permute): the maxima building its operands, the origins of the
-    gathered rows, and the adds summing its product with another value (-> that value's producer).
+    gathered rows, and the adds summing its product with another value (-> that value's producer,
+    and the converts of a float-type-corrected sum).
     None for another matmul."""
     maxima: set[Place] = set()
     origins: set[Place] = set()
@@ -103,12 +105,20 @@ def _windows(module: Module, callers: dict, comp: Computation, matmul: Instructi
         if place is None:
             continue
         body, inst = module.by_name[place[0]], module.by_name[place[0]].by_name[place[1]]
+        narrows: set[Place] = set()
+        # TPU runs a bf16 maximum in f32 (float-type correction, `original_type: BF16`): the
+        # concatenation is then `convert(maximum(convert(pad), convert(pad)))`, converts and all.
+        inner = body.by_name.get(inst.operands[0]) if inst.opcode == "convert" and inst.operands else None
+        if inner is not None and inner.opcode == "maximum":
+            narrows.add(place)
+            inst, place = inner, (body.name, inner.name)
         if inst.opcode != "maximum":
             continue
-        pieces = _pieces(body, inst)
-        if pieces is None:
+        found = _pieces(body, inst)
+        if found is None:
             continue
-        maxima.add(place)
+        pieces, widens = found
+        maxima |= {place} | narrows | {(body.name, widen) for widen in widens}
         traced = [_origin(module, callers, body, piece) for piece in pieces]
         if any(moved for moved, _ in traced):  # a concatenation of gathered rows, not a row selection
             gathered = True
@@ -116,25 +126,48 @@ def _windows(module: Module, callers: dict, comp: Computation, matmul: Instructi
     if not gathered:
         return None
     # A partial sum: `add` of this window's product and another window's (read as a parameter).
-    sums = {(comp.name, inst.name): place for inst in comp.users.get(matmul.name, ())
-            if inst.opcode == "add" and len(inst.operands) == 2
-            for other in inst.operands if other != matmul.name
-            for place in [_producer(module, callers, comp, other)] if place is not None}
+    # The product may reach its add through a view (`add(bitcast(acc), bitcast(conv))` in a fusion),
+    # and a bf16 add runs in f32 (float-type correction): `convert(add(convert(acc), convert(conv)))`,
+    # whose converts run with the sum.
+    casts: set[Place] = set()
+    readers, product = list(comp.users.get(matmul.name, ())), matmul.name
+    while len(readers) == 1 and readers[0].opcode in _VIEWS | {"convert"}:
+        if readers[0].opcode == "convert":
+            casts.add((comp.name, readers[0].name))
+        product = readers[0].name
+        readers = list(comp.users.get(product, ()))
+    sums: dict[Place, tuple[Place, set[Place]]] = {}
+    for inst in readers:
+        if inst.opcode != "add" or len(inst.operands) != 2:
+            continue
+        other = next((name for name in inst.operands if name != product), None)
+        widen = comp.by_name.get(other) if other is not None else None
+        if widen is not None and widen.opcode == "convert" and widen.operands:
+            other = widen.operands[0]
+        place = _producer(module, callers, comp, other) if other is not None else None
+        if place is None:
+            continue
+        narrows = [user for user in comp.users.get(inst.name, ()) if user.opcode == "convert"]
+        sums[(comp.name, inst.name)] = place, casts | {(comp.name, cast.name) for cast in narrows} \
+            | ({(comp.name, widen.name)} if widen is not None and widen.opcode == "convert" else set())
     return maxima, origins, sums
 
 
-def _pieces(body: Computation, maximum: Instruction) -> list[str] | None:
-    """The pieces a `maximum` of `-inf` pads (each maybe sliced at a window's offset) concatenates,
-    or None where it is another maximum."""
+def _pieces(body: Computation, maximum: Instruction) -> tuple[list[str], list[str]] | None:
+    """The pieces a `maximum` of `-inf` pads (each maybe sliced at a window's offset, and widened
+    for a float-type-corrected maximum) concatenates, and those widens; None for another maximum."""
     pieces: list[str] = []
+    widens: list[str] = []
     for operand in maximum.operands:
         inst = body.by_name.get(operand)
-        while inst is not None and inst.opcode in _VIEWS | {"dynamic-slice", "slice"} and inst.operands:
+        while inst is not None and inst.opcode in _VIEWS | {"dynamic-slice", "slice", "convert"} and inst.operands:
+            if inst.opcode == "convert":
+                widens.append(inst.name)
             inst = body.by_name.get(inst.operands[0])
         if inst is None or inst.opcode != "pad" or len(inst.operands) != 2 or not _minus_inf(body, inst.operands[1]):
             return None
         pieces.append(inst.operands[0])
-    return pieces
+    return pieces, widens
 
 
 def _minus_inf(body: Computation, name: str) -> bool:
