@@ -68,8 +68,16 @@ def narrows_of_uncounted_ops(module: Module, ops: Iterable[SiteOp], remat: set[S
         if not op.inherited or not of.marked or of.key in remat or of.key not in taken_out:
             continue
         comp, source = module.by_name[op.key[0]], of.inst
-        wide = [name for name in source.operands if getattr(comp.by_name.get(name), "opcode", None) == "parameter"]
+        # The op's operand, or its widen where TPU widens a bf16 operand for an f32 op (utpu 224's relu).
+        wide = [name for name in map(lambda name: _through_widen(comp, name), source.operands)
+                if getattr(comp.by_name.get(name), "opcode", None) == "parameter"]
         if len(wide) != 1 or not read_from_host(module, callers, by_key, comp, wide[0], op.key[2]):
             continue
         found[op.key] = of.key
     return found
+
+
+def _through_widen(comp, name: str) -> str:
+    """The value a `convert` widens, else the value itself."""
+    inst = comp.by_name.get(name)
+    return inst.operands[0] if inst is not None and inst.opcode == "convert" and len(inst.operands) == 1 else name
