@@ -107,6 +107,9 @@ def test_float_type_corrected_windows_of_an_activation_gathered_again_are_remat(
     assert not WINDOWS & index.weak  # sure: the program without remat gathers once
     # The windows' matmuls run the one matmul's FLOPs, as the program without remat does.
     assert not {("main", "y0"), ("main", "y1"), ("main", "dw0"), ("partial", "dw")} & index.remat
+    # The backward's own narrow of x for its permutes is remat; the forward's is the one narrow the
+    # program without remat runs for its all-gather.
+    assert ("narrow.1", "nv.1") in index.remat and ("narrow", "nv") not in index.remat
 
 
 def test_not_where_the_weight_gradient_gathers_another_value():

@@ -53,7 +53,8 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     if not is_tpu_module(module) or not is_partitioned(module):
         return set()
     callers = one_call_site(module)
-    windowed: list[tuple[Instruction, str, set[Place], set[Place], dict[Place, tuple[Place, set[Place]]]]] = []
+    windowed: list[tuple[Instruction, str, set[Place], set[Place], dict[Place, tuple[Place, set[Place]]],
+                         set[Place]]] = []
     for comp, inst in module.instructions():
         if inst.opcode not in MATMUL_OPCODES:
             continue
@@ -61,11 +62,15 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
         if found is not None:
             windowed.append((inst, _frame(callers, comp), *found))
     products = {(inst.name, frame) for inst, frame, *_ in windowed}
+    # Each gather narrows its own copy of the rows to bf16 before the permutes; the program without
+    # remat narrows once for its one gather: a backward's narrow that no forward window shares.
+    forward_narrows = {place for inst, frame, *_, narrows in windowed if "transpose(" not in inst.op_name
+                       for place in narrows}
     counted: set[Place] = set()
-    for fwd, frame, maxima, origins, sums in windowed:
+    for fwd, frame, maxima, origins, sums, _ in windowed:
         if "transpose(" in fwd.op_name or is_remat_named(fwd):
             continue
-        for bwd, other_frame, bwd_maxima, bwd_origins, bwd_sums in windowed:
+        for bwd, other_frame, bwd_maxima, bwd_origins, bwd_sums, bwd_narrows in windowed:
             if other_frame != frame or "transpose(" not in bwd.op_name:
                 continue
             # The backward gathers the forward's value again (through the barrier, gone after
@@ -75,6 +80,7 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
             if origins & bwd_origins or recomputed:
                 counted |= maxima | bwd_maxima | {place for add, (other, casts) in (sums | bwd_sums).items()
                                                   if (other[1], frame) in products for place in {add} | casts}
+                counted |= bwd_narrows - forward_narrows
     return {op.key for op in ops if (op.key[0], op.key[1]) in counted}
 
 
@@ -91,7 +97,7 @@ def _remat_place(module: Module, place: Place) -> bool:
 
 
 def _windows(module: Module, callers: dict, comp: Computation, matmul: Instruction
-             ) -> tuple[set[Place], set[Place], dict[Place, tuple[Place, set[Place]]]] | None:
+             ) -> tuple[set[Place], set[Place], dict[Place, tuple[Place, set[Place]]], set[Place]] | None:
     """For a matmul reading a window of gathered rows (a concatenation of `-inf` pads one of whose
     pieces came by collective-permute): the maxima building its operands, the origins of the
     gathered rows, and the adds summing its product with another value (-> that value's producer,
@@ -99,6 +105,7 @@ def _windows(module: Module, callers: dict, comp: Computation, matmul: Instructi
     None for another matmul."""
     maxima: set[Place] = set()
     origins: set[Place] = set()
+    narrowed: set[Place] = set()  # the gathered rows' narrows to bf16 on their way to the permutes
     gathered = False
     for operand in matmul.operands:
         place = _producer(module, callers, comp, operand)
@@ -119,10 +126,12 @@ def _windows(module: Module, callers: dict, comp: Computation, matmul: Instructi
             continue
         pieces, widens = found
         maxima |= {place} | narrows | {(body.name, widen) for widen in widens}
-        traced = [_origin(module, callers, body, piece) for piece in pieces]
+        casts: set[Place] = set()
+        traced = [_origin(module, callers, body, piece, casts) for piece in pieces]
         if any(moved for moved, _ in traced):  # a concatenation of gathered rows, not a row selection
             gathered = True
             origins |= {origin for _, origin in traced if origin is not None}
+            narrowed |= casts
     if not gathered:
         return None
     # A partial sum: `add` of this window's product and another window's (read as a parameter).
@@ -150,7 +159,7 @@ def _windows(module: Module, callers: dict, comp: Computation, matmul: Instructi
         narrows = [user for user in comp.users.get(inst.name, ()) if user.opcode == "convert"]
         sums[(comp.name, inst.name)] = place, casts | {(comp.name, cast.name) for cast in narrows} \
             | ({(comp.name, widen.name)} if widen is not None and widen.opcode == "convert" else set())
-    return maxima, origins, sums
+    return maxima, origins, sums, narrowed
 
 
 def _pieces(body: Computation, maximum: Instruction) -> tuple[list[str], list[str]] | None:
@@ -215,10 +224,11 @@ def _producer(module: Module, callers: dict, comp: Computation, name: str, depth
     return None
 
 
-def _origin(module: Module, callers: dict, comp: Computation, name: str, depth: int = 24
+def _origin(module: Module, callers: dict, comp: Computation, name: str, casts: set[Place], depth: int = 24
             ) -> tuple[bool, Place | None]:
     """(whether the rows passed a collective-permute, where they came from): through permutes,
-    copies and views, fusion parameters and fusions that only pass a value on."""
+    copies and views, fusion parameters and fusions that only pass a value on; the converts passed
+    go into `casts`."""
     moved = False
     for _ in range(depth):
         place = _producer(module, callers, comp, name)
@@ -229,5 +239,7 @@ def _origin(module: Module, callers: dict, comp: Computation, name: str, depth: 
         if inst.opcode not in _MOVES or not inst.operands:
             return moved, place
         moved |= inst.opcode in _PERMUTES
+        if inst.opcode == "convert":
+            casts.add(place)
         name = inst.operands[0]
     return moved, None
