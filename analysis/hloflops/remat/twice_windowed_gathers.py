@@ -23,7 +23,13 @@ concatenation of rows received by collective-permute, whose rows come (through t
 copies and views) from one value, or the backward's from a recompute. Where the forward and its
 weight gradient read values the program without remat does not share (a scan's backward loop
 reads a stacked activation: TPU draw 113 windows the weight gradient without remat), the frames
-differ and nothing is counted. The window offsets' scalar arithmetic (`and`, `clamp`, one each)
+differ and nothing is counted.
+
+Where the rows travel as bf16 (ytpu 422 and 436, utpu 224, vtpu 298, wtpu 329: python and
+haiku loops under offload or `dots_saveable`), TPU runs each bf16 `maximum` and `add` in f32 between
+converts, which run with them, and each gather narrows its own copy of `x` before its permutes: a
+backward window's narrow that no forward window shares is remat too (the program without remat
+narrows once, for its one all-gather). The window offsets' scalar arithmetic (`and`, `clamp`, one each)
 is left: XLA shares it between windows, with remat as without, and which copy is the extra one is
 not in sight.
 """
