@@ -351,6 +351,9 @@ place and without the unit dimension in another, hloflops.remat.views):
    (hloflops.remat.view_copies); so is one handing the value out as it is where the forward only
    writes it transposed and the recompute computes it nowhere else (its layout copy merged into
    the forward's: a cross attention's key; hloflops.remat.natural_layouts).
+   A recomputed matmul output's f32 -> bf16 narrow fused alone into one reader's shape: the program
+   without remat runs one such narrow per reader shape in its forward, or one for all; loose, in the
+   range (hloflops.remat.reader_shape_narrows).
 7. Collectives of recomputes (sharded programs): a remat-marked all-reduce or reduce-scatter
    whose every operand is computed by a recompute (the all-reduce completing a
    recomputed matmul's partial sums) is recompute, as sure as its operands: its own value often

@@ -160,6 +160,9 @@ def tpu_rules(module: Module, ops: list[SiteOp], decided: Decided, recomputes: s
     packed_layout_recomputes(module, ops, d)
     # A conv input's `-inf` pad/max packing counts with its conv (hloflops.remat.packed_conv_inputs).
     packed_conv_inputs(module, ops, d)
+    # ... but not a window of rows gathered twice (found above): the program without remat gathers
+    # them once, whole, and concatenates nothing (hloflops.remat.twice_windowed_gathers; utpu 224).
+    d.remat |= twice
     conv_operand_narrows(module, ops, d)  # its operand's narrow, as the op it narrows (conv_operand_narrows)
     # A recompute's packing of loop-invariant pieces in a backward loop body, which the program without
     # remat hoists out of its loops: remat, in the range (hloflops.remat.loop_invariant_packings).

@@ -41,6 +41,7 @@ from hloflops.remat.wide_residual_trips import wide_residual_trips
 from hloflops.remat.rounded_operand_narrows import rounded_operand_narrows
 from hloflops.remat.rebuilt_concatenations import rebuilt_concatenations
 from hloflops.remat.rebuilt_activation_chains import rebuilt_activation_chains
+from hloflops.remat.reader_shape_narrows import reader_shape_narrows
 from hloflops.remat.op_kinds import is_identity_rounding
 from hloflops.remat.rounding import copied_into_saves, widened_roundings
 from hloflops.remat.unmarked_saves import copied_into_unmarked_saves
@@ -334,6 +335,8 @@ def find_remat(module: Module, computations: Iterable[Computation] | None = None
     index = _per_instruction(ops, named_ops, listed, remat, clone_keys)
     if optimized_named and is_tpu_module(module):  # the twin may rebuild it (rebuilt_activation_chains)
         paired_by_value -= rebuilt_activation_chains(module, ops, remat, paired_by_value)
+    if optimized_named and is_tpu_module(module):  # a narrow per reader shape the twin may run (reader_shape_narrows)
+        paired_by_value -= reader_shape_narrows(module, ops, remat, paired_by_value)
     # After optimization, what the fusion rules (copies, saved copies, roundings) decide for a cheap
     # op rests on how XLA fused the two programs, not on an equal value: the range covers it.
     loose = {op.key for op in ops if op.inst.opcode not in MATMUL_OPCODES} & (remat - paired_by_value) \

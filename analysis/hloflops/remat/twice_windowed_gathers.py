@@ -23,7 +23,13 @@ concatenation of rows received by collective-permute, whose rows come (through t
 copies and views) from one value, or the backward's from a recompute. Where the forward and its
 weight gradient read values the program without remat does not share (a scan's backward loop
 reads a stacked activation: TPU draw 113 windows the weight gradient without remat), the frames
-differ and nothing is counted. The window offsets' scalar arithmetic (`and`, `clamp`, one each)
+differ and nothing is counted.
+
+Where the rows travel as bf16 (ytpu 422 and 436, utpu 224, vtpu 298, wtpu 329: python and
+haiku loops under offload or `dots_saveable`), TPU runs each bf16 `maximum` and `add` in f32 between
+converts, which run with them, and each gather narrows its own copy of `x` before its permutes: a
+backward window's narrow that no forward window shares is remat too (the program without remat
+narrows once, for its one all-gather). The window offsets' scalar arithmetic (`and`, `clamp`, one each)
 is left: XLA shares it between windows, with remat as without, and which copy is the extra one is
 not in sight.
 """
@@ -41,7 +47,8 @@ from hloparse.ir import CallRole, Computation, Instruction, Module, parameter_nu
 _VIEWS = frozenset({"bitcast", "reshape", "copy"})
 # What passes a shard on unchanged to another device or memory (a window's rows).
 _PERMUTES = frozenset({"collective-permute", "collective-permute-start", "collective-permute-done"})
-_MOVES = _VIEWS | _PERMUTES | {"copy-start", "copy-done"}
+# ... and a narrowing of the rows to bf16 before they travel (each gather narrows its own copy).
+_MOVES = _VIEWS | _PERMUTES | {"copy-start", "copy-done", "convert"}
 
 Place = tuple[str, str]  # (computation, instruction)
 
@@ -52,7 +59,8 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
     if not is_tpu_module(module) or not is_partitioned(module):
         return set()
     callers = one_call_site(module)
-    windowed: list[tuple[Instruction, str, set[Place], set[Place], dict[Place, Place]]] = []
+    windowed: list[tuple[Instruction, str, set[Place], set[Place], dict[Place, tuple[Place, set[Place]]],
+                         set[Place]]] = []
     for comp, inst in module.instructions():
         if inst.opcode not in MATMUL_OPCODES:
             continue
@@ -60,11 +68,15 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
         if found is not None:
             windowed.append((inst, _frame(callers, comp), *found))
     products = {(inst.name, frame) for inst, frame, *_ in windowed}
+    # Each gather narrows its own copy of the rows to bf16 before the permutes; the program without
+    # remat narrows once for its one gather: a backward's narrow that no forward window shares.
+    forward_narrows = {place for inst, frame, *_, narrows in windowed if "transpose(" not in inst.op_name
+                       for place in narrows}
     counted: set[Place] = set()
-    for fwd, frame, maxima, origins, sums in windowed:
+    for fwd, frame, maxima, origins, sums, _ in windowed:
         if "transpose(" in fwd.op_name or is_remat_named(fwd):
             continue
-        for bwd, other_frame, bwd_maxima, bwd_origins, bwd_sums in windowed:
+        for bwd, other_frame, bwd_maxima, bwd_origins, bwd_sums, bwd_narrows in windowed:
             if other_frame != frame or "transpose(" not in bwd.op_name:
                 continue
             # The backward gathers the forward's value again (through the barrier, gone after
@@ -72,8 +84,9 @@ def twice_windowed_gathers(module: Module, ops: list[SiteOp]) -> set[SiteKey]:
             recomputed = bool(bwd_origins) and all(_remat_place(module, p) for p in bwd_origins) and \
                 model_components(fwd.op_name)[-1:] == model_components(bwd.op_name)[-1:]
             if origins & bwd_origins or recomputed:
-                counted |= maxima | bwd_maxima | {add for add, other in (sums | bwd_sums).items()
-                                                  if (other[1], frame) in products}
+                counted |= maxima | bwd_maxima | {place for add, (other, casts) in (sums | bwd_sums).items()
+                                                  if (other[1], frame) in products for place in {add} | casts}
+                counted |= bwd_narrows - forward_narrows
     return {op.key for op in ops if (op.key[0], op.key[1]) in counted}
 
 
@@ -90,51 +103,86 @@ def _remat_place(module: Module, place: Place) -> bool:
 
 
 def _windows(module: Module, callers: dict, comp: Computation, matmul: Instruction
-             ) -> tuple[set[Place], set[Place], dict[Place, Place]] | None:
+             ) -> tuple[set[Place], set[Place], dict[Place, tuple[Place, set[Place]]], set[Place]] | None:
     """For a matmul reading a window of gathered rows (a concatenation of `-inf` pads one of whose
     pieces came by collective-permute): the maxima building its operands, the origins of the
-    gathered rows, and the adds summing its product with another value (-> that value's producer).
+    gathered rows, and the adds summing its product with another value (-> that value's producer,
+    and the converts of a float-type-corrected sum).
     None for another matmul."""
     maxima: set[Place] = set()
     origins: set[Place] = set()
+    narrowed: set[Place] = set()  # the gathered rows' narrows to bf16 on their way to the permutes
     gathered = False
     for operand in matmul.operands:
         place = _producer(module, callers, comp, operand)
         if place is None:
             continue
         body, inst = module.by_name[place[0]], module.by_name[place[0]].by_name[place[1]]
+        narrows: set[Place] = set()
+        # TPU runs a bf16 maximum in f32 (float-type correction, `original_type: BF16`): the
+        # concatenation is then `convert(maximum(convert(pad), convert(pad)))`, converts and all.
+        inner = body.by_name.get(inst.operands[0]) if inst.opcode == "convert" and inst.operands else None
+        if inner is not None and inner.opcode == "maximum":
+            narrows.add(place)
+            inst, place = inner, (body.name, inner.name)
         if inst.opcode != "maximum":
             continue
-        pieces = _pieces(body, inst)
-        if pieces is None:
+        found = _pieces(body, inst)
+        if found is None:
             continue
-        maxima.add(place)
-        traced = [_origin(module, callers, body, piece) for piece in pieces]
+        pieces, widens = found
+        maxima |= {place} | narrows | {(body.name, widen) for widen in widens}
+        casts: set[Place] = set()
+        traced = [_origin(module, callers, body, piece, casts) for piece in pieces]
         if any(moved for moved, _ in traced):  # a concatenation of gathered rows, not a row selection
             gathered = True
             origins |= {origin for _, origin in traced if origin is not None}
+            narrowed |= casts
     if not gathered:
         return None
     # A partial sum: `add` of this window's product and another window's (read as a parameter).
-    sums = {(comp.name, inst.name): place for inst in comp.users.get(matmul.name, ())
-            if inst.opcode == "add" and len(inst.operands) == 2
-            for other in inst.operands if other != matmul.name
-            for place in [_producer(module, callers, comp, other)] if place is not None}
-    return maxima, origins, sums
+    # The product may reach its add through a view (`add(bitcast(acc), bitcast(conv))` in a fusion),
+    # and a bf16 add runs in f32 (float-type correction): `convert(add(convert(acc), convert(conv)))`,
+    # whose converts run with the sum.
+    casts: set[Place] = set()
+    readers, product = list(comp.users.get(matmul.name, ())), matmul.name
+    while len(readers) == 1 and readers[0].opcode in _VIEWS | {"convert"}:
+        if readers[0].opcode == "convert":
+            casts.add((comp.name, readers[0].name))
+        product = readers[0].name
+        readers = list(comp.users.get(product, ()))
+    sums: dict[Place, tuple[Place, set[Place]]] = {}
+    for inst in readers:
+        if inst.opcode != "add" or len(inst.operands) != 2:
+            continue
+        other = next((name for name in inst.operands if name != product), None)
+        widen = comp.by_name.get(other) if other is not None else None
+        if widen is not None and widen.opcode == "convert" and widen.operands:
+            other = widen.operands[0]
+        place = _producer(module, callers, comp, other) if other is not None else None
+        if place is None:
+            continue
+        narrows = [user for user in comp.users.get(inst.name, ()) if user.opcode == "convert"]
+        sums[(comp.name, inst.name)] = place, casts | {(comp.name, cast.name) for cast in narrows} \
+            | ({(comp.name, widen.name)} if widen is not None and widen.opcode == "convert" else set())
+    return maxima, origins, sums, narrowed
 
 
-def _pieces(body: Computation, maximum: Instruction) -> list[str] | None:
-    """The pieces a `maximum` of `-inf` pads (each maybe sliced at a window's offset) concatenates,
-    or None where it is another maximum."""
+def _pieces(body: Computation, maximum: Instruction) -> tuple[list[str], list[str]] | None:
+    """The pieces a `maximum` of `-inf` pads (each maybe sliced at a window's offset, and widened
+    for a float-type-corrected maximum) concatenates, and those widens; None for another maximum."""
     pieces: list[str] = []
+    widens: list[str] = []
     for operand in maximum.operands:
         inst = body.by_name.get(operand)
-        while inst is not None and inst.opcode in _VIEWS | {"dynamic-slice", "slice"} and inst.operands:
+        while inst is not None and inst.opcode in _VIEWS | {"dynamic-slice", "slice", "convert"} and inst.operands:
+            if inst.opcode == "convert":
+                widens.append(inst.name)
             inst = body.by_name.get(inst.operands[0])
         if inst is None or inst.opcode != "pad" or len(inst.operands) != 2 or not _minus_inf(body, inst.operands[1]):
             return None
         pieces.append(inst.operands[0])
-    return pieces
+    return pieces, widens
 
 
 def _minus_inf(body: Computation, name: str) -> bool:
@@ -182,10 +230,11 @@ def _producer(module: Module, callers: dict, comp: Computation, name: str, depth
     return None
 
 
-def _origin(module: Module, callers: dict, comp: Computation, name: str, depth: int = 24
+def _origin(module: Module, callers: dict, comp: Computation, name: str, casts: set[Place], depth: int = 24
             ) -> tuple[bool, Place | None]:
     """(whether the rows passed a collective-permute, where they came from): through permutes,
-    copies and views, fusion parameters and fusions that only pass a value on."""
+    copies and views, fusion parameters and fusions that only pass a value on; the converts passed
+    go into `casts`."""
     moved = False
     for _ in range(depth):
         place = _producer(module, callers, comp, name)
@@ -196,5 +245,7 @@ def _origin(module: Module, callers: dict, comp: Computation, name: str, depth: 
         if inst.opcode not in _MOVES or not inst.operands:
             return moved, place
         moved |= inst.opcode in _PERMUTES
+        if inst.opcode == "convert":
+            casts.add(place)
         name = inst.operands[0]
     return moved, None
