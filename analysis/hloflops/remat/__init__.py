@@ -351,9 +351,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    (hloflops.remat.view_copies); so is one handing the value out as it is where the forward only
    writes it transposed and the recompute computes it nowhere else (its layout copy merged into
    the forward's: a cross attention's key; hloflops.remat.natural_layouts).
-   A recomputed matmul output's f32 -> bf16 narrow fused alone into one reader's shape: the program
-   without remat runs one such narrow per reader shape in its forward, or one for all; loose, in the
-   range (hloflops.remat.reader_shape_narrows).
+   A recomputed f32 -> bf16 narrow fused alone into one reader's shape is loose (the program without
+   remat may narrow per reader shape in its forward; hloflops.remat.reader_shape_narrows).
 7. Collectives of recomputes (sharded programs): a remat-marked all-reduce or reduce-scatter
    whose every operand is computed by a recompute (the all-reduce completing a
    recomputed matmul's partial sums) is recompute, as sure as its operands: its own value often
@@ -366,9 +365,8 @@ place and without the unit dimension in another, hloflops.remat.views):
    barrier keeps CSE from merging the recompute's gather with the forward's: those elements are
    remat (hloflops.remat.collectives). So, on TPU, is an unnamed narrow of a weight shard for a
    gather, or for a tensor-parallel windowed einsum's loop, where an earlier one narrowed that
-   shard already (in the range; hloflops.remat.regathered_narrows).
-   So is an unnamed narrow, in a scan's backward loop body, of the trip's slice of a stacked weight,
-   read only by gathers (in the range; hloflops.remat.regathered_loop_narrows).
+   shard already, or a backward loop's trip slice of a stacked weight only gathers read (in the
+   range; hloflops.remat.regathered_narrows, hloflops.remat.regathered_loop_narrows).
    So is an unnamed narrow read only by collective-permutes under a remat name, a recompute's
    windowed einsum passing its windows on (in the range; hloflops.remat.recompute_permute_narrows).
 
@@ -541,15 +539,12 @@ stores the f32 pre-activation and may run no widen (hloflops.remat.narrowed_forw
 A cheap chain the forward only copies into its matmuls, which the recompute stores for a gradient
 matmul, may be copied into each weight's gradient by the program without remat: one more copy per
 forward matmul copy lowers the low end (`twin_copies`; hloflops.remat.gradient_reader_copies).
-Where XLA peeled a loop's trip off into the computation around it and pruned what only the loop's
-state needed there (layer 0's input gradient in a scan's last backward trip), the program without
-remat may run its loop whole: a trip of each op the peeled trip lacks (window loops too; one copy short in a
-loop unrolled whole) lowers the low end (`twin_trips`; remat.peeled_iterations, remat.unrolled_iterations).
-Where XLA unrolled a layer loop whole (a stack's `dynamic_slice` a static slice, narrowing on TPU)
-and pruned layer 0's dead input gradient, the program without remat may keep its loop: the surviving
-input-gradient matmul once (`twin_copies`) and a convert of each narrowing slice's elements (the
-twin's whole-stack narrow, `RematIndex.twin_narrows`) lower the low end
-(hloflops.remat.unrolled_layer_loops).
+Where XLA peeled a loop's trip off, or unrolled a layer loop whole (a stack's `dynamic_slice` a
+static slice), and pruned layer 0's dead input gradient, the program without remat may run its loop
+whole: a trip of each op the peeled trip or unrolled copy lacks, window loops too (`twin_trips`;
+remat.peeled_iterations, remat.unrolled_iterations), the surviving input-gradient matmul once
+(`twin_copies`) and a convert of each narrowing slice's elements (`RematIndex.twin_narrows`) lower
+the low end (hloflops.remat.unrolled_layer_loops).
 On TPU a packed 3x3 layer's weight gradient runs packed (the forward's count, and a packing of its
 own) or natural (the in-bounds taps only), as XLA fused the bias gradient beside it, which it
 decides in the program without remat apart: natural here lowers the low end by the packed count
