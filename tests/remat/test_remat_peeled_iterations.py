@@ -21,6 +21,25 @@ _DOT = 'metadata={op_name="' + _BODY + '/closed_call/checkpoint/dot_general"}'
 _TRIPS = 'backend_config={"known_trip_count":{"n":"2"}}'
 
 
+def _outer_loop(peeled: str) -> str:
+    """The backward layer loop around %body (2 trips) and the entry, ending in the peeled trip."""
+    return f"""%cond (c: (s32[], f32[8], f32[8,16])) -> pred[] {{
+  %c = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %lim = s32[] constant(2)
+  ROOT %lt = pred[] compare(%ci, %lim), direction=LT
+}}
+
+ENTRY %main (x: f32[8], k: f32[8,16]) -> f32[16] {{
+  %x = f32[8]{{0}} parameter(0)
+  %k = f32[8,16]{{1,0}} parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%zero, %x, %k)
+  %loop = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) while(%init), condition=%cond, body=%body, {_TRIPS}
+  %lg = f32[8]{{0}} get-tuple-element(%loop), index=1
+{peeled}}}"""
+
+
 def _module(peeled: str) -> str:
     return f"""HloModule m, is_scheduled=true
 
@@ -65,21 +84,7 @@ def _module(peeled: str) -> str:
   ROOT %o = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%n, %dx, %k)
 }}
 
-%cond (c: (s32[], f32[8], f32[8,16])) -> pred[] {{
-  %c = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) parameter(0)
-  %ci = s32[] get-tuple-element(%c), index=0
-  %lim = s32[] constant(2)
-  ROOT %lt = pred[] compare(%ci, %lim), direction=LT
-}}
-
-ENTRY %main (x: f32[8], k: f32[8,16]) -> f32[16] {{
-  %x = f32[8]{{0}} parameter(0)
-  %k = f32[8,16]{{1,0}} parameter(1)
-  %zero = s32[] constant(0)
-  %init = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%zero, %x, %k)
-  %loop = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) while(%init), condition=%cond, body=%body, {_TRIPS}
-  %lg = f32[8]{{0}} get-tuple-element(%loop), index=1
-{peeled}}}
+{_outer_loop(peeled)}
 """
 
 
@@ -179,21 +184,7 @@ def _windowed_module(peeled: str) -> str:
   ROOT %o = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%n, %dx, %k)
 }}
 
-%cond (c: (s32[], f32[8], f32[8,16])) -> pred[] {{
-  %c = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) parameter(0)
-  %ci = s32[] get-tuple-element(%c), index=0
-  %lim = s32[] constant(2)
-  ROOT %lt = pred[] compare(%ci, %lim), direction=LT
-}}
-
-ENTRY %main (x: f32[8], k: f32[8,16]) -> f32[16] {{
-  %x = f32[8]{{0}} parameter(0)
-  %k = f32[8,16]{{1,0}} parameter(1)
-  %zero = s32[] constant(0)
-  %init = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) tuple(%zero, %x, %k)
-  %loop = (s32[], f32[8]{{0}}, f32[8,16]{{1,0}}) while(%init), condition=%cond, body=%body, {_TRIPS}
-  %lg = f32[8]{{0}} get-tuple-element(%loop), index=1
-{peeled}}}
+{_outer_loop(peeled)}
 """
 
 

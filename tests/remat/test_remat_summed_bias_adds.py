@@ -17,8 +17,8 @@ the gradient (`@B`).
 
 from __future__ import annotations
 
-import hloparse
 from hloflops.remat import find_remat
+from tests.remat.test_remat_windowed_bias_adds import _parsed
 
 SCAN = """HloModule scan_summed, is_scheduled=true, entry_computation_layout=@L
 
@@ -118,21 +118,8 @@ ENTRY main {
 """
 
 
-def _parsed(text: str = SCAN):
-    """@F the forward, @R the checkpoint's recompute, @B its backward; @D a matmul's dimension
-    numbers, @L the entry's layout and @T TPU's backend config (what makes it a TPU module)."""
-    for short, long in (("@R", "jit(loss)/transpose(jvp())/while/body/checkpoint/rematted_computation"),
-                        ("@B", "jit(loss)/transpose(jvp())/while/body/checkpoint"),
-                        ("@F", "jit(loss)/jvp()/while/body"),
-                        ("@D", "lhs_contracting_dims={1}, rhs_contracting_dims={0}"),
-                        ("@L", "{(f32[8,32]{1,0:T(8,128)})->f32[8,16]{1,0:T(8,128)}}"),
-                        ("@T", 'backend_config={"scoped_memory_configs":[]}')):
-        text = text.replace(short, long)
-    return hloparse.parse(text)
-
-
 def test_a_recomputed_bias_add_whose_forward_reads_an_all_reduce_has_the_twins_saving_copy():
-    index = find_remat(_parsed())
+    index = find_remat(_parsed(SCAN))
     assert ("bwd_rec", "rh") not in index
 
 

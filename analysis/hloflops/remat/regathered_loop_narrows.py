@@ -52,10 +52,7 @@ def backward_loop_shard_narrows(module: Module, ops: Iterable[SiteOp], backward_
 def _slices_loop_state(module: Module, comp: Computation, source: Instruction | None) -> bool:
     """Is the value (through moves) a dynamic slice, or a fusion whose root is one, of an element
     of the loop body's state?"""
-    for _ in range(16):
-        if source is None or source.opcode not in _MOVES or not source.operands:
-            break
-        source = comp.by_name.get(source.operands[0])
+    source = _back_through(comp, source, _MOVES)
     if source is None or not source.operands:
         return False
     if source.opcode == "fusion":
@@ -63,11 +60,7 @@ def _slices_loop_state(module: Module, comp: Computation, source: Instruction | 
             return False
     elif source.opcode != "dynamic-slice":
         return False
-    stack = comp.by_name.get(source.operands[0])
-    for _ in range(16):
-        if stack is None or stack.opcode not in _MOVES or not stack.operands:
-            break
-        stack = comp.by_name.get(stack.operands[0])
+    stack = _back_through(comp, comp.by_name.get(source.operands[0]), _MOVES)
     if stack is None or stack.opcode != "get-tuple-element" or not stack.operands:
         return False
     state = comp.by_name.get(stack.operands[0])
@@ -80,14 +73,19 @@ def _root_slices(module: Module, fusion: Instruction) -> bool:
         called = module.by_name.get(name)
         if called is None:
             return False
-        inst: Instruction | None = called.root
-        for _ in range(16):
-            if inst is None or inst.opcode not in _VIEWS or not inst.operands:
-                break
-            inst = called.by_name.get(inst.operands[0])
+        inst = _back_through(called, called.root, _VIEWS)
         if inst is None or inst.opcode != "dynamic-slice" or not inst.operands:
             return False
         first = called.by_name.get(inst.operands[0])
         # The fusion's first operand is then the sliced value, followed in its caller above.
         return first is not None and first.opcode == "parameter" and parameter_number(first) == 0
     return False
+
+
+def _back_through(comp: Computation, inst: Instruction | None, kinds: frozenset[str]) -> Instruction | None:
+    """The value `inst` passes on unchanged, followed back through ops of `kinds` (a few at most)."""
+    for _ in range(16):
+        if inst is None or inst.opcode not in kinds or not inst.operands:
+            break
+        inst = comp.by_name.get(inst.operands[0])
+    return inst
