@@ -124,3 +124,14 @@ def test_forward_copy_widening_a_stored_narrow_counts_two_fewer():
                              "  %a = f32[8,16]{1,0} convert(%a16)")
     assert "%a16" in text
     assert unstored_relu_narrows(hloparse.parse(text)) == {("relu", "n"): 1}
+
+
+def test_forward_copy_widening_its_own_matmul_output_counts_one_fewer():
+    # TPU 471: the forward copy's matmul emits bf16 and the copy widens it, relu, narrows: no convert
+    # here stands for the narrow the twin may store its f32 matmul output with, so only the widen is
+    # the twin's too: 2 * 2 + 1 casts there, 3 here (widen, narrow; the recompute's narrow), 2 beyond
+    text = _module().replace("%c = f32[8,16]{1,0} convolution(%p0, %p1)",
+                             "%c16 = bf16[8,16]{1,0} convolution(%p0, %p1)").replace(
+        "%a = f32[8,16]{1,0} add(%c, %bb)", "%a = f32[8,16]{1,0} convert(%c16)")
+    assert "%c16" in text
+    assert unstored_relu_narrows(hloparse.parse(text)) == {("relu", "n"): 2}

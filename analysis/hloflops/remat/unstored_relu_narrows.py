@@ -19,7 +19,9 @@ of them the twin runs `2 r + 1` casts (the stored narrow of the bias add among t
 program runs `r`, a hinge of `r + 1` rows beyond what the recompute counts, shared among the
 recompute's narrows. Where a forward copy widens a 16-bit value (this program stores the narrowed
 bias add itself, TPU 152, 194), that copy's widen and the stored narrow are the twin's too: two
-fewer per such copy.
+fewer per such copy. Where the widen reads the copy's own matmul emitting 16 bits (TPU 471), the
+narrow is folded into the matmul here, while the twin may compute it in f32 and narrow it to store:
+only the widen is the twin's too, one fewer per such copy.
 """
 
 from __future__ import annotations
@@ -47,10 +49,15 @@ def _relu_narrow(comp: Computation) -> Instruction | None:
     return value
 
 
-def _widens(comp: Computation, value: Instruction) -> bool:
-    """Does the relu's `maximum` read a widening convert of a 16-bit value?"""
-    return any(o.opcode == "convert" and o.operands and comp.operand(o, 0).shape.element_type in _NARROW
-               for o in (comp.by_name[n] for n in value.operands))
+def _widens(comp: Computation, value: Instruction) -> int:
+    """The casts a widening convert the relu's `maximum` reads shares with the twin: two where it
+    widens a narrowed 16-bit value (stored, or narrowed here: that narrow is this program's too),
+    one where it widens the fusion's own matmul emitting 16 bits (no convert here stands for the
+    narrow the twin may store it with: TPU 471), none without a widen."""
+    for o in (comp.by_name[n] for n in value.operands):
+        if o.opcode == "convert" and o.operands and comp.operand(o, 0).shape.element_type in _NARROW:
+            return 1 if comp.operand(o, 0).opcode in ("dot", "convolution") else 2
+    return 0
 
 
 def _in_differentiated_loop(op_name: str, wrapper: str) -> bool:
@@ -116,9 +123,10 @@ def unstored_relu_narrows(module: Module) -> dict[Key, int]:
         mates = [r for r in recomputes if r[1].shape.dims == narrow.shape.dims
                  and inner_tail(r[2].op_name) == tail]
         readers = sum(len(callers[c.name]) for c, _ in copies) + sum(len(callers[r[0].name]) for r in mates)
-        # a forward copy widening a 16-bit value: this program stores the narrowed bias add itself,
-        # its widen and that narrow are the twin's too (TPU 194: the twin's extra is its stack's copy)
-        widened = sum(len(callers[c.name]) for c, v in copies if _widens(c, v))
-        if readers + 1 - 2 * widened > 0:
-            found[(comp.name, narrow.name)] = -(-(readers + 1 - 2 * widened) // len(mates))
+        # a forward copy widening a stored 16-bit value: this program stores the narrowed bias add itself,
+        # its widen and that narrow are the twin's too (TPU 194: the twin's extra is its stack's copy);
+        # widening its own matmul's 16-bit output, only the widen is (TPU 471: the twin narrows to store)
+        widened = sum(len(callers[c.name]) * _widens(c, v) for c, v in copies)
+        if readers + 1 - widened > 0:
+            found[(comp.name, narrow.name)] = -(-(readers + 1 - widened) // len(mates))
     return found
