@@ -22,6 +22,7 @@ from hloflops.scopes import phase
 from hloparse.ir import CallRole, Computation, Module, parameter_number
 from hloflops.remat.sites import Key, SiteKey, SiteOp, bias_add_input
 from hloflops.remat.stored_matmul_operands import stored_operand_hinges
+from hloflops.remat.recomputed_matmul_nests import recomputed_matmul_nests
 from hloflops.remat.saved_matmul_outputs import fusion_output, only_output_derivatives
 
 
@@ -193,6 +194,7 @@ def fusion_copies(module: Module, ops: list[SiteOp], remat: set[SiteKey], model:
     nested = _nested_in_gradient_matmuls(module, ops, fused, by_key, out, model, duplicated)
     # the twin may store such a value once for all its matmuls (hloflops.remat.stored_matmul_operands)
     stand_ins |= stored_operand_hinges(module, ops, outermost_fusions(module), nested)
+    stand_ins |= recomputed_matmul_nests(module, ops, nested, out)  # nested in a recomputed matmul: unsure
     epilogues = saved_matmul_epilogues(module, ops)
     gradient_side = {key for key in by_key if key[1] in mixed.get((key[0], key[2]), ())}
     return (out - nested) | epilogues, decided_copies | nested | epilogues, \
