@@ -17,8 +17,8 @@ gradient fusion; the twin keeps a second forward copy instead, 98,304 multiply F
 from __future__ import annotations
 
 from hloflops.remat.op_kinds import MATMUL_OPCODES
-from hloflops.remat.sites import SiteKey, SiteOp
-from hloparse.ir import CallRole, Computation, Module
+from hloflops.remat.sites import SiteKey, SiteOp, fusion_callers
+from hloparse.ir import Computation, Module
 
 # views XLA puts between a nested producer fusion and the matmul that reads it
 _VIEWS = frozenset({"bitcast", "reshape", "copy", "transpose"})
@@ -30,11 +30,7 @@ def recomputed_matmul_nests(module: Module, ops: list[SiteOp], nested: set[SiteK
     recompute set where that matmul's fusion is nested in another: those of `nested` in the
     matmul's own fused computation (its epilogue), and those in a fused computation called by a
     fusion the matmul reads, directly or through views (its nested producers)."""
-    callers: dict[str, tuple[str, str]] = {}  # fused computation -> (caller computation, fusion)
-    for comp, inst in module.instructions():
-        if inst.opcode == "fusion":
-            for callee in inst.called(CallRole.FUSION):
-                callers[callee] = (comp.name, inst.name)
+    callers = fusion_callers(module)
     verdict: dict[tuple[str, int], bool] = {}
     found: set[SiteKey] = set()
     for op in ops:
@@ -46,9 +42,9 @@ def recomputed_matmul_nests(module: Module, ops: list[SiteOp], nested: set[SiteK
             found.add(key)
             continue
         if (comp_name, site) not in verdict:
-            host_name, fusion = callers[comp_name]
-            verdict[(comp_name, site)] = host_name in callers and \
-                _recomputed_matmul_in(module.by_name[host_name], site, remat, fusion)
+            host, fusion = callers[comp_name][-1]
+            verdict[(comp_name, site)] = host.name in callers and \
+                _recomputed_matmul_in(host, site, remat, fusion.name)
         if verdict[(comp_name, site)]:
             found.add(key)
     return found
@@ -61,8 +57,8 @@ def _recomputed_matmul_in(host: Computation, site: int, remat: set[SiteKey], fus
         names, frontier = {fusion}, [fusion]
         while frontier:  # the fusion's value through views
             name = frontier.pop()
-            for inst in host.instructions:
-                if name in inst.operands and inst.opcode in _VIEWS and inst.name not in names:
+            for inst in host.users.get(name, ()):
+                if inst.opcode in _VIEWS and inst.name not in names:
                     names.add(inst.name)
                     frontier.append(inst.name)
     return any(inst.opcode in MATMUL_OPCODES and (host.name, inst.name, site) in remat
